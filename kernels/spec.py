@@ -1,0 +1,61 @@
+"""The contract every kernel in kernels/ (and every kernel a user brings) fulfils.
+
+A kernel module builds one `KernelSpec` named `SPEC`. The runner knows nothing else about it:
+
+- `make_inputs(shape, dtype, seed, device)` -> tuple of tensors: fresh seeded random data, never zeros.
+- `output_like(inputs)` -> an empty output tensor; the runner poisons it (NaN) before each check.
+- `launch(inputs, out, config)` writes the result into `out`; `config` holds the meta-parameters
+  (BLOCK sizes) and `num_warps` / `num_stages`, exactly the keys of `space`.
+- `reference(*inputs)` is plain PyTorch; the runner calls it on inputs upcast to float64.
+- `flops(shape)` and `bytes_moved(shape, dtype)`: the FLOP count and the fewest bytes the op must move
+  (each input read once, each output written once). Throughput is computed from these, never from
+  launching extra work.
+- `space`: the default search space, a dict of name -> list of values.
+- `constraints(shape, dtype, config)` -> None when the config can run at that shape, else the reason it
+  is pruned (e.g. "BLOCK_SIZE 1024 < row length 4096").
+- `baselines`: name -> callable(inputs) -> output, the same result computed the way a user otherwise
+  would (e.g. torch.softmax); measured in the same sweep so speedups come from one run.
+
+`dims` names the shape's dimensions (e.g. ("rows", "cols")); shapes have exactly len(dims) entries.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Mapping, Optional, Sequence
+
+import torch
+
+Shape = tuple[int, ...]
+Config = Mapping[str, int]
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    name: str
+    dims: tuple[str, ...]
+    dtypes: tuple[str, ...]
+    make_inputs: Callable[[Shape, torch.dtype, int, torch.device], tuple[torch.Tensor, ...]]
+    output_like: Callable[[tuple[torch.Tensor, ...]], torch.Tensor]
+    launch: Callable[[tuple[torch.Tensor, ...], torch.Tensor, Config], None]
+    reference: Callable[..., torch.Tensor]
+    flops: Callable[[Shape], float]
+    bytes_moved: Callable[[Shape, torch.dtype], float]
+    space: Mapping[str, Sequence[int]]
+    constraints: Callable[[Shape, str, Config], Optional[str]] = lambda shape, dtype, config: None
+    baselines: Mapping[str, Callable[[tuple[torch.Tensor, ...]], torch.Tensor]] = field(
+        default_factory=dict
+    )
+
+
+def is_power_of_two(value: int) -> bool:
+    return value > 0 and value & (value - 1) == 0
+
+
+def seeded_randn(shape: Shape, dtype: torch.dtype, seed: int, device: torch.device) -> torch.Tensor:
+    """Standard-normal data drawn in float32 from a seeded generator, then cast.
+
+    Never zeros: zeros hide unwritten outputs and wrong indexing, and can run faster than real data.
+    """
+    generator = torch.Generator(device=device)
+    generator.manual_seed(seed)
+    return torch.randn(shape, generator=generator, device=device, dtype=torch.float32).to(dtype)

@@ -1,0 +1,87 @@
+"""The correctness gate and the classification of failures.
+
+Every trial passes the gate before it is timed: fresh seeded random inputs, the output poisoned with NaN
+before the launch, and the result compared with the kernel's reference computed in float64 on the same
+inputs. A trial that fails is `incorrect` and is never timed or exported.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+# One tolerance per output dtype: |out - ref| <= ATOL + RTOL * |ref| elementwise.
+# RTOL is about two units of rounding of the output dtype: storing the result costs up to half an ulp
+# (fp16: 2**-11 = 4.9e-4, bf16: 2**-8 = 3.9e-3, fp32: 6e-8) and the fp32 arithmetic inside the kernel
+# (exp, a reduction over a row) adds a few fp32 ulps more. ATOL covers results near zero, where a
+# relative bound means nothing; 1e-5 is far under any value these kernels produce at unit-scale inputs.
+TOLERANCES = {
+    "float32": (1e-5, 1e-5),  # (rtol, atol)
+    "float16": (1e-3, 1e-5),
+    "bfloat16": (8e-3, 1e-5),
+}
+
+STATUS_OK = "ok"
+STATUS_PRUNED = "pruned"
+STATUS_INCORRECT = "incorrect"
+STATUS_COMPILE_ERROR = "compile_error"
+STATUS_OUT_OF_RESOURCES = "out_of_resources"
+STATUS_OOM = "oom"
+STATUS_TIMEOUT = "timeout"
+STATUS_CRASHED = "crashed"
+
+# CUDA errors after which the context is unusable: the worker process must be replaced.
+STICKY_CUDA_ERRORS = (
+    "illegal memory access",
+    "illegal address",
+    "unspecified launch failure",
+    "misaligned address",
+    "illegal instruction",
+    "device-side assert",
+)
+
+
+def compare(out, ref, dtype_name: str) -> Optional[str]:
+    """None when `out` matches the float64 reference within the dtype's tolerance, else why not."""
+    import torch
+
+    if out.shape != ref.shape:
+        return f"output shape {tuple(out.shape)} != reference shape {tuple(ref.shape)}"
+    out64 = out.double()
+    unwritten = torch.isnan(out64) & ~torch.isnan(ref)
+    if unwritten.any():
+        first = [int(i) for i in unwritten.nonzero()[0]]
+        return f"{int(unwritten.sum())} of {out.numel()} output elements never written (still NaN), first at {first}"
+    rtol, atol = TOLERANCES[dtype_name]
+    error = (out64 - ref).abs()
+    bad = ~(error <= atol + rtol * ref.abs())
+    if bad.any():
+        worst = int(error.flatten().argmax())
+        return (
+            f"{int(bad.sum())} of {out.numel()} elements outside rtol={rtol} atol={atol}; "
+            f"worst |out-ref| = {float(error.flatten()[worst]):.3g} at flat index {worst} "
+            f"(out {float(out64.flatten()[worst]):.6g}, ref {float(ref.flatten()[worst]):.6g})"
+        )
+    return None
+
+
+def classify(error: BaseException, first_launch_done: bool) -> str:
+    """The status of a trial that raised `error`.
+
+    Before the first launch has completed, any other error means the config could not be built or
+    launched (a CompilationError on the GPU, an InterpreterError on the CPU, a launcher's ValueError):
+    compile_error. After it, or on a sticky CUDA error, the run itself failed: crashed.
+    """
+    import torch
+    from triton.runtime.errors import OutOfResources
+
+    if isinstance(error, OutOfResources):
+        return STATUS_OUT_OF_RESOURCES
+    if isinstance(error, torch.OutOfMemoryError):
+        return STATUS_OOM
+    if is_sticky_cuda_error(error) or first_launch_done:
+        return STATUS_CRASHED
+    return STATUS_COMPILE_ERROR
+
+
+def is_sticky_cuda_error(error: BaseException) -> bool:
+    message = str(error).lower()
+    return any(pattern in message for pattern in STICKY_CUDA_ERRORS)

@@ -1,0 +1,98 @@
+"""What the trials run on: GPU, clocks, versions; and the device's measured ceilings.
+
+Ceilings are measured, not taken from a datasheet: a device-to-device copy (bytes read + written) and a
+cuBLAS matmul per dtype. They are measured once per (GPU, driver, torch) and cached in the results store.
+"""
+from __future__ import annotations
+
+import platform
+import socket
+from typing import Callable, Optional
+
+INTERPRETER_DEVICE_NAME = "Triton interpreter (CPU)"
+# 1 GiB each way: far past any L2, long enough (~0.5 ms on an H200) that launch cost is noise.
+COPY_BYTES = 1 << 30
+# 8192^3: large enough to reach cuBLAS's plateau on Hopper (685 TFLOP/s bf16 measured on an H200 here).
+MATMUL_SIZE = 8192
+PEAK_DTYPES = ("float16", "bfloat16", "float32")
+
+
+def _nvml_handle(torch, device_index: int):
+    """NVML handle of the torch device, matched by PCI bus id (CUDA_VISIBLE_DEVICES may reorder)."""
+    import pynvml
+
+    pynvml.nvmlInit()
+    props = torch.cuda.get_device_properties(device_index)
+    bus_id = getattr(props, "pci_bus_id", None)
+    if bus_id is not None:
+        domain = getattr(props, "pci_domain_id", 0)
+        device = getattr(props, "pci_device_id", 0)
+        try:
+            return pynvml.nvmlDeviceGetHandleByPciBusId(f"{domain:08X}:{bus_id:02X}:{device:02X}.0")
+        except pynvml.NVMLError:
+            pass  # fall back to the index, right whenever CUDA_VISIBLE_DEVICES is unset
+    return pynvml.nvmlDeviceGetHandleByIndex(device_index)
+
+
+def sm_clock_reader(torch, device_index: int) -> tuple[Callable[[], Optional[int]], Optional[int], Optional[str]]:
+    """(read current SM clock in MHz, max SM clock in MHz, driver version); Nones where NVML is absent."""
+    try:
+        import pynvml
+
+        handle = _nvml_handle(torch, device_index)
+        max_clock = pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM)
+        driver = pynvml.nvmlSystemGetDriverVersion()
+        driver = driver.decode() if isinstance(driver, bytes) else driver
+        return (lambda: pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM)), max_clock, driver
+    except (ImportError, OSError) as error:  # no NVML library on this machine
+        print(f"note: SM clocks not read ({error})")
+    except Exception as error:  # pynvml raises NVMLError subclasses, created at run time
+        if type(error).__name__.startswith("NVMLError"):
+            print(f"note: SM clocks not read ({error})")
+        else:
+            raise
+    return (lambda: None), None, None
+
+
+def describe(backend: str, device_index: int = 0) -> dict:
+    """The environment columns every result row carries."""
+    import torch
+    import triton
+
+    env = {
+        "backend": backend,
+        "torch_version": torch.__version__,
+        "triton_version": triton.__version__,
+        "python_version": platform.python_version(),
+        "host": socket.gethostname(),
+    }
+    if backend == "interpret":
+        env.update(gpu_name=INTERPRETER_DEVICE_NAME, driver_version=None, cuda_version=None,
+                   sm_count=None, l2_bytes=None, sm_clock_max_mhz=None)
+        return env
+    props = torch.cuda.get_device_properties(device_index)
+    _, max_clock, driver = sm_clock_reader(torch, device_index)
+    env.update(gpu_name=props.name, driver_version=driver, cuda_version=torch.version.cuda,
+               sm_count=props.multi_processor_count, l2_bytes=props.L2_cache_size, sm_clock_max_mhz=max_clock)
+    return env
+
+
+def measure_peaks(timer, device) -> dict:
+    """Measured ceilings: copy GB/s (read + write) and cuBLAS TFLOP/s per dtype, from p50 times."""
+    import torch
+
+    from runners.timing import summarize
+
+    source = torch.randn(COPY_BYTES // 4, device=device)
+    destination = torch.empty_like(source)
+    p50_s = summarize(timer.measure(lambda: destination.copy_(source)).samples_s)["p50_us"] * 1e-6
+    peaks = {"copy_gbps": 2 * COPY_BYTES / p50_s / 1e9}
+    del source, destination
+    n = MATMUL_SIZE
+    for dtype_name in PEAK_DTYPES:
+        dtype = getattr(torch, dtype_name)
+        a = torch.randn(n, n, device=device).to(dtype)  # random, never zeros: zeros run faster
+        b = torch.randn(n, n, device=device).to(dtype)
+        p50_s = summarize(timer.measure(lambda: torch.matmul(a, b)).samples_s)["p50_us"] * 1e-6
+        peaks[f"matmul_tflops_{dtype_name}"] = 2 * n**3 / p50_s / 1e12
+    return peaks

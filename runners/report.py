@@ -1,0 +1,50 @@
+"""The table printed at the end of a sweep: the best config per (kernel, dtype, shape), next to baselines."""
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+
+from runners.trials import TRITON_PROVIDER
+
+
+def _fmt(value, spec: str) -> str:
+    return "-" if value is None or pd.isna(value) else format(value, spec)
+
+
+def best_table(frame: pd.DataFrame) -> str:
+    """One line per (kernel, dtype, shape): best ok config of ours with p50, GB/s, % of measured copy
+    bandwidth, and each baseline's p50 with speedup = baseline p50 / ours."""
+    lines = []
+    counts = frame["status"].value_counts().to_dict()
+    lines.append("trials: " + ", ".join(f"{n} {status}" for status, n in sorted(counts.items())))
+    ok = frame[frame["status"] == "ok"]
+    if ok.empty:
+        lines.append("no ok trials")
+        return "\n".join(lines)
+    header = f"{'kernel':<12} {'dtype':<9} {'shape':<14} {'best config':<44} {'p50 us':>9} {'GB/s':>7} {'%copy':>6}  baselines (p50 us, speedup)"
+    lines += [header, "-" * len(header)]
+    for (kernel, dtype, shape), group in ok.groupby(["kernel", "dtype", "shape"], sort=False):
+        ours = group[group["provider"] == TRITON_PROVIDER]
+        baselines = group[group["provider"] != TRITON_PROVIDER]
+        shape_text = "x".join(map(str, json.loads(shape)))
+        if ours.empty:
+            best_config, p50, gbps, pct = "(no ok config)", None, None, None
+        else:
+            best = ours.loc[ours["p50_us"].idxmin()]
+            best_config = " ".join(f"{k}={v}" for k, v in json.loads(best["config"]).items())
+            p50, gbps, pct = best["p50_us"], best["gbps"], best["pct_copy_bw"]
+        others = ", ".join(
+            f"{row['provider']} {row['p50_us']:.2f} ({_fmt(row['p50_us'] / p50 if p50 else None, '.2f')}x)"
+            for _, row in baselines.iterrows()
+        )
+        lines.append(
+            f"{kernel:<12} {dtype:<9} {shape_text:<14} {best_config:<44} {_fmt(p50, '9.2f')} "
+            f"{_fmt(gbps, '7.0f')} {_fmt(pct, '6.1f')}  {others}"
+        )
+    failed = frame[~frame["status"].isin(["ok", "pruned"])]
+    for _, row in failed.head(5).iterrows():
+        lines.append(f"  {row['status']}: {row['kernel']} {row['config']} -- {str(row['message'])[:160]}")
+    if len(failed) > 5:
+        lines.append(f"  ... {len(failed) - 5} more failed trials in the store")
+    return "\n".join(lines)

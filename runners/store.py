@@ -1,0 +1,153 @@
+"""The results store: one SQLite file in WAL mode, one row per measured (or failed, or pruned) trial.
+
+- Crash-safe: every row is its own transaction, committed with synchronous=FULL before the next trial
+  starts, so a `kill -9` loses at most the trial in flight.
+- Two writers on one node: WAL lets readers run beside a writer, and busy_timeout makes a second writer
+  wait for the lock instead of failing.
+- Resumable: a trial already in the store for the same backend, GPU model, driver, torch, triton and
+  kernel source hash is not measured again (unless force=true; the newest row then wins).
+- A sweep's membership table lists every row the sweep used, measured now or reused from before, so a
+  resumed sweep's table, parquet file and export cover all its trials.
+"""
+from __future__ import annotations
+
+import json
+import sqlite3
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterable, Optional
+
+import numpy as np
+import pandas as pd
+
+# (name, SQL type). Every row is self-describing: trial, outcome, timing, throughput, device, provenance.
+COLUMNS = [
+    ("trial_key", "TEXT NOT NULL"), ("sweep_id", "TEXT NOT NULL"),
+    ("kernel", "TEXT NOT NULL"), ("provider", "TEXT NOT NULL"),
+    ("shape", "TEXT NOT NULL"), ("dtype", "TEXT NOT NULL"), ("config", "TEXT NOT NULL"),
+    ("status", "TEXT NOT NULL"), ("message", "TEXT"), ("stop_reason", "TEXT"),
+    ("p20_us", "REAL"), ("p50_us", "REAL"), ("p80_us", "REAL"), ("min_us", "REAL"), ("mean_us", "REAL"),
+    ("noise", "REAL"), ("n_samples", "INTEGER"), ("samples_us", "BLOB"),
+    ("gbps", "REAL"), ("tflops", "REAL"), ("pct_copy_bw", "REAL"), ("pct_matmul", "REAL"),
+    ("sm_clock_start_mhz", "INTEGER"), ("sm_clock_end_mhz", "INTEGER"), ("sm_clock_max_mhz", "INTEGER"),
+    ("throttled", "INTEGER"),
+    ("backend", "TEXT NOT NULL"), ("gpu_name", "TEXT NOT NULL"), ("driver_version", "TEXT"),
+    ("cuda_version", "TEXT"), ("torch_version", "TEXT NOT NULL"), ("triton_version", "TEXT NOT NULL"),
+    ("python_version", "TEXT"), ("sm_count", "INTEGER"), ("l2_bytes", "INTEGER"), ("host", "TEXT"),
+    ("kernel_hash", "TEXT NOT NULL"), ("git_sha", "TEXT"), ("seed", "INTEGER NOT NULL"),
+    ("timestamp", "TEXT NOT NULL"),
+]
+COLUMN_NAMES = [name for name, _ in COLUMNS]
+# What makes two measurements of one trial comparable; resume matches on these and the trial key.
+ENV_KEY = ("backend", "gpu_name", "driver_version", "torch_version", "triton_version", "kernel_hash")
+PEAK_KEY = ("gpu_name", "driver_version", "torch_version")
+
+_SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS trials (id INTEGER PRIMARY KEY AUTOINCREMENT, {", ".join(f"{n} {t}" for n, t in COLUMNS)});
+CREATE INDEX IF NOT EXISTS trials_by_key ON trials (trial_key, {", ".join(ENV_KEY)});
+CREATE TABLE IF NOT EXISTS sweep_rows (sweep_id TEXT NOT NULL, row_id INTEGER NOT NULL REFERENCES trials(id),
+                                       PRIMARY KEY (sweep_id, row_id));
+CREATE TABLE IF NOT EXISTS device_peaks ({", ".join(f"{n} TEXT" for n in PEAK_KEY)}, peaks TEXT NOT NULL,
+                                         measured_at TEXT NOT NULL);
+"""
+
+
+class ResultStore:
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        # isolation_level=None: autocommit, each statement its own transaction unless BEGIN is issued.
+        self._db = sqlite3.connect(self.path, timeout=60, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=FULL")  # the commit is on disk before append() returns
+        self._db.execute("PRAGMA busy_timeout=60000")
+        self._db.executescript(_SCHEMA)
+
+    def close(self) -> None:
+        self._db.close()
+
+    def append(self, row: dict, sweep_id: str) -> int:
+        """Insert one trial row and its sweep membership in one transaction; returns the row id."""
+        values = [_encode(name, row.get(name)) for name in COLUMN_NAMES]
+        placeholders = ", ".join("?" for _ in COLUMN_NAMES)
+        with self._transaction():
+            cursor = self._db.execute(f"INSERT INTO trials ({', '.join(COLUMN_NAMES)}) VALUES ({placeholders})", values)
+            self._db.execute("INSERT OR IGNORE INTO sweep_rows VALUES (?, ?)", (sweep_id, cursor.lastrowid))
+        return cursor.lastrowid
+
+    def adopt(self, row_ids: Iterable[int], sweep_id: str) -> None:
+        """Make rows measured earlier part of this sweep (resume)."""
+        with self._transaction():
+            self._db.executemany("INSERT OR IGNORE INTO sweep_rows VALUES (?, ?)", [(sweep_id, i) for i in row_ids])
+
+    def measured(self, env: dict) -> dict[str, int]:
+        """trial_key -> id of the newest row measured under this environment (ENV_KEY)."""
+        where = " AND ".join(f"{name} IS ?" for name in ENV_KEY)
+        rows = self._db.execute(
+            f"SELECT trial_key, MAX(id) FROM trials WHERE {where} GROUP BY trial_key", [env[n] for n in ENV_KEY]
+        )
+        return dict(rows.fetchall())
+
+    def load(self, sweep_id: Optional[str] = None, kernel: Optional[str] = None) -> pd.DataFrame:
+        """All rows (or a sweep's rows) as a DataFrame; samples_us decoded to float32 arrays."""
+        query = "SELECT trials.* FROM trials"
+        clauses, params = [], []
+        if sweep_id is not None:
+            query += " JOIN sweep_rows ON sweep_rows.row_id = trials.id"
+            clauses.append("sweep_rows.sweep_id = ?")
+            params.append(sweep_id)
+        if kernel is not None:
+            clauses.append("trials.kernel = ?")
+            params.append(kernel)
+        if clauses:
+            query += " WHERE " + " AND ".join(clauses)
+        frame = pd.read_sql_query(query + " ORDER BY trials.id", self._db, params=params)
+        frame["samples_us"] = [None if b is None else np.frombuffer(b, dtype=np.float32) for b in frame["samples_us"]]
+        frame["throttled"] = frame["throttled"].map(lambda v: None if pd.isna(v) else bool(v))
+        return frame
+
+    def peaks(self, env: dict) -> Optional[dict]:
+        where = " AND ".join(f"{name} IS ?" for name in PEAK_KEY)
+        row = self._db.execute(
+            f"SELECT peaks FROM device_peaks WHERE {where} ORDER BY rowid DESC LIMIT 1", [env[n] for n in PEAK_KEY]
+        ).fetchone()
+        return json.loads(row[0]) if row else None
+
+    def save_peaks(self, env: dict, peaks: dict, measured_at: str) -> None:
+        with self._transaction():
+            self._db.execute(
+                "INSERT INTO device_peaks VALUES (?, ?, ?, ?, ?)",
+                [env[n] for n in PEAK_KEY] + [json.dumps(peaks), measured_at],
+            )
+
+    @contextmanager
+    def _transaction(self):
+        """BEGIN IMMEDIATE takes the write lock up front, so two writers queue instead of deadlocking."""
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
+
+
+def _encode(name: str, value):
+    if value is None:
+        return None
+    if name in ("shape", "config"):
+        return json.dumps(list(value) if name == "shape" else dict(value))
+    if name == "samples_us":
+        return np.asarray(value, dtype=np.float32).tobytes()
+    if name == "throttled":
+        return int(bool(value))
+    return value
+
+
+def write_parquet(frame: pd.DataFrame, path: str | Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    table = frame.copy()
+    table["samples_us"] = [None if s is None else s.tolist() for s in table["samples_us"]]
+    table.to_parquet(path, index=False)
+    return path

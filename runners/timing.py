@@ -1,0 +1,148 @@
+"""Timing: the stopping rule, sample statistics, and the two timers (CUDA events; interpreter wall clock).
+
+Rules kept here (and why):
+- CUDA events bracket the launch only. The L2 flush (a buffer of 2x the device's L2, allocated once)
+  is cleared before every sample, outside the event window, so every sample reads from HBM, as a kernel
+  does in a real model where other work evicted its inputs.
+- Warm-up first, so compilation, module load and first-touch never land in a sample.
+- Samples are taken in batches with one synchronize per batch; every sample is kept.
+- nvbench's stopping rule (StopRule) decides when there are enough.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Callable, Optional, Sequence
+
+STOP_CONVERGED = "converged"
+STOP_TIMEOUT = "timeout"
+
+
+@dataclass(frozen=True)
+class StopRule:
+    min_samples: int
+    min_time_s: float
+    max_noise: float
+    max_time_s: float
+
+    def check(self, samples_s: Sequence[float], elapsed_s: float) -> Optional[str]:
+        """None while more samples are needed, else why to stop.
+
+        `samples_s` are the measured times; `elapsed_s` the wall time spent sampling so far. Stop at
+        max_time_s whatever the noise; otherwise need min_samples and min_time_s of measured time, then
+        stop once the relative noise is <= max_noise.
+        """
+        if elapsed_s >= self.max_time_s:
+            return STOP_TIMEOUT
+        if len(samples_s) < self.min_samples or math.fsum(samples_s) < self.min_time_s:
+            return None
+        if relative_noise(samples_s) <= self.max_noise:
+            return STOP_CONVERGED
+        return None
+
+
+def relative_noise(samples: Sequence[float]) -> float:
+    """Sample standard deviation over the mean (nvbench's "Noise")."""
+    if len(samples) < 2:
+        return math.inf
+    return statistics.stdev(samples) / statistics.fmean(samples)
+
+
+def percentile(sorted_samples: Sequence[float], q: float) -> float:
+    """Linear-interpolated percentile, q in [0, 100], of an already sorted sequence."""
+    position = (len(sorted_samples) - 1) * q / 100
+    low = math.floor(position)
+    high = min(low + 1, len(sorted_samples) - 1)
+    return sorted_samples[low] + (sorted_samples[high] - sorted_samples[low]) * (position - low)
+
+
+def summarize(samples_s: Sequence[float]) -> dict:
+    """p20/p50/p80, min and mean in microseconds, and the relative noise."""
+    ordered = sorted(samples_s)
+    to_us = 1e6
+    return {
+        "p20_us": percentile(ordered, 20) * to_us,
+        "p50_us": percentile(ordered, 50) * to_us,
+        "p80_us": percentile(ordered, 80) * to_us,
+        "min_us": ordered[0] * to_us,
+        "mean_us": statistics.fmean(ordered) * to_us,
+        "noise": relative_noise(ordered),
+        "n_samples": len(ordered),
+    }
+
+
+@dataclass
+class Measurement:
+    samples_s: list[float]
+    stop_reason: str
+    sm_clock_start_mhz: Optional[int] = None
+    sm_clock_end_mhz: Optional[int] = None
+
+
+def _warm_up(fn: Callable[[], object], sync: Callable[[], None], warmup_s: float) -> None:
+    fn()  # the first call compiles and loads; never part of a sample
+    sync()
+    deadline = time.perf_counter() + warmup_s
+    while time.perf_counter() < deadline:
+        fn()
+        sync()
+
+
+class CudaTimer:
+    """CUDA-event timing with an L2 flush before every sample."""
+
+    def __init__(self, device, rule: StopRule, warmup_s: float, read_sm_clock: Callable[[], Optional[int]]):
+        import torch
+
+        self._torch = torch
+        self.device = device
+        self.rule = rule
+        self.warmup_s = warmup_s
+        self.read_sm_clock = read_sm_clock
+        l2_bytes = torch.cuda.get_device_properties(device).L2_cache_size
+        # 2x L2: a write of exactly L2 bytes can leave lines of the inputs resident in a partitioned L2.
+        self.flush_buffer = torch.empty(max(2 * l2_bytes, 1 << 24), dtype=torch.int8, device=device)
+
+    def measure(self, fn: Callable[[], object]) -> Measurement:
+        torch = self._torch
+        sync = torch.cuda.synchronize
+        _warm_up(fn, sync, self.warmup_s)
+        batch = max(self.rule.min_samples, 1)
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(batch)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(batch)]
+        samples: list[float] = []
+        clock_start = self.read_sm_clock()
+        began = time.perf_counter()
+        while True:
+            for start, end in zip(starts, ends):
+                self.flush_buffer.zero_()  # outside the window: evicts the inputs from L2
+                start.record()
+                fn()
+                end.record()
+            ends[-1].synchronize()
+            samples.extend(start.elapsed_time(end) * 1e-3 for start, end in zip(starts, ends))
+            reason = self.rule.check(samples, time.perf_counter() - began)
+            if reason:
+                return Measurement(samples, reason, clock_start, self.read_sm_clock())
+
+
+class InterpreterTimer:
+    """Wall-clock timing of the Triton interpreter on the CPU. These rows are never exported."""
+
+    def __init__(self, rule: StopRule, warmup_s: float):
+        self.rule = rule
+        self.warmup_s = warmup_s
+
+    def measure(self, fn: Callable[[], object]) -> Measurement:
+        _warm_up(fn, lambda: None, self.warmup_s)
+        samples: list[float] = []
+        began = time.perf_counter()
+        while True:
+            start = time.perf_counter()
+            fn()
+            samples.append(time.perf_counter() - start)
+            reason = self.rule.check(samples, time.perf_counter() - began)
+            if reason:
+                return Measurement(samples, reason)

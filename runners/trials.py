@@ -1,0 +1,183 @@
+"""From a composed kernel config to the list of trials, with every bad input rejected before any launch.
+
+A trial is (kernel, provider, shape, dtype, config). `provider` is "triton" for the kernel itself and a
+baseline's name (e.g. "torch") for the kernel's baselines, which run once per (shape, dtype).
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib
+import inspect
+import itertools
+import json
+import math
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from kernels import BUILTIN
+from kernels.spec import KernelSpec, is_power_of_two
+
+DTYPES = ("float16", "bfloat16", "float32")
+TRITON_PROVIDER = "triton"
+# num_warps beyond 32 exceeds the 1024 threads of a CUDA block.
+NUM_WARPS_ALLOWED = (1, 2, 4, 8, 16, 32)
+# The interpreter runs every program in Python: past this many elements one trial takes minutes.
+INTERPRET_MAX_ELEMENTS = 1 << 20
+
+
+class ConfigError(ValueError):
+    """Bad user input, found before anything is launched; the message names the field."""
+
+
+@dataclass(frozen=True)
+class Trial:
+    kernel: str
+    provider: str
+    shape: tuple[int, ...]
+    dtype: str
+    config: dict = field(hash=False)
+    pruned_reason: Optional[str] = None
+
+    @property
+    def key(self) -> str:
+        """Stable identity of the trial: the same trial planned in-job or across jobs has one key."""
+        payload = json.dumps(
+            [self.kernel, self.provider, list(self.shape), self.dtype, sorted(self.config.items())]
+        )
+        return hashlib.sha256(payload.encode()).hexdigest()[:20]
+
+    @property
+    def label(self) -> str:
+        shape = "x".join(map(str, self.shape))
+        settings = " ".join(f"{k}={v}" for k, v in self.config.items())
+        return f"{self.kernel}[{self.provider}] {shape} {self.dtype} {settings}".strip()
+
+
+def load_spec(name: str, spec_path: Optional[str]) -> KernelSpec:
+    """The KernelSpec for kernel.name (a builtin) or kernel.spec ("pkg.module:ATTR")."""
+    if name == "external":
+        if not spec_path:
+            raise ConfigError("kernel.spec: an external kernel needs an import path, e.g. pkg.module:SPEC")
+        target = spec_path
+    elif name in BUILTIN:
+        if spec_path:
+            raise ConfigError(f"kernel.spec: only kernel=external takes an import path (kernel is {name})")
+        target = BUILTIN[name]
+    else:
+        known = ", ".join(sorted(BUILTIN) + ["external"])
+        raise ConfigError(f"kernel.name: unknown kernel {name!r}; known: {known}")
+    module_name, _, attr = target.partition(":")
+    if not attr:
+        raise ConfigError(f"kernel.spec: {target!r} must look like pkg.module:ATTR")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as error:
+        raise ConfigError(f"kernel.spec: cannot import {module_name!r}: {error}") from error
+    spec = getattr(module, attr, None)
+    if not isinstance(spec, KernelSpec):
+        raise ConfigError(f"kernel.spec: {target!r} is not a kernels.spec.KernelSpec (got {type(spec).__name__})")
+    return spec
+
+
+def kernel_source_hash(spec: KernelSpec) -> str:
+    """Hash of the source file that defines the kernel: a changed kernel is measured again."""
+    source = inspect.getsource(sys.modules[spec.launch.__module__])
+    return hashlib.sha256(source.encode()).hexdigest()[:12]
+
+
+def _as_list(value: Any) -> list:
+    return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def parse_shapes(value: Any, rank: int) -> list[tuple[int, ...]]:
+    """`kernel.shapes` holds one shape or a list of shapes; a shape of a 1-D kernel may be a bare int."""
+    items = _as_list(value)
+    if rank > 1 and items and all(_is_int(v) for v in items):
+        items = [items]  # one shape, e.g. [4096, 4096] for a 2-D kernel
+    shapes = []
+    for index, item in enumerate(items):
+        shape = _as_list(item)
+        where = f"kernel.shapes[{index}]"
+        if len(shape) != rank or not all(_is_int(d) for d in shape):
+            raise ConfigError(f"{where}: {item!r} must be {rank} integer(s)")
+        if any(d <= 0 for d in shape):
+            raise ConfigError(f"{where}: {item!r} has a dimension <= 0; every dimension must be positive")
+        shapes.append(tuple(shape))
+    if not shapes:
+        raise ConfigError("kernel.shapes: empty; give at least one shape")
+    return shapes
+
+
+def parse_dtypes(value: Any, supported: tuple[str, ...]) -> list[str]:
+    dtypes = [str(v) for v in _as_list(value)]
+    for dtype in dtypes:
+        if dtype not in supported:
+            raise ConfigError(f"kernel.dtypes: {dtype!r} is not supported by this kernel; use one of {supported}")
+    if not dtypes:
+        raise ConfigError("kernel.dtypes: empty; give at least one dtype")
+    return dtypes
+
+
+def parse_space(overrides: dict, spec: KernelSpec) -> dict[str, list[int]]:
+    """The kernel's default space with the user's entries replacing whole keys; every value checked.
+
+    An entry set to None (null in YAML) keeps the kernel's default for that key.
+    """
+    overrides = {name: value for name, value in overrides.items() if value is not None}
+    unknown = sorted(set(overrides) - set(spec.space))
+    if unknown:
+        raise ConfigError(f"kernel.space.{unknown[0]}: not a parameter of {spec.name}; known: {sorted(spec.space)}")
+    space = {name: list(values) for name, values in spec.space.items()}
+    space.update({name: _as_list(value) for name, value in overrides.items()})
+    for name, values in space.items():
+        where = f"kernel.space.{name}"
+        if not values:
+            raise ConfigError(f"{where}: empty; give at least one value")
+        for value in values:
+            if not _is_int(value):
+                raise ConfigError(f"{where}: {value!r} is not an integer")
+            if name.startswith("BLOCK") and not is_power_of_two(value):
+                raise ConfigError(f"{where}: {value} is not a power of 2 (tl.arange needs power-of-2 blocks)")
+            if name == "num_warps" and value not in NUM_WARPS_ALLOWED:
+                raise ConfigError(f"{where}: {value} must be one of {NUM_WARPS_ALLOWED}")
+            if name == "num_stages" and value < 1:
+                raise ConfigError(f"{where}: {value} must be >= 1")
+    return space
+
+
+def plan_trials(spec: KernelSpec, kernel_conf: dict, backend: str) -> list[Trial]:
+    """Every trial of the job in a stable order: shapes, then dtypes, then the space grid, baselines last.
+
+    Raises ConfigError for bad input; configs the kernel cannot run at a shape come back pruned.
+    """
+    shapes = parse_shapes(kernel_conf["shapes"], len(spec.dims))
+    dtypes = parse_dtypes(kernel_conf["dtypes"], spec.dtypes)
+    space = parse_space(dict(kernel_conf.get("space") or {}), spec)
+    baselines = kernel_conf.get("baselines")
+    baselines = list(spec.baselines) if baselines is None else [str(b) for b in _as_list(baselines)]
+    for name in baselines:
+        if name not in spec.baselines:
+            raise ConfigError(f"kernel.baselines: {name!r} is not a baseline of {spec.name}; known: {sorted(spec.baselines)}")
+    if backend == "interpret":
+        for shape in shapes:
+            if math.prod(shape) > INTERPRET_MAX_ELEMENTS:
+                raise ConfigError(
+                    f"kernel.shapes: {list(shape)} has more than {INTERPRET_MAX_ELEMENTS} elements; "
+                    "backend=interpret runs every program in Python, use small shapes"
+                )
+
+    names = list(space)
+    trials = []
+    for shape, dtype in itertools.product(shapes, dtypes):
+        for values in itertools.product(*(space[n] for n in names)):
+            config = dict(zip(names, values))
+            reason = spec.constraints(shape, dtype, config)
+            trials.append(Trial(spec.name, TRITON_PROVIDER, shape, dtype, config, reason))
+        for name in baselines:
+            trials.append(Trial(spec.name, name, shape, dtype, {}))
+    return trials

@@ -1,0 +1,99 @@
+"""Weights & Biases: one run per trial (group = sweep id, job_type = kernel), one summary run per sweep.
+
+Per-trial runs are created in a child process fed through a queue: wandb's serialization and its
+service process never share the interpreter (or its GIL) with the timing loop, so a slow log call cannot
+delay a kernel launch inside a timed window. The sweep only pays for a queue put per trial and for
+draining the queue at the end; both are measured and reported as the logging share of the wall time.
+
+mode=offline (the default) needs no account and no network: runs land in <dir>/wandb/offline-run-*,
+to be uploaded later with `wandb sync`.
+"""
+from __future__ import annotations
+
+import multiprocessing
+import re
+import time
+from typing import Optional
+
+import pandas as pd
+
+MODES = ("offline", "online", "disabled")
+
+
+def _init_run(conf: dict, sweep_id: str, job_type: str, name: str, config: Optional[dict] = None):
+    import wandb
+
+    return wandb.init(
+        project=conf["project"], entity=conf["entity"], dir=conf["dir"], mode=conf["mode"],
+        group=sweep_id, job_type=job_type, name=name, config=config,
+        reinit="create_new",
+        # Rows carry git_sha already; wandb's own git probe only warns when dir is outside a checkout.
+        settings=wandb.Settings(silent=True, disable_git=True),
+    )
+
+
+def _log_trials(queue, conf: dict, sweep_id: str) -> None:
+    while (item := queue.get()) is not None:
+        job_type, name, config, summary = item
+        run = _init_run(conf, sweep_id, job_type, name, config)
+        run.summary.update(summary)
+        run.finish()
+
+
+class TrialLogger:
+    def __init__(self, conf: dict, sweep_id: str):
+        if conf["mode"] not in MODES:
+            raise ValueError(f"logger.mode: {conf['mode']!r} must be one of {MODES}")
+        self.enabled = conf["mode"] != "disabled"
+        self.seconds = 0.0  # time the sweep process spent on logging
+        self.runs = 0
+        if not self.enabled:
+            return
+        context = multiprocessing.get_context("spawn")
+        self._queue = context.Queue()
+        self._process = context.Process(target=_log_trials, args=(self._queue, conf, sweep_id), daemon=True)
+        self._process.start()
+
+    def log(self, job_type: str, name: str, config: dict, summary: dict) -> None:
+        if not self.enabled:
+            return
+        began = time.perf_counter()
+        self._queue.put((job_type, name, config, summary))
+        self.runs += 1
+        self.seconds += time.perf_counter() - began
+
+    def close(self) -> None:
+        """Wait for every queued run to be written."""
+        if not self.enabled:
+            return
+        began = time.perf_counter()
+        self._queue.put(None)
+        self._process.join()
+        self.seconds += time.perf_counter() - began
+        if self._process.exitcode != 0:
+            print(f"warning: the W&B logging process exited with code {self._process.exitcode}; "
+                  "results are safe in the store")
+
+
+def log_sweep_summary(conf: dict, sweep_id: str, frame: pd.DataFrame, files: list) -> float:
+    """The sweep's summary run: a wandb.Table of all trials and the exported files as an Artifact.
+
+    Returns the seconds it took.
+    """
+    if conf["mode"] == "disabled":
+        return 0.0
+    import wandb
+
+    began = time.perf_counter()
+    run = _init_run(conf, sweep_id, "sweep_summary", f"{sweep_id} summary")
+    table = frame.drop(columns=["samples_us"])
+    table = table.astype(object).where(table.notna(), None)  # wandb.Table wants None, not NaN
+    run.log({"trials": wandb.Table(dataframe=table)})
+    run.summary.update({"trials": len(frame), "ok": int((frame["status"] == "ok").sum())})
+    if files:
+        artifact = wandb.Artifact(re.sub(r"[^A-Za-z0-9_.-]", "_", f"triton-configs-{sweep_id}"), type="triton-configs")
+        for path in files:
+            artifact.add_file(str(path))
+        run.log_artifact(artifact)
+    run.finish()
+    return time.perf_counter() - began
