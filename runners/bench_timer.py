@@ -33,8 +33,8 @@ def main(argv=None) -> None:
     inputs = spec.make_inputs(tuple(args.shape), getattr(torch, args.dtype), 0, device)
     out = spec.output_like(inputs)
     run = lambda: spec.launch(inputs, out, config)
-    read_clock, _, _ = sm_clock_reader(torch, 0)
-    timer = CudaTimer(device, StopRule(10, 0.25, 0.005, 2.0), 0.05, read_clock)
+    read_clock, max_clock, _ = sm_clock_reader(torch, 0)
+    timer = CudaTimer(device, StopRule(10, 0.25, 0.005, 2.0), 0.05, read_clock, max_clock)
 
     ours, theirs = [], []
     for _ in range(args.rounds):

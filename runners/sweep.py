@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import datetime
 import json
-import logging
 import os
 import subprocess
 import sys
@@ -25,7 +24,6 @@ from omegaconf import DictConfig, OmegaConf
 
 from runners.trials import ConfigError, Trial, kernel_source_hash, load_spec, plan_trials
 
-log = logging.getLogger(__name__)
 
 BACKENDS = ("cuda", "interpret")
 NO_GPU_MESSAGE = (
@@ -209,8 +207,15 @@ class SweepEndCallback(Callback):
     """At the end of a multirun: one table, parquet file, export and W&B summary for all its jobs."""
 
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
-        sweep_id = str(config.sweep_id) if config.sweep_id else Path(config.hydra.sweep.dir).name
-        finish_sweep(config, sweep_id, Path(config.hydra.sweep.dir))
+        sweep_dir = Path(config.hydra.sweep.dir)
+        sweep_id = str(config.sweep_id) if config.sweep_id else sweep_dir.name
+        finish_sweep(config, sweep_id, sweep_dir)
+        failed = [path.parent.name for path in sorted(sweep_dir.glob("*/summary.json"))
+                  if "error" in json.loads(path.read_text())]
+        if failed:
+            print(f"error: {len(failed)} job(s) of the multirun rejected their input: {', '.join(failed)} "
+                  f"(messages above and in {sweep_dir}/<job>/summary.json)", file=sys.stderr)
+            sys.exit(1)
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
@@ -221,10 +226,12 @@ def main(cfg: DictConfig) -> Optional[dict]:
     try:
         return run_job(cfg, sweep_id, output_dir, finish=not multirun)
     except ConfigError as error:
-        if multirun:
-            raise  # this job fails; the basic launcher still runs the multirun's other jobs
         print(f"error: {error}", file=sys.stderr)
-        sys.exit(2)
+        if not multirun:
+            sys.exit(2)
+        # In a multirun the other jobs go on; the end-of-sweep callback reports this job and exits 1.
+        (output_dir / "summary.json").write_text(json.dumps({"sweep_id": sweep_id, "error": str(error)}))
+        return None
 
 
 if __name__ == "__main__":

@@ -93,7 +93,12 @@ def _warm_up(fn: Callable[[], object], sync: Callable[[], None], warmup_s: float
 class CudaTimer:
     """CUDA-event timing with an L2 flush before every sample."""
 
-    def __init__(self, device, rule: StopRule, warmup_s: float, read_sm_clock: Callable[[], Optional[int]]):
+    # First guess of the host's cost to enqueue one sample (flush, two events, a Triton launch);
+    # later batches use the cost measured on the previous batch.
+    HOST_SECONDS_PER_SAMPLE = 200e-6
+
+    def __init__(self, device, rule: StopRule, warmup_s: float, read_sm_clock: Callable[[], Optional[int]],
+                 max_clock_mhz: Optional[int] = None):
         import torch
 
         self._torch = torch
@@ -101,26 +106,33 @@ class CudaTimer:
         self.rule = rule
         self.warmup_s = warmup_s
         self.read_sm_clock = read_sm_clock
+        self.clock_hz = (max_clock_mhz or 2000) * 1e6
         l2_bytes = torch.cuda.get_device_properties(device).L2_cache_size
         # 2x L2: a write of exactly L2 bytes can leave lines of the inputs resident in a partitioned L2.
         self.flush_buffer = torch.empty(max(2 * l2_bytes, 1 << 24), dtype=torch.int8, device=device)
 
     def measure(self, fn: Callable[[], object]) -> Measurement:
         torch = self._torch
-        sync = torch.cuda.synchronize
-        _warm_up(fn, sync, self.warmup_s)
+        _warm_up(fn, torch.cuda.synchronize, self.warmup_s)
         batch = max(self.rule.min_samples, 1)
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(batch)]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(batch)]
         samples: list[float] = []
+        host_seconds = self.HOST_SECONDS_PER_SAMPLE * batch
         clock_start = self.read_sm_clock()
         began = time.perf_counter()
         while True:
+            # Hold the GPU while the host enqueues the batch. Without this the host (~40 us a sample)
+            # falls behind a short kernel, the GPU drains its queue, and a start event fires before its
+            # kernel has arrived: seen on an H200 as 20-90% noise on 20 us softmax samples.
+            torch.cuda._sleep(int(1.25 * host_seconds * self.clock_hz))
+            enqueue_began = time.perf_counter()
             for start, end in zip(starts, ends):
                 self.flush_buffer.zero_()  # outside the window: evicts the inputs from L2
                 start.record()
                 fn()
                 end.record()
+            host_seconds = time.perf_counter() - enqueue_began
             ends[-1].synchronize()
             samples.extend(start.elapsed_time(end) * 1e-3 for start, end in zip(starts, ends))
             reason = self.rule.check(samples, time.perf_counter() - began)

@@ -95,15 +95,15 @@ def _worker_main(conn, backend: str, kernel_name: str, spec_path: Optional[str],
     else:
         device = torch.device("cuda", device_index)
         torch.cuda.set_device(device)
-        read_clock, _, _ = device_info.sm_clock_reader(torch, device_index)
-        timer = CudaTimer(device, rule, timing["warmup_s"], read_clock)
+        read_clock, max_clock, _ = device_info.sm_clock_reader(torch, device_index)
+        timer = CudaTimer(device, rule, timing["warmup_s"], read_clock, max_clock)
     conn.send(("ready", device_info.describe(backend, device_index)))
     while True:
         message = conn.recv()
         if message is None:
             return
         if message[0] == "peaks":
-            peaks_timer = CudaTimer(device, StopRule(10, 0.1, 0.01, 2.0), 0.05, timer.read_sm_clock)
+            peaks_timer = CudaTimer(device, StopRule(10, 0.1, 0.01, 2.0), 0.05, timer.read_sm_clock, max_clock)
             conn.send(("peaks", device_info.measure_peaks(peaks_timer, device)))
         elif message[0] == "trial":
             _, trial, seed, peaks = message

@@ -1,0 +1,42 @@
+"""CPU tests run kernels through the Triton interpreter; GPU tests are marked `gpu` and skipped without CUDA."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+HAS_CUDA = torch.cuda.is_available()
+if not HAS_CUDA:
+    os.environ.setdefault("TRITON_INTERPRET", "1")  # before any kernel module is imported
+
+REPO = Path(__file__).resolve().parent.parent
+# Small and fast: the interpreter runs every program in Python.
+FAST_TIMING = ["timing=quick", "timing.min_samples=3", "timing.min_time_s=0", "timing.max_time_s=0.05",
+               "timing.warmup_s=0"]
+
+
+def pytest_collection_modifyitems(config, items):
+    skip_gpu = pytest.mark.skip(reason="needs a CUDA GPU")
+    for item in items:
+        if "gpu" in item.keywords and not HAS_CUDA:
+            item.add_marker(skip_gpu)
+
+
+def run_sweep(tmp_path: Path, *overrides: str, multirun: bool = False, check: bool = True,
+              background: bool = False):
+    """Run `python -m runners.sweep` on the interpreter with its store, runs and W&B files under tmp_path."""
+    args = [sys.executable, "-m", "runners.sweep"] + (["-m"] if multirun else []) + [
+        "backend=interpret", f"store={tmp_path}/results.sqlite", f"export_dir={tmp_path}/exports",
+        f"hydra.run.dir={tmp_path}/run", f"hydra.sweep.dir={tmp_path}/multirun",
+        "logger.mode=disabled", f"logger.dir={tmp_path}", *FAST_TIMING, *overrides,
+    ]
+    env = {**os.environ, "TRITON_INTERPRET": "1", "WANDB_SILENT": "true", "PYTHONPATH": str(REPO)}
+    if background:
+        return subprocess.Popen(args, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True, start_new_session=True)
+    result = subprocess.run(args, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    if check and result.returncode != 0:
+        raise AssertionError(f"sweep failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
+    return result

@@ -1,0 +1,68 @@
+"""Every config composes against the schema; typos and wrong types fail at composition, naming the field."""
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+from hydra.errors import ConfigCompositionException
+from omegaconf.errors import ConfigKeyError
+
+from runners.schema import KernelConf, register_configs
+
+CONF = Path(__file__).resolve().parent.parent / "conf"
+
+
+def _options(group: str) -> list[str]:
+    return sorted(p.stem for p in (CONF / group).glob("*.yaml"))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _hydra():
+    register_configs()
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        yield
+
+
+@pytest.mark.parametrize("kernel", _options("kernel"))
+@pytest.mark.parametrize("timing", _options("timing"))
+@pytest.mark.parametrize("logger", _options("logger"))
+def test_every_group_option_composes(kernel, timing, logger):
+    overrides = [f"kernel={kernel}", f"timing={timing}", f"logger={logger}"]
+    if kernel == "external":
+        overrides += ["kernel.spec=tests.bad_kernels:WRONG_VALUES", "kernel.shapes=[8]", "kernel.dtypes=[float32]"]
+    cfg = compose("config", overrides=overrides)
+    resolved = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
+    assert resolved["kernel"]["name"] == kernel
+    assert resolved["timing"]["min_samples"] >= 10  # nvbench's floor holds in every preset
+
+
+@pytest.mark.parametrize("sweep", _options("sweep"))
+def test_every_sweep_file_composes(sweep):
+    cfg = compose("config", overrides=[f"+sweep={sweep}"])
+    assert OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)["kernel"]["shapes"]
+    text = (CONF / "sweep" / f"{sweep}.yaml").read_text()
+    assert text.startswith("# @package _global_") and "# to run:" in text
+
+
+@pytest.mark.parametrize("override, field", [
+    ("kernel.shapez=[1]", "kernel.shapez"),
+    ("kernel.space.num_warp=4", "kernel.space.num_warp"),
+    ("timing.max_nosie=0.01", "timing.max_nosie"),
+])
+def test_typo_fails_naming_the_field(override, field):
+    with pytest.raises(ConfigCompositionException) as error:
+        compose("config", overrides=[override])
+    assert field in str(error.value.__cause__)
+
+
+def test_typo_in_a_kernel_file_fails_naming_the_field(tmp_path):
+    typo = tmp_path / "typo.yaml"
+    typo.write_text("name: softmax\nshapes: [[4, 4]]\ndtypez: [float16]\n")
+    with pytest.raises(ConfigKeyError, match="dtypez"):
+        OmegaConf.merge(OmegaConf.structured(KernelConf), OmegaConf.load(typo))
+
+
+def test_wrong_type_fails_naming_the_field():
+    with pytest.raises(ConfigCompositionException) as error:
+        compose("config", overrides=["timing.min_samples=many"])
+    assert "min_samples" in str(error.value.__cause__)

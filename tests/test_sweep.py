@@ -1,0 +1,118 @@
+"""The sweep CLI end to end on the interpreter: bad input, in-job vs multirun, failing jobs, resume, plugins."""
+import json
+import os
+import signal
+import sqlite3
+import time
+
+import pandas as pd
+import pytest
+
+from runners.store import ResultStore
+from tests.conftest import HAS_CUDA, run_sweep
+
+SMALL_ADD = ["kernel=vector_add", "kernel.shapes=[300,1000]", "kernel.space.BLOCK_SIZE=[256,512]"]
+TRIAL_COLUMNS = ["trial_key", "kernel", "provider", "shape", "dtype", "config", "status"]
+
+
+def _trials(store_path) -> pd.DataFrame:
+    store = ResultStore(store_path)
+    frame = store.load()
+    store.close()
+    return frame
+
+
+@pytest.mark.parametrize("override, field", [
+    ("kernel=no_such_kernel", "kernel/no_such_kernel"),
+    ("kernel.shapez=[4]", "kernel.shapez"),
+    ("kernel.space.BLOCK_SIZE=[1000]", "kernel.space.BLOCK_SIZE"),
+    ("kernel.shapes=[[-4,64]]", "kernel.shapes[0]"),
+    ("kernel.dtypes=[float64]", "kernel.dtypes"),
+    ("kernel.space.num_warps=[3]", "kernel.space.num_warps"),
+    ("backend=tpu", "backend"),
+])
+def test_bad_input_is_rejected_before_any_launch(tmp_path, override, field):
+    result = run_sweep(tmp_path, "kernel.shapes=[[4,64]]", override, check=False)
+    assert result.returncode != 0
+    assert field in result.stdout + result.stderr
+    assert "starting the" not in result.stdout  # no worker was started, so nothing was launched
+    assert not (tmp_path / "results.sqlite").exists()
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="checks the message given on a machine with no GPU")
+def test_no_gpu_points_to_the_interpreter(tmp_path):
+    result = run_sweep(tmp_path, "backend=cuda", check=False)
+    assert result.returncode == 2
+    assert "no CUDA GPU" in result.stderr and "backend=interpret" in result.stderr
+
+
+def test_in_job_lists_and_multirun_give_the_same_trials(tmp_path):
+    in_job, across_jobs = tmp_path / "in_job", tmp_path / "across"
+    run_sweep(in_job, *SMALL_ADD, "kernel.space.num_warps=[1,2]")
+    run_sweep(across_jobs, *SMALL_ADD, "kernel.space.num_warps=1,2", multirun=True)
+    a = _trials(in_job / "results.sqlite")[TRIAL_COLUMNS].sort_values("trial_key").reset_index(drop=True)
+    b = _trials(across_jobs / "results.sqlite")[TRIAL_COLUMNS].sort_values("trial_key").reset_index(drop=True)
+    # 2 shapes x 2 blocks x 2 warps, and the torch baseline once per shape (the second job reuses it).
+    assert len(a) == 2 * 2 * 2 + 2 and set(a["status"]) == {"ok"}
+    pd.testing.assert_frame_equal(a, b)
+    # The multirun ends with one parquet file and one table over both jobs.
+    assert len(pd.read_parquet(across_jobs / "multirun" / "results.parquet")) == len(b)
+
+
+def test_a_failing_job_does_not_abort_the_multirun(tmp_path):
+    result = run_sweep(tmp_path, *SMALL_ADD, "kernel.space.num_warps=[1]", "kernel.space.BLOCK_SIZE=1000,256",
+                       multirun=True, check=False)
+    assert result.returncode == 1
+    assert "kernel.space.BLOCK_SIZE: 1000 is not a power of 2" in result.stderr
+    trials = _trials(tmp_path / "results.sqlite")
+    ours = trials[trials["provider"] == "triton"]
+    assert len(ours) == 2 and set(ours["config"].map(lambda c: json.loads(c)["BLOCK_SIZE"])) == {256}
+    assert (tmp_path / "multirun" / "results.parquet").exists()
+
+
+def test_resume_after_kill_loses_nothing_and_measures_nothing_twice(tmp_path):
+    overrides = ["kernel=vector_add", "kernel.shapes=[500,700,900]", "kernel.space.BLOCK_SIZE=[128,256,512]",
+                 "kernel.space.num_warps=[1,2]", "timing.max_time_s=0.2", "sweep_id=resumable"]
+    process = run_sweep(tmp_path, *overrides, background=True)
+    store_path = tmp_path / "results.sqlite"
+    deadline = time.time() + 300
+    while time.time() < deadline:
+        if store_path.exists() and _count(store_path) >= 4:
+            break
+        time.sleep(0.2)
+    os.killpg(process.pid, signal.SIGKILL)  # the sweep and its worker, mid-trial, no clean-up
+    process.wait()
+    before = _trials(store_path)
+    assert 4 <= len(before) < 3 * 3 * 2 + 3
+
+    result = run_sweep(tmp_path, *overrides)
+    assert f"{len(before)} trials already in the store" in result.stdout
+    after = _trials(store_path)
+    assert len(after) == 3 * 3 * 2 + 3  # every trial exactly once
+    assert after["trial_key"].is_unique
+    kept = after[after["id"].isin(before["id"])]
+    pd.testing.assert_frame_equal(kept[TRIAL_COLUMNS + ["p50_us"]].reset_index(drop=True),
+                                  before[TRIAL_COLUMNS + ["p50_us"]].reset_index(drop=True))
+    store = ResultStore(store_path)
+    assert len(store.load(sweep_id="resumable")) == len(after)  # the sweep covers reused rows too
+    store.close()
+
+    forced = run_sweep(tmp_path, *overrides, "force=true")
+    assert "0 trials already in the store" in forced.stdout
+    assert len(_trials(store_path)) == 2 * len(after)  # force measures again; nothing is overwritten
+
+
+def _count(store_path) -> int:
+    with sqlite3.connect(store_path, timeout=30) as db:
+        return db.execute("SELECT COUNT(*) FROM trials").fetchone()[0]
+
+
+def test_an_external_kernel_plugs_in_by_import_path(tmp_path):
+    result = run_sweep(tmp_path, "kernel=external", "kernel.spec=tests.external_kernel:SPEC",
+                       "kernel.shapes=[[33,70]]", "kernel.dtypes=[float32,float16]")
+    trials = _trials(tmp_path / "results.sqlite")
+    assert set(trials["kernel"]) == {"scale_rows"}
+    assert set(trials["status"]) == {"ok"}
+    assert len(trials) == 2 * (2 * 2 + 1)  # 2 dtypes x (2 BLOCK_COLS x 2 num_warps + torch baseline)
+    assert "scale_rows" in result.stdout  # the end table
+    assert (tmp_path / "run" / "results.parquet").exists()
