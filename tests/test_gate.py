@@ -1,0 +1,57 @@
+"""The correctness gate and the failure classes: every bad trial is recorded with its cause, and the
+sweep goes on."""
+import json
+
+import pytest
+import torch
+
+from runners.check import compare
+from runners.store import ResultStore
+from tests.conftest import run_sweep
+
+
+def test_compare_reports_unwritten_elements_and_wrong_values():
+    reference = torch.rand(100, dtype=torch.float64) + 0.5
+    unwritten = reference.float().clone()
+    unwritten[90:] = float("nan")
+    assert compare(unwritten, reference, "float32").startswith("10 of 100 output elements never written")
+    wrong = reference.half().clone()
+    wrong[3] += 0.01
+    message = compare(wrong, reference, "float16")
+    assert message.startswith("1 of 100 elements outside rtol=0.001") and "flat index 3" in message
+    assert compare(reference.half(), reference, "float16") is None  # rounding alone passes
+    assert compare(reference.bfloat16(), reference, "bfloat16") is None
+
+
+def _rows(tmp_path):
+    store = ResultStore(tmp_path / "results.sqlite")
+    frame = store.load()
+    store.close()
+    return frame
+
+
+@pytest.mark.parametrize("spec, status, message", [
+    ("WRONG_VALUES", "incorrect", "elements outside rtol"),
+    ("UNWRITTEN", "incorrect", "never written"),
+    ("BROKEN", "compile_error", "undefined_function"),
+])
+def test_bad_kernels_are_caught_never_timed(tmp_path, spec, status, message):
+    result = run_sweep(tmp_path, "kernel=external", f"kernel.spec=tests.bad_kernels:{spec}",
+                       "kernel.shapes=[1000]", "kernel.dtypes=[float32]", "+kernel.space.BLOCK_SIZE=[256]",
+                       "+kernel.space.num_warps=[4]")
+    rows = _rows(tmp_path)
+    assert list(rows["status"]) == [status]
+    assert message in rows["message"][0]
+    assert rows["p50_us"].isna().all() and rows["samples_us"].isna().all()  # never timed
+    assert "no ok trials" in result.stdout
+
+
+def test_a_hung_and_a_dying_config_do_not_stop_the_sweep(tmp_path):
+    run_sweep(tmp_path, "kernel=external", "kernel.spec=tests.bad_kernels:HANG_OR_DIE", "kernel.shapes=[1000]",
+              "kernel.dtypes=[float32]", "+kernel.space.BLOCK_SIZE=[64,128,256,512]", "+kernel.space.num_warps=[4]",
+              "trial_timeout_s=20")
+    rows = _rows(tmp_path)
+    by_block = {json.loads(c)["BLOCK_SIZE"]: (s, m) for c, s, m in zip(rows["config"], rows["status"], rows["message"])}
+    assert by_block[64][0] == "timeout" and "no answer within 20 s" in by_block[64][1]
+    assert by_block[128][0] == "crashed" and "exit code 7" in by_block[128][1]
+    assert by_block[256][0] == "ok" and by_block[512][0] == "ok"  # fresh workers after each failure
