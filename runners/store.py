@@ -66,13 +66,13 @@ class ResultStore:
     def close(self) -> None:
         self._db.close()
 
-    def append(self, row: dict, sweep_id: str) -> int:
-        """Insert one trial row and its sweep membership in one transaction; returns the row id."""
+    def append(self, row: dict) -> int:
+        """Insert one trial row and its membership of row["sweep_id"] in one transaction; returns the id."""
         values = [_encode(name, row.get(name)) for name in COLUMN_NAMES]
         placeholders = ", ".join("?" for _ in COLUMN_NAMES)
         with self._transaction():
             cursor = self._db.execute(f"INSERT INTO trials ({', '.join(COLUMN_NAMES)}) VALUES ({placeholders})", values)
-            self._db.execute("INSERT OR IGNORE INTO sweep_rows VALUES (?, ?)", (sweep_id, cursor.lastrowid))
+            self._db.execute("INSERT OR IGNORE INTO sweep_rows VALUES (?, ?)", (row["sweep_id"], cursor.lastrowid))
         return cursor.lastrowid
 
     def adopt(self, row_ids: Iterable[int], sweep_id: str) -> None:

@@ -150,7 +150,7 @@ def run_job(cfg: DictConfig, sweep_id: str, output_dir: Path, finish: bool) -> d
                    "shape": trial.shape, "dtype": trial.dtype, "config": trial.config, **result,
                    "throttled": _is_throttled(result, env["sm_clock_max_mhz"], cfg.timing.throttle_ratio),
                    "timestamp": _now()}
-            store.append(row, sweep_id)
+            store.append(row)
             statuses[row["status"]] = statuses.get(row["status"], 0) + 1
             if row["status"] != "pruned":
                 logger.log(trial.kernel, trial.label, _wandb_config(trial, spec, row, timing),

@@ -89,7 +89,7 @@ def log_sweep_summary(conf: dict, sweep_id: str, frame: pd.DataFrame, files: lis
     table = frame.drop(columns=["samples_us"])
     table = table.astype(object).where(table.notna(), None)  # wandb.Table wants None, not NaN
     run.log({"trials": wandb.Table(dataframe=table)})
-    run.summary.update({"trials": len(frame), "ok": int((frame["status"] == "ok").sum())})
+    run.summary.update({"n_trials": len(frame), "n_ok": int((frame["status"] == "ok").sum())})
     if files:
         artifact = wandb.Artifact(re.sub(r"[^A-Za-z0-9_.-]", "_", f"triton-configs-{sweep_id}"), type="triton-configs")
         for path in files:

@@ -25,14 +25,17 @@ def pytest_collection_modifyitems(config, items):
 
 
 def run_sweep(tmp_path: Path, *overrides: str, multirun: bool = False, check: bool = True,
-              background: bool = False):
-    """Run `python -m runners.sweep` on the interpreter with its store, runs and W&B files under tmp_path."""
+              background: bool = False, backend: str = "interpret"):
+    """Run `python -m runners.sweep` (on the interpreter unless told) with its store, runs, exports and
+    W&B files under tmp_path."""
     args = [sys.executable, "-m", "runners.sweep"] + (["-m"] if multirun else []) + [
-        "backend=interpret", f"store={tmp_path}/results.sqlite", f"export_dir={tmp_path}/exports",
+        f"backend={backend}", f"store={tmp_path}/results.sqlite", f"export_dir={tmp_path}/exports",
         f"hydra.run.dir={tmp_path}/run", f"hydra.sweep.dir={tmp_path}/multirun",
         "logger.mode=disabled", f"logger.dir={tmp_path}", *FAST_TIMING, *overrides,
     ]
-    env = {**os.environ, "TRITON_INTERPRET": "1", "WANDB_SILENT": "true", "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "WANDB_SILENT": "true", "PYTHONPATH": str(REPO)}
+    if backend == "interpret":
+        env["TRITON_INTERPRET"] = "1"
     if background:
         return subprocess.Popen(args, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 text=True, start_new_session=True)

@@ -29,7 +29,6 @@ def _trials(store_path) -> pd.DataFrame:
     ("kernel.shapes=[[-4,64]]", "kernel.shapes[0]"),
     ("kernel.dtypes=[float64]", "kernel.dtypes"),
     ("kernel.space.num_warps=[3]", "kernel.space.num_warps"),
-    ("backend=tpu", "backend"),
 ])
 def test_bad_input_is_rejected_before_any_launch(tmp_path, override, field):
     result = run_sweep(tmp_path, "kernel.shapes=[[4,64]]", override, check=False)
@@ -39,9 +38,16 @@ def test_bad_input_is_rejected_before_any_launch(tmp_path, override, field):
     assert not (tmp_path / "results.sqlite").exists()
 
 
+def test_unknown_backend_is_rejected(tmp_path):
+    result = run_sweep(tmp_path, backend="tpu", check=False)
+    assert result.returncode == 2
+    assert "backend: 'tpu' must be one of ('cuda', 'interpret')" in result.stderr
+    assert not (tmp_path / "results.sqlite").exists()
+
+
 @pytest.mark.skipif(HAS_CUDA, reason="checks the message given on a machine with no GPU")
 def test_no_gpu_points_to_the_interpreter(tmp_path):
-    result = run_sweep(tmp_path, "backend=cuda", check=False)
+    result = run_sweep(tmp_path, backend="cuda", check=False)
     assert result.returncode == 2
     assert "no CUDA GPU" in result.stderr and "backend=interpret" in result.stderr
 

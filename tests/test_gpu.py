@@ -1,0 +1,44 @@
+"""On a GPU: a real sweep through the CUDA worker, its export, and the export driving @triton.autotune."""
+import importlib.util
+import json
+
+import pytest
+import torch
+import triton
+
+from kernels import softmax
+from runners.check import compare
+from runners.store import ResultStore
+from tests.conftest import run_sweep
+
+pytestmark = pytest.mark.gpu
+
+
+def test_gpu_sweep_exports_configs_that_autotune_uses(tmp_path):
+    result = run_sweep(tmp_path, "kernel=softmax", "kernel.shapes=[[1823,781],[4096,1024]]",
+                       "kernel.dtypes=[bfloat16,float16]", "kernel.space.BLOCK_SIZE=[1024,2048]",
+                       "kernel.space.num_warps=[4,8]", "logger.mode=offline", "sweep_id=gpu_test", backend="cuda")
+    store = ResultStore(tmp_path / "results.sqlite")
+    rows = store.load(sweep_id="gpu_test")
+    store.close()
+    ok = rows[rows["status"] == "ok"]
+    # 2 shapes x 2 dtypes x (2 blocks x 2 num_warps + the torch baseline); both blocks hold both rows.
+    assert len(ok) == len(rows) == 2 * 2 * (2 * 2 + 1)
+    assert set(rows["backend"]) == {"cuda"} and (ok["gpu_name"] == torch.cuda.get_device_name(0)).all()
+    assert (ok["n_samples"] >= 10).all() and ok["pct_copy_bw"].notna().all()
+    assert ok["sm_clock_start_mhz"].notna().all() and ok["throttled"].notna().all()
+
+    (module_path,) = (tmp_path / "exports").glob("softmax_*.py")
+    spec = importlib.util.spec_from_file_location("exported", module_path)
+    exported = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(exported)
+    best = exported.BEST_BY_SHAPE[("float16", (4096, 1024))]
+    tuned = triton.autotune(configs=exported.CONFIGS, key=["n_cols"])(softmax._softmax_kernel)
+    x = torch.randn(4096, 1024, device="cuda", dtype=torch.float16)
+    out = torch.full_like(x, float("nan"))
+    tuned[lambda meta: (x.shape[0],)](out, x, x.shape[1], x.stride(0), out.stride(0))
+    assert tuned.best_config in exported.CONFIGS and best in exported.CONFIGS
+    assert compare(out, softmax.softmax_ref(x.double()), "float16") is None
+    assert "exported:" in result.stdout and "W&B logging" in result.stdout
+    data = json.loads(module_path.with_suffix(".json").read_text())
+    assert data["gpu"] == torch.cuda.get_device_name(0)

@@ -1,0 +1,99 @@
+"""The results store: round trip, two writers at once, a writer killed mid-sweep, resume keys, parquet."""
+import multiprocessing
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from runners.store import ENV_KEY, ResultStore, write_parquet
+
+ENV = {"backend": "cuda", "gpu_name": "NVIDIA H200", "driver_version": "580.1", "torch_version": "2.11",
+       "triton_version": "3.6", "kernel_hash": "abc123"}
+
+
+def _row(index: int, **changes) -> dict:
+    return {**ENV, "trial_key": f"key{index}", "sweep_id": "s1", "kernel": "softmax", "provider": "triton",
+            "shape": (4, 8), "dtype": "float16", "config": {"BLOCK_SIZE": 8, "num_warps": index}, "status": "ok",
+            "p50_us": 10.0 + index, "samples_us": [10.0 + index, 11.0], "throttled": False, "seed": 0,
+            "timestamp": "2026-11-22T00:00:00", **changes}
+
+
+def test_round_trip_keeps_every_field(tmp_path):
+    store = ResultStore(tmp_path / "r.sqlite")
+    store.append(_row(1))
+    frame = store.load()
+    assert frame.loc[0, "shape"] == "[4, 8]" and frame.loc[0, "config"] == '{"BLOCK_SIZE": 8, "num_warps": 1}'
+    np.testing.assert_array_equal(frame.loc[0, "samples_us"], np.array([11.0, 11.0], dtype=np.float32))
+    assert frame["throttled"].tolist() == [False] and frame.loc[0, "gpu_name"] == "NVIDIA H200"
+
+
+def test_measured_matches_the_whole_environment(tmp_path):
+    store = ResultStore(tmp_path / "r.sqlite")
+    first = store.append(_row(1))
+    newer = store.append(_row(1, p50_us=9.0, sweep_id="s2"))  # force=true measured it again
+    store.append(_row(2, driver_version=None))
+    assert store.measured(ENV) == {"key1": newer} and first < newer
+    assert store.measured({**ENV, "driver_version": None}) == {"key2": first + 2}
+    for name in ENV_KEY:
+        assert store.measured({**ENV, name: "other"}) == {}  # a different GPU or version never matches
+    store.adopt([first], "s3")
+    assert list(store.load(sweep_id="s3")["id"]) == [first]
+
+
+def _write_rows(path, writer: int, count: int) -> None:
+    store = ResultStore(path)
+    for index in range(count):
+        store.append(_row(writer * 1000 + index, sweep_id=f"writer{writer}"))
+    store.close()
+
+
+def test_two_writers_at_once_lose_nothing(tmp_path):
+    path = tmp_path / "r.sqlite"
+    ResultStore(path).close()
+    context = multiprocessing.get_context("spawn")
+    writers = [context.Process(target=_write_rows, args=(path, w, 200)) for w in (1, 2)]
+    for process in writers:
+        process.start()
+    for process in writers:
+        process.join(120)
+        assert process.exitcode == 0
+    frame = ResultStore(path).load()
+    assert len(frame) == 400 and frame["trial_key"].is_unique
+    assert frame.groupby("sweep_id").size().to_dict() == {"writer1": 200, "writer2": 200}
+    assert len(ResultStore(path).load(sweep_id="writer2")) == 200
+
+
+def _write_forever(path, started) -> None:
+    store = ResultStore(path)
+    index = 0
+    while True:
+        store.append(_row(index))
+        index += 1
+        if index == 20:
+            started.set()
+
+
+def test_a_killed_writer_loses_at_most_the_row_in_flight(tmp_path):
+    path = tmp_path / "r.sqlite"
+    context = multiprocessing.get_context("spawn")
+    started = context.Event()
+    process = context.Process(target=_write_forever, args=(path, started))
+    process.start()
+    assert started.wait(120)
+    process.kill()  # SIGKILL: no chance to commit or close
+    process.join()
+    frame = ResultStore(path).load()
+    assert len(frame) >= 20
+    assert list(frame["trial_key"]) == [f"key{i}" for i in range(len(frame))]  # a gap-free prefix
+    assert frame["p50_us"].notna().all()
+
+
+def test_parquet_per_sweep(tmp_path):
+    store = ResultStore(tmp_path / "r.sqlite")
+    store.append(_row(1))
+    store.append(_row(2, status="incorrect", p50_us=None, samples_us=None, message="2 of 32 wrong"))
+    path = write_parquet(store.load(sweep_id="s1"), tmp_path / "s1.parquet")
+    back = pd.read_parquet(path)
+    assert list(back["status"]) == ["ok", "incorrect"]
+    assert list(back["samples_us"][0]) == pytest.approx([11.0, 11.0])
+    assert back["samples_us"][1] is None
