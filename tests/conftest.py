@@ -33,7 +33,8 @@ def run_sweep(tmp_path: Path, *overrides: str, multirun: bool = False, check: bo
         f"hydra.run.dir={tmp_path}/run", f"hydra.sweep.dir={tmp_path}/multirun",
         "logger.mode=disabled", f"logger.dir={tmp_path}", *FAST_TIMING, *overrides,
     ]
-    env = {**os.environ, "WANDB_SILENT": "true", "PYTHONPATH": str(REPO)}
+    python_path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "WANDB_SILENT": "true", "PYTHONPATH": python_path}
     if backend == "interpret":
         env["TRITON_INTERPRET"] = "1"
     if background:
