@@ -5,4 +5,7 @@
 BUILTIN = {
     "vector_add": "kernels.vector_add:SPEC",
     "softmax": "kernels.softmax:SPEC",
+    "softmax_online": "kernels.softmax_online:SPEC",
+    "fused_gelu": "kernels.fused_gelu:SPEC",
+    "layernorm": "kernels.layernorm:SPEC",
 }

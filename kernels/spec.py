@@ -3,10 +3,12 @@
 A kernel module builds one `KernelSpec` named `SPEC`. The runner knows nothing else about it:
 
 - `make_inputs(shape, dtype, seed, device)` -> tuple of tensors: fresh seeded random data, never zeros.
-- `output_like(inputs)` -> an empty output tensor; the runner poisons it (NaN) before each check.
+- `output_like(inputs)` -> an empty output tensor, or a tuple of them for a kernel with several outputs
+  (layernorm: y, mean, rstd); the runner poisons each (NaN) before the check.
 - `launch(inputs, out, config)` writes the result into `out`; `config` holds the meta-parameters
   (BLOCK sizes) and `num_warps` / `num_stages`, exactly the keys of `space`.
-- `reference(*inputs)` is plain PyTorch; the runner calls it on inputs upcast to float64.
+- `reference(*inputs)` is plain PyTorch returning what `output_like` allocates; the runner calls it on
+  the inputs with floating-point tensors upcast to float64. Inputs may include plain numbers (a scale).
 - `flops(shape)` and `bytes_moved(shape, dtype)`: the FLOP count and the fewest bytes the op must move
   (each input read once, each output written once). Throughput is computed from these, never from
   launching extra work.
@@ -14,7 +16,8 @@ A kernel module builds one `KernelSpec` named `SPEC`. The runner knows nothing e
 - `constraints(shape, dtype, config)` -> None when the config can run at that shape, else the reason it
   is pruned (e.g. "BLOCK_SIZE 1024 < row length 4096").
 - `baselines`: name -> callable(inputs) -> output, the same result computed the way a user otherwise
-  would (e.g. torch.softmax); measured in the same sweep so speedups come from one run.
+  would (e.g. torch.softmax); measured in the same sweep so speedups come from one run. A baseline
+  returns the main output only; it is checked against the reference's first output.
 
 `dims` names the shape's dimensions (e.g. ("rows", "cols")); shapes have exactly len(dims) entries.
 """
@@ -59,3 +62,26 @@ def seeded_randn(shape: Shape, dtype: torch.dtype, seed: int, device: torch.devi
     generator = torch.Generator(device=device)
     generator.manual_seed(seed)
     return torch.randn(shape, generator=generator, device=device, dtype=torch.float32).to(dtype)
+
+
+def element_size(dtype: torch.dtype) -> int:
+    return torch.empty((), dtype=dtype).element_size()
+
+
+def compiled(fn: Callable[..., torch.Tensor]) -> Callable[[tuple], torch.Tensor]:
+    """A baseline that runs torch.compile(fn) on the inputs, as a user would compile the eager code.
+
+    Compiled on the first call for each input signature (never at import time). Dynamo is reset
+    between signatures: otherwise a sweep over many shapes hits its recompile limit and silently falls
+    back to eager, or compiles a dynamic-shape kernel that is slower than the specialized one.
+    """
+    state = {"signature": None, "function": None}
+
+    def run(inputs):
+        signature = tuple((tuple(x.shape), x.dtype) if isinstance(x, torch.Tensor) else x for x in inputs)
+        if signature != state["signature"]:
+            torch.compiler.reset()
+            state.update(signature=signature, function=torch.compile(fn, dynamic=False))
+        return state["function"](*inputs)
+
+    return run

@@ -14,13 +14,15 @@ def test_compare_reports_unwritten_elements_and_wrong_values():
     reference = torch.rand(100, dtype=torch.float64) + 0.5
     unwritten = reference.float().clone()
     unwritten[90:] = float("nan")
-    assert compare(unwritten, reference, "float32").startswith("10 of 100 output elements never written")
+    assert compare(unwritten, reference).startswith("10 of 100 output elements never written")
     wrong = reference.half().clone()
     wrong[3] += 0.01
-    message = compare(wrong, reference, "float16")
+    message = compare(wrong, reference)
     assert message.startswith("1 of 100 elements outside rtol=0.001") and "flat index 3" in message
-    assert compare(reference.half(), reference, "float16") is None  # rounding alone passes
-    assert compare(reference.bfloat16(), reference, "bfloat16") is None
+    assert compare(reference.half(), reference) is None  # rounding alone passes
+    assert compare(reference.bfloat16(), reference) is None
+    assert compare(wrong, reference, normwise=True) is None  # one element off: within norm tolerance
+    assert "||out - ref|| / ||ref||" in compare(reference.half() * 1.01, reference, normwise=True)
 
 
 def _rows(tmp_path):

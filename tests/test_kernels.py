@@ -5,8 +5,8 @@ CPU: the Triton interpreter, fp16 and fp32. GPU (marked): bf16 too, and long row
 import pytest
 import torch
 
-from kernels import softmax, vector_add
-from runners.check import TOLERANCES, compare
+from kernels import fused_gelu, layernorm, softmax, softmax_online, vector_add
+from runners.check import TOLERANCES, as_tuple, compare, compare_outputs, upcast
 from tests.conftest import HAS_CUDA
 
 CPU_DTYPES = ["float32", "float16"]
@@ -16,11 +16,16 @@ DEVICE = "cuda" if HAS_CUDA else "cpu"
 def _check(spec, shape, dtype_name, config, seed=0):
     dtype = getattr(torch, dtype_name)
     inputs = spec.make_inputs(shape, dtype, seed, torch.device(DEVICE))
-    assert all(x.abs().sum() > 0 for x in inputs)  # never zeros
-    out = spec.output_like(inputs).fill_(float("nan"))  # poisoned: unwritten elements stay NaN
+    assert all((x != 0).all() for x in inputs if isinstance(x, torch.Tensor))  # random, never zeros
+    out = spec.output_like(inputs)
+    for tensor in as_tuple(out):
+        tensor.fill_(float("nan"))  # poisoned: unwritten elements stay NaN
     spec.launch(inputs, out, config)
-    reference = spec.reference(*(x.double() for x in inputs))
-    assert compare(out, reference, dtype_name) is None
+    references = as_tuple(spec.reference(*upcast(inputs)))
+    assert compare_outputs(as_tuple(out), references) is None
+    for name, baseline in spec.baselines.items():
+        if name != "compile":  # torch.compile needs a GPU or a C++ toolchain: checked on the GPU only
+            assert compare(baseline(inputs), references[0], normwise=True) is None, name
 
 
 @pytest.mark.parametrize("dtype", CPU_DTYPES)
@@ -35,11 +40,29 @@ def test_softmax(shape, block, dtype):
     _check(softmax.SPEC, shape, dtype, {"BLOCK_SIZE": block, "num_warps": 4, "num_stages": 1})
 
 
+@pytest.mark.parametrize("dtype", CPU_DTYPES)
+@pytest.mark.parametrize("shape, block", [((6, 42), 16), ((37, 781), 128), ((3, 1823), 256), ((2, 5000), 1024)])
+def test_softmax_online(shape, block, dtype):
+    _check(softmax_online.SPEC, shape, dtype, {"BLOCK_SIZE": block, "num_warps": 4, "num_stages": 2})
+
+
+@pytest.mark.parametrize("dtype", CPU_DTYPES)
+@pytest.mark.parametrize("shape, block_m, block_n", [((1823, 781), 4, 256), ((6, 42), 1, 64), ((37, 123), 8, 32)])
+def test_fused_gelu(shape, block_m, block_n, dtype):
+    _check(fused_gelu.SPEC, shape, dtype, {"BLOCK_M": block_m, "BLOCK_N": block_n, "num_warps": 4, "num_stages": 1})
+
+
+@pytest.mark.parametrize("dtype", CPU_DTYPES)
+@pytest.mark.parametrize("shape, block", [((37, 781), 1024), ((37, 781), 128), ((6, 42), 64), ((3, 1823), 256)])
+def test_layernorm_single_pass_and_looped(shape, block, dtype):
+    _check(layernorm.SPEC, shape, dtype, {"BLOCK_SIZE": block, "num_warps": 4, "num_stages": 1})
+
+
 def test_softmax_rows_sum_to_one_on_a_strided_input():
     x = torch.randn(12, 200, device=DEVICE)[:, :123]  # row stride 200, 123 columns
     y = softmax.softmax(x)
     torch.testing.assert_close(y.sum(dim=1), torch.ones(12, device=DEVICE))
-    assert compare(y, softmax.softmax_ref(x.double()), "float32") is None
+    assert compare(y, softmax.softmax_ref(x.double())) is None
 
 
 def test_launchers_reject_bad_blocks_with_a_message():
@@ -66,12 +89,20 @@ def test_byte_models_count_each_input_once_and_each_output_once():
 def test_gpu_kernels_all_dtypes(dtype):
     _check(vector_add.SPEC, (1823 * 781,), dtype, {"BLOCK_SIZE": 1024, "num_warps": 4, "num_stages": 1})
     _check(softmax.SPEC, (1823, 781), dtype, {"BLOCK_SIZE": 1024, "num_warps": 4, "num_stages": 1})
+    _check(softmax_online.SPEC, (1823, 781), dtype, {"BLOCK_SIZE": 256, "num_warps": 4, "num_stages": 2})
+    _check(fused_gelu.SPEC, (1823, 781), dtype, {"BLOCK_M": 4, "BLOCK_N": 256, "num_warps": 4, "num_stages": 1})
+    _check(layernorm.SPEC, (1823, 781), dtype, {"BLOCK_SIZE": 1024, "num_warps": 4, "num_stages": 1})
+    _check(layernorm.SPEC, (1823, 781), dtype, {"BLOCK_SIZE": 256, "num_warps": 4, "num_stages": 1})
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
-def test_gpu_softmax_long_rows(dtype):
+def test_gpu_long_rows(dtype):
     _check(softmax.SPEC, (64, 60_001), dtype, {"BLOCK_SIZE": 65536, "num_warps": 32, "num_stages": 1})
+    _check(softmax_online.SPEC, (16, 262_147), dtype, {"BLOCK_SIZE": 4096, "num_warps": 8, "num_stages": 2})
+    _check(layernorm.SPEC, (16, 65_537), dtype, {"BLOCK_SIZE": 4096, "num_warps": 8, "num_stages": 1})
+    _check(layernorm.SPEC, (64, 8192), dtype, {"BLOCK_SIZE": 8192, "num_warps": 8, "num_stages": 1})
+    _check(fused_gelu.SPEC, (1823, 11008), dtype, {"BLOCK_M": 4, "BLOCK_N": 1024, "num_warps": 8, "num_stages": 1})
 
 
 def test_tolerances_cover_every_supported_dtype():

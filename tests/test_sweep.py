@@ -11,7 +11,8 @@ import pytest
 from runners.store import ResultStore
 from tests.conftest import HAS_CUDA, run_sweep
 
-SMALL_ADD = ["kernel=vector_add", "kernel.shapes=[300,1000]", "kernel.space.BLOCK_SIZE=[256,512]"]
+SMALL_ADD = ["kernel=vector_add", "kernel.shapes=[300,1000]", "kernel.space.BLOCK_SIZE=[256,512]",
+             "kernel.baselines=[torch]"]
 TRIAL_COLUMNS = ["trial_key", "kernel", "provider", "shape", "dtype", "config", "status"]
 
 
@@ -77,7 +78,8 @@ def test_a_failing_job_does_not_abort_the_multirun(tmp_path):
 
 
 def test_resume_after_kill_loses_nothing_and_measures_nothing_twice(tmp_path):
-    overrides = ["kernel=vector_add", "kernel.shapes=[500,700,900]", "kernel.space.BLOCK_SIZE=[128,256,512]",
+    overrides = ["kernel=vector_add", "kernel.baselines=[torch]", "kernel.shapes=[500,700,900]",
+                 "kernel.space.BLOCK_SIZE=[128,256,512]",
                  "kernel.space.num_warps=[1,2]", "timing.max_time_s=0.2", "sweep_id=resumable"]
     process = run_sweep(tmp_path, *overrides, background=True)
     store_path = tmp_path / "results.sqlite"
