@@ -9,10 +9,13 @@ from __future__ import annotations
 from typing import Optional
 
 # One tolerance per output dtype: |out - ref| <= ATOL + RTOL * |ref| elementwise.
-# RTOL is about two units of rounding of the output dtype: storing the result costs up to half an ulp
-# (fp16: 2**-11 = 4.9e-4, bf16: 2**-8 = 3.9e-3, fp32: 6e-8) and the fp32 arithmetic inside the kernel
-# (exp, a reduction over a row) adds a few fp32 ulps more. ATOL covers results near zero, where a
-# relative bound means nothing; 1e-5 is far under any value these kernels produce at unit-scale inputs.
+# fp16 and bf16: RTOL is about two units of rounding of the output, since storing the result costs up
+# to half an ulp (fp16: 2**-11 = 4.9e-4, bf16: 2**-8 = 3.9e-3) and the fp32 math inside adds far less.
+# fp32: storing costs 6e-8, but the kernel's own fp32 arithmetic dominates: a sum over a 64K-element
+# row in a different order than the reference, and tl.exp's approximate exp2, cost up to ~1e-6
+# relative; 1e-5 leaves a margin of 10 and still fails any real indexing or math error.
+# ATOL covers results near zero, where a relative bound means nothing; 1e-5 is far under any value
+# these kernels produce at unit-scale inputs.
 TOLERANCES = {
     "float32": (1e-5, 1e-5),  # (rtol, atol)
     "float16": (1e-3, 1e-5),
@@ -105,7 +108,7 @@ def classify(error: BaseException, first_launch_done: bool) -> str:
     import torch
     from triton.runtime.errors import OutOfResources
 
-    if isinstance(error, OutOfResources):
+    if isinstance(error, OutOfResources) or "too many resources requested for launch" in str(error):
         return STATUS_OUT_OF_RESOURCES
     if isinstance(error, torch.OutOfMemoryError):
         return STATUS_OOM

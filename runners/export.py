@@ -6,8 +6,11 @@ Only ok trials of the kernel itself (not baselines) timed with CUDA events on a 
 interpreter timings are refused. Rows of different GPU models are never mixed: one file pair per GPU,
 from the rows measured with the newest kernel source and versions on that GPU.
 
-CONFIGS ranks the distinct configs best first by the geometric mean, over the (dtype, shape)s each
-config ran at, of best_p50 / p50 at that (dtype, shape): 1.0 means it won everywhere it ran.
+CONFIGS holds the configs that were ok at every measured (dtype, shape), so @triton.autotune over them
+never picks one that was not verified at a measured shape (softmax's BLOCK_SIZE must hold the row: a
+smaller block is faster and wrong). They rank best first by the geometric mean over those (dtype,
+shape)s of best_p50 / p50: 1.0 means it won everywhere. Ties keep measurement order. BEST_BY_SHAPE maps
+each measured (dtype, shape) to its winner, whether or not that config ran elsewhere.
 """
 from __future__ import annotations
 
@@ -21,12 +24,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from runners.store import ResultStore
+from runners.store import ENV_KEY, ResultStore
 from runners.trials import TRITON_PROVIDER
 
 LAUNCH_OPTIONS = ("num_warps", "num_stages")  # triton.Config keywords; every other key is a meta-parameter
-# Rows exported together share these: the same kernel source, driver and library versions.
-EXPORT_ENV = ["kernel_hash", "driver_version", "torch_version", "triton_version"]
+# Rows exported together share the resume environment; backend and GPU name are already fixed here.
+EXPORT_ENV = [name for name in ENV_KEY if name not in ("backend", "gpu_name")]
 
 
 class ExportError(ValueError):
@@ -65,14 +68,16 @@ def _shape_of(row) -> tuple:
 
 
 def rank_configs(rows: pd.DataFrame) -> list[tuple[dict, float]]:
-    """Distinct configs with their score (see the module doc), best first; ties keep measurement order."""
+    """The configs ok at every (dtype, shape) of `rows` with their score (see the module doc), best first."""
     best_p50 = rows.groupby(["dtype", "shape"])["p50_us"].transform("min")
     relative = (best_p50 / rows["p50_us"]).tolist()
+    shapes_measured = rows.groupby(["dtype", "shape"]).ngroups
     scores: dict[str, list[float]] = {}
     for config_json, value in zip(rows["config"], relative):
         key = json.dumps(json.loads(config_json), sort_keys=True)
         scores.setdefault(key, []).append(value)
-    ranked = [(json.loads(k), math.exp(sum(map(math.log, v)) / len(v))) for k, v in scores.items()]
+    ranked = [(json.loads(k), math.exp(sum(map(math.log, v)) / len(v)))
+              for k, v in scores.items() if len(v) == shapes_measured]
     return sorted(ranked, key=lambda item: -item[1])
 
 
@@ -116,7 +121,8 @@ def write_export(kernel: str, gpu: str, rows: pd.DataFrame, out_dir: str | Path)
     out_dir.mkdir(parents=True, exist_ok=True)
     stem = f"{kernel}_{_slug(gpu)}"
 
-    config_lines = "\n".join(f"    {_config_source(c)},  # score {score:.3f}" for c, score in ranked)
+    config_lines = "\n".join(f"    {_config_source(c)},  # score {score:.3f}" for c, score in ranked) or (
+        "    # none: no config was ok at every measured shape; use BEST_BY_SHAPE")
     best_lines = "\n".join(
         f"    ({w['dtype']!r}, {tuple(w['shape'])!r}): {_config_source(w['config'])},"
         f"  # p50 {w['p50_us']:.2f} us, {w['gbps']:.0f} GB/s"
@@ -132,10 +138,11 @@ Exported: {meta["exported_at"]}
 From {meta["trials"]} ok trials; latency is the p50 of CUDA-event samples, L2 flushed before each.
 
 Use: @triton.autotune(configs=CONFIGS, key=[...]) on the kernel, or BEST_BY_SHAPE[(dtype, shape)].
+At shapes not measured here, prune CONFIGS with the kernel's own constraints.
 """
 import triton
 
-# Best first: geometric mean over the shapes each config ran at of (best p50 there / its p50).
+# Ok at every measured (dtype, shape); best first by the geometric mean of (best p50 there / its p50).
 CONFIGS = [
 {config_lines}
 ]

@@ -31,7 +31,7 @@ def best_table(frame: pd.DataFrame) -> str:
         if ours.empty:
             best_config, p50, gbps, pct = "(no ok config)", None, None, None
         else:
-            best = ours.loc[ours["p50_us"].idxmin()]
+            best = ours.loc[ours["p50_us"].idxmin()]  # one (kernel, dtype, shape): its fastest row
             best_config = " ".join(f"{k}={v}" for k, v in json.loads(best["config"]).items())
             p50, gbps, pct = best["p50_us"], best["gbps"], best["pct_copy_bw"]
         others = ", ".join(

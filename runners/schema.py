@@ -27,10 +27,11 @@ class KernelConf:
 class TimingConf:
     # nvbench's stopping rule: at least min_samples and min_time_s of measured time, then stop once the
     # relative noise (stdev / mean of the samples) is <= max_noise, or at max_time_s whatever the noise.
+    # These defaults are conf/timing/default.yaml's; the presets set every field.
     min_samples: int = 10
-    min_time_s: float = 0.5
+    min_time_s: float = 0.25
     max_noise: float = 0.005
-    max_time_s: float = 15.0
+    max_time_s: float = 2.0
     warmup_s: float = 0.05
     # A sample is flagged throttled when the SM clock read around it is below this share of max clock.
     throttle_ratio: float = 0.9

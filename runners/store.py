@@ -5,7 +5,8 @@
 - Two writers on one node: WAL lets readers run beside a writer, and busy_timeout makes a second writer
   wait for the lock instead of failing.
 - Resumable: a trial already in the store for the same backend, GPU model, driver, torch, triton and
-  kernel source hash is not measured again (unless force=true; the newest row then wins).
+  kernel source hash is not measured again (unless force=true; the newest row then wins), except after
+  a transient failure (timeout, crashed, oom). The seed and the timing preset are not part of that key.
 - A sweep's membership table lists every row the sweep used, measured now or reused from before, so a
   resumed sweep's table, parquet file and export cover all its trials.
 """
@@ -41,6 +42,9 @@ COLUMN_NAMES = [name for name, _ in COLUMNS]
 # What makes two measurements of one trial comparable; resume matches on these and the trial key.
 ENV_KEY = ("backend", "gpu_name", "driver_version", "torch_version", "triton_version", "kernel_hash")
 PEAK_KEY = ("gpu_name", "driver_version", "torch_version")
+# Outcomes that may not repeat (a hang, a dead worker, memory taken by another process): resume measures
+# these trials again. Every other status is a property of the trial and is kept.
+TRANSIENT_STATUSES = ("timeout", "crashed", "oom")
 
 _SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS trials (id INTEGER PRIMARY KEY AUTOINCREMENT, {", ".join(f"{n} {t}" for n, t in COLUMNS)});
@@ -81,10 +85,14 @@ class ResultStore:
             self._db.executemany("INSERT OR IGNORE INTO sweep_rows VALUES (?, ?)", [(sweep_id, i) for i in row_ids])
 
     def measured(self, env: dict) -> dict[str, int]:
-        """trial_key -> id of the newest row measured under this environment (ENV_KEY)."""
+        """trial_key -> id of the newest row measured under this environment (ENV_KEY), leaving out
+        trials whose newest row has a transient status."""
         where = " AND ".join(f"{name} IS ?" for name in ENV_KEY)
+        transient = ", ".join("?" for _ in TRANSIENT_STATUSES)
         rows = self._db.execute(
-            f"SELECT trial_key, MAX(id) FROM trials WHERE {where} GROUP BY trial_key", [env[n] for n in ENV_KEY]
+            f"SELECT trial_key, id FROM trials WHERE id IN (SELECT MAX(id) FROM trials WHERE {where} "
+            f"GROUP BY trial_key) AND status NOT IN ({transient})",
+            [env[n] for n in ENV_KEY] + list(TRANSIENT_STATUSES),
         )
         return dict(rows.fetchall())
 

@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 import time
+import traceback
 from pathlib import Path
 from typing import Optional
 
@@ -107,45 +108,43 @@ def run_job(cfg: DictConfig, sweep_id: str, output_dir: Path, finish: bool) -> d
 
     from runners.store import ResultStore
     from runners.wandb_logger import TrialLogger
-    from runners.worker import TrialWorker, WorkerLost
+    from runners.worker import TrialWorker
 
     began = time.perf_counter()
     spec, trials = validate(cfg)
     timing = OmegaConf.to_container(cfg.timing, resolve=True)
     store = ResultStore(cfg.store)
     worker = TrialWorker(cfg.backend, cfg.kernel.name, cfg.kernel.spec, timing)
-    print(f"sweep {sweep_id}: {spec.name}, {len(trials)} trials planned; starting the {cfg.backend} worker")
-    env = dict(worker.start(), kernel_hash=kernel_source_hash(spec))
-    peaks = {}
-    if cfg.backend == "cuda":
-        peaks = store.peaks(env)
-        if peaks is None:
-            print(f"measuring the ceilings of {env['gpu_name']} (copy bandwidth, cuBLAS matmul); cached in {cfg.store}")
-            peaks = worker.request(("peaks",), cfg.trial_timeout_s, "measuring peaks")
-            store.save_peaks(env, peaks, _now())
-    done = {} if cfg.force else store.measured(env)
-    reused = [done[t.key] for t in trials if t.key in done]
-    store.adopt(reused, sweep_id)
-    todo = [t for t in trials if t.key not in done]
-    print(f"{len(reused)} trials already in the store for this GPU and versions (force=true re-measures), "
-          f"{len(todo)} to run on {env['gpu_name']}")
-
-    logger = TrialLogger(OmegaConf.to_container(cfg.logger, resolve=True), sweep_id)
-    base = {"sweep_id": sweep_id, "seed": cfg.seed, "git_sha": git_sha(),
-            **{k: env[k] for k in ("backend", "gpu_name", "driver_version", "cuda_version", "torch_version",
-                                   "triton_version", "python_version", "sm_count", "l2_bytes", "host",
-                                   "kernel_hash", "sm_clock_max_mhz")}}
+    logger = None
     statuses: dict[str, int] = {}
     try:
+        print(f"sweep {sweep_id}: {spec.name}, {len(trials)} trials planned; starting the {cfg.backend} worker")
+        env = dict(worker.start(), kernel_hash=kernel_source_hash(spec))
+        peaks = {}
+        if cfg.backend == "cuda":
+            peaks = store.peaks(env)
+            if peaks is None:
+                print(f"measuring the ceilings of {env['gpu_name']} (copy bandwidth, cuBLAS matmul); cached in {cfg.store}")
+                peaks = worker.request(("peaks",), cfg.trial_timeout_s, "measuring peaks")
+                store.save_peaks(env, peaks, _now())
+        done = {} if cfg.force else store.measured(env)
+        reused = [done[t.key] for t in trials if t.key in done]
+        store.adopt(reused, sweep_id)
+        todo = [t for t in trials if t.key not in done]
+        print(f"{len(reused)} trials already in the store for this GPU and versions (force=true re-measures), "
+              f"{len(todo)} to run on {env['gpu_name']}")
+
+        logger = TrialLogger(OmegaConf.to_container(cfg.logger, resolve=True), sweep_id)
+        base = {"sweep_id": sweep_id, "seed": cfg.seed, "git_sha": git_sha(),
+                **{k: env[k] for k in ("backend", "gpu_name", "driver_version", "cuda_version", "torch_version",
+                                       "triton_version", "python_version", "sm_count", "l2_bytes", "host",
+                                       "kernel_hash", "sm_clock_max_mhz")}}
         progress = tqdm(todo, unit="trial", desc=spec.name, dynamic_ncols=True, mininterval=1.0)
         for trial in progress:
             if trial.pruned_reason:
                 result = {"status": "pruned", "message": trial.pruned_reason}
             else:
-                try:
-                    result = worker.request(("trial", trial, cfg.seed, peaks), cfg.trial_timeout_s, f"running {trial.label}")
-                except WorkerLost as lost:  # hung or died: recorded, and the next trial gets a fresh worker
-                    result = {"status": lost.status, "message": str(lost)}
+                result = worker.run_trial(trial, cfg.seed, peaks, cfg.trial_timeout_s)
             row = {**base, "trial_key": trial.key, "kernel": trial.kernel, "provider": trial.provider,
                    "shape": trial.shape, "dtype": trial.dtype, "config": trial.config, **result,
                    "throttled": _is_throttled(result, env["sm_clock_max_mhz"], cfg.timing.throttle_ratio),
@@ -159,7 +158,8 @@ def run_job(cfg: DictConfig, sweep_id: str, output_dir: Path, finish: bool) -> d
         progress.close()
     finally:
         worker.stop()
-        logger.close()
+        if logger is not None:
+            logger.close()
         store.close()
 
     summary = {"sweep_id": sweep_id, "kernel": spec.name, "planned": len(trials), "reused": len(reused),
@@ -213,7 +213,7 @@ class SweepEndCallback(Callback):
         failed = [path.parent.name for path in sorted(sweep_dir.glob("*/summary.json"))
                   if "error" in json.loads(path.read_text())]
         if failed:
-            print(f"error: {len(failed)} job(s) of the multirun rejected their input: {', '.join(failed)} "
+            print(f"error: {len(failed)} job(s) of the multirun failed: {', '.join(failed)} "
                   f"(messages above and in {sweep_dir}/<job>/summary.json)", file=sys.stderr)
             sys.exit(1)
 
@@ -229,9 +229,16 @@ def main(cfg: DictConfig) -> Optional[dict]:
         print(f"error: {error}", file=sys.stderr)
         if not multirun:
             sys.exit(2)
-        # In a multirun the other jobs go on; the end-of-sweep callback reports this job and exits 1.
-        (output_dir / "summary.json").write_text(json.dumps({"sweep_id": sweep_id, "error": str(error)}))
-        return None
+        failure = str(error)
+    except Exception as error:  # any other failure of one job of a multirun: keep the others' results
+        if not multirun:
+            raise
+        traceback.print_exc()
+        failure = f"{type(error).__name__}: {error}"
+    # The other jobs go on; the end-of-sweep callback still writes the sweep's results, reports this
+    # job and exits 1.
+    (output_dir / "summary.json").write_text(json.dumps({"sweep_id": sweep_id, "error": failure}))
+    return None
 
 
 if __name__ == "__main__":

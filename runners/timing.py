@@ -113,10 +113,12 @@ class CudaTimer:
         # 2x L2: a write of exactly L2 bytes can leave lines of the inputs resident in a partitioned L2.
         self.flush_buffer = torch.empty(max(2 * l2_bytes, 1 << 24), dtype=torch.int8, device=device)
 
-    def measure(self, fn: Callable[[], object]) -> Measurement:
+    def measure(self, fn: Callable[[], object], rule: Optional[StopRule] = None) -> Measurement:
+        """Time fn until `rule` (default: the timer's own) says stop."""
         torch = self._torch
+        rule = rule or self.rule
         _warm_up(fn, torch.cuda.synchronize, self.warmup_s)
-        batch = max(self.rule.min_samples, 1)
+        batch = max(rule.min_samples, 1)
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(batch)]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(batch)]
         samples: list[float] = []
@@ -137,7 +139,7 @@ class CudaTimer:
             host_seconds = time.perf_counter() - enqueue_began
             ends[-1].synchronize()
             samples.extend(start.elapsed_time(end) * 1e-3 for start, end in zip(starts, ends))
-            reason = self.rule.check(samples, time.perf_counter() - began)
+            reason = rule.check(samples, time.perf_counter() - began)
             if reason:
                 return Measurement(samples, reason, clock_start, self.read_sm_clock())
 

@@ -5,15 +5,21 @@ baseline's name (e.g. "torch") for the kernel's baselines, which run once per (s
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib
 import inspect
 import itertools
 import json
 import math
+import os
 import sys
+import sysconfig
 from dataclasses import dataclass, field
 from typing import Any, Optional
+
+from triton.runtime.interpreter import InterpretedFunction
+from triton.runtime.jit import JITFunction
 
 from kernels import BUILTIN
 from kernels.spec import KernelSpec, is_power_of_two
@@ -81,9 +87,32 @@ def load_spec(name: str, spec_path: Optional[str]) -> KernelSpec:
 
 
 def kernel_source_hash(spec: KernelSpec) -> str:
-    """Hash of the source file that defines the kernel: a changed kernel is measured again."""
-    source = inspect.getsource(sys.modules[spec.launch.__module__])
-    return hashlib.sha256(source.encode()).hexdigest()[:12]
+    """Hash of the sources that define the kernel: a changed kernel is measured again.
+
+    The module of the launcher, the module of every Triton kernel it holds a name for (a launcher may
+    call a @triton.jit function imported from elsewhere), and every module of the user's own code it
+    imports (`from kernels import vector_add`; not installed libraries), sorted by name.
+    """
+    launch = spec.launch.func if isinstance(spec.launch, functools.partial) else spec.launch
+    module = sys.modules[launch.__module__]
+    modules = {module.__name__: module}
+    for value in vars(module).values():
+        if isinstance(value, (JITFunction, InterpretedFunction)):
+            value = sys.modules[value.fn.__module__]
+        if inspect.ismodule(value) and _is_user_code(value):
+            modules[value.__name__] = value
+    digest = hashlib.sha256()
+    for name in sorted(modules):
+        digest.update(inspect.getsource(modules[name]).encode())
+    return digest.hexdigest()[:12]
+
+
+_INSTALLED = tuple({sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")})
+
+
+def _is_user_code(module) -> bool:
+    path = getattr(module, "__file__", None)
+    return bool(path) and not os.path.abspath(path).startswith(_INSTALLED)
 
 
 def _as_list(value: Any) -> list:
@@ -172,6 +201,9 @@ def plan_trials(spec: KernelSpec, kernel_conf: dict, backend: str) -> list[Trial
                 )
 
     names = list(space)
+    shapes = list(dict.fromkeys(shapes))  # a value listed twice is one trial, measured once
+    dtypes = list(dict.fromkeys(dtypes))
+    space = {name: list(dict.fromkeys(values)) for name, values in space.items()}
     trials = []
     for shape, dtype in itertools.product(shapes, dtypes):
         for values in itertools.product(*(space[n] for n in names)):

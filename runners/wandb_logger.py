@@ -18,6 +18,7 @@ from typing import Optional
 import pandas as pd
 
 MODES = ("offline", "online", "disabled")
+CLOSE_TIMEOUT_S = 600  # a sweep's last runs may still be uploading in online mode
 
 
 def _init_run(conf: dict, sweep_id: str, job_type: str, name: str, config: Optional[dict] = None):
@@ -68,9 +69,14 @@ class TrialLogger:
             return
         began = time.perf_counter()
         self._queue.put(None)
-        self._process.join()
+        self._process.join(CLOSE_TIMEOUT_S)
+        if self._process.is_alive():  # e.g. online mode with an unreachable server
+            self._process.kill()
+            self._process.join()
+            print(f"warning: W&B logging did not finish within {CLOSE_TIMEOUT_S} s and was stopped; "
+                  "results are safe in the store")
         self.seconds += time.perf_counter() - began
-        if self._process.exitcode != 0:
+        if self._process.exitcode not in (0, -9):
             print(f"warning: the W&B logging process exited with code {self._process.exitcode}; "
                   "results are safe in the store")
 

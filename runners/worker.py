@@ -85,6 +85,8 @@ def run_trial(spec, trial: Trial, seed: int, timer, device, peaks: dict) -> dict
 def _worker_main(conn, backend: str, kernel_name: str, spec_path: Optional[str], timing: dict, device_index: int):
     if backend == "interpret":
         os.environ["TRITON_INTERPRET"] = "1"  # before triton decorates any kernel
+    else:  # a TRITON_INTERPRET=1 left in the shell (or by an interpret job) would time the interpreter
+        os.environ.pop("TRITON_INTERPRET", None)
     import torch
 
     from runners import device as device_info
@@ -107,15 +109,13 @@ def _worker_main(conn, backend: str, kernel_name: str, spec_path: Optional[str],
         if message is None:
             return
         if message[0] == "peaks":
-            peaks_timer = CudaTimer(device, StopRule(10, 0.1, 0.01, 2.0), 0.05, timer.read_sm_clock, max_clock)
-            conn.send(("peaks", device_info.measure_peaks(peaks_timer, device)))
+            conn.send(("peaks", device_info.measure_peaks(timer, device)))
         elif message[0] == "trial":
             _, trial, seed, peaks = message
             result = run_trial(spec, trial, seed, timer, device, peaks)
-            sticky = result.pop("sticky", False)
             conn.send(("result", result))
-            if sticky:
-                os._exit(3)  # the CUDA context is unusable; the parent starts a fresh worker
+            if result.get("sticky"):
+                return  # the CUDA context is unusable; the parent replaces this worker
 
 
 def _worker_entry(*args):
@@ -169,8 +169,23 @@ class TrialWorker:
     def request(self, message: tuple, timeout_s: float, doing: str):
         if self._process is None or not self._process.is_alive():
             self.start()
-        self._conn.send(message)
+        try:
+            self._conn.send(message)
+        except (BrokenPipeError, OSError) as error:
+            self.stop(graceful=False)
+            raise WorkerLost(check.STATUS_CRASHED, f"worker gone ({error}) before {doing}")
         return self._receive(timeout_s, doing)[1]
+
+    def run_trial(self, trial: Trial, seed: int, peaks: dict, timeout_s: float) -> dict:
+        """The trial's result; a hung or dead worker becomes the trial's status, and the next trial
+        gets a fresh worker."""
+        try:
+            result = self.request(("trial", trial, seed, peaks), timeout_s, f"running {trial.label}")
+        except WorkerLost as lost:
+            return {"status": lost.status, "message": str(lost)}
+        if result.pop("sticky", False):
+            self.stop(graceful=False)  # it is exiting anyway; never hand it the next trial
+        return result
 
     def stop(self, graceful: bool = True) -> None:
         if self._process is not None:

@@ -97,3 +97,12 @@ def test_parquet_per_sweep(tmp_path):
     assert list(back["status"]) == ["ok", "incorrect"]
     assert list(back["samples_us"][0]) == pytest.approx([11.0, 11.0])
     assert back["samples_us"][1] is None
+
+
+def test_resume_retries_transient_failures_only(tmp_path):
+    store = ResultStore(tmp_path / "r.sqlite")
+    kept = {status: store.append(_row(i, status=status)) for i, status in
+            enumerate(["ok", "incorrect", "compile_error", "pruned", "timeout", "crashed", "oom"])}
+    later = store.append(_row(4, status="ok"))  # the timed-out trial measured fine on a later run
+    assert store.measured(ENV) == {"key0": kept["ok"], "key1": kept["incorrect"], "key2": kept["compile_error"],
+                                   "key3": kept["pruned"], "key4": later}
