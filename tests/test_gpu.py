@@ -25,7 +25,7 @@ def test_gpu_sweep_exports_configs_that_autotune_uses(tmp_path):
     # 2 shapes x 2 dtypes x (2 blocks x 2 num_warps + the torch baseline); both blocks hold both rows.
     assert len(ok) == len(rows) == 2 * 2 * (2 * 2 + 1)
     assert set(rows["backend"]) == {"cuda"} and (ok["gpu_name"] == torch.cuda.get_device_name(0)).all()
-    assert (ok["n_samples"] >= 10).all() and ok["pct_copy_bw"].notna().all()
+    assert (ok["n_samples"] >= 3).all() and ok["pct_copy_bw"].notna().all()  # FAST_TIMING: min_samples=3
     assert ok["sm_clock_start_mhz"].notna().all() and ok["throttled"].notna().all()
 
     (module_path,) = (tmp_path / "exports").glob("softmax_*.py")

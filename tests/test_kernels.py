@@ -16,7 +16,8 @@ DEVICE = "cuda" if HAS_CUDA else "cpu"
 def _check(spec, shape, dtype_name, config, seed=0):
     dtype = getattr(torch, dtype_name)
     inputs = spec.make_inputs(shape, dtype, seed, torch.device(DEVICE))
-    assert all((x != 0).all() for x in inputs if isinstance(x, torch.Tensor))  # random, never zeros
+    # Random data, never a zero tensor (a normal draw can round to an exact 0 now and then).
+    assert all((x != 0).double().mean() > 0.99 for x in inputs if isinstance(x, torch.Tensor))
     out = spec.output_like(inputs)
     for tensor in as_tuple(out):
         tensor.fill_(float("nan"))  # poisoned: unwritten elements stay NaN
