@@ -7,10 +7,24 @@ Hydra multirun, `-m kernel.space.num_warps=4,8`) or a list (expanded inside the 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any, Dict, Optional
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
+
+
+class Backend(str, Enum):
+    """str-valued, so `cfg.backend == "cuda"` holds and it pickles and prints as its name."""
+
+    cuda = "cuda"  # compiled for and timed on the GPU
+    interpret = "interpret"  # the Triton interpreter on the CPU; timings never exported
+
+
+class LoggerMode(str, Enum):
+    offline = "offline"  # no account, no network; `wandb sync` later
+    online = "online"
+    disabled = "disabled"
 
 
 @dataclass
@@ -39,7 +53,7 @@ class TimingConf:
 
 @dataclass
 class LoggerConf:
-    mode: str = "offline"  # offline (no account, no network; `wandb sync` later) | online | disabled
+    mode: LoggerMode = LoggerMode.offline
     project: str = "triton-sweep"
     entity: Optional[str] = None
     dir: str = "outputs"  # W&B writes <dir>/wandb/
@@ -50,7 +64,7 @@ class SweepConf:
     kernel: KernelConf = field(default_factory=KernelConf)
     timing: TimingConf = field(default_factory=TimingConf)
     logger: LoggerConf = field(default_factory=LoggerConf)
-    backend: str = "cuda"  # cuda | interpret (CPU through the Triton interpreter; never exported)
+    backend: Backend = Backend.cuda
     seed: int = 0
     force: bool = False  # measure again trials the store already holds for this GPU and versions
     sweep_id: Optional[str] = None  # None: the Hydra run/sweep directory's name

@@ -26,7 +26,6 @@ from omegaconf import DictConfig, OmegaConf
 from runners.trials import ConfigError, Trial, kernel_source_hash, load_spec, plan_trials
 
 
-BACKENDS = ("cuda", "interpret")
 NO_GPU_MESSAGE = (
     "backend=cuda but no CUDA GPU is visible (torch.cuda.is_available() is False). To run the whole "
     "pipeline on the CPU through the Triton interpreter, add backend=interpret (use small shapes; its "
@@ -60,17 +59,14 @@ def sweep_id_of(cfg: DictConfig) -> str:
 
 
 def validate(cfg: DictConfig):
-    """Everything that can be wrong with the input, checked before any launch. Returns (spec, trials)."""
-    if cfg.backend not in BACKENDS:
-        raise ConfigError(f"backend: {cfg.backend!r} must be one of {BACKENDS}")
-    if cfg.logger.mode not in ("offline", "online", "disabled"):
-        raise ConfigError(f"logger.mode: {cfg.logger.mode!r} must be offline, online or disabled")
+    """Everything that can be wrong with the input and that the schema does not catch at composition,
+    checked before any launch. Returns (spec, trials)."""
     if cfg.timing.min_samples < 2 or cfg.timing.max_noise <= 0 or cfg.timing.max_time_s <= 0:
         raise ConfigError("timing: min_samples must be >= 2, max_noise and max_time_s > 0")
     if cfg.backend == "interpret":
         os.environ["TRITON_INTERPRET"] = "1"  # before any kernel module is imported
     spec = load_spec(cfg.kernel.name, cfg.kernel.spec)
-    trials = plan_trials(spec, OmegaConf.to_container(cfg.kernel, resolve=True), cfg.backend)
+    trials = plan_trials(spec, OmegaConf.to_container(cfg.kernel, resolve=True), cfg.backend.value)
     if cfg.backend == "cuda":
         import torch
 
@@ -114,11 +110,11 @@ def run_job(cfg: DictConfig, sweep_id: str, output_dir: Path, finish: bool) -> d
     spec, trials = validate(cfg)
     timing = OmegaConf.to_container(cfg.timing, resolve=True)
     store = ResultStore(cfg.store)
-    worker = TrialWorker(cfg.backend, cfg.kernel.name, cfg.kernel.spec, timing)
+    worker = TrialWorker(cfg.backend.value, cfg.kernel.name, cfg.kernel.spec, timing)
     logger = None
     statuses: dict[str, int] = {}
     try:
-        print(f"sweep {sweep_id}: {spec.name}, {len(trials)} trials planned; starting the {cfg.backend} worker")
+        print(f"sweep {sweep_id}: {spec.name}, {len(trials)} trials planned; starting the {cfg.backend.value} worker")
         env = dict(worker.start(), kernel_hash=kernel_source_hash(spec))
         peaks = {}
         if cfg.backend == "cuda":
@@ -134,7 +130,7 @@ def run_job(cfg: DictConfig, sweep_id: str, output_dir: Path, finish: bool) -> d
         print(f"{len(reused)} trials already in the store for this GPU and versions (force=true re-measures), "
               f"{len(todo)} to run on {env['gpu_name']}")
 
-        logger = TrialLogger(OmegaConf.to_container(cfg.logger, resolve=True), sweep_id)
+        logger = TrialLogger(OmegaConf.to_container(cfg.logger, resolve=True, enum_to_str=True), sweep_id)
         base = {"sweep_id": sweep_id, "seed": cfg.seed, "git_sha": git_sha(),
                 **{k: env[k] for k in ("backend", "gpu_name", "driver_version", "cuda_version", "torch_version",
                                        "triton_version", "python_version", "sm_count", "l2_bytes", "host",
@@ -193,7 +189,7 @@ def finish_sweep(cfg: DictConfig, sweep_id: str, output_dir: Path) -> dict:
             exports += export_kernel(frame, kernel, cfg.export_dir)
         except ExportError as error:
             print(f"export skipped: {error}")
-    logger_conf = OmegaConf.to_container(cfg.logger, resolve=True)
+    logger_conf = OmegaConf.to_container(cfg.logger, resolve=True, enum_to_str=True)
     seconds = log_sweep_summary(logger_conf, sweep_id, frame, exports)
     print(f"results: {cfg.store} (sweep {sweep_id}), {parquet}")
     for path in exports:

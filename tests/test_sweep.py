@@ -39,10 +39,12 @@ def test_bad_input_is_rejected_before_any_launch(tmp_path, override, field):
     assert not (tmp_path / "results.sqlite").exists()
 
 
-def test_unknown_backend_is_rejected(tmp_path):
-    result = run_sweep(tmp_path, backend="tpu", check=False)
-    assert result.returncode == 2
-    assert "backend: 'tpu' must be one of ('cuda', 'interpret')" in result.stderr
+@pytest.mark.parametrize("override, field", [("backend=tpu", "full_key: backend"),
+                                             ("logger.mode=ofline", "full_key: logger.mode")])
+def test_unknown_backend_or_logger_mode_fails_at_composition(tmp_path, override, field):
+    result = run_sweep(tmp_path, override, check=False)
+    assert result.returncode == 1
+    assert "Invalid value" in result.stderr and field in result.stderr
     assert not (tmp_path / "results.sqlite").exists()
 
 
