@@ -8,4 +8,7 @@ BUILTIN = {
     "softmax_online": "kernels.softmax_online:SPEC",
     "fused_gelu": "kernels.fused_gelu:SPEC",
     "layernorm": "kernels.layernorm:SPEC",
+    "matmul": "kernels.matmul:SPEC",
+    "matmul_bias_relu": "kernels.matmul:BIAS_RELU",
+    "matmul_bias_gelu": "kernels.matmul:BIAS_GELU",
 }

@@ -5,7 +5,7 @@ CPU: the Triton interpreter, fp16 and fp32. GPU (marked): bf16 too, and long row
 import pytest
 import torch
 
-from kernels import fused_gelu, layernorm, softmax, softmax_online, vector_add
+from kernels import fused_gelu, layernorm, matmul, softmax, softmax_online, vector_add
 from runners.check import TOLERANCES, as_tuple, compare, compare_outputs, upcast
 from tests.conftest import HAS_CUDA
 
@@ -59,6 +59,22 @@ def test_layernorm_single_pass_and_looped(shape, block, dtype):
     _check(layernorm.SPEC, shape, dtype, {"BLOCK_SIZE": block, "num_warps": 4, "num_stages": 1})
 
 
+MATMUL_SMALL = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 16, "GROUP_M": 4, "num_warps": 4, "num_stages": 2}
+
+
+@pytest.mark.parametrize("dtype", CPU_DTYPES)  # the interpreter's tl.dot is wrong on bf16: GPU only
+@pytest.mark.parametrize("spec", [matmul.SPEC, matmul.BIAS_RELU, matmul.BIAS_GELU], ids=lambda s: s.name)
+@pytest.mark.parametrize("shape", [(67, 45, 71), (6, 42, 123), (64, 96, 32)])
+def test_matmul_and_epilogues(spec, shape, dtype):
+    _check(spec, shape, dtype, MATMUL_SMALL)
+
+
+def test_matmul_prunes_configs_beyond_shared_memory():
+    big = {"BLOCK_M": 256, "BLOCK_N": 256, "BLOCK_K": 128, "GROUP_M": 8, "num_warps": 8, "num_stages": 4}
+    assert "shared memory" in matmul.SPEC.constraints((4096, 4096, 4096), "float16", big)
+    assert matmul.SPEC.constraints((4096, 4096, 4096), "float16", {**big, "BLOCK_K": 32, "num_stages": 3}) is None
+
+
 def test_softmax_rows_sum_to_one_on_a_strided_input():
     x = torch.randn(12, 200, device=DEVICE)[:, :123]  # row stride 200, 123 columns
     y = softmax.softmax(x)
@@ -94,6 +110,9 @@ def test_gpu_kernels_all_dtypes(dtype):
     _check(fused_gelu.SPEC, (1823, 781), dtype, {"BLOCK_M": 4, "BLOCK_N": 256, "num_warps": 4, "num_stages": 1})
     _check(layernorm.SPEC, (1823, 781), dtype, {"BLOCK_SIZE": 1024, "num_warps": 4, "num_stages": 1})
     _check(layernorm.SPEC, (1823, 781), dtype, {"BLOCK_SIZE": 256, "num_warps": 4, "num_stages": 1})
+    for spec in (matmul.SPEC, matmul.BIAS_RELU, matmul.BIAS_GELU):
+        _check(spec, (1823, 781, 197), dtype, {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8,
+                                                "num_warps": 8, "num_stages": 3})
 
 
 @pytest.mark.gpu
