@@ -105,6 +105,12 @@ def matmul_ref(a, b, bias=None, activation="none"):
     return c
 
 
+def _accumulation_bound(a, b, bias=None, activation_slope=1.0):
+    """sqrt(K) * 2**-23 * (|A| @ |B|): what fp32 accumulation of K products may cost (runners/check.py).
+    The epilogue keeps it: a bias shifts both sides alike, relu has slope <= 1, gelu_tanh <= 1.13."""
+    return activation_slope * math.sqrt(a.shape[1]) * 2.0**-23 * (a.abs() @ b.abs())
+
+
 def _make_inputs(shape, dtype, seed, device):
     M, N, K = shape
     # A scaled by 1/sqrt(K): outputs of unit size whatever K, as with initialized weights.
@@ -151,6 +157,7 @@ SPEC = KernelSpec(
            "num_stages": [3, 4]},
     constraints=_constraints,
     baselines={"torch": lambda inputs: torch.matmul(*inputs)},  # cuBLAS
+    accumulation_bound=_accumulation_bound,
 )
 
 
@@ -164,6 +171,7 @@ def _epilogue_spec(activation):
         reference=eager,
         bytes_moved=lambda shape, dtype: _bytes_moved(shape, dtype, True),
         baselines={"eager": lambda inputs: eager(*inputs), "compile": compiled(eager)},
+        accumulation_bound=lambda a, b, bias: _accumulation_bound(a, b, bias, 1.13 if activation == "gelu" else 1.0),
     )
 
 

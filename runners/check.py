@@ -59,20 +59,28 @@ def upcast(inputs: tuple) -> tuple:
     return tuple(x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs)
 
 
-def compare_outputs(outputs: tuple, references: tuple, normwise: bool = False) -> Optional[str]:
+def compare_outputs(outputs: tuple, references: tuple, normwise: bool = False, bound=None) -> Optional[str]:
     """compare() for each output of a kernel (e.g. layernorm's y, mean, rstd); None when all match."""
     if len(outputs) != len(references):
         return f"{len(outputs)} outputs, but the reference returns {len(references)}"
     for index, (out, ref) in enumerate(zip(outputs, references)):
-        problem = compare(out, ref, normwise)
+        problem = compare(out, ref, normwise, bound if index == 0 else None)
         if problem:
             return problem if len(outputs) == 1 else f"output {index}: {problem}"
     return None
 
 
-def compare(out, ref, normwise: bool = False) -> Optional[str]:
+def compare(out, ref, normwise: bool = False, bound=None) -> Optional[str]:
     """None when `out` matches the float64 reference within its dtype's tolerance, else why not:
-    elementwise for our kernels, normwise for baselines (see above)."""
+    elementwise for our kernels, normwise for baselines (see above).
+
+    `bound` (float64, out's shape) widens the absolute tolerance elementwise for kernels that sum long
+    products: where a dot product of K terms cancels to near zero, fp32 accumulation in another order
+    than the reference's leaves an error that grows like sqrt(K) fp32 ulps of sum|a*b| (the kernel
+    gives sqrt(K) * 2**-23 * sum|a*b|). Seen on an H200: 1 element in 16.7M of a fp16 4096^3 matmul
+    off by more than the 1e-5 atol. Partial sums kept in fp16 still fail (tested), and so does a wrong
+    index, off by O(|ref|).
+    """
     import torch
 
     if out.shape != ref.shape:
@@ -87,7 +95,8 @@ def compare(out, ref, normwise: bool = False) -> Optional[str]:
         relative = float(torch.linalg.vector_norm(out64 - ref) / torch.linalg.vector_norm(ref))
         return None if relative <= rtol else f"||out - ref|| / ||ref|| = {relative:.3g} > {rtol}"
     error = (out64 - ref).abs()
-    bad = ~(error <= atol + rtol * ref.abs())
+    allowed = atol + rtol * ref.abs() + (0 if bound is None else bound)
+    bad = ~(error <= allowed)
     if bad.any():
         worst = int(error.flatten().argmax())
         return (

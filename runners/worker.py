@@ -34,7 +34,9 @@ def run_trial(spec, trial: Trial, seed: int, timer, device, peaks: dict) -> dict
     try:
         dtype = getattr(torch, trial.dtype)
         inputs = spec.make_inputs(trial.shape, dtype, input_seed(seed, trial), device)
-        references = check.as_tuple(spec.reference(*check.upcast(inputs)))
+        exact_inputs = check.upcast(inputs)
+        references = check.as_tuple(spec.reference(*exact_inputs))
+        bound = spec.accumulation_bound(*exact_inputs) if spec.accumulation_bound else None
         normwise = False
         if trial.provider == TRITON_PROVIDER:
             out = spec.output_like(inputs)
@@ -51,8 +53,8 @@ def run_trial(spec, trial: Trial, seed: int, timer, device, peaks: dict) -> dict
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         first_launch_done = True
-        problem = check.compare_outputs(check.as_tuple(out), references, normwise)
-        del references
+        problem = check.compare_outputs(check.as_tuple(out), references, normwise, bound)
+        del references, bound
         if problem:
             return {"status": check.STATUS_INCORRECT, "message": problem}
         measurement = timer.measure(run)

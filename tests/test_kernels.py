@@ -22,8 +22,10 @@ def _check(spec, shape, dtype_name, config, seed=0):
     for tensor in as_tuple(out):
         tensor.fill_(float("nan"))  # poisoned: unwritten elements stay NaN
     spec.launch(inputs, out, config)
-    references = as_tuple(spec.reference(*upcast(inputs)))
-    assert compare_outputs(as_tuple(out), references) is None
+    exact_inputs = upcast(inputs)
+    references = as_tuple(spec.reference(*exact_inputs))
+    bound = spec.accumulation_bound(*exact_inputs) if spec.accumulation_bound else None
+    assert compare_outputs(as_tuple(out), references, bound=bound) is None
     for name, baseline in spec.baselines.items():
         if name != "compile":  # torch.compile needs a GPU or a C++ toolchain: checked on the GPU only
             assert compare(baseline(inputs), references[0], normwise=True) is None, name
@@ -67,6 +69,17 @@ MATMUL_SMALL = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 16, "GROUP_M": 4, "num_
 @pytest.mark.parametrize("shape", [(67, 45, 71), (6, 42, 123), (64, 96, 32)])
 def test_matmul_and_epilogues(spec, shape, dtype):
     _check(spec, shape, dtype, MATMUL_SMALL)
+
+
+def test_matmul_bound_still_fails_low_precision_accumulation():
+    a, b = matmul.SPEC.make_inputs((64, 64, 4096), torch.float16, 0, torch.device("cpu"))
+    exact = matmul.matmul_ref(a.double(), b.double())
+    bound = matmul.SPEC.accumulation_bound(a.double(), b.double())
+    fp16_accumulated = torch.zeros(64, 64, dtype=torch.float16)
+    for k in range(0, 4096, 256):  # partial sums kept in fp16, as a kernel with an fp16 accumulator would
+        fp16_accumulated += (a[:, k:k + 256].float() @ b[k:k + 256].float()).half()
+    assert compare(fp16_accumulated, exact, bound=bound) is not None
+    assert compare((a.float() @ b.float()).half(), exact, bound=bound) is None
 
 
 def test_matmul_prunes_configs_beyond_shared_memory():
