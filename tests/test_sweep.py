@@ -90,8 +90,11 @@ def test_resume_after_kill_loses_nothing_and_measures_nothing_twice(tmp_path):
         if store_path.exists() and _count(store_path) >= 4:
             break
         time.sleep(0.2)
-    os.killpg(process.pid, signal.SIGKILL)  # the sweep and its worker, mid-trial, no clean-up
+    # kill -9 of the sweep mid-trial, no clean-up; then of its orphaned worker. (Killing both at once
+    # could let the sweep see its worker die first and record the trial in flight as crashed.)
+    os.kill(process.pid, signal.SIGKILL)
     process.wait()
+    os.killpg(process.pid, signal.SIGKILL)
     before = _trials(store_path)
     assert 4 <= len(before) < 3 * 3 * 2 + 3
 
