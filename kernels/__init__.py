@@ -11,4 +11,8 @@ BUILTIN = {
     "matmul": "kernels.matmul:SPEC",
     "matmul_bias_relu": "kernels.matmul:BIAS_RELU",
     "matmul_bias_gelu": "kernels.matmul:BIAS_GELU",
+    "attention": "kernels.attention:SPEC",
+    "attention_causal": "kernels.attention:CAUSAL",
+    "attention_bias": "kernels.attention:BIAS",
+    "attention_causal_bias": "kernels.attention:CAUSAL_BIAS",
 }

@@ -9,8 +9,9 @@ A kernel module builds one `KernelSpec` named `SPEC`. The runner knows nothing e
   (BLOCK sizes) and `num_warps` / `num_stages`, exactly the keys of `space`.
 - `reference(*inputs)` is plain PyTorch returning what `output_like` allocates; the runner calls it on
   the inputs with floating-point tensors upcast to float64. Inputs may include plain numbers (a scale).
-- `accumulation_bound(*inputs)`, for kernels that sum long products (matmul): the float64 elementwise
-  error a correct fp32 accumulation may reach, added to the gate's absolute tolerance (see runners/check.py).
+- `accumulation_bound(*inputs)`, for kernels that sum long products (matmul, attention): the float64
+  elementwise error a correct kernel may reach in its sums, from the inputs as made (not upcast); the
+  gate adds it to the absolute tolerance (see runners/check.py).
 - `flops(shape)` and `bytes_moved(shape, dtype)`: the FLOP count and the fewest bytes the op must move
   (each input read once, each output written once). Throughput is computed from these, never from
   launching extra work.

@@ -36,7 +36,7 @@ def run_trial(spec, trial: Trial, seed: int, timer, device, peaks: dict) -> dict
         inputs = spec.make_inputs(trial.shape, dtype, input_seed(seed, trial), device)
         exact_inputs = check.upcast(inputs)
         references = check.as_tuple(spec.reference(*exact_inputs))
-        bound = spec.accumulation_bound(*exact_inputs) if spec.accumulation_bound else None
+        bound = spec.accumulation_bound(*inputs) if spec.accumulation_bound else None
         normwise = False
         if trial.provider == TRITON_PROVIDER:
             out = spec.output_like(inputs)

@@ -1,0 +1,203 @@
+"""FlashAttention forward: softmax(Q·Kᵀ/sqrt(d) + bias) · V without materializing the N×N logits.
+
+Q, K, V and the output are (batch, heads, seq, head_dim), head_dim 64 or 128. One program per BLOCK_M
+query rows of one (batch, head): it walks K and V in BLOCK_N blocks with the online softmax (running
+max and sum, exp2 with the scale folded in). `causal` stops each program at its diagonal block. The
+optional relative-position bias holds one learned scalar per offset i - j (2·seq - 1 values), added
+to the logits before the softmax. Sequences that are not multiples of the blocks are masked. Four
+specs share the kernel: SPEC, CAUSAL, BIAS, CAUSAL_BIAS.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+from kernels.spec import KernelSpec, compiled, element_size, is_power_of_two, seeded_randn
+
+SHARED_MEMORY_BYTES = 232448  # one block's shared memory on Hopper (H100, H200)
+
+
+@triton.jit
+def _attention_fwd_kernel(
+    out_ptr, q_ptr, k_ptr, v_ptr, bias_ptr,
+    seq_len, heads, sm_scale,
+    stride_b, stride_h, stride_n,
+    HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    CAUSAL: tl.constexpr, HAS_BIAS: tl.constexpr,
+):
+    start_m = tl.program_id(0)
+    batch_head = tl.program_id(1)
+    base = (batch_head // heads).to(tl.int64) * stride_b + (batch_head % heads).to(tl.int64) * stride_h
+    rows = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    dims = tl.arange(0, HEAD_DIM)
+    q = tl.load(q_ptr + base + rows[:, None] * stride_n + dims[None, :], mask=rows[:, None] < seq_len, other=0.0)
+    running_max = tl.full([BLOCK_M], -float("inf"), dtype=tl.float32)
+    running_sum = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    scale = sm_scale * 1.4426950408889634  # exp(x) = exp2(x * log2(e)): fold log2(e) into the scale
+    if CAUSAL:
+        end = tl.minimum((start_m + 1) * BLOCK_M, seq_len)  # nothing right of the diagonal block
+    else:
+        end = seq_len
+    for start_n in range(0, end, BLOCK_N):
+        cols = start_n + tl.arange(0, BLOCK_N)
+        in_range = cols[None, :] < seq_len
+        k = tl.load(k_ptr + base + cols[None, :] * stride_n + dims[:, None], mask=in_range, other=0.0)
+        logits = tl.dot(q, k) * scale
+        if HAS_BIAS:
+            offset = rows[:, None] - cols[None, :] + seq_len - 1
+            valid_pair = (rows[:, None] < seq_len) & in_range
+            logits += tl.load(bias_ptr + offset, mask=valid_pair, other=0.0).to(tl.float32) * 1.4426950408889634
+        keep = in_range
+        if CAUSAL:
+            keep = keep & (rows[:, None] >= cols[None, :])
+        logits = tl.where(keep, logits, -float("inf"))
+        # Every row sees column 0 in the first block (causal or not), so the max is finite from there on.
+        new_max = tl.maximum(running_max, tl.max(logits, axis=1))
+        p = tl.exp2(logits - new_max[:, None])
+        correction = tl.exp2(running_max - new_max)
+        running_sum = running_sum * correction + tl.sum(p, axis=1)
+        v = tl.load(v_ptr + base + cols[:, None] * stride_n + dims[None, :], mask=cols[:, None] < seq_len, other=0.0)
+        acc = acc * correction[:, None] + tl.dot(p.to(v.dtype), v)
+        running_max = new_max
+    acc = acc / running_sum[:, None]
+    tl.store(out_ptr + base + rows[:, None] * stride_n + dims[None, :], acc.to(out_ptr.dtype.element_ty),
+             mask=rows[:, None] < seq_len)
+
+
+def attention(q, k, v, bias=None, *, causal=False, BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=2, out=None):
+    if not (q.shape == k.shape == v.shape and q.ndim == 4 and q.dtype == k.dtype == v.dtype):
+        raise ValueError(f"q, k, v must share a (batch, heads, seq, head_dim) shape and dtype, got "
+                         f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
+    if not (q.is_contiguous() and k.is_contiguous() and v.is_contiguous()):
+        raise ValueError("attention needs contiguous q, k, v")
+    batch, heads, seq_len, head_dim = q.shape
+    if not is_power_of_two(head_dim) or head_dim < 16:
+        raise ValueError(f"head_dim must be a power of 2 >= 16, got {head_dim}")
+    if bias is not None and bias.shape != (2 * seq_len - 1,):
+        raise ValueError(f"bias must hold 2*seq-1 = {2 * seq_len - 1} values, got {tuple(bias.shape)}")
+    out = torch.empty_like(q) if out is None else out
+    grid = lambda meta: (triton.cdiv(seq_len, meta["BLOCK_M"]), batch * heads)
+    _attention_fwd_kernel[grid](
+        out, q, k, v, bias if bias is not None else q,  # an unused pointer when HAS_BIAS is False
+        seq_len, heads, 1.0 / math.sqrt(head_dim),
+        q.stride(0), q.stride(1), q.stride(2),
+        HEAD_DIM=head_dim, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, CAUSAL=causal, HAS_BIAS=bias is not None,
+        num_warps=num_warps, num_stages=num_stages,
+    )
+    return out
+
+
+def relative_bias_matrix(bias, seq_len):
+    """The (seq, seq) matrix bias[i - j + seq - 1] that the kernel adds without materializing it."""
+    positions = torch.arange(seq_len, device=bias.device)
+    return bias[positions[:, None] - positions[None, :] + seq_len - 1]
+
+
+def attention_ref(q, k, v, bias=None, causal=False):
+    """Naive attention: the N x N logits materialized (B·H·N² elements written and read 3 times)."""
+    logits = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
+    if bias is not None:
+        logits = logits + relative_bias_matrix(bias, q.shape[-2])
+    if causal:
+        future = torch.ones(q.shape[-2], q.shape[-2], dtype=torch.bool, device=q.device).triu(1)
+        logits = logits.masked_fill(future, float("-inf"))
+    return torch.softmax(logits, dim=-1).to(v.dtype) @ v  # .to: some backends return fp32 for fp16 logits
+
+
+def _sdpa(inputs, causal, backend=None):
+    q, k, v, *bias = inputs
+    mask = relative_bias_matrix(bias[0], q.shape[-2]).to(q.dtype) if bias else None
+    if mask is not None and causal:  # SDPA takes either a mask or is_causal: fold causality into it
+        future = torch.ones_like(mask, dtype=torch.bool).triu(1)
+        mask = mask.masked_fill(future, float("-inf"))
+    attend = lambda: torch.nn.functional.scaled_dot_product_attention(
+        q, k, v, attn_mask=mask, is_causal=causal and mask is None)
+    if backend is None:
+        return attend()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    with sdpa_kernel(getattr(SDPBackend, backend)):
+        return attend()
+
+
+def _accumulation_bound(q, k, v, bias=None, causal=False):
+    """P is rounded to the input dtype before P·V: up to half an ulp of each weight, so the output can
+    be off by u · (P @ |V|), u the input dtype's unit roundoff (fp16 2**-11, bf16 2**-8)."""
+    unit_roundoff = torch.finfo(q.dtype).eps / 2
+    weights = torch.softmax(_logits64(q, k, bias, causal), dim=-1)
+    return unit_roundoff * (weights @ v.double().abs())
+
+
+def _logits64(q, k, bias, causal):
+    logits = (q.double() @ k.double().transpose(-2, -1)) / math.sqrt(q.shape[-1])
+    if bias is not None:
+        logits = logits + relative_bias_matrix(bias.double(), q.shape[-2])
+    if causal:
+        logits = logits.masked_fill(torch.ones_like(logits, dtype=torch.bool).triu(1), float("-inf"))
+    return logits
+
+
+def _make_inputs(shape, dtype, seed, device):
+    return tuple(seeded_randn(shape, dtype, seed + i, device) for i in range(3))
+
+
+def _constraints(shape, dtype, config):
+    batch, heads, seq_len, head_dim = shape
+    if not is_power_of_two(head_dim) or head_dim < 16:
+        return f"head_dim {head_dim} is not a power of 2 >= 16"
+    shared = (config["BLOCK_M"] + 2 * config["num_stages"] * config["BLOCK_N"]) * head_dim * element_size(
+        getattr(torch, dtype))
+    if shared > SHARED_MEMORY_BYTES:
+        return f"Q tile and {config['num_stages']} stages of K and V tiles need {shared} B of shared memory"
+    if config["BLOCK_M"] >= 4 * max(triton.next_power_of_2(seq_len), 16):
+        return f"BLOCK_M {config['BLOCK_M']} >= 4x seq {seq_len}: most rows masked off"
+    return None
+
+
+def _spec(name, causal, has_bias):
+    def make_inputs(shape, dtype, seed, device):
+        inputs = _make_inputs(shape, dtype, seed, device)
+        # One learned scalar per offset, in the model's dtype.
+        return (*inputs, seeded_randn((2 * shape[2] - 1,), dtype, seed + 3, device)) if has_bias else inputs
+
+    def eager(q, k, v, bias=None):
+        return attention_ref(q, k, v, bias, causal)
+
+    def flops(shape):
+        batch, heads, seq_len, head_dim = shape
+        return 4 * batch * heads * seq_len**2 * head_dim * (0.5 if causal else 1.0)
+
+    def bytes_moved(shape, dtype):
+        batch, heads, seq_len, head_dim = shape
+        return 4 * batch * heads * seq_len * head_dim * element_size(dtype) + (8 * seq_len if has_bias else 0)
+
+    baselines = {"eager": lambda inputs: eager(*inputs), "sdpa": lambda inputs: _sdpa(inputs, causal),
+                 "compile": compiled(eager)}
+    if not has_bias:  # cuDNN and FlashAttention-2 in SDPA take no float mask
+        baselines["sdpa_cudnn"] = lambda inputs: _sdpa(inputs, causal, "CUDNN_ATTENTION")
+        baselines["sdpa_flash"] = lambda inputs: _sdpa(inputs, causal, "FLASH_ATTENTION")
+    return KernelSpec(
+        name=name,
+        dims=("batch", "heads", "seq", "head_dim"),
+        dtypes=("float16", "bfloat16"),
+        make_inputs=make_inputs,
+        output_like=lambda inputs: torch.empty_like(inputs[0]),
+        launch=lambda inputs, out, config: attention(*inputs, causal=causal, out=out, **config),
+        reference=eager,
+        flops=flops,
+        bytes_moved=bytes_moved,
+        space={"BLOCK_M": [64, 128], "BLOCK_N": [32, 64, 128], "num_warps": [4, 8], "num_stages": [2, 3]},
+        constraints=_constraints,
+        baselines=baselines,
+        accumulation_bound=lambda q, k, v, bias=None: _accumulation_bound(q, k, v, bias, causal),
+    )
+
+
+SPEC = _spec("attention", causal=False, has_bias=False)
+CAUSAL = _spec("attention_causal", causal=True, has_bias=False)
+BIAS = _spec("attention_bias", causal=False, has_bias=True)
+CAUSAL_BIAS = _spec("attention_causal_bias", causal=True, has_bias=True)
