@@ -105,9 +105,7 @@ def attention_ref(q, k, v, bias=None, causal=False):
     if causal:
         future = torch.ones(q.shape[-2], q.shape[-2], dtype=torch.bool, device=q.device).triu(1)
         logits = logits.masked_fill(future, float("-inf"))
-    # The softmax in fp32, as eager attention code commonly does (and SDPA's math path): in fp16 or bf16
-    # the eager biased variant missed the baseline tolerance on an H200 (1.06e-3 against 1e-3 at seq 1000).
-    return torch.softmax(logits, dim=-1, dtype=torch.float32).to(v.dtype) @ v
+    return torch.softmax(logits, dim=-1, dtype=torch.float32).to(v.dtype) @ v  # softmax in fp32, as is usual
 
 
 def _sdpa(inputs, causal, backend=None):

@@ -13,7 +13,7 @@ CPU_DTYPES = ["float32", "float16"]
 DEVICE = "cuda" if HAS_CUDA else "cpu"
 
 
-def _check(spec, shape, dtype_name, config, seed=0):
+def _check(spec, shape, dtype_name, config, seed=0, check_baselines=True):
     dtype = getattr(torch, dtype_name)
     inputs = spec.make_inputs(shape, dtype, seed, torch.device(DEVICE))
     # Random data, never a zero tensor (a normal draw can round to an exact 0 now and then).
@@ -26,7 +26,7 @@ def _check(spec, shape, dtype_name, config, seed=0):
     references = as_tuple(spec.reference(*exact_inputs))
     bound = spec.accumulation_bound(*inputs) if spec.accumulation_bound else None
     assert compare_outputs(as_tuple(out), references, bound=bound) is None
-    for name, baseline in spec.baselines.items():
+    for name, baseline in spec.baselines.items() if check_baselines else ():
         # torch.compile needs a GPU or a C++ toolchain, SDPA's cuDNN and flash backends a GPU.
         if name != "compile" and (DEVICE == "cuda" or name not in ("sdpa_cudnn", "sdpa_flash")):
             assert compare(baseline(inputs), references[0], normwise=True) is None, name
@@ -144,8 +144,12 @@ def test_gpu_kernels_all_dtypes(dtype):
     if dtype != "float32":
         for spec in ATTENTION_SPECS:
             for head_dim in (64, 128):
+                # Eager attention with the bias in fp16 / bf16 misses the baseline tolerance here (seen on
+                # an H200 at seq 1000: 1.06e-3 against 1e-3, bf16 8.5e-3 against 8e-3): the logits are
+                # rounded twice before the softmax. A sweep records it `incorrect`; our kernel is checked.
                 _check(spec, (2, 3, 1000, head_dim), dtype, {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8,
-                                                             "num_stages": 2})
+                                                             "num_stages": 2}, check_baselines=spec not in (
+                    attention.BIAS, attention.CAUSAL_BIAS))
 
 
 @pytest.mark.gpu
