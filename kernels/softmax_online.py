@@ -11,8 +11,9 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels.softmax import SPEC as SINGLE_BLOCK_SOFTMAX
 from kernels.softmax import softmax_ref
-from kernels.spec import KernelSpec, compiled, element_size, seeded_randn
+from kernels.spec import KernelSpec, compiled, element_size, looped_row_block_reason
 
 
 @triton.jit
@@ -59,29 +60,18 @@ def softmax_online(x, *, BLOCK_SIZE=4096, num_warps=8, num_stages=2, out=None):
     return out
 
 
-def _make_inputs(shape, dtype, seed, device):
-    return (seeded_randn(shape, torch.float32, seed, device).mul_(3.0).to(dtype),)
-
-
-def _constraints(shape, dtype, config):
-    n_rows, n_cols = shape
-    if config["BLOCK_SIZE"] >= 2 * triton.next_power_of_2(n_cols):
-        return f"BLOCK_SIZE {config['BLOCK_SIZE']} >= 2x the {n_cols} columns: half of every load masked off"
-    return None
-
-
 SPEC = KernelSpec(
     name="softmax_online",
     dims=("rows", "cols"),
     dtypes=("float16", "bfloat16", "float32"),
-    make_inputs=_make_inputs,
+    make_inputs=SINGLE_BLOCK_SOFTMAX.make_inputs,  # the same logits as the one-block softmax
     output_like=lambda inputs: torch.empty_like(inputs[0]),
     launch=lambda inputs, out, config: softmax_online(*inputs, out=out, **config),
     reference=softmax_ref,
     flops=lambda shape: 5 * shape[0] * shape[1],
     bytes_moved=lambda shape, dtype: 2 * shape[0] * shape[1] * element_size(dtype),
     space={"BLOCK_SIZE": [1024, 2048, 4096, 8192], "num_warps": [4, 8, 16], "num_stages": [1, 2, 3]},
-    constraints=_constraints,
+    constraints=lambda shape, dtype, config: looped_row_block_reason(config["BLOCK_SIZE"], shape[1]),
     baselines={"eager": lambda inputs: softmax_ref(*inputs), "torch": lambda inputs: torch.softmax(inputs[0], dim=-1),
                "compile": compiled(softmax_ref)},
 )

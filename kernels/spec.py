@@ -68,6 +68,13 @@ def seeded_randn(shape: Shape, dtype: torch.dtype, seed: int, device: torch.devi
     return torch.randn(shape, generator=generator, device=device, dtype=torch.float32).to(dtype)
 
 
+def looped_row_block_reason(block: int, n_cols: int):
+    """Why to prune the block of a kernel that loops over a row in blocks: None if it is worth trying."""
+    if block >= 2 * (1 << max(n_cols - 1, 0).bit_length()):  # 2x the next power of 2 of the row
+        return f"BLOCK_SIZE {block} >= 2x the {n_cols} columns: half of every load masked off"
+    return None
+
+
 def element_size(dtype: torch.dtype) -> int:
     return torch.empty((), dtype=dtype).element_size()
 
