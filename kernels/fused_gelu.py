@@ -1,9 +1,7 @@
 """Fused GELU chain, y = (gelu_tanh(x) + bias) * scale, in one pass; bias broadcast over rows.
 
-The eager chain makes one pass over the tensor per op; this kernel reads x once and writes y once.
-In bytes for fp16 data: 4·M·N (plus the bias) here, against 116·M·N for fused_gelu_eager, which runs
-the chain of fused_gelu_ref in fp32 (6 for the casts, 24 for the cube, 28 for the inner term, 36 for
-the tanh half, 16 for bias and scale). On an H200 the eager chain took 27.7x as long at 16384x11008.
+The eager chain (fused_gelu_ref in the input dtype) makes one pass over the tensor per op, 11 ops:
+it reads 15·M·N and writes 11·M·N elements as counted below, 26·M·N against 2·M·N here: 13x.
 """
 from __future__ import annotations
 
@@ -56,16 +54,10 @@ def fused_gelu(x, bias, scale, *, BLOCK_M=4, BLOCK_N=1024, num_warps=4, num_stag
 
 def fused_gelu_ref(x, bias, scale):
     """The chain as a student writes it; per-line traffic in elements for an M x N input."""
-    cube = x * x * x  # two multiplies: read 3MN, write 2MN
+    cube = x * x * x  # two multiplies: read 4MN, write 2MN
     inner = SQRT_2_OVER_PI * (x + GELU_CUBIC * cube)  # three ops: read 4MN, write 3MN
-    gelu = 0.5 * x * (1 + torch.tanh(inner))  # four ops: read 5MN, write 4MN (rounded down)
-    return (gelu + bias) * scale  # read 2MN + N, write 2MN
-
-
-def fused_gelu_eager(x, bias, scale):
-    """The eager chain as numerically careful code runs it: in fp32, cast back at the end. Run in fp16
-    the chain's ten roundings miss the fp16 tolerance (1.1e-3 relative seen at 1823x781 on the CPU)."""
-    return fused_gelu_ref(x.float(), bias.float(), scale).to(x.dtype)
+    gelu = 0.5 * x * (1 + torch.tanh(inner))  # four ops: read 5MN, write 4MN
+    return (gelu + bias) * scale  # two ops: read 2MN + N, write 2MN
 
 
 def _native(inputs):
@@ -99,11 +91,11 @@ SPEC = KernelSpec(
     output_like=lambda inputs: torch.empty_like(inputs[0]),
     launch=lambda inputs, out, config: fused_gelu(*inputs, out=out, **config),
     reference=fused_gelu_ref,
-    flops=lambda shape: 14 * shape[0] * shape[1],  # the ops of the chain per element, tanh counted once
+    flops=lambda shape: 11 * shape[0] * shape[1],  # the ops of the chain per element, tanh counted once
     bytes_moved=lambda shape, dtype: (2 * shape[0] * shape[1] + shape[1]) * element_size(dtype),
     space={"BLOCK_M": [1, 2, 4, 8, 16], "BLOCK_N": [256, 512, 1024, 2048, 4096], "num_warps": [4, 8],
            "num_stages": [1]},
     constraints=_constraints,
-    baselines={"eager": lambda inputs: fused_gelu_eager(*inputs), "torch": _native,
-               "compile": compiled(fused_gelu_eager)},
+    baselines={"eager": lambda inputs: fused_gelu_ref(*inputs), "torch": _native,
+               "compile": compiled(fused_gelu_ref)},
 )

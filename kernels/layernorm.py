@@ -1,7 +1,7 @@
 """LayerNorm forward with weight and bias; statistics in fp32; mean and rstd stored for a backward pass.
 
 A row that fits in one block is read once (2·M·N elements moved in all). A longer row (up to 64K
-columns and beyond) is read twice: one pass for the sum and the sum of squares, one to normalize.
+columns and beyond) is read twice: one pass for the shifted sum and sum of squares, one to normalize.
 """
 from __future__ import annotations
 
@@ -35,17 +35,20 @@ def _layernorm_kernel(
         weight = tl.load(weight_ptr + cols, mask=mask).to(tl.float32)
         bias = tl.load(bias_ptr + cols, mask=mask).to(tl.float32)
         tl.store(out_row + cols, (centered * rstd * weight + bias).to(out_ptr.dtype.element_ty), mask=mask)
-    else:  # sum and sum of squares in fp32 over blocks, then a second read to normalize
+    else:  # sums over blocks, then a second read to normalize
+        # Sums of x - shift, shift = the row's first value: E[d^2] - E[d]^2 then cancels only as much as
+        # the spread around that value, not around 0 (plain sums lost the fp32 gate at mean 30, std 1).
+        shift = tl.load(x_row).to(tl.float32)
         total = tl.zeros([BLOCK_SIZE], dtype=tl.float32)
         total_sq = tl.zeros([BLOCK_SIZE], dtype=tl.float32)
         for start in range(0, n_cols, BLOCK_SIZE):
             mask = start + cols < n_cols
-            x = tl.load(x_row + start + cols, mask=mask, other=0.0).to(tl.float32)
-            total += x
-            total_sq += x * x
-        mean = tl.sum(total, axis=0) / n_cols
-        # E[x^2] - mean^2 cancels when |mean| >> std; fine for activations, clamped against rounding below 0.
-        variance = tl.maximum(tl.sum(total_sq, axis=0) / n_cols - mean * mean, 0.0)
+            d = tl.where(mask, tl.load(x_row + start + cols, mask=mask, other=0.0).to(tl.float32) - shift, 0.0)
+            total += d
+            total_sq += d * d
+        mean_shifted = tl.sum(total, axis=0) / n_cols
+        mean = shift + mean_shifted
+        variance = tl.maximum(tl.sum(total_sq, axis=0) / n_cols - mean_shifted * mean_shifted, 0.0)
         rstd = 1.0 / tl.sqrt(variance + eps)
         for start in range(0, n_cols, BLOCK_SIZE):
             mask = start + cols < n_cols

@@ -45,9 +45,9 @@ def _matmul_kernel(
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     ks = tl.arange(0, BLOCK_K)
     # Rows and columns past the edge wrap around (% M, % N): the loads stay unmasked in M and N and in
-    # bounds; the store below masks what they computed.
-    a_ptrs = a_ptr + (rows % M)[:, None] * stride_am + ks[None, :] * stride_ak
-    b_ptrs = b_ptr + ks[:, None] * stride_bk + (cols % N)[None, :] * stride_bn
+    # bounds; the store below masks what they computed. int64: M*K past 2**31 overflows int32.
+    a_ptrs = a_ptr + (rows % M).to(tl.int64)[:, None] * stride_am + ks[None, :] * stride_ak
+    b_ptrs = b_ptr + ks[:, None] * stride_bk + (cols % N).to(tl.int64)[None, :] * stride_bn
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k in range(0, tl.cdiv(K, BLOCK_K)):
         k_left = K - k * BLOCK_K

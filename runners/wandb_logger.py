@@ -39,9 +39,12 @@ def _init_run(conf: dict, sweep_id: str, job_type: str, name: str, config: Optio
 def _log_trials(queue, conf: dict, sweep_id: str) -> None:
     while (item := queue.get()) is not None:
         job_type, name, config, summary = item
-        run = _init_run(conf, sweep_id, job_type, name, config)
-        run.summary.update(summary)
-        run.finish()
+        try:
+            run = _init_run(conf, sweep_id, job_type, name, config)
+            run.summary.update(summary)
+            run.finish()
+        except Exception as error:  # one run lost to W&B; the row is in the store, the others go on
+            print(f"warning: W&B run {name!r} not written: {type(error).__name__}: {error}")
 
 
 class TrialLogger:
@@ -85,6 +88,9 @@ class TrialLogger:
             elif process.exitcode != 0:
                 print(f"warning: a W&B logging process exited with code {process.exitcode}; "
                       "results are safe in the store")
+        if any(process.exitcode != 0 for process in self._processes):
+            # Items no process will read: without this the queue's feeder thread blocks our exit.
+            self._queue.cancel_join_thread()
         self.seconds += time.perf_counter() - began
 
 

@@ -27,7 +27,8 @@ def _check(spec, shape, dtype_name, config, seed=0, check_baselines=True):
     bound = spec.accumulation_bound(*inputs) if spec.accumulation_bound else None
     assert compare_outputs(as_tuple(out), references, bound=bound) is None
     for name, baseline in spec.baselines.items() if check_baselines else ():
-        # torch.compile needs a GPU or a C++ toolchain, SDPA's cuDNN and flash backends a GPU.
+        # torch.compile is left to the GPU sweeps (it compiles for ~30 s a shape); SDPA's cuDNN and flash
+        # backends need a GPU.
         if name != "compile" and (DEVICE == "cuda" or name not in ("sdpa_cudnn", "sdpa_flash")):
             assert compare(baseline(inputs), references[0], normwise=True) is None, name
 
@@ -103,6 +104,17 @@ def test_matmul_prunes_configs_beyond_shared_memory():
     assert matmul.SPEC.constraints((4096, 4096, 4096), "float16", {**big, "BLOCK_K": 32, "num_stages": 3}) is None
 
 
+@pytest.mark.parametrize("block", [256, 1024])  # looped and single pass
+def test_layernorm_rows_with_a_large_mean(block):
+    spec = layernorm.SPEC
+    x, weight, bias = spec.make_inputs((12, 1000), torch.float32, 0, torch.device(DEVICE))
+    # Mean 30, std 1: plain fp32 sums of x and x^2 lost the fp32 gate here (4029 of 12000 elements).
+    x = x / 2 + 30.0
+    out = spec.output_like((x,))
+    spec.launch((x, weight, bias), out, {"BLOCK_SIZE": block, "num_warps": 4, "num_stages": 1})
+    assert compare_outputs(out, spec.reference(*upcast((x, weight, bias)))) is None
+
+
 def test_softmax_rows_sum_to_one_on_a_strided_input():
     x = torch.randn(12, 200, device=DEVICE)[:, :123]  # row stride 200, 123 columns
     y = softmax.softmax(x)
@@ -127,6 +139,11 @@ def test_constraints_prune_with_a_reason():
 def test_byte_models_count_each_input_once_and_each_output_once():
     assert vector_add.SPEC.bytes_moved((1000,), torch.float16) == 3 * 1000 * 2
     assert softmax.SPEC.bytes_moved((64, 100), torch.float32) == 2 * 64 * 100 * 4
+    assert fused_gelu.SPEC.bytes_moved((64, 100), torch.float16) == (2 * 64 * 100 + 100) * 2
+    assert layernorm.SPEC.bytes_moved((64, 100), torch.float16) == (2 * 64 * 100 + 2 * 100) * 2 + 2 * 64 * 4
+    assert matmul.BIAS_GELU.bytes_moved((64, 32, 16), torch.bfloat16) == (64 * 16 + 16 * 32 + 64 * 32 + 32) * 2
+    assert attention.CAUSAL_BIAS.bytes_moved((2, 3, 100, 64), torch.float16) == 4 * 2 * 3 * 100 * 64 * 2 + 199 * 2
+    assert attention.CAUSAL.flops((2, 3, 100, 64)) == attention.SPEC.flops((2, 3, 100, 64)) / 2
 
 
 @pytest.mark.gpu
