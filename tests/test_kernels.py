@@ -4,6 +4,7 @@ CPU: the Triton interpreter, fp16 and fp32. GPU (marked): bf16 too, and long row
 """
 import pytest
 import torch
+import triton
 
 from kernels import attention, fused_gelu, layernorm, matmul, softmax, softmax_online, vector_add
 from runners.check import TOLERANCES, as_tuple, compare, compare_outputs, upcast
@@ -96,6 +97,17 @@ def test_attention(spec, shape):  # fp16 only on the CPU: the interpreter's bf16
 def test_attention_bias_is_one_scalar_per_offset():
     bias = torch.arange(5, dtype=torch.float32)  # offsets -2..2 for seq 3
     assert attention.relative_bias_matrix(bias, 3).tolist() == [[2, 1, 0], [3, 2, 1], [4, 3, 2]]
+
+
+def test_matmul_int64_offset_path():
+    """The path taken past 2**31 elements, on a small shape (too large to build here)."""
+    a, b = matmul.SPEC.make_inputs((67, 45, 71), torch.float16, 0, torch.device(DEVICE))
+    out = torch.full((67, 45), float("nan"), dtype=torch.float16, device=DEVICE)
+    grid = (triton.cdiv(67, 32) * triton.cdiv(45, 32),)
+    matmul._matmul_kernel[grid](out, a, b, a, 67, 45, 71, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
+                                out.stride(0), out.stride(1), BLOCK_M=32, BLOCK_N=32, BLOCK_K=16, GROUP_M=4,
+                                HAS_BIAS=False, ACTIVATION=0, EXACT_FP32=False, INT64_OFFSETS=True)
+    assert compare(out, matmul.matmul_ref(a.double(), b.double()), bound=matmul.SPEC.accumulation_bound(a, b)) is None
 
 
 def test_matmul_prunes_configs_beyond_shared_memory():
