@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import statistics
 
-from runners.timing import CudaTimer, StopRule, summarize
+from runners.timing import StopRule, summarize
 from runners.trials import load_spec
 
 
@@ -17,7 +17,7 @@ def main(argv=None) -> None:
     import torch
     import triton.testing
 
-    from runners.device import sm_clock_reader
+    from runners.device import cuda_timer
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--kernel", default="softmax")
@@ -33,8 +33,7 @@ def main(argv=None) -> None:
     inputs = spec.make_inputs(tuple(args.shape), getattr(torch, args.dtype), 0, device)
     out = spec.output_like(inputs)
     run = lambda: spec.launch(inputs, out, config)
-    read_clock, max_clock, _ = sm_clock_reader(torch, 0)
-    timer = CudaTimer(device, StopRule(10, 0.25, 0.005, 2.0), 0.05, read_clock, max_clock)
+    timer = cuda_timer(0, StopRule(10, 0.25, 0.005, 2.0), 0.05)
 
     ours, theirs = [], []
     for _ in range(args.rounds):

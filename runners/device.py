@@ -56,6 +56,16 @@ def sm_clock_reader(torch, device_index: int) -> tuple[Callable[[], Optional[int
     return (lambda: None), None, None
 
 
+def cuda_timer(device_index: int, rule, warmup_s: float):
+    """A CudaTimer on the device, reading its SM clock through NVML."""
+    import torch
+
+    from runners.timing import CudaTimer
+
+    read_clock, max_clock, _ = sm_clock_reader(torch, device_index)
+    return CudaTimer(torch.device("cuda", device_index), rule, warmup_s, read_clock, max_clock)
+
+
 def describe(backend: str, device_index: int = 0) -> dict:
     """The environment columns every result row carries."""
     import torch

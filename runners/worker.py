@@ -94,7 +94,7 @@ def _worker_main(conn, backend: str, kernel_name: str, spec_path: Optional[str],
     import torch
 
     from runners import device as device_info
-    from runners.timing import CudaTimer, InterpreterTimer, StopRule
+    from runners.timing import InterpreterTimer, StopRule
     from runners.trials import load_spec
 
     spec = load_spec(kernel_name, spec_path)
@@ -105,8 +105,7 @@ def _worker_main(conn, backend: str, kernel_name: str, spec_path: Optional[str],
     else:
         device = torch.device("cuda", device_index)
         torch.cuda.set_device(device)
-        read_clock, max_clock, _ = device_info.sm_clock_reader(torch, device_index)
-        timer = CudaTimer(device, rule, timing["warmup_s"], read_clock, max_clock)
+        timer = device_info.cuda_timer(device_index, rule, timing["warmup_s"])
     conn.send(("ready", device_info.describe(backend, device_index)))
     while True:
         message = conn.recv()
