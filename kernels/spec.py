@@ -3,6 +3,9 @@
 A kernel module builds one `KernelSpec` named `SPEC`. The runner knows nothing else about it:
 
 - `make_inputs(shape, dtype, seed, device)` -> tuple of tensors: fresh seeded random data, never zeros.
+  It is also called with device "meta" (the compile pool builds binaries from shapes and dtypes alone);
+  `seeded_randn` handles that. A launcher that cannot run on meta tensors still works: its configs
+  are then compiled by the GPU worker instead of the pool.
 - `output_like(inputs)` -> an empty output tensor, or a tuple of them for a kernel with several outputs
   (layernorm: y, mean, rstd); the runner poisons each (NaN) before the check.
 - `launch(inputs, out, config)` writes the result into `out`; `config` holds the meta-parameters
@@ -62,7 +65,10 @@ def seeded_randn(shape: Shape, dtype: torch.dtype, seed: int, device: torch.devi
     """Standard-normal data drawn in float32 from a seeded generator, then cast.
 
     Never zeros: zeros hide unwritten outputs and wrong indexing, and can run faster than real data.
+    On the meta device (the compile pool: shapes and dtypes only) there is no data to draw.
     """
+    if torch.device(device).type == "meta":
+        return torch.empty(shape, dtype=dtype, device=device)
     generator = torch.Generator(device=device)
     generator.manual_seed(seed)
     return torch.randn(shape, generator=generator, device=device, dtype=torch.float32).to(dtype)

@@ -10,7 +10,8 @@ CONFIGS holds the configs that were ok at every measured (dtype, shape), so @tri
 never picks one that was not verified at a measured shape (softmax's BLOCK_SIZE must hold the row: a
 smaller block is faster and wrong). They rank best first by the geometric mean over those (dtype,
 shape)s of best_p50 / p50: 1.0 means it won everywhere. Ties keep measurement order. BEST_BY_SHAPE maps
-each measured (dtype, shape) to its winner, whether or not that config ran elsewhere.
+each measured (dtype, shape) to its winner (the chosen finalist where finalists were re-timed, see
+runners/finalists.py; else the lowest p50), whether or not that config ran elsewhere.
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from runners.finalists import winner
 from runners.store import ENV_KEY, ResultStore
 from runners.trials import TRITON_PROVIDER
 
@@ -82,7 +84,7 @@ def rank_configs(rows: pd.DataFrame) -> list[tuple[dict, float]]:
 
 
 def best_by_shape(rows: pd.DataFrame) -> list[dict]:
-    winners = rows.loc[rows.groupby(["dtype", "shape"])["p50_us"].idxmin()]
+    winners = rows.loc[[winner(group) for _, group in rows.groupby(["dtype", "shape"], sort=False)]]
     return [
         {"dtype": row["dtype"], "shape": list(_shape_of(row)), "config": _config_of(row),
          "p50_us": row["p50_us"], "gbps": row["gbps"], "tflops": row["tflops"], "pct_copy_bw": row["pct_copy_bw"]}

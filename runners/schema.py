@@ -21,6 +21,12 @@ class Backend(str, Enum):
     interpret = "interpret"  # the Triton interpreter on the CPU; timings never exported
 
 
+class SearchMethod(str, Enum):
+    grid = "grid"  # every config of the space
+    random = "random"  # a seeded random sample of the configs that pass the constraints
+    optuna = "optuna"  # Optuna's TPE sampler, ask-and-tell inside the job (runners/search.py says why)
+
+
 class LoggerMode(str, Enum):
     offline = "offline"  # no account, no network; `wandb sync` later
     online = "online"
@@ -60,17 +66,51 @@ class LoggerConf:
 
 
 @dataclass
+class SearchConf:
+    method: SearchMethod = SearchMethod.grid
+    budget_trials: Optional[int] = None  # configs measured per (shape, dtype); None: no limit
+    budget_s: Optional[float] = None  # stop handing out new trials after this many seconds; None: no limit
+    seed: int = 0  # random order / Optuna sampler seed (the inputs use the top-level seed)
+    batch: int = 8  # optuna: configs asked per round, compiled and timed in parallel
+
+
+@dataclass
+class CompileConf:
+    workers: Optional[int] = None  # compile processes; None: one per CPU core; 0: no pool (the GPU worker compiles)
+    timeout_s: float = 60.0  # per config; past it the compiler's whole process group is killed
+
+
+@dataclass
+class FinalistsConf:
+    # The top_k configs of each (shape, dtype) are re-timed round-robin on one GPU until this rule
+    # holds for each (at least min_rounds samples and min_time_s measured, then noise <= max_noise, or
+    # max_time_s); ties and the choice follow runners/finalists.py. top_k 0 or 1: no finalists.
+    top_k: int = 8
+    min_rounds: int = 20
+    min_time_s: float = 0.1
+    max_noise: float = 0.005
+    max_time_s: float = 3.0
+    tie_floor: float = 0.005  # differences below this share of the fastest p50 are ties
+
+
+@dataclass
 class SweepConf:
     kernel: KernelConf = field(default_factory=KernelConf)
     timing: TimingConf = field(default_factory=TimingConf)
     logger: LoggerConf = field(default_factory=LoggerConf)
+    search: SearchConf = field(default_factory=SearchConf)
+    compile: CompileConf = field(default_factory=CompileConf)
+    finalists: FinalistsConf = field(default_factory=FinalistsConf)
     backend: Backend = Backend.cuda
+    # Trial workers: None = one per visible GPU (CUDA_VISIBLE_DEVICES) of the first GPU's model;
+    # with backend=interpret, the number of interpreter processes (None = 1).
+    gpu_workers: Optional[int] = None
     seed: int = 0
     force: bool = False  # measure again trials the store already holds for this GPU and versions
     sweep_id: Optional[str] = None  # None: the Hydra run/sweep directory's name
     store: str = "outputs/results.sqlite"
     export_dir: str = "outputs/exports"
-    trial_timeout_s: float = 300.0  # wall clock for one trial (compile, check, timing) in the worker
+    trial_timeout_s: float = 300.0  # wall clock for one trial (load or compile, check, timing) in a worker
 
 
 def register_configs() -> None:

@@ -27,6 +27,9 @@ COLUMNS = [
     ("kernel", "TEXT NOT NULL"), ("provider", "TEXT NOT NULL"),
     ("shape", "TEXT NOT NULL"), ("dtype", "TEXT NOT NULL"), ("config", "TEXT NOT NULL"),
     ("status", "TEXT NOT NULL"), ("message", "TEXT"), ("stop_reason", "TEXT"),
+    # screen: the trial's own measurement; final: re-timed among the finalists (rank, tie, chosen).
+    ("phase", "TEXT"), ("rank", "INTEGER"), ("tie", "INTEGER"), ("chosen", "INTEGER"),
+    ("compile_s", "REAL"), ("first_call_s", "REAL"),
     ("p20_us", "REAL"), ("p50_us", "REAL"), ("p80_us", "REAL"), ("min_us", "REAL"), ("mean_us", "REAL"),
     ("noise", "REAL"), ("n_samples", "INTEGER"), ("samples_us", "BLOB"),
     ("gbps", "REAL"), ("tflops", "REAL"), ("pct_copy_bw", "REAL"), ("pct_matmul", "REAL"),
@@ -66,6 +69,14 @@ class ResultStore:
         self._db.execute("PRAGMA synchronous=FULL")  # the commit is on disk before append() returns
         self._db.execute("PRAGMA busy_timeout=60000")
         self._db.executescript(_SCHEMA)
+        self._add_new_columns()
+
+    def _add_new_columns(self) -> None:
+        """A store written by an older version gains the columns added since (left NULL there)."""
+        present = {row[1] for row in self._db.execute("PRAGMA table_info(trials)")}
+        for name, sql_type in COLUMNS:
+            if name not in present:
+                self._db.execute(f"ALTER TABLE trials ADD COLUMN {name} {sql_type.replace(' NOT NULL', '')}")
 
     def close(self) -> None:
         self._db.close()
@@ -96,6 +107,16 @@ class ResultStore:
         )
         return dict(rows.fetchall())
 
+    def outcomes(self, row_ids: Iterable[int]) -> dict[int, dict]:
+        """row id -> its status and p50 (what a search learns from a trial reused from the store)."""
+        ids = list(row_ids)
+        found = {}
+        for start in range(0, len(ids), 500):  # SQLite limits the number of parameters
+            chunk = ids[start:start + 500]
+            rows = self._db.execute(f"SELECT id, status, p50_us FROM trials WHERE id IN ({', '.join('?' for _ in chunk)})", chunk)
+            found.update({i: {"status": status, "p50_us": p50} for i, status, p50 in rows})
+        return found
+
     def load(self, sweep_id: Optional[str] = None, kernel: Optional[str] = None) -> pd.DataFrame:
         """All rows (or a sweep's rows) as a DataFrame; samples_us decoded to float32 arrays."""
         query = "SELECT trials.* FROM trials"
@@ -111,7 +132,8 @@ class ResultStore:
             query += " WHERE " + " AND ".join(clauses)
         frame = pd.read_sql_query(query + " ORDER BY trials.id", self._db, params=params)
         frame["samples_us"] = [None if b is None else np.frombuffer(b, dtype=np.float32) for b in frame["samples_us"]]
-        frame["throttled"] = frame["throttled"].map(lambda v: None if pd.isna(v) else bool(v))
+        for name in ("throttled", "tie", "chosen"):
+            frame[name] = frame[name].map(lambda v: None if pd.isna(v) else bool(v))
         return frame
 
     def peaks(self, env: dict) -> Optional[dict]:
@@ -147,7 +169,7 @@ def _encode(name: str, value):
         return json.dumps(list(value) if name == "shape" else dict(value))
     if name == "samples_us":
         return np.asarray(value, dtype=np.float32).tobytes()
-    if name == "throttled":
+    if name in ("throttled", "tie", "chosen"):
         return int(bool(value))
     return value
 

@@ -1,9 +1,12 @@
 """Sweep a Triton kernel's configs: `python -m runners.sweep [overrides]` (add -m for a Hydra multirun).
 
 One job: compose and validate the config (no launch before this passes) -> plan trials (prune with
-reasons) -> skip trials the store already holds -> start the trial worker -> for each trial: correctness
-gate, timing, append to the store, queue a W&B run -> at the end (of the job, or of the whole multirun
-through SweepEndCallback): parquet file, results table, triton.Config export, W&B summary run.
+reasons) -> search picks the configs to run (grid, random, optuna; budgets) -> skip trials the store
+already holds -> trial workers (one per GPU) and the compile pool start together -> each trial:
+compile in the pool, then on a free GPU worker the correctness gate and timing, append to the store,
+queue a W&B run -> the top configs of each (shape, dtype) re-timed round-robin (finalists) -> at the
+end (of the job, or of the whole multirun through SweepEndCallback): parquet file, results table,
+triton.Config export, W&B summary run.
 """
 from __future__ import annotations
 
@@ -23,7 +26,13 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from runners.trials import ConfigError, Trial, kernel_source_hash, load_spec, plan_trials
+from runners import compile_pool
+from runners.finalists import decide
+from runners.process import WorkerLost
+from runners.scheduler import Scheduler, WorkerStartError
+from runners.search import Search
+from runners.trials import TRITON_PROVIDER, ConfigError, Trial, kernel_source_hash, load_spec, plan_trials
+from runners.worker import trial_worker
 
 
 NO_GPU_MESSAGE = (
@@ -60,19 +69,36 @@ def sweep_id_of(cfg: DictConfig) -> str:
 
 def validate(cfg: DictConfig):
     """Everything that can be wrong with the input and that the schema does not catch at composition,
-    checked before any launch. Returns (spec, trials)."""
+    checked before any launch. Returns (spec, trials, search, number of trial workers, compile workers)."""
     if cfg.timing.min_samples < 2 or cfg.timing.max_noise <= 0 or cfg.timing.max_time_s <= 0:
         raise ConfigError("timing: min_samples must be >= 2, max_noise and max_time_s > 0")
+    final = cfg.finalists
+    if final.top_k < 0 or final.min_rounds < 2 or final.max_noise <= 0 or final.max_time_s <= 0 or final.tie_floor < 0:
+        raise ConfigError("finalists: top_k must be >= 0, min_rounds >= 2, max_noise and max_time_s > 0, tie_floor >= 0")
+    if cfg.compile.timeout_s <= 0 or (cfg.compile.workers is not None and cfg.compile.workers < 0):
+        raise ConfigError("compile: workers must be >= 0 (or null: one per CPU core) and timeout_s > 0")
+    if cfg.search.budget_s is not None and cfg.search.budget_s <= 0:
+        raise ConfigError(f"search.budget_s: {cfg.search.budget_s} must be > 0 (or null: no limit)")
     if cfg.backend == "interpret":
         os.environ["TRITON_INTERPRET"] = "1"  # before any kernel module is imported
     spec = load_spec(cfg.kernel.name, cfg.kernel.spec)
     trials = plan_trials(spec, OmegaConf.to_container(cfg.kernel, resolve=True), cfg.backend.value)
+    search = Search(cfg.search.method.value, trials, cfg.search.budget_trials, cfg.search.seed, cfg.search.batch)
+    available = 1
     if cfg.backend == "cuda":
         import torch
 
         if not torch.cuda.is_available():
             raise ConfigError(NO_GPU_MESSAGE)
-    return spec, trials
+        available = torch.cuda.device_count()  # the GPUs CUDA_VISIBLE_DEVICES leaves visible
+    workers = cfg.gpu_workers if cfg.gpu_workers is not None else available
+    if workers < 1 or (cfg.backend == "cuda" and workers > available):
+        raise ConfigError(f"gpu_workers: {workers} must be between 1 and the {available} visible GPU(s)")
+    to_compile = sum(1 for t in trials if t.provider == TRITON_PROVIDER and not t.pruned_reason)
+    compilers = 0
+    if cfg.backend == "cuda":  # the interpreter has nothing to compile
+        compilers = min((os.cpu_count() or 1) if cfg.compile.workers is None else cfg.compile.workers, to_compile)
+    return spec, trials, search, workers, compilers
 
 
 def _is_throttled(result: dict, max_clock: Optional[int], ratio: float) -> Optional[bool]:
@@ -86,7 +112,7 @@ def _wandb_config(trial: Trial, spec, row: dict, timing: dict) -> dict:
     """The trial's resolved config as W&B shows it: flat keys for parallel-coordinates panels."""
     return {
         "kernel": trial.kernel, "provider": trial.provider, "dtype": trial.dtype, "shape": list(trial.shape),
-        **dict(zip(spec.dims, trial.shape)), **trial.config,
+        **dict(zip(spec.dims, trial.shape)), **trial.config, "phase": row["phase"],
         "seed": row["seed"], "backend": row["backend"], "gpu_name": row["gpu_name"],
         "driver_version": row["driver_version"], "torch_version": row["torch_version"],
         "triton_version": row["triton_version"], "kernel_hash": row["kernel_hash"],
@@ -95,7 +121,31 @@ def _wandb_config(trial: Trial, spec, row: dict, timing: dict) -> dict:
 
 
 SUMMARY_KEYS = ("status", "message", "stop_reason", "p20_us", "p50_us", "p80_us", "min_us", "noise",
-                "n_samples", "gbps", "tflops", "pct_copy_bw", "pct_matmul", "throttled")
+                "n_samples", "gbps", "tflops", "pct_copy_bw", "pct_matmul", "throttled", "rank", "tie", "chosen",
+                "compile_s", "first_call_s")
+ENV_COLUMNS = ("backend", "gpu_name", "driver_version", "cuda_version", "torch_version", "triton_version",
+               "python_version", "sm_count", "l2_bytes", "host", "sm_clock_max_mhz")
+
+
+def _start_workers(cfg: DictConfig, workers: int, compilers: int, timing: dict):
+    """Spawn the trial workers and the compile pool at once (each imports torch and triton); wait for
+    the trial workers and keep those of the first GPU's model."""
+    gpu = [trial_worker(cfg.backend.value, cfg.kernel.name, cfg.kernel.spec, timing, cfg.seed, i) for i in range(workers)]
+    pool = compile_pool.compile_workers(compilers, cfg.kernel.name, cfg.kernel.spec)
+    for worker in gpu + pool:
+        worker.start()
+    try:
+        models = [worker.wait_ready()["gpu_name"] for worker in gpu]
+    except WorkerLost as lost:
+        raise WorkerStartError(f"a trial worker could not start: {lost}") from None
+    others = [w for w, model in zip(gpu, models) if model != models[0]]
+    if others:  # one result set never mixes GPU models
+        print(f"note: using the {len(gpu) - len(others)} {models[0]} GPU(s) only; not "
+              + ", ".join(f"{w.name} ({w.info['gpu_name']})" for w in others))
+        for worker in others:
+            worker.stop()
+        gpu = [w for w in gpu if w not in others]
+    return gpu, pool
 
 
 def run_job(cfg: DictConfig, sweep_id: str, output_dir: Path, finish: bool) -> dict:
@@ -104,62 +154,84 @@ def run_job(cfg: DictConfig, sweep_id: str, output_dir: Path, finish: bool) -> d
 
     from runners.store import ResultStore
     from runners.wandb_logger import TrialLogger
-    from runners.worker import TrialWorker
 
     began = time.perf_counter()
-    spec, trials = validate(cfg)
+    spec, trials, search, workers, compilers = validate(cfg)
     timing = OmegaConf.to_container(cfg.timing, resolve=True)
     store = ResultStore(cfg.store)
-    worker = TrialWorker(cfg.backend.value, cfg.kernel.name, cfg.kernel.spec, timing)
-    logger = None
+    logger = progress = None
+    gpu, pool = [], []
     statuses: dict[str, int] = {}
+    measured_groups: set = set()  # (shape, dtype) where this job measured a config of the kernel
+    reused_ids: list[int] = []
     try:
-        print(f"sweep {sweep_id}: {spec.name}, {len(trials)} trials planned; starting the {cfg.backend.value} worker")
-        env = dict(worker.start(), kernel_hash=kernel_source_hash(spec))
+        print(f"sweep {sweep_id}: {spec.name}, {len(trials)} trials planned ({cfg.search.method.value} search); "
+              f"starting {workers} {cfg.backend.value} worker(s) and {compilers} compile worker(s)")
+        gpu, pool = _start_workers(cfg, workers, compilers, timing)
+        env = dict(gpu[0].info, kernel_hash=kernel_source_hash(spec))
         peaks = {}
         if cfg.backend == "cuda":
             peaks = store.peaks(env)
             if peaks is None:
                 print(f"measuring the ceilings of {env['gpu_name']} (copy bandwidth, cuBLAS matmul); cached in {cfg.store}")
-                peaks = worker.request(("peaks",), cfg.trial_timeout_s, "measuring peaks")
+                peaks = gpu[0].request(("peaks",), cfg.trial_timeout_s, "measuring peaks")
                 store.save_peaks(env, peaks, _now())
         done = {} if cfg.force else store.measured(env)
-        reused = [done[t.key] for t in trials if t.key in done]
-        store.adopt(reused, sweep_id)
-        todo = [t for t in trials if t.key not in done]
-        print(f"{len(reused)} trials already in the store for this GPU and versions (force=true re-measures), "
-              f"{len(todo)} to run on {env['gpu_name']}")
-
         logger = TrialLogger(OmegaConf.to_container(cfg.logger, resolve=True, enum_to_str=True), sweep_id)
-        base = {"sweep_id": sweep_id, "seed": cfg.seed, "git_sha": git_sha(),
-                **{k: env[k] for k in ("backend", "gpu_name", "driver_version", "cuda_version", "torch_version",
-                                       "triton_version", "python_version", "sm_count", "l2_bytes", "host",
-                                       "kernel_hash", "sm_clock_max_mhz")}}
-        progress = tqdm(todo, unit="trial", desc=spec.name, dynamic_ncols=True, mininterval=1.0)
-        for trial in progress:
-            if trial.pruned_reason:
-                result = {"status": "pruned", "message": trial.pruned_reason}
-            else:
-                result = worker.run_trial(trial, cfg.seed, peaks, cfg.trial_timeout_s)
-            row = {**base, "trial_key": trial.key, "kernel": trial.kernel, "provider": trial.provider,
-                   "shape": trial.shape, "dtype": trial.dtype, "config": trial.config, **result,
-                   "throttled": _is_throttled(result, env["sm_clock_max_mhz"], cfg.timing.throttle_ratio),
+        common = {"sweep_id": sweep_id, "seed": cfg.seed, "git_sha": git_sha(), "kernel_hash": env["kernel_hash"]}
+        progress = tqdm(total=0, unit="trial", desc=spec.name, dynamic_ncols=True, mininterval=1.0)
+
+        def record(worker, trial: Trial, result: dict, phase: str = "screen") -> None:
+            info = (worker.info if worker is not None and worker.info else None) or env
+            row = {**common, **{k: info[k] for k in ENV_COLUMNS}, "trial_key": trial.key, "kernel": trial.kernel,
+                   "provider": trial.provider, "shape": trial.shape, "dtype": trial.dtype, "config": trial.config,
+                   "phase": phase, **result,
+                   "throttled": _is_throttled(result, info["sm_clock_max_mhz"], cfg.timing.throttle_ratio),
                    "timestamp": _now()}
             store.append(row)
             statuses[row["status"]] = statuses.get(row["status"], 0) + 1
             if row["status"] != "pruned":
-                logger.log(trial.kernel, trial.label, _wandb_config(trial, spec, row, timing),
-                           {k: row.get(k) for k in SUMMARY_KEYS})
-            progress.set_postfix_str(f"{row['status']} {row.get('p50_us') or 0:.1f}us", refresh=False)
+                label = trial.label + (" (finalist)" if phase == "final" else "")
+                logger.log(trial.kernel, label, _wandb_config(trial, spec, row, timing), {k: row.get(k) for k in SUMMARY_KEYS})
+            if phase == "screen":
+                search.tell(trial, result)
+                if row["status"] == "ok" and trial.provider == TRITON_PROVIDER:
+                    measured_groups.add((trial.shape, trial.dtype))
+                progress.update()
+                progress.set_postfix_str(f"{row['status']} {row.get('p50_us') or 0:.1f}us", refresh=False)
+
+        scheduler = Scheduler(gpu, pool, record, peaks, cfg.trial_timeout_s, cfg.compile.timeout_s,
+                              env["compile_target"], env["max_shared_bytes"])
+        budget_s = cfg.search.budget_s
+        deadline = time.monotonic() + budget_s if budget_s else float("inf")
+        while time.monotonic() < deadline and (batch := search.next_batch()):
+            reused = [t for t in batch if t.key in done]
+            outcomes = store.outcomes(done[t.key] for t in reused)
+            for trial in reused:
+                search.tell(trial, outcomes[done[trial.key]])
+            reused_ids += [done[t.key] for t in reused]
+            todo = [t for t in batch if t.key not in done]
+            progress.total += len(todo)
+            progress.refresh()
+            scheduler.run(todo, deadline)
         progress.close()
+        store.adopt(reused_ids, sweep_id)
+        print(f"{len(reused_ids)} trials reused from the store for this GPU and versions (force=true re-measures)"
+              + (f"; search budget of {budget_s:g} s reached, {scheduler.not_run} trials not run" if scheduler.not_run else ""))
+        finalist_groups = _run_finalists(cfg, store, sweep_id, scheduler, record, trials, measured_groups)
     finally:
-        worker.stop()
+        if progress is not None:
+            progress.close()
+        for worker in gpu + pool:
+            worker.stop()
         if logger is not None:
             logger.close()
         store.close()
 
-    summary = {"sweep_id": sweep_id, "kernel": spec.name, "planned": len(trials), "reused": len(reused),
-               "statuses": statuses, "worker_restarts": worker.restarts, "wandb_runs": logger.runs,
+    summary = {"sweep_id": sweep_id, "kernel": spec.name, "planned": len(trials), "reused": len(reused_ids),
+               "statuses": statuses, "not_run": scheduler.not_run, "finalist_groups": finalist_groups,
+               "gpu_workers": len(gpu), "compile_workers": len(pool),
+               "worker_restarts": sum(w.starts - 1 for w in gpu), "wandb_runs": logger.runs,
                "wandb_seconds": logger.seconds}
     if finish:
         summary.update(finish_sweep(cfg, sweep_id, output_dir))
@@ -169,6 +241,44 @@ def run_job(cfg: DictConfig, sweep_id: str, output_dir: Path, finish: bool) -> d
     print(f"wall time {summary['wall_seconds']:.1f} s; W&B logging {logging_seconds:.2f} s of it ({share:.1f}%)")
     (output_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     return summary
+
+
+def _run_finalists(cfg, store, sweep_id: str, scheduler: Scheduler, record, trials: list[Trial], measured_groups: set) -> int:
+    """Re-time the top_k configs of every (shape, dtype) this job measured; returns how many groups."""
+    top_k = cfg.finalists.top_k
+    if top_k < 2 or not measured_groups:
+        return 0
+    by_key = {t.key: t for t in trials}
+    frame = store.load(sweep_id=sweep_id, kernel=trials[0].kernel)
+    ok = frame[(frame["provider"] == TRITON_PROVIDER) & (frame["status"] == "ok")]
+    ok = ok.sort_values("id").groupby("trial_key").tail(1)  # a trial's newest row
+    groups = []
+    for _, rows in ok.groupby(["shape", "dtype"], sort=False):
+        finalists = [by_key[k] for k in rows.nsmallest(top_k, "p50_us")["trial_key"] if k in by_key]
+        if len(finalists) >= 2 and (finalists[0].shape, finalists[0].dtype) in measured_groups:
+            groups.append(finalists)
+    if not groups:
+        return 0
+    final = cfg.finalists
+    rule = {"min_samples": final.min_rounds, "min_time_s": final.min_time_s, "max_noise": final.max_noise,
+            "max_time_s": final.max_time_s}
+    print(f"re-timing the top {top_k} of {len(groups)} (shape, dtype) group(s) round-robin")
+
+    def on_result(worker, finalists: list[Trial], results: list[dict]) -> None:
+        where = f"{finalists[0].kernel} {list(finalists[0].shape)} {finalists[0].dtype}"
+        if len(results) != len(finalists):
+            print(f"warning: finalists of {where} failed ({results[0]['status']}: {results[0]['message']}); "
+                  "the screening results stand")
+            return
+        decisions = decide([t.config for t in finalists], [r["samples_us"] for r in results], final.tie_floor)
+        for trial, result, decision in zip(finalists, results, decisions):
+            record(worker, trial, {**result, **decision}, phase="final")
+        chosen = next(t for t, d in zip(finalists, decisions) if d["chosen"])
+        tied = sum(d["tie"] for d in decisions)
+        print(f"finalists {where}: chosen {chosen.config} ({tied} of {len(finalists)} tied with the fastest)")
+
+    scheduler.run_finalists(groups, rule, on_result)
+    return len(groups)
 
 
 def finish_sweep(cfg: DictConfig, sweep_id: str, output_dir: Path) -> dict:

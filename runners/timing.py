@@ -115,33 +115,59 @@ class CudaTimer:
 
     def measure(self, fn: Callable[[], object], rule: Optional[StopRule] = None) -> Measurement:
         """Time fn until `rule` (default: the timer's own) says stop."""
+        return self.measure_interleaved([fn], rule)[0]
+
+    def measure_interleaved(self, fns: Sequence[Callable[[], object]], rule: Optional[StopRule] = None) -> list[Measurement]:
+        """Time several functions round-robin (finalists), one sample of each per round, until `rule`
+        holds for every one of them. Interleaving exposes all of them to the same clocks, temperature
+        and neighbours; the order rotates every round so that none always runs first after the hold."""
         torch = self._torch
         rule = rule or self.rule
-        _warm_up(fn, torch.cuda.synchronize, self.warmup_s)
-        batch = max(rule.min_samples, 1)
-        starts = [torch.cuda.Event(enable_timing=True) for _ in range(batch)]
-        ends = [torch.cuda.Event(enable_timing=True) for _ in range(batch)]
-        samples: list[float] = []
-        host_seconds = self.HOST_SECONDS_PER_SAMPLE * batch
+        for fn in fns:
+            _warm_up(fn, torch.cuda.synchronize, self.warmup_s)
+        rounds = max(rule.min_samples, 1)
+        events = [[(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in fns]
+                  for _ in range(rounds)]
+        samples: list[list[float]] = [[] for _ in fns]
+        host_seconds = self.HOST_SECONDS_PER_SAMPLE * rounds * len(fns)
         clock_start = self.read_sm_clock()
         began = time.perf_counter()
+        round_index = 0
         while True:
             # Hold the GPU while the host enqueues the batch. Without this the host (~40 us a sample)
             # falls behind a short kernel, the GPU drains its queue, and a start event fires before its
             # kernel has arrived: seen on an H200 as 20-90% noise on 20 us softmax samples.
             torch.cuda._sleep(int(1.25 * host_seconds * self.clock_hz))
             enqueue_began = time.perf_counter()
-            for start, end in zip(starts, ends):
-                self.flush_buffer.zero_()  # outside the window: evicts the inputs from L2
-                start.record()
-                fn()
-                end.record()
+            for pairs in events:
+                for index in _rotated(len(fns), round_index):
+                    start, end = pairs[index]
+                    self.flush_buffer.zero_()  # outside the window: evicts the inputs from L2
+                    start.record()
+                    fns[index]()
+                    end.record()
+                round_index += 1
+            last_end = end
             host_seconds = time.perf_counter() - enqueue_began
-            ends[-1].synchronize()
-            samples.extend(start.elapsed_time(end) * 1e-3 for start, end in zip(starts, ends))
-            reason = rule.check(samples, time.perf_counter() - began)
-            if reason:
-                return Measurement(samples, reason, clock_start, self.read_sm_clock())
+            last_end.synchronize()
+            for pairs in events:
+                for index, (start, end) in enumerate(pairs):
+                    samples[index].append(start.elapsed_time(end) * 1e-3)
+            reasons = _stop_reasons(rule, samples, time.perf_counter() - began)
+            if reasons:
+                clock_end = self.read_sm_clock()
+                return [Measurement(s, r, clock_start, clock_end) for s, r in zip(samples, reasons)]
+
+
+def _rotated(count: int, round_index: int) -> list[int]:
+    first = round_index % count
+    return list(range(first, count)) + list(range(first))
+
+
+def _stop_reasons(rule: StopRule, samples: list[list[float]], elapsed_s: float) -> Optional[list[str]]:
+    """Each function's stop reason once the rule holds for all of them, else None."""
+    reasons = [rule.check(s, elapsed_s) for s in samples]
+    return None if None in reasons else reasons
 
 
 class InterpreterTimer:
@@ -151,14 +177,22 @@ class InterpreterTimer:
         self.rule = rule
         self.warmup_s = warmup_s
 
-    def measure(self, fn: Callable[[], object]) -> Measurement:
-        _warm_up(fn, lambda: None, self.warmup_s)
-        samples: list[float] = []
+    def measure(self, fn: Callable[[], object], rule: Optional[StopRule] = None) -> Measurement:
+        return self.measure_interleaved([fn], rule)[0]
+
+    def measure_interleaved(self, fns: Sequence[Callable[[], object]], rule: Optional[StopRule] = None) -> list[Measurement]:
+        rule = rule or self.rule
+        for fn in fns:
+            _warm_up(fn, lambda: None, self.warmup_s)
+        samples: list[list[float]] = [[] for _ in fns]
         began = time.perf_counter()
+        round_index = 0
         while True:
-            start = time.perf_counter()
-            fn()
-            samples.append(time.perf_counter() - start)
-            reason = self.rule.check(samples, time.perf_counter() - began)
-            if reason:
-                return Measurement(samples, reason)
+            for index in _rotated(len(fns), round_index):
+                start = time.perf_counter()
+                fns[index]()
+                samples[index].append(time.perf_counter() - start)
+            round_index += 1
+            reasons = _stop_reasons(rule, samples, time.perf_counter() - began)
+            if reasons:
+                return [Measurement(s, r) for s, r in zip(samples, reasons)]

@@ -1,21 +1,19 @@
-"""The trial worker: one process that owns the GPU (or the interpreter) and runs trials one at a time.
+"""The trial worker: one process per GPU (or one interpreter process) that runs trials one at a time.
 
-The sweep process never touches CUDA. It sends each trial to the worker and waits at most the trial's
-timeout; a worker that hangs is killed (`timeout`), one that dies or hits a sticky CUDA error
-(illegal address, launch failure) is replaced (`crashed`), and the sweep goes on with a fresh worker.
+The sweep process never touches CUDA. It sends each trial to a worker and waits at most the trial's
+timeout (runners/process.py); a worker that hangs is killed (`timeout`), one that dies or hits a sticky
+CUDA error (illegal address, launch failure) is replaced (`crashed`), and the sweep goes on with a
+fresh worker.
 """
 from __future__ import annotations
 
 import hashlib
-import multiprocessing
-import os
-import traceback
+import time
 from typing import Optional
 
 from runners import check
+from runners.process import WorkerProcess
 from runners.trials import TRITON_PROVIDER, Trial
-
-READY_TIMEOUT_S = 600  # imports, CUDA context and the L2 flush buffer; generous for a cold file cache
 
 
 def input_seed(seed: int, trial: Trial) -> int:
@@ -24,23 +22,50 @@ def input_seed(seed: int, trial: Trial) -> int:
     return int.from_bytes(hashlib.sha256(payload).digest()[:4], "little")
 
 
-def run_trial(spec, trial: Trial, seed: int, timer, device, peaks: dict) -> dict:
+class ShapeCache:
+    """Inputs, float64 references and accumulation bound of the last (shape, dtype) seen.
+
+    Every config of a shape is checked on the same inputs, so they are made and the reference computed
+    once per shape, not once per trial (a float64 reference of a 4096^3 matmul or of seq-16K attention
+    costs far more than the trial it checks). One entry only: the scheduler sends a worker the trials
+    of one shape in a row, and a second entry could double the memory of the largest shapes.
+    Kernels and baselines must not write to their inputs; one that does fails the gate of later configs.
+    """
+
+    def __init__(self, spec, seed: int, device):
+        self.spec, self.seed, self.device = spec, seed, device
+        self.key = None
+        self.inputs = self.references = self.bound = None
+        self._bound_done = False
+
+    def get(self, trial: Trial, with_bound: bool):
+        import torch
+
+        key = (trial.shape, trial.dtype)
+        if key != self.key:
+            self.key = None
+            self.inputs = self.references = self.bound = None  # free the old shape before making the new one
+            dtype = getattr(torch, trial.dtype)
+            self.inputs = self.spec.make_inputs(trial.shape, dtype, input_seed(self.seed, trial), self.device)
+            self.references = check.as_tuple(self.spec.reference(*check.upcast(self.inputs)))
+            self._bound_done = False
+            self.key = key
+        if with_bound and not self._bound_done and self.spec.accumulation_bound:
+            self.bound = self.spec.accumulation_bound(*self.inputs)
+            self._bound_done = True
+        return self.inputs, self.references, (self.bound if with_bound else None)
+
+
+def run_trial(spec, trial: Trial, cache: ShapeCache, timer, device, peaks: dict) -> dict:
     """Gate then time one trial; every outcome is a row fragment with a status, never an exception."""
     import torch
 
-    from runners.timing import summarize
-
     first_launch_done = False
     try:
-        dtype = getattr(torch, trial.dtype)
-        inputs = spec.make_inputs(trial.shape, dtype, input_seed(seed, trial), device)
-        exact_inputs = check.upcast(inputs)
-        references = check.as_tuple(spec.reference(*exact_inputs))
-        bound = None  # baselines are checked normwise, without it
+        inputs, references, bound = cache.get(trial, with_bound=trial.provider == TRITON_PROVIDER)
         normwise = False
+        began = time.perf_counter()
         if trial.provider == TRITON_PROVIDER:
-            if spec.accumulation_bound:
-                bound = spec.accumulation_bound(*inputs)
             out = spec.output_like(inputs)
             for tensor in check.as_tuple(out):
                 tensor.fill_(float("nan"))  # poison: an element the kernel never writes stays NaN
@@ -54,20 +79,46 @@ def run_trial(spec, trial: Trial, seed: int, timer, device, peaks: dict) -> dict
             normwise = True  # the user's code: rounding after every op (runners/check.py)
         if device.type == "cuda":
             torch.cuda.synchronize(device)
+        first_call_s = time.perf_counter() - began  # load (and compile, unless the pool did) + one run
         first_launch_done = True
         problem = check.compare_outputs(check.as_tuple(out), references, normwise, bound)
-        del references, bound
         if problem:
-            return {"status": check.STATUS_INCORRECT, "message": problem}
+            return {"status": check.STATUS_INCORRECT, "message": problem, "first_call_s": first_call_s}
         measurement = timer.measure(run)
     except Exception as error:  # classified and recorded: a failing trial never stops the sweep
-        status = check.classify(error, first_launch_done)
-        return {"status": status, "message": f"{type(error).__name__}: {error}"[:4000],
-                "sticky": check.is_sticky_cuda_error(error)}
+        return _failure(error, first_launch_done)
+    return {**measured_fields(spec, trial, measurement, peaks), "first_call_s": first_call_s}
+
+
+def run_finalists(spec, trials: list[Trial], cache: ShapeCache, timer, peaks: dict, rule) -> list[dict]:
+    """Re-time configs of one (shape, dtype) that already passed the gate, interleaved round-robin
+    with the L2 flush before every call; one row fragment per trial (or one failure for all)."""
+    try:
+        inputs, _, _ = cache.get(trials[0], with_bound=False)
+        runs = []
+        for trial in trials:
+            out = spec.output_like(inputs)
+            runs.append(lambda out=out, config=trial.config: spec.launch(inputs, out, config))
+        measurements = timer.measure_interleaved(runs, rule)
+    except Exception as error:
+        return [_failure(error, first_launch_done=True)]
+    return [measured_fields(spec, trial, m, peaks) for trial, m in zip(trials, measurements)]
+
+
+def _failure(error: Exception, first_launch_done: bool) -> dict:
+    return {"status": check.classify(error, first_launch_done), "message": f"{type(error).__name__}: {error}"[:4000],
+            "sticky": check.is_sticky_cuda_error(error)}
+
+
+def measured_fields(spec, trial: Trial, measurement, peaks: dict) -> dict:
+    """Statistics, throughput from the kernel's FLOP and byte models, and % of the measured ceilings."""
+    import torch
+
+    from runners.timing import summarize
 
     stats = summarize(measurement.samples_s)
     p50_s = stats["p50_us"] * 1e-6
-    gbps = spec.bytes_moved(trial.shape, dtype) / p50_s / 1e9
+    gbps = spec.bytes_moved(trial.shape, getattr(torch, trial.dtype)) / p50_s / 1e9
     tflops = spec.flops(trial.shape) / p50_s / 1e12
     copy_gbps = peaks.get("copy_gbps")
     matmul_tflops = peaks.get(f"matmul_tflops_{trial.dtype}")
@@ -86,11 +137,8 @@ def run_trial(spec, trial: Trial, seed: int, timer, device, peaks: dict) -> dict
     }
 
 
-def _worker_main(conn, backend: str, kernel_name: str, spec_path: Optional[str], timing: dict, device_index: int):
-    if backend == "interpret":
-        os.environ["TRITON_INTERPRET"] = "1"  # before triton decorates any kernel
-    else:  # a TRITON_INTERPRET=1 left in the shell (or by an interpret job) would time the interpreter
-        os.environ.pop("TRITON_INTERPRET", None)
+def _worker_main(conn, backend: str, kernel_name: str, spec_path: Optional[str], timing: dict, seed: int,
+                 device_index: int):
     import torch
 
     from runners import device as device_info
@@ -106,101 +154,34 @@ def _worker_main(conn, backend: str, kernel_name: str, spec_path: Optional[str],
         device = torch.device("cuda", device_index)
         torch.cuda.set_device(device)
         timer = device_info.cuda_timer(device_index, rule, timing["warmup_s"])
+    cache = ShapeCache(spec, seed, device)
     conn.send(("ready", device_info.describe(backend, device_index)))
     while True:
         message = conn.recv()
         if message is None:
             return
-        if message[0] == "peaks":
+        kind, payload = message[0], message[1:]
+        if kind == "peaks":
             conn.send(("peaks", device_info.measure_peaks(timer, device)))
-        elif message[0] == "trial":
-            _, trial, seed, peaks = message
-            result = run_trial(spec, trial, seed, timer, device, peaks)
+        elif kind == "trial":
+            trial, peaks = payload
+            result = run_trial(spec, trial, cache, timer, device, peaks)
             conn.send(("result", result))
             if result.get("sticky"):
                 return  # the CUDA context is unusable; the parent replaces this worker
+        elif kind == "finalists":
+            trials, peaks, final_rule = payload
+            results = run_finalists(spec, trials, cache, timer, peaks, StopRule(**final_rule))
+            conn.send(("finalists", results))
+            if results[0].get("sticky"):
+                return
 
 
-def _worker_entry(*args):
-    try:
-        _worker_main(*args)
-    except BaseException:
-        traceback.print_exc()
-        raise
-
-
-class WorkerLost(Exception):
-    def __init__(self, status: str, message: str):
-        super().__init__(message)
-        self.status = status
-
-
-class TrialWorker:
-    """Parent-side handle: start, send, wait with a timeout, replace on death."""
-
-    def __init__(self, backend: str, kernel_name: str, spec_path: Optional[str], timing: dict, device_index: int = 0):
-        self._args = (backend, kernel_name, spec_path, timing, device_index)
-        self._context = multiprocessing.get_context("spawn")  # never fork a process that may hold CUDA
-        self._process = None
-        self._conn = None
-        self.env: Optional[dict] = None
-        self.restarts = -1
-
-    def start(self) -> dict:
-        self.stop()
-        parent_end, child_end = self._context.Pipe()
-        self._process = self._context.Process(target=_worker_entry, args=(child_end, *self._args), daemon=True)
-        self._process.start()
-        child_end.close()
-        self._conn = parent_end
-        self.restarts += 1
-        _, self.env = self._receive(READY_TIMEOUT_S, "starting the worker")
-        return self.env
-
-    def _receive(self, timeout_s: float, doing: str):
-        if not self._conn.poll(timeout_s):
-            self.stop(graceful=False)
-            raise WorkerLost(check.STATUS_TIMEOUT, f"no answer within {timeout_s:g} s while {doing}; worker killed")
-        try:
-            return self._conn.recv()
-        except (EOFError, ConnectionError):
-            self._process.join(5)
-            code = self._process.exitcode
-            self.stop(graceful=False)
-            raise WorkerLost(check.STATUS_CRASHED, f"worker died (exit code {code}) while {doing}")
-
-    def request(self, message: tuple, timeout_s: float, doing: str):
-        if self._process is None or not self._process.is_alive():
-            self.start()
-        try:
-            self._conn.send(message)
-        except (BrokenPipeError, OSError) as error:
-            self.stop(graceful=False)
-            raise WorkerLost(check.STATUS_CRASHED, f"worker gone ({error}) before {doing}")
-        return self._receive(timeout_s, doing)[1]
-
-    def run_trial(self, trial: Trial, seed: int, peaks: dict, timeout_s: float) -> dict:
-        """The trial's result; a hung or dead worker becomes the trial's status, and the next trial
-        gets a fresh worker."""
-        try:
-            result = self.request(("trial", trial, seed, peaks), timeout_s, f"running {trial.label}")
-        except WorkerLost as lost:
-            return {"status": lost.status, "message": str(lost)}
-        if result.pop("sticky", False):
-            self.stop(graceful=False)  # it is exiting anyway; never hand it the next trial
-        return result
-
-    def stop(self, graceful: bool = True) -> None:
-        if self._process is not None:
-            if graceful and self._process.is_alive():
-                try:
-                    self._conn.send(None)
-                    self._process.join(5)
-                except (BrokenPipeError, OSError):
-                    pass
-            if self._process.is_alive():
-                self._process.kill()
-                self._process.join()
-            self._conn.close()
-        self._process = None
-        self._conn = None
+def trial_worker(backend: str, kernel_name: str, spec_path: Optional[str], timing: dict, seed: int,
+                 device_index: int = 0) -> WorkerProcess:
+    """A worker for one GPU (its index among the visible ones) or for the interpreter."""
+    name = f"worker on GPU {device_index}" if backend == "cuda" else f"interpreter worker {device_index}"
+    # A TRITON_INTERPRET=1 left in the shell (or by an interpret job) must not reach a CUDA worker:
+    # it would time the interpreter.
+    return WorkerProcess(name, _worker_main, (backend, kernel_name, spec_path, timing, seed, device_index),
+                         interpret=backend == "interpret")

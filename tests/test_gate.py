@@ -49,11 +49,13 @@ def test_bad_kernels_are_caught_never_timed(tmp_path, spec, status, message):
     assert "no ok trials" in result.stdout
 
 
-def test_sticky_errors_hangs_and_dying_workers_do_not_stop_the_sweep(tmp_path):
+@pytest.mark.parametrize("workers", [1, 2])
+def test_sticky_errors_hangs_and_dying_workers_do_not_stop_the_sweep(tmp_path, workers):
     run_sweep(tmp_path, "kernel=external", "kernel.spec=tests.bad_kernels:HANG_OR_DIE", "kernel.shapes=[1000]",
               "kernel.dtypes=[float32]", "+kernel.space.BLOCK_SIZE=[32,64,128,256,512]", "+kernel.space.num_warps=[4]",
-              "trial_timeout_s=20")
+              "trial_timeout_s=20", f"gpu_workers={workers}")
     rows = _rows(tmp_path)
+    assert len(rows) == 5  # each trial recorded once, whichever worker ran it and however it ended
     by_block = {json.loads(c)["BLOCK_SIZE"]: (s, m) for c, s, m in zip(rows["config"], rows["status"], rows["message"])}
     assert by_block[32][0] == "crashed" and "illegal memory access" in by_block[32][1]
     # The worker that hit the sticky error is replaced before the next trial: this one times out on
@@ -61,3 +63,7 @@ def test_sticky_errors_hangs_and_dying_workers_do_not_stop_the_sweep(tmp_path):
     assert by_block[64][0] == "timeout" and "no answer within 20 s" in by_block[64][1]
     assert by_block[128][0] == "crashed" and "exit code 7" in by_block[128][1]
     assert by_block[256][0] == "ok" and by_block[512][0] == "ok"  # fresh workers after each failure
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    # A lost worker is replaced while trials remain: after the first two failures at least (with two
+    # workers, the hang may be the last trial still running).
+    assert summary["gpu_workers"] == workers and summary["worker_restarts"] >= 2

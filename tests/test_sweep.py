@@ -35,7 +35,7 @@ def test_bad_input_is_rejected_before_any_launch(tmp_path, override, field):
     result = run_sweep(tmp_path, "kernel.shapes=[[4,64]]", override, check=False)
     assert result.returncode != 0
     assert field in result.stdout + result.stderr
-    assert "starting the" not in result.stdout  # no worker was started, so nothing was launched
+    assert "worker(s)" not in result.stdout  # no worker was started, so nothing was launched
     assert not (tmp_path / "results.sqlite").exists()
 
 
@@ -99,7 +99,7 @@ def test_resume_after_kill_loses_nothing_and_measures_nothing_twice(tmp_path):
     assert 4 <= len(before) < 3 * 3 * 2 + 3
 
     result = run_sweep(tmp_path, *overrides)
-    assert f"{len(before)} trials already in the store" in result.stdout
+    assert f"{len(before)} trials reused from the store" in result.stdout
     after = _trials(store_path)
     assert len(after) == 3 * 3 * 2 + 3  # every trial exactly once
     assert after["trial_key"].is_unique
@@ -111,7 +111,7 @@ def test_resume_after_kill_loses_nothing_and_measures_nothing_twice(tmp_path):
     store.close()
 
     forced = run_sweep(tmp_path, *overrides, "force=true")
-    assert "0 trials already in the store" in forced.stdout
+    assert "0 trials reused from the store" in forced.stdout
     assert len(_trials(store_path)) == 2 * len(after)  # force measures again; nothing is overwritten
 
 

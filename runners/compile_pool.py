@@ -1,0 +1,115 @@
+"""The compile phase: every config's binary built by a pool of processes before the GPU worker needs it.
+
+Each compile worker runs Triton's real compiler for the GPU's target (sent by the scheduler from the
+GPU worker's report) through a driver that knows that target and nothing else: no CUDA context, no GPU
+memory, no launch, so compiling never disturbs the timing running beside it, and it also runs on a
+machine without a GPU. The launcher runs on meta tensors (shapes, dtypes and the 16-byte alignment of
+a fresh allocation are all Triton specializes on) and every @triton.jit launch in it becomes a compile
+(JITFunction.run with warmup=True). The binary lands in the Triton cache (TRITON_CACHE_DIR), where the
+GPU worker's first call finds it and only loads it.
+
+Each worker is the leader of its own process group: a compile past its timeout is killed with every
+child it started (ptxas). Outcomes: None (built), compile_error (Triton's CompilationError, or the
+compiler process died), out_of_resources (more shared memory than the device has), timeout. Any other
+exception is the launcher's, not the compiler's (e.g. it reads a value out of a meta tensor): the
+trial is left to the GPU worker, which compiles it in its first call as it always could.
+"""
+from __future__ import annotations
+
+import os
+import time
+from typing import Optional
+
+from runners import check
+from runners.process import WorkerProcess
+from runners.trials import Trial
+
+BUILT = None  # the outcome of a successful compile
+DEFERRED = "deferred"  # not decided here; the GPU worker compiles it
+
+
+class _CompileOnlyDriver:
+    """The part of Triton's driver interface that JITFunction.run(warmup=True) uses: a device index,
+    a stream and the compile target."""
+
+    def __init__(self, target):
+        self._target = target
+
+    def get_current_device(self):
+        return 0
+
+    def get_current_stream(self, device=None):
+        return 0
+
+    def get_current_target(self):
+        return self._target
+
+
+def _compile_main(conn, kernel_name: str, spec_path: Optional[str]) -> None:
+    import torch
+    from triton.backends.compiler import GPUTarget
+    from triton.runtime import driver
+    from triton.runtime.jit import JITFunction
+
+    from runners.trials import load_spec
+
+    spec = load_spec(kernel_name, spec_path)
+    launch = JITFunction.run
+    compiled = []
+
+    def compile_only(self, *args, grid, warmup, **kwargs):
+        kernel = launch(self, *args, grid=grid, warmup=True, **kwargs)
+        compiled.append(kernel)
+        return kernel
+
+    JITFunction.run = compile_only
+    target_set = None
+    conn.send(("ready", {"pid": os.getpid()}))
+    while True:
+        message = conn.recv()
+        if message is None:
+            return
+        _, trial, target, max_shared_bytes = message
+        if target != target_set:
+            driver.set_active(_CompileOnlyDriver(GPUTarget(*target)))
+            target_set = target
+        compiled.clear()
+        conn.send(("compiled", compile_trial(spec, trial, torch, compiled, max_shared_bytes)))
+
+
+def compile_trial(spec, trial: Trial, torch, compiled: list, max_shared_bytes: Optional[int]) -> dict:
+    """Run the launcher on meta tensors with launches turned into compiles; classify what happened."""
+    from triton.compiler.errors import CompilationError
+    from triton.runtime.errors import OutOfResources
+
+    began = time.perf_counter()
+    try:
+        inputs = spec.make_inputs(trial.shape, getattr(torch, trial.dtype), 0, torch.device("meta"))
+        spec.launch(inputs, spec.output_like(inputs), trial.config)
+    except CompilationError as error:
+        return _outcome(check.STATUS_COMPILE_ERROR, f"CompilationError: {error}", began)
+    except OutOfResources as error:
+        return _outcome(check.STATUS_OUT_OF_RESOURCES, f"OutOfResources: {error}", began)
+    except Exception as error:
+        return _outcome(DEFERRED, f"{type(error).__name__}: {error}", began)
+    for kernel in compiled:
+        shared = getattr(getattr(kernel, "metadata", None), "shared", None)
+        if max_shared_bytes and shared and shared > max_shared_bytes:
+            return _outcome(check.STATUS_OUT_OF_RESOURCES,
+                            f"shared memory: {getattr(kernel, 'name', 'a kernel')} needs {shared} bytes, the device has {max_shared_bytes}", began)
+    return _outcome(BUILT, None, began)
+
+
+def _outcome(status: Optional[str], message: Optional[str], began: float) -> dict:
+    return {"status": status, "message": message if message is None else message[:4000],
+            "compile_s": time.perf_counter() - began}
+
+
+def compile_workers(count: int, kernel_name: str, spec_path: Optional[str]) -> list[WorkerProcess]:
+    return [WorkerProcess(f"compile worker {i}", _compile_main, (kernel_name, spec_path), new_session=True,
+                          interpret=False)  # the real compiler, whatever the shell or backend says
+            for i in range(count)]
+
+
+def compile_request(trial: Trial, target: tuple, max_shared_bytes: Optional[int]) -> tuple:
+    return ("compile", trial, target, max_shared_bytes)

@@ -1,0 +1,84 @@
+"""Finalists: the top-K configs of each (shape, dtype) re-timed together, and the tie rule.
+
+Screening times each config alone, seconds or minutes after the others, on whichever GPU was free: a
+clock change or a neighbour between two configs shows up as a difference between them. The finalists
+are timed again on one GPU, round-robin (one sample of each per round, the L2 flushed before every
+call, the order rotated every round), so every finalist sees the same conditions.
+
+The tie rule (stated in the message of every finalist row):
+- The fastest finalist A has the lowest p50. Round r pairs the samples B_r and A_r taken back to back.
+- B ties A when the 95% confidence interval of the median of B_r - A_r (the sign-test interval over
+  the rounds) reaches down to tie_floor x p50(A) (0.5% by default): either the measurement cannot tell
+  B from A, or B is slower by less than that floor.
+- Of A and the finalists that tie it, the one chosen uses the fewest resources: the lowest num_stages,
+  then num_warps, then product of its BLOCK sizes, then the lowest p50. Fewer stages, warps and
+  smaller tiles leave shared memory and registers to other kernels and compile faster, at no
+  measurable cost at the measured shape.
+"""
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+
+Z_95 = 1.959964
+
+
+def sign_test_interval(differences: Sequence[float]) -> tuple[float, float]:
+    """95% confidence interval of the median of `differences` from their order statistics (no
+    assumption on their distribution). Too few values: the whole real line."""
+    values = np.sort(np.asarray(differences, dtype=np.float64))
+    n = len(values)
+    k = math.floor((n - Z_95 * math.sqrt(n)) / 2)
+    if k < 0:
+        return -math.inf, math.inf
+    return float(values[k]), float(values[n - 1 - k])
+
+
+def resource_key(config: dict) -> tuple:
+    blocks = math.prod(v for k, v in config.items() if k.startswith("BLOCK"))
+    return config.get("num_stages", 0), config.get("num_warps", 0), blocks
+
+
+def decide(configs: list[dict], samples_us: list[Sequence[float]], tie_floor: float) -> list[dict]:
+    """Rank, tie and choice for finalists measured round-robin (equal-length, round-paired samples).
+
+    Returns one dict per finalist, in input order: rank (1 = lowest p50), tie (with the fastest),
+    chosen, and a message saying why.
+    """
+    p50s = [float(np.median(s)) for s in samples_us]
+    order = sorted(range(len(configs)), key=lambda i: p50s[i])
+    fastest = order[0]
+    floor_us = tie_floor * p50s[fastest]
+    decisions = []
+    for index in range(len(configs)):
+        if index == fastest:
+            decisions.append({"rank": 1, "tie": True, "low": 0.0, "high": 0.0})
+            continue
+        n = min(len(samples_us[index]), len(samples_us[fastest]))
+        differences = np.asarray(samples_us[index][:n]) - np.asarray(samples_us[fastest][:n])
+        low, high = sign_test_interval(differences)
+        decisions.append({"rank": order.index(index) + 1, "tie": low <= floor_us, "low": low, "high": high})
+    tied = [i for i in range(len(configs)) if decisions[i]["tie"]]
+    chosen = min(tied, key=lambda i: (resource_key(configs[i]), p50s[i]))
+    for index, decision in enumerate(decisions):
+        decision["chosen"] = index == chosen
+        low, high = (100 * decision.pop(k) / p50s[fastest] for k in ("low", "high"))
+        relation = ("the fastest" if index == fastest else
+                    f"{'ties' if decision['tie'] else 'slower than'} the fastest: median paired difference "
+                    f"95% CI [{low:+.2f}%, {high:+.2f}%], tie floor {100 * tie_floor:.2f}%")
+        decision["message"] = (f"finalist {decision['rank']} of {len(configs)} by p50, {relation}; "
+                               f"{len(tied)} tied, {'chosen' if decision['chosen'] else 'not chosen'} "
+                               "(fewest num_stages, num_warps, BLOCK product among the tied)")
+    return decisions
+
+
+def winner(rows: pd.DataFrame):
+    """Index of the winning row of one (kernel, dtype, shape): the finalist chosen in the newest round
+    of finalists if there was one, else the lowest p50."""
+    chosen = rows[rows["chosen"].fillna(False).astype(bool)]
+    if not chosen.empty:
+        return chosen["id"].idxmax()
+    return rows["p50_us"].idxmin()

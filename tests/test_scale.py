@@ -1,0 +1,165 @@
+"""Sweep speed and isolation on the CPU: the compile pool (real Triton compiles for an sm_90 target, no
+GPU needed), several trial workers, search budgets and seeds, finalists and the tie rule."""
+import json
+
+import numpy as np
+import pytest
+
+from runners import check, compile_pool
+from runners.finalists import decide, sign_test_interval
+from runners.scheduler import Scheduler
+from runners.search import Search
+from runners.store import ResultStore
+from runners.trials import Trial, load_spec, plan_trials
+from tests.conftest import run_sweep
+
+H100_TARGET = ("cuda", 90, 32)
+H100_SHARED_BYTES = 232448  # cudaDevAttrMaxSharedMemoryPerBlockOptin of an H100 / H200
+
+
+def _compile(trials, workers=2, timeout_s=60.0, spec="tests.bad_kernels:COMPILE_CASES"):
+    """Run `trials` through a compile pool only (no trial worker): (recorded failures, ready trials)."""
+    recorded = {}
+    pool = compile_pool.compile_workers(workers, "external", spec)
+    scheduler = Scheduler([], pool, lambda worker, trial, result: recorded.update({trial.key: result}), {},
+                          trial_timeout_s=60, compile_timeout_s=timeout_s, target=H100_TARGET,
+                          max_shared_bytes=H100_SHARED_BYTES)
+    try:
+        scheduler.run(trials)
+    finally:
+        for worker in pool:
+            worker.stop()
+    return recorded, scheduler
+
+
+def test_compile_pool_builds_classifies_and_cuts_a_hang(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "cache"))
+    spec = load_spec("external", "tests.bad_kernels:COMPILE_CASES")
+    trials = plan_trials(spec, {"shapes": [4000], "dtypes": ["float32"], "baselines": []}, "cuda")
+    case = {t.config["CASE"]: t for t in trials}
+    recorded, scheduler = _compile(trials, timeout_s=8.0)
+
+    assert [t.key for t in scheduler.ready] == [case[0].key]  # built: handed on to the GPU worker
+    assert list(tmp_path.glob("cache/*/*.cubin"))  # the binary is in the Triton cache for it to load
+    assert recorded[case[1].key]["status"] == check.STATUS_COMPILE_ERROR
+    assert "undefined_function" in recorded[case[1].key]["message"]
+    assert recorded[case[2].key]["status"] == check.STATUS_TIMEOUT  # killed at 8 s, process group and all
+    assert recorded[case[3].key]["status"] == check.STATUS_COMPILE_ERROR
+    assert "died" in recorded[case[3].key]["message"]
+    assert len(recorded) + len(scheduler.ready) == len(trials)  # every trial accounted for once
+
+
+def test_compile_pool_reports_shared_memory_the_device_lacks():
+    # 256x256 tiles with K 128 in fp16, 4 stages: far over the 227 KB an H100 block can have.
+    big = {"BLOCK_M": 256, "BLOCK_N": 256, "BLOCK_K": 128, "GROUP_M": 8, "num_warps": 8, "num_stages": 4}
+    small = {**big, "BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "num_warps": 4, "num_stages": 2}
+    trials = [Trial("matmul", "triton", (256, 256, 256), "float16", config) for config in (big, small)]
+    recorded, scheduler = _compile(trials, spec="kernels.matmul:SPEC")
+    assert recorded[trials[0].key]["status"] == check.STATUS_OUT_OF_RESOURCES
+    assert "shared memory" in recorded[trials[0].key]["message"]
+    assert [t.key for t in scheduler.ready] == [trials[1].key]
+
+
+def _triton_configs(batch):
+    return [tuple(sorted(t.config.items())) for t in batch if t.provider == "triton"]
+
+
+def _matmul_trials():
+    spec = load_spec("matmul", None)
+    space = {"BLOCK_M": [32, 64, 128], "BLOCK_N": [32, 64, 128], "BLOCK_K": [32, 64], "num_warps": [2, 4, 8],
+             "num_stages": [2, 3]}
+    return plan_trials(spec, {"shapes": [[128, 128, 128], [96, 200, 64]], "dtypes": ["float16"], "space": space},
+                       "cuda")  # planning only: nothing runs
+
+
+@pytest.mark.parametrize("method", ["random", "optuna"])
+def test_search_budget_and_seed_are_honoured(method):
+    trials = _matmul_trials()
+
+    def first_batch(seed):
+        search = Search(method, trials, budget_trials=6, seed=seed, batch=8)
+        batch = search.next_batch()
+        for trial in batch:  # pretend every trial ran; optuna must then stop at its budget
+            search.tell(trial, {"status": "ok", "p50_us": float(sum(v for _, v in trial.config.items()))})
+        assert search.next_batch() == []
+        return batch
+
+    batch = first_batch(seed=1)
+    triton = [t for t in batch if t.provider == "triton"]
+    assert len(triton) == 2 * 6  # the budget, in each of the two (shape, dtype) groups
+    assert not any(t.pruned_reason for t in triton)  # pruned configs never reach a compiler
+    assert [t.provider for t in batch if t.provider != "triton"]  # the baselines always run
+    assert _triton_configs(first_batch(seed=1)) == _triton_configs(batch)
+    assert _triton_configs(first_batch(seed=2)) != _triton_configs(batch)
+
+
+def test_optuna_asks_in_rounds_until_its_budget_and_never_repeats():
+    trials = _matmul_trials()
+    search = Search("optuna", trials, budget_trials=20, seed=0, batch=4)
+    rounds, asked = [], []
+    while batch := search.next_batch():
+        rounds.append(len(_triton_configs(batch)))
+        asked += [t.key for t in batch if t.provider == "triton"]
+        for trial in batch:
+            search.tell(trial, {"status": "ok", "p50_us": 100.0 / trial.config.get("BLOCK_M", 1)})
+    assert rounds == [8, 8, 8, 8, 8]  # 4 per group per round, two groups, until 20 per group
+    assert len(set(asked)) == len(asked) == 40
+
+
+def test_optuna_and_time_budget_in_a_sweep(tmp_path):
+    run_sweep(tmp_path, "kernel=vector_add", "kernel.shapes=[1000]", "search=optuna",
+                       "search.budget_trials=4", "search.batch=2", "kernel.baselines=[]", "sweep_id=opt")
+    store = ResultStore(tmp_path / "results.sqlite")
+    rows = store.load(sweep_id="opt")
+    assert (rows["status"] == "ok").sum() == 4 and set(rows["phase"]) == {"screen"}
+    result = run_sweep(tmp_path, "kernel=vector_add", "kernel.shapes=[2000]", "search.budget_s=2", "kernel.baselines=[]",
+              "timing.min_time_s=0.5", "timing.max_time_s=1", "sweep_id=timed")
+    timed = store.load(sweep_id="timed")
+    store.close()
+    # 15 configs at ~1 s each: the budget stops the job after about 2 of them.
+    assert 1 <= len(timed) < 15 and "search budget of 2 s reached" in result.stdout
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["not_run"] == 15 - len(timed)
+
+
+def test_sign_test_interval_covers_the_median():
+    rng = np.random.default_rng(0)
+    low, high = sign_test_interval(rng.normal(1.0, 0.1, size=400))
+    assert low < 1.0 < high and high - low < 0.05
+    assert sign_test_interval([1.0, 2.0]) == (-np.inf, np.inf)  # too few rounds: no conclusion
+
+
+def test_tie_rule_prefers_fewer_resources_within_the_noise():
+    rng = np.random.default_rng(1)
+    base = rng.normal(100.0, 1.0, size=200)  # shared per-round conditions pair the samples
+    configs = [{"BLOCK_SIZE": 1024, "num_warps": 8, "num_stages": 3},
+               {"BLOCK_SIZE": 1024, "num_warps": 4, "num_stages": 2},
+               {"BLOCK_SIZE": 512, "num_warps": 4, "num_stages": 1}]
+    samples = [base, base + rng.normal(0.2, 0.5, size=200), base * 1.05]  # 0.2% slower: a tie; 5%: not
+    decisions = decide(configs, samples, tie_floor=0.005)
+    assert [d["rank"] for d in decisions] == [1, 2, 3]
+    assert [d["tie"] for d in decisions] == [True, True, False]
+    # The tied config with fewer stages and warps is chosen over the fastest; the 5% slower one is not,
+    # though it uses the fewest resources of all.
+    assert [d["chosen"] for d in decisions] == [False, True, False]
+    assert "chosen" in decisions[1]["message"] and "slower than" in decisions[2]["message"]
+
+
+def test_finalists_are_recorded_and_the_report_uses_the_chosen_one(tmp_path):
+    result = run_sweep(tmp_path, "kernel=vector_add", "kernel.shapes=[1000,3000]", "kernel.space.num_warps=[2,4]",
+                       "kernel.space.BLOCK_SIZE=[1024,2048,4096]", "finalists.top_k=3", "finalists.min_rounds=5",
+                       "finalists.min_time_s=0", "finalists.max_time_s=0.2", "sweep_id=fin")
+    store = ResultStore(tmp_path / "results.sqlite")
+    rows = store.load(sweep_id="fin")
+    store.close()
+    final = rows[rows["phase"] == "final"]
+    assert len(final) == 2 * 3  # the top 3 of each shape
+    for _, group in final.groupby("shape"):
+        assert group["chosen"].sum() == 1 and sorted(group["rank"]) == [1, 2, 3]
+        assert group["n_samples"].nunique() == 1  # round-robin: as many samples of each
+        chosen = group[group["chosen"]].iloc[0]
+        assert chosen["tie"]  # the fastest, or within the noise of it
+        config = " ".join(f"{k}={v}" for k, v in json.loads(chosen["config"]).items())
+        shape = json.loads(chosen["shape"])[0]
+        assert any(line.split()[2] == str(shape) and config in line for line in result.stdout.splitlines()
+                   if line.startswith("vector_add "))
