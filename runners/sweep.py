@@ -164,10 +164,12 @@ def run_job(cfg: DictConfig, sweep_id: str, output_dir: Path, finish: bool) -> d
     statuses: dict[str, int] = {}
     measured_groups: set = set()  # (shape, dtype) where this job measured a config of the kernel
     reused_ids: list[int] = []
+    phases: dict[str, float] = {}  # seconds: workers started, ceilings, trials, finalists, finish
     try:
         print(f"sweep {sweep_id}: {spec.name}, {len(trials)} trials planned ({cfg.search.method.value} search); "
               f"starting {workers} {cfg.backend.value} worker(s) and {compilers} compile worker(s)")
         gpu, pool = _start_workers(cfg, workers, compilers, timing)
+        phases["start"] = time.perf_counter() - began
         env = dict(gpu[0].info, kernel_hash=kernel_source_hash(spec))
         peaks = {}
         if cfg.backend == "cuda":
@@ -176,6 +178,7 @@ def run_job(cfg: DictConfig, sweep_id: str, output_dir: Path, finish: bool) -> d
                 print(f"measuring the ceilings of {env['gpu_name']} (copy bandwidth, cuBLAS matmul); cached in {cfg.store}")
                 peaks = gpu[0].request(("peaks",), cfg.trial_timeout_s, "measuring peaks")
                 store.save_peaks(env, peaks, _now())
+        phases["peaks"] = time.perf_counter() - began - sum(phases.values())
         done = {} if cfg.force else store.measured(env)
         logger = TrialLogger(OmegaConf.to_container(cfg.logger, resolve=True, enum_to_str=True), sweep_id)
         common = {"sweep_id": sweep_id, "seed": cfg.seed, "git_sha": git_sha(), "kernel_hash": env["kernel_hash"]}
@@ -216,9 +219,11 @@ def run_job(cfg: DictConfig, sweep_id: str, output_dir: Path, finish: bool) -> d
             scheduler.run(todo, deadline)
         progress.close()
         store.adopt(reused_ids, sweep_id)
+        phases["trials"] = time.perf_counter() - began - sum(phases.values())
         print(f"{len(reused_ids)} trials reused from the store for this GPU and versions (force=true re-measures)"
               + (f"; search budget of {budget_s:g} s reached, {scheduler.not_run} trials not run" if scheduler.not_run else ""))
         finalist_groups = _run_finalists(cfg, store, sweep_id, scheduler, record, trials, measured_groups)
+        phases["finalists"] = time.perf_counter() - began - sum(phases.values())
     finally:
         if progress is not None:
             progress.close()
@@ -236,9 +241,13 @@ def run_job(cfg: DictConfig, sweep_id: str, output_dir: Path, finish: bool) -> d
     if finish:
         summary.update(finish_sweep(cfg, sweep_id, output_dir))
     summary["wall_seconds"] = time.perf_counter() - began
+    phases["finish"] = summary["wall_seconds"] - sum(phases.values())
+    summary["phase_seconds"] = phases
     logging_seconds = summary["wandb_seconds"] + summary.get("wandb_summary_seconds", 0.0)
     share = 100 * logging_seconds / summary["wall_seconds"]
-    print(f"wall time {summary['wall_seconds']:.1f} s; W&B logging {logging_seconds:.2f} s of it ({share:.1f}%)")
+    print(f"wall time {summary['wall_seconds']:.1f} s ("
+          + ", ".join(f"{name} {seconds:.1f}" for name, seconds in phases.items())
+          + f"); W&B logging {logging_seconds:.2f} s of it ({share:.1f}%)")
     (output_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     return summary
 

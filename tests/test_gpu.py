@@ -42,3 +42,21 @@ def test_gpu_sweep_exports_configs_that_autotune_uses(tmp_path):
     assert "exported:" in result.stdout and "W&B logging" in result.stdout
     data = json.loads(module_path.with_suffix(".json").read_text())
     assert data["gpu"] == torch.cuda.get_device_name(0)
+
+
+def test_illegal_memory_access_mid_sweep_is_crashed_and_nothing_is_lost(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton-cache"))
+    run_sweep(tmp_path, "kernel=external", "kernel.spec=tests.bad_kernels:ILLEGAL_ACCESS", "kernel.shapes=[1000000]",
+              "kernel.dtypes=[float16]", "+kernel.space.BLOCK_SIZE=[256,512,1024,2048]", "+kernel.space.num_warps=[4]",
+              "kernel.baselines=[]", "sweep_id=illegal", backend="cuda")
+    store = ResultStore(tmp_path / "results.sqlite")
+    rows = store.load(sweep_id="illegal")
+    store.close()
+    status = {json.loads(c)["BLOCK_SIZE"]: (s, m) for c, s, m in zip(rows["config"], rows["status"], rows["message"])}
+    assert len(rows) == 4 and status[512][0] == "crashed" and "illegal" in status[512][1]
+    assert all(status[block][0] == "ok" for block in (256, 1024, 2048))
+    # The compile pool built every binary and the GPU worker only loaded them: one cache entry per
+    # config (a worker that compiled again under another key would have made a second one).
+    built = [p.parent.name for p in (tmp_path / "triton-cache").glob("*/*.cubin")]
+    assert len(built) == len(set(built)) == 4
+    assert rows["compile_s"].notna().all()
