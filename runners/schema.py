@@ -89,7 +89,7 @@ class FinalistsConf:
     min_rounds: int = 20
     min_time_s: float = 0.1
     max_noise: float = 0.005
-    max_time_s: float = 3.0
+    max_time_s: float = 1.0
     tie_floor: float = 0.005  # differences below this share of the fastest p50 are ties
 
 

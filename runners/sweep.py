@@ -28,7 +28,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from runners import compile_pool
 from runners.finalists import decide
-from runners.process import WorkerLost
+from runners.process import WorkerLost, stop_all
 from runners.scheduler import Scheduler, WorkerStartError
 from runners.search import Search
 from runners.trials import TRITON_PROVIDER, ConfigError, Trial, kernel_source_hash, load_spec, plan_trials
@@ -227,8 +227,7 @@ def run_job(cfg: DictConfig, sweep_id: str, output_dir: Path, finish: bool) -> d
     finally:
         if progress is not None:
             progress.close()
-        for worker in gpu + pool:
-            worker.stop()
+        stop_all(gpu + pool)
         if logger is not None:
             logger.close()
         store.close()

@@ -7,6 +7,7 @@ import pytest
 
 from runners import check, compile_pool
 from runners.finalists import decide, sign_test_interval
+from runners.process import stop_all
 from runners.scheduler import Scheduler
 from runners.search import Search
 from runners.store import ResultStore
@@ -27,8 +28,7 @@ def _compile(trials, workers=2, timeout_s=60.0, spec="tests.bad_kernels:COMPILE_
     try:
         scheduler.run(trials)
     finally:
-        for worker in pool:
-            worker.stop()
+        stop_all(pool)
     return recorded, scheduler
 
 
