@@ -6,7 +6,7 @@ a grid. Optuna's ask-and-tell is used rather than Hydra's Optuna sweeper: the sw
 a Hydra job, which would start a GPU worker and a compile pool per config and could not compile the
 next configs while the GPU times the current ones.
 
-- grid: every config (pruned ones are recorded as pruned, with their reason).
+- grid: every config in plan order (pruned ones are recorded as pruned, with their reason).
 - random: a random order of the configs that pass the constraints, seeded; the first budget_trials.
 - optuna: one study per (shape, dtype) with a seeded TPE sampler over the space's keys; it asks `batch`
   configs at a time (one compile and timing wave), is told each one's p50, and stops at budget_trials.
@@ -64,18 +64,18 @@ class Search:
             return self._whole_plan() + self.baselines
         batch = self.baselines if self._first else []
         self._first = False
-        for index, (key, trials) in enumerate(self.groups.items()):
+        for key, trials in self.groups.items():
             batch += self._ask(key, trials)
         return batch
 
     def _whole_plan(self) -> list[Trial]:
         chosen = []
         for index, trials in enumerate(self.groups.values()):
-            if self.method == "grid":
-                chosen += trials if self.budget is None else trials[: self.budget]
-                continue
             valid = [t for t in trials if not t.pruned_reason]
-            random.Random(f"{self.seed}:{index}").shuffle(valid)
+            if self.method == "grid":
+                chosen += [t for t in trials if t.pruned_reason]  # recorded with their reasons
+            else:
+                random.Random(f"{self.seed}:{index}").shuffle(valid)
             chosen += valid if self.budget is None else valid[: self.budget]
         return chosen
 
