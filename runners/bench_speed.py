@@ -180,11 +180,11 @@ def bench_search(seeds=(0, 1), spent=(8, 16, 32, 64)) -> None:
     with tempfile.TemporaryDirectory() as work:
         work = Path(work)
         measure_peaks_once(work)
-        runs = [("grid", None, ["finalists.top_k=0"])] + [
-            (f"{method} seed {seed}", seed, [f"search={method}", f"search.seed={seed}", f"search.budget_trials={max(spent)}",
+        runs = [("grid", ["finalists.top_k=0"])] + [
+            (f"{method} seed {seed}", [f"search={method}", f"search.seed={seed}", f"search.budget_trials={max(spent)}",
                                              "finalists.top_k=0", "force=true"])
             for method in ("random", "optuna") for seed in seeds]
-        for name, _, extra in runs:
+        for name, extra in runs:
             result = our_sweep("matmul", [4096, 4096, 4096], space, work, extra)
             ok = result["rows"].sort_values("id")
             ok = ok[(ok["status"] == "ok") & (ok["phase"] == "screen")]

@@ -67,7 +67,7 @@ class WorkerProcess:
 
     def start(self) -> None:
         """Spawn (or replace) the child; it is ready once `take()` returns its ready message."""
-        self.stop(graceful=False)
+        self.stop()
         parent_end, child_end = self._context.Pipe()
         self.process = self._context.Process(target=_entry, daemon=True,
                                              args=(child_end, self._new_session, self._main, self._args))
@@ -94,17 +94,19 @@ class WorkerProcess:
         if self.process is None:
             self.start()
         while not self.ready:
-            if not self.conn.poll(max(self.deadline - time.monotonic(), 0)):
-                self.expire()
-            self.take()
+            self._answer()
         return self.info
 
     def request(self, message: tuple, timeout_s: float, doing: str) -> Any:
         """Send a request and block for its answer (outside the scheduler, e.g. measuring the peaks)."""
         self.submit(message, "request", timeout_s, doing)
+        return self._answer()[1]
+
+    def _answer(self) -> tuple[Any, Any]:
+        """Block until the answer to the task in flight, or its deadline (then WorkerLost)."""
         if not self.conn.poll(max(self.deadline - time.monotonic(), 0)):
             self.expire()
-        return self.take()[1]
+        return self.take()
 
     def submit(self, message: tuple, task: Any, timeout_s: float, doing: str) -> None:
         """Send a request; its answer comes back through `take()`, or `expire()` after timeout_s."""
@@ -134,17 +136,13 @@ class WorkerProcess:
         self._lose(check.STATUS_TIMEOUT, f"no answer within {self.timeout_s:g} s while {self.doing}; {self.name} killed")
 
     def _lose(self, status: str, message: str):
-        self.stop(graceful=False)
+        self.stop()
         raise WorkerLost(status, message)
 
-    def stop(self, graceful: bool = True) -> None:
+    def stop(self) -> None:
+        """Kill the child (with its process group) if it is alive and forget it; `stop_all` stops
+        workers gracefully."""
         if self.process is not None:
-            if graceful and self.process.is_alive():
-                try:
-                    self.conn.send(None)
-                    self.process.join(5)
-                except (BrokenPipeError, OSError):
-                    pass
             if self.process.is_alive():
                 if self._new_session:
                     try:
@@ -215,4 +213,4 @@ def stop_all(workers: list[WorkerProcess], grace_s: float = 5.0) -> None:
     for worker in workers:
         if worker.process is not None:
             worker.process.join(max(deadline - time.monotonic(), 0))
-        worker.stop(graceful=False)  # kills what is still alive, closes the pipe
+        worker.stop()  # kills what is still alive, closes the pipe

@@ -109,14 +109,14 @@ class Scheduler:
         elif kind == "trial":
             result = answer if lost is None else {"status": lost.status, "message": str(lost)}
             if result.pop("sticky", False):
-                worker.stop(graceful=False)  # it is exiting anyway; never hand it the next trial
+                worker.stop()  # it is exiting anyway; never hand it the next trial
             if payload.key in self.compile_s:
                 result["compile_s"] = self.compile_s.pop(payload.key)
             self.record(worker, payload, result)
         else:
             results = answer if lost is None else [{"status": lost.status, "message": str(lost)}]
             if results[0].pop("sticky", False):
-                worker.stop(graceful=False)
+                worker.stop()
             self._on_finalists(worker, payload, results)
 
     def _compiled(self, trial: Trial, outcome: Optional[dict], lost: Optional[WorkerLost]) -> None:

@@ -137,13 +137,13 @@ def _start_workers(cfg: DictConfig, workers: int, compilers: int, timing: dict):
     try:
         models = [worker.wait_ready()["gpu_name"] for worker in gpu]
     except WorkerLost as lost:
+        stop_all(gpu + pool)
         raise WorkerStartError(f"a trial worker could not start: {lost}") from None
     others = [w for w, model in zip(gpu, models) if model != models[0]]
     if others:  # one result set never mixes GPU models
         print(f"note: using the {len(gpu) - len(others)} {models[0]} GPU(s) only; not "
               + ", ".join(f"{w.name} ({w.info['gpu_name']})" for w in others))
-        for worker in others:
-            worker.stop()
+        stop_all(others)
         gpu = [w for w in gpu if w not in others]
     return gpu, pool
 
@@ -165,11 +165,15 @@ def run_job(cfg: DictConfig, sweep_id: str, output_dir: Path, finish: bool) -> d
     measured_groups: set = set()  # (shape, dtype) where this job measured a config of the kernel
     reused_ids: list[int] = []
     phases: dict[str, float] = {}  # seconds: workers started, ceilings, trials, finalists, finish
+
+    def lap(name: str) -> None:
+        phases[name] = time.perf_counter() - began - sum(phases.values())
+
     try:
         print(f"sweep {sweep_id}: {spec.name}, {len(trials)} trials planned ({cfg.search.method.value} search); "
               f"starting {workers} {cfg.backend.value} worker(s) and {compilers} compile worker(s)")
         gpu, pool = _start_workers(cfg, workers, compilers, timing)
-        phases["start"] = time.perf_counter() - began
+        lap("start")
         env = dict(gpu[0].info, kernel_hash=kernel_source_hash(spec))
         peaks = {}
         if cfg.backend == "cuda":
@@ -178,7 +182,7 @@ def run_job(cfg: DictConfig, sweep_id: str, output_dir: Path, finish: bool) -> d
                 print(f"measuring the ceilings of {env['gpu_name']} (copy bandwidth, cuBLAS matmul); cached in {cfg.store}")
                 peaks = gpu[0].request(("peaks",), cfg.trial_timeout_s, "measuring peaks")
                 store.save_peaks(env, peaks, _now())
-        phases["peaks"] = time.perf_counter() - began - sum(phases.values())
+        lap("peaks")
         done = {} if cfg.force else store.measured(env)
         logger = TrialLogger(OmegaConf.to_container(cfg.logger, resolve=True, enum_to_str=True), sweep_id)
         common = {"sweep_id": sweep_id, "seed": cfg.seed, "git_sha": git_sha(), "kernel_hash": env["kernel_hash"]}
@@ -219,11 +223,11 @@ def run_job(cfg: DictConfig, sweep_id: str, output_dir: Path, finish: bool) -> d
             scheduler.run(todo, deadline)
         progress.close()
         store.adopt(reused_ids, sweep_id)
-        phases["trials"] = time.perf_counter() - began - sum(phases.values())
+        lap("trials")
         print(f"{len(reused_ids)} trials reused from the store for this GPU and versions (force=true re-measures)"
               + (f"; search budget of {budget_s:g} s reached, {scheduler.not_run} trials not run" if scheduler.not_run else ""))
         finalist_groups = _run_finalists(cfg, store, sweep_id, scheduler, record, trials, measured_groups)
-        phases["finalists"] = time.perf_counter() - began - sum(phases.values())
+        lap("finalists")
     finally:
         if progress is not None:
             progress.close()
@@ -239,8 +243,8 @@ def run_job(cfg: DictConfig, sweep_id: str, output_dir: Path, finish: bool) -> d
                "wandb_seconds": logger.seconds}
     if finish:
         summary.update(finish_sweep(cfg, sweep_id, output_dir))
+    lap("finish")
     summary["wall_seconds"] = time.perf_counter() - began
-    phases["finish"] = summary["wall_seconds"] - sum(phases.values())
     summary["phase_seconds"] = phases
     logging_seconds = summary["wandb_seconds"] + summary.get("wandb_summary_seconds", 0.0)
     share = 100 * logging_seconds / summary["wall_seconds"]

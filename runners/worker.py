@@ -36,7 +36,6 @@ class ShapeCache:
         self.spec, self.seed, self.device = spec, seed, device
         self.key = None
         self.inputs = self.references = self.bound = None
-        self._bound_done = False
 
     def get(self, trial: Trial, with_bound: bool):
         import torch
@@ -48,11 +47,9 @@ class ShapeCache:
             dtype = getattr(torch, trial.dtype)
             self.inputs = self.spec.make_inputs(trial.shape, dtype, input_seed(self.seed, trial), self.device)
             self.references = check.as_tuple(self.spec.reference(*check.upcast(self.inputs)))
-            self._bound_done = False
             self.key = key
-        if with_bound and not self._bound_done and self.spec.accumulation_bound:
+        if with_bound and self.bound is None and self.spec.accumulation_bound:
             self.bound = self.spec.accumulation_bound(*self.inputs)
-            self._bound_done = True
         return self.inputs, self.references, (self.bound if with_bound else None)
 
 

@@ -3,7 +3,6 @@ import dataclasses
 import os
 import time
 
-import torch
 import triton
 import triton.language as tl
 
