@@ -1,7 +1,7 @@
 """The compile phase: every config's binary built by a pool of processes before the GPU worker needs it.
 
-Each compile worker runs Triton's real compiler for the GPU's target (sent by the scheduler from the
-GPU worker's report) through a driver that knows that target and nothing else: no CUDA context, no GPU
+Each compile worker runs Triton's real compiler for the GPU's target (sent by the scheduler: read
+through NVML while the GPU workers start, then confirmed by their report) through a driver that knows that target and nothing else: no CUDA context, no GPU
 memory, no launch, so compiling never disturbs the timing running beside it, and it also runs on a
 machine without a GPU. The launcher runs on meta tensors (shapes, dtypes and the 16-byte alignment of
 a fresh allocation are all Triton specializes on) and every @triton.jit launch in it becomes a compile
@@ -9,10 +9,11 @@ a fresh allocation are all Triton specializes on) and every @triton.jit launch i
 GPU worker's first call finds it and only loads it.
 
 Each worker is the leader of its own process group: a compile past its timeout is killed with every
-child it started (ptxas). Outcomes: None (built), compile_error (Triton's CompilationError, or the
-compiler process died), out_of_resources (more shared memory than the device has), timeout. Any other
-exception is the launcher's, not the compiler's (e.g. it reads a value out of a meta tensor): the
-trial is left to the GPU worker, which compiles it in its first call as it always could.
+child it started (ptxas). Outcomes: None (built, with the shared memory it needs), compile_error
+(Triton's CompilationError, or the compiler process died), out_of_resources (Triton's OutOfResources),
+timeout. Any other exception is the launcher's, not the compiler's (e.g. it reads a value out of a
+meta tensor): the trial is left to the GPU worker, which compiles it in its first call as it always
+could.
 """
 from __future__ import annotations
 
@@ -30,13 +31,15 @@ DEFERRED = "deferred"  # not decided here; the GPU worker compiles it
 
 class _CompileOnlyDriver:
     """The part of Triton's driver interface that JITFunction.run(warmup=True) uses: a device index,
-    a stream and the compile target."""
+    a stream and the compile target. Each target gets a device index of its own: a JITFunction keeps
+    its compiled kernels per device index, so a second target under the same index would be answered
+    with the first target's kernels."""
 
-    def __init__(self, target):
-        self._target = target
+    def __init__(self, target, device: int):
+        self._target, self._device = target, device
 
     def get_current_device(self):
-        return 0
+        return self._device
 
     def get_current_stream(self, device=None):
         return 0
@@ -63,22 +66,24 @@ def _compile_main(conn, kernel_name: str, spec_path: Optional[str]) -> None:
         return kernel
 
     JITFunction.run = compile_only
-    target_set = None
+    target_set, devices = None, {}
     conn.send(("ready", {"pid": os.getpid()}))
     while True:
         message = conn.recv()
         if message is None:
             return
-        _, trial, target, max_shared_bytes = message
+        _, trial, target = message
         if target != target_set:
-            driver.set_active(_CompileOnlyDriver(GPUTarget(*target)))
+            driver.set_active(_CompileOnlyDriver(GPUTarget(*target), devices.setdefault(target, len(devices))))
             target_set = target
         compiled.clear()
-        conn.send(("compiled", compile_trial(spec, trial, torch, compiled, max_shared_bytes)))
+        conn.send(("compiled", compile_trial(spec, trial, torch, compiled)))
 
 
-def compile_trial(spec, trial: Trial, torch, compiled: list, max_shared_bytes: Optional[int]) -> dict:
-    """Run the launcher on meta tensors with launches turned into compiles; classify what happened."""
+def compile_trial(spec, trial: Trial, torch, compiled: list) -> dict:
+    """Run the launcher on meta tensors with launches turned into compiles; classify what happened.
+    A build reports the most shared memory one of its kernels needs (`shared_bytes`, with that
+    kernel's name): whether the device has that much is the scheduler's call, which knows the device."""
     from triton.compiler.errors import CompilationError
     from triton.runtime.errors import OutOfResources
 
@@ -92,12 +97,12 @@ def compile_trial(spec, trial: Trial, torch, compiled: list, max_shared_bytes: O
         return _outcome(check.STATUS_OUT_OF_RESOURCES, f"OutOfResources: {error}", began)
     except Exception as error:
         return _outcome(DEFERRED, f"{type(error).__name__}: {error}", began)
+    outcome = _outcome(BUILT, None, began)
     for kernel in compiled:
-        shared = getattr(getattr(kernel, "metadata", None), "shared", None)
-        if max_shared_bytes and shared and shared > max_shared_bytes:
-            return _outcome(check.STATUS_OUT_OF_RESOURCES,
-                            f"shared memory: {getattr(kernel, 'name', 'a kernel')} needs {shared} bytes, the device has {max_shared_bytes}", began)
-    return _outcome(BUILT, None, began)
+        shared = getattr(getattr(kernel, "metadata", None), "shared", None) or 0
+        if shared > outcome.get("shared_bytes", 0):
+            outcome.update(shared_bytes=shared, kernel_name=getattr(kernel, "name", "a kernel"))
+    return outcome
 
 
 def _outcome(status: Optional[str], message: Optional[str], began: float) -> dict:
@@ -111,5 +116,5 @@ def compile_workers(count: int, kernel_name: str, spec_path: Optional[str]) -> l
             for i in range(count)]
 
 
-def compile_request(trial: Trial, target: tuple, max_shared_bytes: Optional[int]) -> tuple:
-    return ("compile", trial, target, max_shared_bytes)
+def compile_request(trial: Trial, target: tuple) -> tuple:
+    return ("compile", trial, target)

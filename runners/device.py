@@ -19,6 +19,12 @@ PEAK_DTYPES = ("float16", "bfloat16", "float32")
 PEAK_RULE = dict(min_samples=10, min_time_s=0.1, max_noise=0.01, max_time_s=2.0)
 
 
+def _nvml_unavailable(error: Exception) -> bool:
+    """No NVML library on this machine, or NVML failed (pynvml's NVMLError subclasses are created at
+    run time, so they are told apart by name)."""
+    return isinstance(error, (ImportError, OSError)) or type(error).__name__.startswith("NVMLError")
+
+
 def _nvml_handle(torch, device_index: int):
     """NVML handle of the torch device, matched by PCI bus id (CUDA_VISIBLE_DEVICES may reorder)."""
     import pynvml
@@ -46,13 +52,10 @@ def sm_clock_reader(torch, device_index: int) -> tuple[Callable[[], Optional[int
         driver = pynvml.nvmlSystemGetDriverVersion()
         driver = driver.decode() if isinstance(driver, bytes) else driver
         return (lambda: pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM)), max_clock, driver
-    except (ImportError, OSError) as error:  # no NVML library on this machine
-        print(f"note: SM clocks not read ({error})")
-    except Exception as error:  # pynvml raises NVMLError subclasses, created at run time
-        if type(error).__name__.startswith("NVMLError"):
-            print(f"note: SM clocks not read ({error})")
-        else:
+    except Exception as error:
+        if not _nvml_unavailable(error):
             raise
+        print(f"note: SM clocks not read ({error})")
     return (lambda: None), None, None
 
 
@@ -64,6 +67,26 @@ def cuda_timer(device_index: int, rule, warmup_s: float):
 
     read_clock, max_clock, _ = sm_clock_reader(torch, device_index)
     return CudaTimer(torch.device("cuda", device_index), rule, warmup_s, read_clock, max_clock)
+
+
+def nvml_compile_target() -> Optional[tuple]:
+    """The compile target of this machine's GPUs, read through NVML (no CUDA, no torch): Triton's
+    GPUTarget("cuda", 10 * major + minor, 32) when every GPU has the same compute capability, else
+    None. It lets the compile pool start before a GPU worker has reported its own target."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
+        capabilities = {tuple(pynvml.nvmlDeviceGetCudaComputeCapability(h)) for h in handles}
+    except Exception as error:
+        if not _nvml_unavailable(error):
+            raise
+        return None
+    if len(capabilities) != 1:
+        return None
+    major, minor = capabilities.pop()
+    return ("cuda", 10 * major + minor, 32)
 
 
 def describe(backend: str, device_index: int = 0) -> dict:

@@ -18,10 +18,12 @@ The tie rule (stated in the message of every finalist row):
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:  # pandas is heavy, and every spawned worker imports this module through runners.sweep
+    import pandas as pd
 
 Z_95 = 1.959964
 

@@ -56,6 +56,8 @@ class WorkerProcess:
         self.timeout_s = 0.0
         self.deadline = float("inf")
         self.starts = 0
+        self.started = 0.0  # time.monotonic() of the latest start
+        self.ready_s: Optional[float] = None  # seconds from that start to its ready message
 
     @property
     def ready(self) -> bool:
@@ -86,7 +88,8 @@ class WorkerProcess:
         self.conn = parent_end
         self.info = None
         self.task, self.doing, self.timeout_s = "start", f"starting {self.name}", READY_TIMEOUT_S
-        self.deadline = time.monotonic() + READY_TIMEOUT_S
+        self.started = time.monotonic()
+        self.deadline = self.started + READY_TIMEOUT_S
         self.starts += 1
 
     def wait_ready(self) -> dict:
@@ -128,7 +131,7 @@ class WorkerProcess:
             self._lose(check.STATUS_CRASHED, f"{self.name} died (exit code {self.process.exitcode}) while {self.doing}")
         task, self.task, self.deadline = self.task, None, float("inf")
         if kind == "ready":
-            self.info = payload
+            self.info, self.ready_s = payload, time.monotonic() - self.started
         return task, payload
 
     def expire(self) -> None:
@@ -159,8 +162,10 @@ class WorkerProcess:
         self.deadline = float("inf")
 
 
-def drive(workers: list[WorkerProcess], assign: Callable, deliver: Callable, pending: Callable) -> None:
-    """Keep every worker busy until no work is left and nothing is in flight.
+def drive(workers: list[WorkerProcess], assign: Callable, deliver: Callable, pending: Callable,
+          until: Callable[[], bool] = lambda: False) -> None:
+    """Keep every worker busy until no work is left and nothing is in flight, or until `until()`
+    (then the tasks in flight stay with their workers, for the next call to collect).
 
     assign(worker) -> (message, task, timeout_s, doing) for an idle worker, or None.
     deliver(worker, task, answer, lost): an answer, or lost (WorkerLost) when the worker hung or died
@@ -180,6 +185,8 @@ def drive(workers: list[WorkerProcess], assign: Callable, deliver: Callable, pen
                         worker.submit(message, task, timeout_s, doing)
                     except WorkerLost as lost:
                         deliver(worker, task, None, lost)
+        if until():
+            return
         waiting = [w for w in workers if w.task is not None and (w.task != "start" or pending(w))]
         if not waiting:
             return

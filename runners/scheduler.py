@@ -1,10 +1,11 @@
 """Feeds trials through the compile pool and the GPU workers at the same time.
 
-A trial of the kernel goes to a compile worker first (backend=cuda with a pool), then, built, to the
-first free GPU worker, preferring one whose last trial had the same (shape, dtype) (its inputs and
-float64 reference are cached there). Baselines need no compile. While the GPUs time the first
-configs, the pool compiles the next ones. Every trial ends in exactly one call of `record`, whatever
-happens to the processes running it.
+While the GPU workers start (imports, CUDA context, flush buffer: seconds), the pool already compiles
+the first batch for the compile target read through NVML. Then a trial of the kernel goes to a compile
+worker (backend=cuda with a pool), then, built, to the first free GPU worker, preferring one whose last
+trial had the same (shape, dtype) (its inputs and float64 reference are cached there). Baselines need
+no compile. While the GPUs time the first configs, the pool compiles the next ones. Every trial ends
+in exactly one call of `record`, whatever happens to the processes running it.
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from collections import deque
 from typing import Callable, Optional
 
 from runners import check, compile_pool
-from runners.process import WorkerLost, WorkerProcess, drive
+from runners.process import WorkerLost, WorkerProcess, drive, stop_all
 from runners.trials import TRITON_PROVIDER, Trial
 
 
@@ -22,34 +23,83 @@ class WorkerStartError(RuntimeError):
 
 
 class Scheduler:
-    def __init__(self, gpu_workers: list[WorkerProcess], compilers: list[WorkerProcess],
-                 record: Callable[[WorkerProcess, Trial, dict], None], peaks: dict, trial_timeout_s: float,
-                 compile_timeout_s: float, target: Optional[tuple], max_shared_bytes: Optional[int]):
+    def __init__(self, gpu_workers: list[WorkerProcess], compilers: list[WorkerProcess], trial_timeout_s: float,
+                 compile_timeout_s: float, target: Optional[tuple] = None):
+        """`target`: what the pool compiles for until `set_device` gives the GPU's own (None: nothing
+        is compiled before then)."""
         self.gpu_workers, self.compilers = gpu_workers, compilers
-        self.record, self.peaks = record, peaks
         self.trial_timeout_s, self.compile_timeout_s = trial_timeout_s, compile_timeout_s
-        self.target, self.max_shared_bytes = target, max_shared_bytes
+        self.target, self.max_shared_bytes = target, None
+        self.record: Callable[[Optional[WorkerProcess], Trial, dict], None] = lambda worker, trial, result: None
+        self.peaks: dict = {}
         self.to_compile: deque[Trial] = deque()
+        self.compiling: set[str] = set()  # keys queued or in flight in the pool
+        self.built: dict[str, dict] = {}  # key -> compile outcome (for self.target) not yet taken by run()
+        self.wanted: dict[str, Trial] = {}  # key -> trial of run() waiting for its compile outcome
         self.ready: list[Trial] = []
         self.finalist_groups: deque[list[Trial]] = deque()
         self.compile_s: dict[str, float] = {}  # trial key -> seconds its compile took in the pool
         self.last_group: dict[int, tuple] = {}  # id(worker) -> (shape, dtype) of its last trial
         self.deadline = float("inf")
         self.not_run = 0  # trials dropped at the deadline
+        self._starting = False
         self._on_finalists: Optional[Callable] = None
         self._final_rule: dict = {}
 
+    # --- start-up ---------------------------------------------------------------------------
+    def start(self, ahead: list[Trial]) -> None:
+        """Start every worker and return once every GPU worker is ready; meanwhile the pool compiles
+        `ahead` (the first batch) if the target is known. Raises WorkerStartError."""
+        for worker in self.gpu_workers + self.compilers:
+            worker.start()
+        if self.target is not None:
+            for trial in ahead:
+                if self._needs_compile(trial):
+                    self._queue_compile(trial)
+        self._starting = True
+        try:
+            drive(self.gpu_workers + self.compilers, self._assign, self._deliver, self._pending,
+                  until=lambda: all(worker.ready for worker in self.gpu_workers))
+        finally:
+            self._starting = False
+
+    def keep_gpu_workers(self, keep: list[WorkerProcess]) -> None:
+        """Use only `keep` from now on; the other GPU workers are stopped."""
+        stop_all([w for w in self.gpu_workers if w not in keep])
+        self.gpu_workers = keep
+
+    def set_device(self, target: Optional[tuple], max_shared_bytes: Optional[int], peaks: dict) -> None:
+        """What the GPU workers reported: compiles for another target (a wrong guess) are redone."""
+        if target != self.target:
+            self.built.clear()
+        self.target, self.max_shared_bytes, self.peaks = target, max_shared_bytes, peaks
+
+    def stop_compilers(self) -> None:
+        """Kill the pool (it holds nothing worth a graceful exit) once no more compiles will come."""
+        for worker in self.compilers:
+            worker.stop()
+        self.compilers = []
+
     # --- the two kinds of work --------------------------------------------------------------
-    def run(self, trials: list[Trial], deadline: float = float("inf")) -> None:
-        """Compile, gate and time `trials`; returns when each has been recorded or dropped at the deadline."""
-        self.deadline = deadline
+    def run(self, trials: list[Trial], record: Callable, deadline: float = float("inf")) -> None:
+        """Compile, gate and time `trials`, each ending in one record(worker or None, trial, result);
+        returns when each has been recorded or dropped at the deadline."""
+        self.record, self.deadline = record, deadline
         for trial in trials:
             if trial.pruned_reason:
-                self.record(None, trial, {"status": check.STATUS_PRUNED, "message": trial.pruned_reason})
-            elif trial.provider == TRITON_PROVIDER and self.compilers:
-                self.to_compile.append(trial)
+                record(None, trial, {"status": check.STATUS_PRUNED, "message": trial.pruned_reason})
+            elif self._needs_compile(trial):
+                self.wanted[trial.key] = trial
+                if trial.key in self.built:
+                    self._settle(trial.key)
+                else:
+                    self._queue_compile(trial)
             else:
                 self.ready.append(trial)
+        # compiled ahead but not wanted (already in the store): not worth the pool's time any more
+        dropped = [t for t in self.to_compile if t.key not in self.wanted]
+        self.to_compile = deque(t for t in self.to_compile if t.key in self.wanted)
+        self.compiling.difference_update(t.key for t in dropped)
         self._drive()
 
     def run_finalists(self, groups: list[list[Trial]], rule: dict, on_result: Callable) -> None:
@@ -64,9 +114,19 @@ class Scheduler:
     def _drive(self) -> None:
         drive(self.gpu_workers + self.compilers, self._assign, self._deliver, self._pending)
         if time.monotonic() >= self.deadline:
-            self.not_run += len(self.to_compile) + len(self.ready)
+            self.not_run += len(self.wanted) + len(self.ready)
             self.to_compile.clear()
+            self.compiling.clear()
+            self.wanted.clear()
             self.ready.clear()
+
+    def _needs_compile(self, trial: Trial) -> bool:
+        return trial.provider == TRITON_PROVIDER and not trial.pruned_reason and bool(self.compilers)
+
+    def _queue_compile(self, trial: Trial) -> None:
+        if trial.key not in self.compiling:
+            self.compiling.add(trial.key)
+            self.to_compile.append(trial)
 
     def _is_compiler(self, worker: WorkerProcess) -> bool:
         return any(worker is c for c in self.compilers)
@@ -76,14 +136,16 @@ class Scheduler:
             return False
         if self._is_compiler(worker):
             return bool(self.to_compile)
-        return bool(self.ready or self.finalist_groups)
+        return self._starting or bool(self.ready or self.finalist_groups)
 
     def _assign(self, worker: WorkerProcess):
-        if not self._pending(worker):
+        if time.monotonic() >= self.deadline:
             return None
         if self._is_compiler(worker):
+            if not self.to_compile:
+                return None
             trial = self.to_compile.popleft()
-            return (compile_pool.compile_request(trial, self.target, self.max_shared_bytes), ("compile", trial),
+            return (compile_pool.compile_request(trial, self.target), ("compile", (trial, self.target)),
                     self.compile_timeout_s, f"compiling {trial.label}")
         if self.ready:
             group = self.last_group.get(id(worker))
@@ -91,6 +153,8 @@ class Scheduler:
             trial = self.ready.pop(index)
             self.last_group[id(worker)] = (trial.shape, trial.dtype)
             return ("trial", trial, self.peaks), ("trial", trial), self.trial_timeout_s, f"running {trial.label}"
+        if not self.finalist_groups:
+            return None
         trials = self.finalist_groups.popleft()
         self.last_group[id(worker)] = (trials[0].shape, trials[0].dtype)
         # Each finalist was already timed once; the round-robin re-timing gets that long per finalist.
@@ -105,7 +169,7 @@ class Scheduler:
             return
         kind, payload = task
         if kind == "compile":
-            self._compiled(payload, answer, lost)
+            self._compiled(*payload, answer, lost)
         elif kind == "trial":
             result = answer if lost is None else {"status": lost.status, "message": str(lost)}
             if result.pop("sticky", False):
@@ -119,12 +183,28 @@ class Scheduler:
                 worker.stop()
             self._on_finalists(worker, payload, results)
 
-    def _compiled(self, trial: Trial, outcome: Optional[dict], lost: Optional[WorkerLost]) -> None:
+    def _compiled(self, trial: Trial, target: tuple, outcome: Optional[dict], lost: Optional[WorkerLost]) -> None:
+        self.compiling.discard(trial.key)
+        if target != self.target:  # built for a guess the GPU workers did not confirm
+            if trial.key in self.wanted:
+                self._queue_compile(trial)
+            return
         if lost is not None:  # hung past the compile timeout, or the compiler process died
             status = check.STATUS_TIMEOUT if lost.status == check.STATUS_TIMEOUT else check.STATUS_COMPILE_ERROR
             outcome = {"status": status, "message": f"compile: {lost}", "compile_s": None}
+        self.built[trial.key] = outcome
+        if trial.key in self.wanted:
+            self._settle(trial.key)
+
+    def _settle(self, key: str) -> None:
+        """A wanted trial's compile outcome is in: on to a GPU worker, or recorded as a failure."""
+        trial, outcome = self.wanted.pop(key), self.built.pop(key)
+        shared = outcome.get("shared_bytes")
+        if outcome["status"] == compile_pool.BUILT and self.max_shared_bytes and shared and shared > self.max_shared_bytes:
+            outcome = {**outcome, "status": check.STATUS_OUT_OF_RESOURCES,
+                       "message": f"shared memory: {outcome['kernel_name']} needs {shared} bytes, the device has {self.max_shared_bytes}"}
         if outcome["status"] in (compile_pool.BUILT, compile_pool.DEFERRED):
-            self.compile_s[trial.key] = outcome["compile_s"]
+            self.compile_s[key] = outcome["compile_s"]
             self.ready.append(trial)
         else:
-            self.record(None, trial, outcome)
+            self.record(None, trial, {k: outcome[k] for k in ("status", "message", "compile_s")})

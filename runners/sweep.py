@@ -1,9 +1,9 @@
 """Sweep a Triton kernel's configs: `python -m runners.sweep [overrides]` (add -m for a Hydra multirun).
 
 One job: compose and validate the config (no launch before this passes) -> plan trials (prune with
-reasons) -> search picks the configs to run (grid, random, optuna; budgets) -> skip trials the store
-already holds -> trial workers (one per GPU) and the compile pool start together -> each trial:
-compile in the pool, then on a free GPU worker the correctness gate and timing, append to the store,
+reasons) -> search picks the configs to run (grid, random, optuna; budgets) -> trial workers (one
+per GPU) and the compile pool start together, the pool compiling the first batch meanwhile -> skip
+trials the store already holds -> each trial: compile in the pool, then on a free GPU worker the correctness gate and timing, append to the store,
 queue a W&B run -> the top configs of each (shape, dtype) re-timed round-robin (finalists) -> at the
 end (of the job, or of the whole multirun through SweepEndCallback): parquet file, results table,
 triton.Config export, W&B summary run.
@@ -28,10 +28,11 @@ from omegaconf import DictConfig, OmegaConf
 
 from runners import compile_pool
 from runners.finalists import decide
-from runners.process import WorkerLost, stop_all
+from runners.process import stop_all
 from runners.scheduler import Scheduler, WorkerStartError
 from runners.search import Search
 from runners.trials import TRITON_PROVIDER, ConfigError, Trial, kernel_source_hash, load_spec, plan_trials
+from runners.device import nvml_compile_target
 from runners.worker import trial_worker
 
 
@@ -127,25 +128,28 @@ ENV_COLUMNS = ("backend", "gpu_name", "driver_version", "cuda_version", "torch_v
                "python_version", "sm_count", "l2_bytes", "host", "sm_clock_max_mhz")
 
 
-def _start_workers(cfg: DictConfig, workers: int, compilers: int, timing: dict):
-    """Spawn the trial workers and the compile pool at once (each imports torch and triton); wait for
-    the trial workers and keep those of the first GPU's model."""
+def _start_workers(cfg: DictConfig, workers: int, compilers: int, timing: dict, first_batch: list[Trial]) -> Scheduler:
+    """Spawn the trial workers and the compile pool at once (each imports torch and triton); the pool
+    compiles the first batch while the trial workers start. Keeps the trial workers of the first
+    GPU's model."""
     gpu = [trial_worker(cfg.backend.value, cfg.kernel.name, cfg.kernel.spec, timing, cfg.seed, i) for i in range(workers)]
     pool = compile_pool.compile_workers(compilers, cfg.kernel.name, cfg.kernel.spec)
-    for worker in gpu + pool:
-        worker.start()
+    target = nvml_compile_target() if cfg.backend == "cuda" else None
+    scheduler = Scheduler(gpu, pool, cfg.trial_timeout_s, cfg.compile.timeout_s, target)
     try:
-        models = [worker.wait_ready()["gpu_name"] for worker in gpu]
-    except WorkerLost as lost:
+        scheduler.start(first_batch)
+    except WorkerStartError:
         stop_all(gpu + pool)
-        raise WorkerStartError(f"a trial worker could not start: {lost}") from None
-    others = [w for w, model in zip(gpu, models) if model != models[0]]
+        raise
+    first_model = gpu[0].info["gpu_name"]
+    others = [w for w in gpu if w.info["gpu_name"] != first_model]
     if others:  # one result set never mixes GPU models
-        print(f"note: using the {len(gpu) - len(others)} {models[0]} GPU(s) only; not "
+        print(f"note: using the {len(gpu) - len(others)} {first_model} GPU(s) only; not "
               + ", ".join(f"{w.name} ({w.info['gpu_name']})" for w in others))
-        stop_all(others)
-        gpu = [w for w in gpu if w not in others]
-    return gpu, pool
+        scheduler.keep_gpu_workers([w for w in gpu if w not in others])
+    print("ready after " + ", ".join(f"{w.name} {w.ready_s:.1f} s" for w in scheduler.gpu_workers)
+          + (f"; the compile pool has compiled {len(scheduler.built)} configs meanwhile" if pool else ""))
+    return scheduler
 
 
 def run_job(cfg: DictConfig, sweep_id: str, output_dir: Path, finish: bool) -> dict:
@@ -160,7 +164,7 @@ def run_job(cfg: DictConfig, sweep_id: str, output_dir: Path, finish: bool) -> d
     timing = OmegaConf.to_container(cfg.timing, resolve=True)
     store = ResultStore(cfg.store)
     logger = progress = None
-    gpu, pool = [], []
+    scheduler = None
     statuses: dict[str, int] = {}
     measured_groups: set = set()  # (shape, dtype) where this job measured a config of the kernel
     reused_ids: list[int] = []
@@ -172,15 +176,16 @@ def run_job(cfg: DictConfig, sweep_id: str, output_dir: Path, finish: bool) -> d
     try:
         print(f"sweep {sweep_id}: {spec.name}, {len(trials)} trials planned ({cfg.search.method.value} search); "
               f"starting {workers} {cfg.backend.value} worker(s) and {compilers} compile worker(s)")
-        gpu, pool = _start_workers(cfg, workers, compilers, timing)
+        batch = search.next_batch()
+        scheduler = _start_workers(cfg, workers, compilers, timing, batch)
         lap("start")
-        env = dict(gpu[0].info, kernel_hash=kernel_source_hash(spec))
+        env = dict(scheduler.gpu_workers[0].info, kernel_hash=kernel_source_hash(spec))
         peaks = {}
         if cfg.backend == "cuda":
             peaks = store.peaks(env)
             if peaks is None:
                 print(f"measuring the ceilings of {env['gpu_name']} (copy bandwidth, cuBLAS matmul); cached in {cfg.store}")
-                peaks = gpu[0].request(("peaks",), cfg.trial_timeout_s, "measuring peaks")
+                peaks = scheduler.gpu_workers[0].request(("peaks",), cfg.trial_timeout_s, "measuring peaks")
                 store.save_peaks(env, peaks, _now())
         lap("peaks")
         done = {} if cfg.force else store.measured(env)
@@ -207,11 +212,10 @@ def run_job(cfg: DictConfig, sweep_id: str, output_dir: Path, finish: bool) -> d
                 progress.update()
                 progress.set_postfix_str(f"{row['status']} {row.get('p50_us') or 0:.1f}us", refresh=False)
 
-        scheduler = Scheduler(gpu, pool, record, peaks, cfg.trial_timeout_s, cfg.compile.timeout_s,
-                              env["compile_target"], env["max_shared_bytes"])
+        scheduler.set_device(env["compile_target"], env["max_shared_bytes"], peaks)
         budget_s = cfg.search.budget_s
         deadline = time.monotonic() + budget_s if budget_s else float("inf")
-        while time.monotonic() < deadline and (batch := search.next_batch()):
+        while batch and time.monotonic() < deadline:
             reused = [t for t in batch if t.key in done]
             outcomes = store.outcomes(done[t.key] for t in reused)
             for trial in reused:
@@ -220,7 +224,9 @@ def run_job(cfg: DictConfig, sweep_id: str, output_dir: Path, finish: bool) -> d
             todo = [t for t in batch if t.key not in done]
             progress.total += len(todo)
             progress.refresh()
-            scheduler.run(todo, deadline)
+            scheduler.run(todo, record, deadline)
+            batch = search.next_batch() if time.monotonic() < deadline else []
+        scheduler.stop_compilers()  # the finalists need no compile
         progress.close()
         store.adopt(reused_ids, sweep_id)
         lap("trials")
@@ -231,15 +237,16 @@ def run_job(cfg: DictConfig, sweep_id: str, output_dir: Path, finish: bool) -> d
     finally:
         if progress is not None:
             progress.close()
-        stop_all(gpu + pool)
+        if scheduler is not None:
+            stop_all(scheduler.gpu_workers + scheduler.compilers)
         if logger is not None:
             logger.close()
         store.close()
 
     summary = {"sweep_id": sweep_id, "kernel": spec.name, "planned": len(trials), "reused": len(reused_ids),
                "statuses": statuses, "not_run": scheduler.not_run, "finalist_groups": finalist_groups,
-               "gpu_workers": len(gpu), "compile_workers": len(pool),
-               "worker_restarts": sum(w.starts - 1 for w in gpu), "wandb_runs": logger.runs,
+               "gpu_workers": len(scheduler.gpu_workers), "compile_workers": compilers,
+               "worker_restarts": sum(w.starts - 1 for w in scheduler.gpu_workers), "wandb_runs": logger.runs,
                "wandb_seconds": logger.seconds}
     if finish:
         summary.update(finish_sweep(cfg, sweep_id, output_dir))

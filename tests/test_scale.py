@@ -7,7 +7,7 @@ import pytest
 
 from runners import check, compile_pool
 from runners.finalists import decide, sign_test_interval
-from runners.process import stop_all
+from runners.process import WorkerProcess, stop_all
 from runners.scheduler import Scheduler
 from runners.search import Search
 from runners.store import ResultStore
@@ -22,11 +22,11 @@ def _compile(trials, workers=2, timeout_s=60.0, spec="tests.bad_kernels:COMPILE_
     """Run `trials` through a compile pool only (no trial worker): (recorded failures, ready trials)."""
     recorded = {}
     pool = compile_pool.compile_workers(workers, "external", spec)
-    scheduler = Scheduler([], pool, lambda worker, trial, result: recorded.update({trial.key: result}), {},
-                          trial_timeout_s=60, compile_timeout_s=timeout_s, target=H100_TARGET,
-                          max_shared_bytes=H100_SHARED_BYTES)
+    scheduler = Scheduler([], pool, trial_timeout_s=60, compile_timeout_s=timeout_s, target=H100_TARGET)
     try:
-        scheduler.run(trials)
+        scheduler.start(ahead=[])
+        scheduler.set_device(H100_TARGET, H100_SHARED_BYTES, peaks={})
+        scheduler.run(trials, lambda worker, trial, result: recorded.update({trial.key: result}))
     finally:
         stop_all(pool)
     return recorded, scheduler
@@ -58,6 +58,56 @@ def test_compile_pool_reports_shared_memory_the_device_lacks():
     assert recorded[trials[0].key]["status"] == check.STATUS_OUT_OF_RESOURCES
     assert "shared memory" in recorded[trials[0].key]["message"]
     assert [t.key for t in scheduler.ready] == [trials[1].key]
+
+
+def _cached_archs(cache) -> list[int]:
+    """The GPU arch of every kernel binary in a Triton cache (from each build's metadata)."""
+    archs = []
+    for path in cache.glob("*/*.json"):
+        target = json.loads(path.read_text()).get("target")
+        if isinstance(target, dict) and path.with_suffix(".cubin").exists():
+            archs.append(target["arch"])
+    return archs
+
+
+def _ready_once_cached(conn, cache, count: int) -> None:
+    """Stands in for a GPU worker whose start takes until the pool has built `count` binaries."""
+    import time
+    from pathlib import Path
+
+    while len(list(Path(cache).glob("*/*.cubin"))) < count:
+        time.sleep(0.1)
+    conn.send(("ready", {"gpu_name": "none"}))
+    conn.recv()
+
+
+@pytest.mark.parametrize("guess", [H100_TARGET, ("cuda", 80, 32)])
+def test_configs_compiled_ahead_for_a_guessed_target(tmp_path, monkeypatch, guess):
+    """The pool compiles the first batch while the GPU workers start, for the target NVML reports. A
+    right guess is used as built; a guess the GPU workers contradict is compiled again for their
+    target, and only builds for the right target reach a GPU worker."""
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(cache))
+    configs = [{"BLOCK_M": m, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 8, "num_warps": 4, "num_stages": 2}
+               for m in (32, 64)]
+    trials = [Trial("matmul", "triton", (256, 256, 256), "float16", config) for config in configs]
+    starting = WorkerProcess("slow GPU worker", _ready_once_cached, (str(cache), len(trials)))
+    pool = compile_pool.compile_workers(2, "matmul", None)
+    scheduler = Scheduler([starting], pool, trial_timeout_s=60, compile_timeout_s=60, target=guess)
+    recorded = []
+    try:
+        scheduler.start(ahead=trials)
+        scheduler.keep_gpu_workers([])  # the stand-in runs no trial
+        scheduler.run([], recorded.append)  # collects the answers of the compiles still in flight
+        assert len(scheduler.built) == len(trials)  # built before the (stand-in) GPU worker was ready
+        scheduler.set_device(H100_TARGET, H100_SHARED_BYTES, peaks={})
+        scheduler.run(trials, lambda worker, trial, result: recorded.append(result))
+    finally:
+        stop_all([starting] + pool)
+    assert recorded == [] and sorted(t.key for t in scheduler.ready) == sorted(t.key for t in trials)
+    archs = _cached_archs(cache)
+    assert archs.count(90) == len(trials)  # each config built for the GPU's own target
+    assert archs.count(80) == (len(trials) if guess[1] == 80 else 0)
 
 
 def _triton_configs(batch):
