@@ -4,8 +4,16 @@ Q, K, V and the output are (batch, heads, seq, head_dim), head_dim 64 or 128. On
 query rows of one (batch, head): it walks K and V in BLOCK_N blocks with the online softmax (running
 max and sum, exp2 with the scale folded in). `causal` stops each program at its diagonal block. The
 optional relative-position bias holds one learned scalar per offset i - j (2·seq - 1 values), added
-to the logits before the softmax. Sequences that are not multiples of the blocks are masked. Four
-specs share the kernel: SPEC, CAUSAL, BIAS, CAUSAL_BIAS.
+to the logits before the softmax. Four specs share the kernel: SPEC, CAUSAL, BIAS, CAUSAL_BIAS.
+
+The K/V walk is split in two loops over one block helper (`_attend_block`, MASKED a constexpr). Most
+blocks need no mask: non-causal, every block inside seq (all but a ragged last one); causal, every
+block wholly left of the program's first row. They load K and V unmasked and skip the column and
+causal compares and the tl.where on the BLOCK_M×BLOCK_N logits. Only the diagonal band (causal) and
+the ragged last block run the masked code. Why: with one masked loop for every block the causal
+kernel reached 0.64-0.68x of SDPA's cuDNN backend on an H200 (non-causal 0.70-0.86x); the mask work
+is done on every block but needed on at most ceil(BLOCK_M / BLOCK_N) + 1 blocks of a program. The
+query rows stay masked (Q load, output store) in both loops: a ragged row loads zeros and is never stored.
 """
 from __future__ import annotations
 
@@ -21,6 +29,57 @@ SHARED_MEMORY_BYTES = 232448  # one block's shared memory on Hopper (H100, H200)
 
 
 @triton.jit
+def _attend_block(
+    acc, running_sum, running_max, q, k_ptr, v_ptr, bias_ptr,
+    rows, start_n, seq_len, scale,
+    stride_n,
+    HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr,
+    MASKED: tl.constexpr, CAUSAL: tl.constexpr, HAS_BIAS: tl.constexpr,
+):
+    """One K/V block of the online softmax; returns the updated (acc, running_sum, running_max).
+
+    k_ptr and v_ptr point at this (batch, head). MASKED=False is only for blocks whose columns all lie
+    inside seq_len and (causal) left of every row of the program: no column mask, no tl.where."""
+    cols = start_n + tl.arange(0, BLOCK_N)
+    dims = tl.arange(0, HEAD_DIM)
+    if MASKED:
+        in_range = cols[None, :] < seq_len
+        k = tl.load(k_ptr + cols[None, :] * stride_n + dims[:, None], mask=in_range, other=0.0)
+    else:
+        k = tl.load(k_ptr + cols[None, :] * stride_n + dims[:, None])
+    logits = tl.dot(q, k) * scale
+    if HAS_BIAS:
+        if MASKED:
+            offset = rows[:, None] - cols[None, :] + seq_len - 1
+            valid_pair = (rows[:, None] < seq_len) & in_range
+            bias = tl.load(bias_ptr + offset, mask=valid_pair, other=0.0)
+        else:
+            # Rows past seq_len (the last program's ragged rows) would read past the 2·seq - 1 values:
+            # clamp them to the last row. They are never stored, so their bias does not matter, and with
+            # every row < seq_len and every column < seq_len each offset lies in [0, 2·seq - 2].
+            offset = tl.minimum(rows, seq_len - 1)[:, None] - cols[None, :] + seq_len - 1
+            bias = tl.load(bias_ptr + offset)
+        logits += bias.to(tl.float32) * 1.4426950408889634
+    if MASKED:
+        keep = in_range
+        if CAUSAL:
+            keep = keep & (rows[:, None] >= cols[None, :])
+        logits = tl.where(keep, logits, -float("inf"))
+    # A row may have no kept column in this block (causal, BLOCK_M > BLOCK_N) but running_max is finite
+    # by then: the first block processed holds column 0, which every row keeps (see the kernel).
+    new_max = tl.maximum(running_max, tl.max(logits, axis=1))
+    p = tl.exp2(logits - new_max[:, None])
+    correction = tl.exp2(running_max - new_max)
+    running_sum = running_sum * correction + tl.sum(p, axis=1)
+    if MASKED:
+        v = tl.load(v_ptr + cols[:, None] * stride_n + dims[None, :], mask=cols[:, None] < seq_len, other=0.0)
+    else:
+        v = tl.load(v_ptr + cols[:, None] * stride_n + dims[None, :])
+    acc = acc * correction[:, None] + tl.dot(p.to(v.dtype), v)
+    return acc, running_sum, new_max
+
+
+@triton.jit
 def _attention_fwd_kernel(
     out_ptr, q_ptr, k_ptr, v_ptr, bias_ptr,
     seq_len, heads, sm_scale,
@@ -33,36 +92,33 @@ def _attention_fwd_kernel(
     base = (batch_head // heads).to(tl.int64) * stride_b + (batch_head % heads).to(tl.int64) * stride_h
     rows = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
     dims = tl.arange(0, HEAD_DIM)
+    # Ragged rows load zeros: their logits stay finite (0 plus a bias) and they are never stored.
     q = tl.load(q_ptr + base + rows[:, None] * stride_n + dims[None, :], mask=rows[:, None] < seq_len, other=0.0)
     running_max = tl.full([BLOCK_M], -float("inf"), dtype=tl.float32)
     running_sum = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
     scale = sm_scale * 1.4426950408889634  # exp(x) = exp2(x * log2(e)): fold log2(e) into the scale
     if CAUSAL:
+        # Blocks whose last column is left of this program's first row: every row keeps every column.
+        # The program's first row is < seq_len, so these columns are too.
+        unmasked_end = (start_m * BLOCK_M) // BLOCK_N * BLOCK_N
         end = tl.minimum((start_m + 1) * BLOCK_M, seq_len)  # nothing right of the diagonal block
     else:
+        unmasked_end = seq_len // BLOCK_N * BLOCK_N  # all but a ragged last block
         end = seq_len
-    for start_n in range(0, end, BLOCK_N):
-        cols = start_n + tl.arange(0, BLOCK_N)
-        in_range = cols[None, :] < seq_len
-        k = tl.load(k_ptr + base + cols[None, :] * stride_n + dims[:, None], mask=in_range, other=0.0)
-        logits = tl.dot(q, k) * scale
-        if HAS_BIAS:
-            offset = rows[:, None] - cols[None, :] + seq_len - 1
-            valid_pair = (rows[:, None] < seq_len) & in_range
-            logits += tl.load(bias_ptr + offset, mask=valid_pair, other=0.0).to(tl.float32) * 1.4426950408889634
-        keep = in_range
-        if CAUSAL:
-            keep = keep & (rows[:, None] >= cols[None, :])
-        logits = tl.where(keep, logits, -float("inf"))
-        # Every row sees column 0 in the first block (causal or not), so the max is finite from there on.
-        new_max = tl.maximum(running_max, tl.max(logits, axis=1))
-        p = tl.exp2(logits - new_max[:, None])
-        correction = tl.exp2(running_max - new_max)
-        running_sum = running_sum * correction + tl.sum(p, axis=1)
-        v = tl.load(v_ptr + base + cols[:, None] * stride_n + dims[None, :], mask=cols[:, None] < seq_len, other=0.0)
-        acc = acc * correction[:, None] + tl.dot(p.to(v.dtype), v)
-        running_max = new_max
+    # The unmasked blocks first. Whichever loop runs first starts at column 0, which every row keeps, so
+    # running_max is finite after the first block and exp2(running_max - new_max) never sees -inf - -inf.
+    for start_n in range(0, unmasked_end, BLOCK_N):
+        acc, running_sum, running_max = _attend_block(
+            acc, running_sum, running_max, q, k_ptr + base, v_ptr + base, bias_ptr,
+            rows, start_n, seq_len, scale, stride_n,
+            HEAD_DIM, BLOCK_N, False, CAUSAL, HAS_BIAS)
+    # Then the diagonal band (causal) and the ragged last block, with the column and causal masks.
+    for start_n in range(unmasked_end, end, BLOCK_N):
+        acc, running_sum, running_max = _attend_block(
+            acc, running_sum, running_max, q, k_ptr + base, v_ptr + base, bias_ptr,
+            rows, start_n, seq_len, scale, stride_n,
+            HEAD_DIM, BLOCK_N, True, CAUSAL, HAS_BIAS)
     acc = acc / running_sum[:, None]
     tl.store(out_ptr + base + rows[:, None] * stride_n + dims[None, :], acc.to(out_ptr.dtype.element_ty),
              mask=rows[:, None] < seq_len)
