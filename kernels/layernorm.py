@@ -1,7 +1,10 @@
 """LayerNorm forward with weight and bias; statistics in fp32; mean and rstd stored for a backward pass.
 
-A row that fits in one block is read once (2·M·N elements moved in all). A longer row (up to 64K
-columns and beyond) is read twice: one pass for the shifted sum and sum of squares, one to normalize.
+A row that fits in one block (SINGLE_PASS) is read once (2·M·N elements moved in all). A longer row
+(up to 64K columns and beyond) is read twice: one pass for the shifted sum and sum of squares, then one
+to normalize that walks the blocks last to first, so that its first reads are the likeliest to hit L2.
+HBM traffic for the looped path then lies between 2·M·N elements and 3·M·N (a second read that always
+misses); the byte model counts the 2·M·N the op must move.
 """
 from __future__ import annotations
 
@@ -50,7 +53,13 @@ def _layernorm_kernel(
         mean = shift + mean_shifted
         variance = tl.maximum(tl.sum(total_sq, axis=0) / n_cols - mean_shifted * mean_shifted, 0.0)
         rstd = 1.0 / tl.sqrt(variance + eps)
-        for start in range(0, n_cols, BLOCK_SIZE):
+        # Last block first, for L2 reuse: the blocks the sums read last are the likeliest still in L2, while
+        # in order each miss on the oldest block would evict the next one needed. In order, this path
+        # reached 65% of copy at 2048x65536 fp16 on an H200 (89.5% in one block), under the 67% of a second
+        # read that always misses; the gain of the reversal is still to be measured on the GPU.
+        n_blocks = tl.cdiv(n_cols, BLOCK_SIZE)
+        for block in range(n_blocks):
+            start = (n_blocks - 1 - block) * BLOCK_SIZE  # the first block seen is the ragged last one
             mask = start + cols < n_cols
             x = tl.load(x_row + start + cols, mask=mask, other=0.0).to(tl.float32)
             weight = tl.load(weight_ptr + start + cols, mask=mask).to(tl.float32)
@@ -119,7 +128,9 @@ SPEC = KernelSpec(
     reference=layernorm_ref,
     flops=lambda shape: 8 * shape[0] * shape[1],
     bytes_moved=_bytes_moved,
-    space={"BLOCK_SIZE": [512, 1024, 2048, 4096, 8192, 16384], "num_warps": [2, 4, 8, 16], "num_stages": [1]},
+    # 32768 with up to 32 warps lets rows up to 32K columns take the single pass.
+    space={"BLOCK_SIZE": [512, 1024, 2048, 4096, 8192, 16384, 32768], "num_warps": [2, 4, 8, 16, 32],
+           "num_stages": [1]},
     constraints=lambda shape, dtype, config: looped_row_block_reason(config["BLOCK_SIZE"], shape[1]),
     # Baselines return the normalized tensor only (F.layer_norm keeps no statistics); the gate compares
     # a baseline with the reference's first output.

@@ -47,8 +47,12 @@ def test_softmax(shape, block, dtype):
 
 
 @pytest.mark.parametrize("dtype", CPU_DTYPES)
-@pytest.mark.parametrize("shape, block", [((6, 42), 16), ((37, 781), 128), ((3, 1823), 256), ((2, 5000), 1024)])
-def test_softmax_online(shape, block, dtype):
+@pytest.mark.parametrize("shape, block", [
+    ((6, 42), 16), ((37, 781), 128), ((3, 1823), 256), ((2, 5000), 1024),  # looped, ragged last block
+    ((5, 1024), 256),  # looped, no ragged block
+    ((1823, 781), 1024), ((6, 42), 64), ((1, 1), 1),  # single pass
+])
+def test_softmax_online_single_pass_and_looped(shape, block, dtype):
     _check(softmax_online.SPEC, shape, dtype, {"BLOCK_SIZE": block, "num_warps": 4, "num_stages": 2})
 
 
@@ -59,7 +63,8 @@ def test_fused_gelu(shape, block_m, block_n, dtype):
 
 
 @pytest.mark.parametrize("dtype", CPU_DTYPES)
-@pytest.mark.parametrize("shape, block", [((37, 781), 1024), ((37, 781), 128), ((6, 42), 64), ((3, 1823), 256)])
+@pytest.mark.parametrize("shape, block", [((37, 781), 1024), ((37, 781), 128), ((6, 42), 64), ((3, 1823), 256),
+                                          ((5, 1024), 256)])
 def test_layernorm_single_pass_and_looped(shape, block, dtype):
     _check(layernorm.SPEC, shape, dtype, {"BLOCK_SIZE": block, "num_warps": 4, "num_stages": 1})
 
@@ -178,6 +183,7 @@ def test_gpu_kernels_all_dtypes(dtype):
     _check(vector_add.SPEC, (1823 * 781,), dtype, {"BLOCK_SIZE": 1024, "num_warps": 4, "num_stages": 1})
     _check(softmax.SPEC, (1823, 781), dtype, {"BLOCK_SIZE": 1024, "num_warps": 4, "num_stages": 1})
     _check(softmax_online.SPEC, (1823, 781), dtype, {"BLOCK_SIZE": 256, "num_warps": 4, "num_stages": 2})
+    _check(softmax_online.SPEC, (1823, 781), dtype, {"BLOCK_SIZE": 1024, "num_warps": 4, "num_stages": 1})
     _check(fused_gelu.SPEC, (1823, 781), dtype, {"BLOCK_M": 4, "BLOCK_N": 256, "num_warps": 4, "num_stages": 1})
     _check(layernorm.SPEC, (1823, 781), dtype, {"BLOCK_SIZE": 1024, "num_warps": 4, "num_stages": 1})
     _check(layernorm.SPEC, (1823, 781), dtype, {"BLOCK_SIZE": 256, "num_warps": 4, "num_stages": 1})
@@ -200,6 +206,7 @@ def test_gpu_kernels_all_dtypes(dtype):
 def test_gpu_long_rows(dtype):
     _check(softmax.SPEC, (64, 60_001), dtype, {"BLOCK_SIZE": 65536, "num_warps": 32, "num_stages": 1})
     _check(softmax_online.SPEC, (16, 262_147), dtype, {"BLOCK_SIZE": 4096, "num_warps": 8, "num_stages": 2})
+    _check(softmax_online.SPEC, (64, 30_001), dtype, {"BLOCK_SIZE": 32768, "num_warps": 32, "num_stages": 1})
     _check(layernorm.SPEC, (16, 65_537), dtype, {"BLOCK_SIZE": 4096, "num_warps": 8, "num_stages": 1})
     _check(layernorm.SPEC, (64, 8192), dtype, {"BLOCK_SIZE": 8192, "num_warps": 8, "num_stages": 1})
     _check(fused_gelu.SPEC, (1823, 11008), dtype, {"BLOCK_M": 4, "BLOCK_N": 1024, "num_warps": 8, "num_stages": 1})
