@@ -112,7 +112,8 @@ def _outcome(status: Optional[str], message: Optional[str], began: float) -> dic
 
 def compile_workers(count: int, kernel_name: str, spec_path: Optional[str]) -> list[WorkerProcess]:
     return [WorkerProcess(f"compile worker {i}", _compile_main, (kernel_name, spec_path), new_session=True,
-                          interpret=False)  # the real compiler, whatever the shell or backend says
+                          interpret=False,  # the real compiler, whatever the shell or backend says
+                          preload=("torch", "triton", "runners.compile_pool"))
             for i in range(count)]
 
 

@@ -50,6 +50,7 @@ class Scheduler:
     def start(self, ahead: list[Trial]) -> None:
         """Start every worker and return once every GPU worker is ready; meanwhile the pool compiles
         `ahead` (the first batch) if the target is known. Raises WorkerStartError."""
+        # The GPU workers first: the first compile worker's start waits while the fork server imports.
         for worker in self.gpu_workers + self.compilers:
             worker.start()
         if self.target is not None:
