@@ -8,16 +8,21 @@ to the logits before the softmax. Four specs share the kernel: SPEC, CAUSAL, BIA
 
 The K/V walk is split in two loops over one block helper (`_attend_block`, MASKED a constexpr). Most
 blocks need no mask: non-causal, every block inside seq (all but a ragged last one); causal, every
-block wholly left of the program's first row. They load K and V unmasked and skip the column and
-causal compares and the tl.where on the BLOCK_M×BLOCK_N logits. Only the diagonal band (causal) and
-the ragged last block run the masked code. Why: with one masked loop for every block the causal
-kernel reached 0.64-0.68x of SDPA's cuDNN backend on an H200 (non-causal 0.70-0.86x); the mask work
-is done on every block but needed on at most ceil(BLOCK_M / BLOCK_N) + 1 blocks of a program. The
-query rows stay masked (Q load, output store) in both loops: a ragged row loads zeros and is never stored.
+block wholly left of the program's first row. They skip the column and causal compares and the
+tl.where on the BLOCK_M×BLOCK_N logits. Only the diagonal band (causal) and the ragged last block run
+the masked code.
+
+On Hopper and later, Q, K, V and O move through tensor descriptors (TMA: the copy engine loads whole
+tiles into shared memory, pipelined over num_stages), viewed as (batch·heads, seq, head_dim) so that a
+ragged last block of a head reads zeros rather than the next head. Older GPUs take pointer loads. In
+both, the unmasked blocks fold the softmax scale into one FMA per logit, and P·V accumulates into acc
+inside the dot. Causal fp16 on an H200, against SDPA's cuDNN backend: 0.64-0.68x with one masked loop
+for every block, 0.84-0.97x with the split, TMA and those two changes (BENCHMARKS.md).
 """
 from __future__ import annotations
 
 import math
+from typing import Optional
 
 import torch
 import triton
@@ -29,75 +34,96 @@ SHARED_MEMORY_BYTES = 232448  # one block's shared memory on Hopper (H100, H200)
 
 
 @triton.jit
+def _load_tile(src, batch_head, start, offsets, seq_len, stride_n,
+               HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr, MASKED: tl.constexpr, TMA: tl.constexpr):
+    """BLOCK rows (seq positions start..start+BLOCK) of one (batch, head): `src` is a tensor descriptor
+    (TMA; rows past seq_len come back as zeros) or a pointer to this (batch, head) (rows masked when
+    MASKED)."""
+    # One return after if/else: Triton 3.6 compiles the code after an early return under a constexpr if.
+    if TMA:
+        tile = src.load([batch_head, start, 0]).reshape(BLOCK, HEAD_DIM)
+    else:
+        pointers = src + offsets[:, None] * stride_n + tl.arange(0, HEAD_DIM)[None, :]
+        if MASKED:
+            tile = tl.load(pointers, mask=offsets[:, None] < seq_len, other=0.0)
+        else:
+            tile = tl.load(pointers)
+    return tile
+
+
+@triton.jit
 def _attend_block(
-    acc, running_sum, running_max, q, k_ptr, v_ptr, bias_ptr,
-    rows, start_n, seq_len, scale,
-    stride_n,
+    acc, running_sum, running_max, q, k_src, v_src, bias_ptr, batch_head,
+    rows, start_n, seq_len, qk_scale, stride_n,
     HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr,
-    MASKED: tl.constexpr, CAUSAL: tl.constexpr, HAS_BIAS: tl.constexpr,
+    MASKED: tl.constexpr, CAUSAL: tl.constexpr, HAS_BIAS: tl.constexpr, TMA: tl.constexpr,
 ):
     """One K/V block of the online softmax; returns the updated (acc, running_sum, running_max).
 
-    k_ptr and v_ptr point at this (batch, head). MASKED=False is only for blocks whose columns all lie
-    inside seq_len and (causal) left of every row of the program: no column mask, no tl.where."""
+    MASKED=False is only for blocks whose columns all lie inside seq_len and (causal) left of every row
+    of the program: no column mask, no tl.where."""
     cols = start_n + tl.arange(0, BLOCK_N)
-    dims = tl.arange(0, HEAD_DIM)
-    if MASKED:
-        in_range = cols[None, :] < seq_len
-        k = tl.load(k_ptr + cols[None, :] * stride_n + dims[:, None], mask=in_range, other=0.0)
-    else:
-        k = tl.load(k_ptr + cols[None, :] * stride_n + dims[:, None])
-    logits = tl.dot(q, k) * scale
-    if HAS_BIAS:
+    k = _load_tile(k_src, batch_head, start_n, cols, seq_len, stride_n, HEAD_DIM, BLOCK_N, MASKED, TMA)
+    qk = tl.dot(q, tl.trans(k))
+    if HAS_BIAS or MASKED:
+        logits = qk * qk_scale
+        if HAS_BIAS:
+            if MASKED:
+                offset = rows[:, None] - cols[None, :] + seq_len - 1
+                bias = tl.load(bias_ptr + offset, mask=(rows[:, None] < seq_len) & (cols[None, :] < seq_len),
+                               other=0.0)
+            else:
+                # Rows past seq_len (the last program's ragged rows) would read past the 2·seq - 1 values:
+                # clamp them to the last row. They are never stored, so their bias does not matter, and
+                # with every row < seq_len and every column < seq_len each offset lies in [0, 2·seq - 2].
+                offset = tl.minimum(rows, seq_len - 1)[:, None] - cols[None, :] + seq_len - 1
+                bias = tl.load(bias_ptr + offset)
+            logits += bias.to(tl.float32) * 1.4426950408889634
         if MASKED:
-            offset = rows[:, None] - cols[None, :] + seq_len - 1
-            valid_pair = (rows[:, None] < seq_len) & in_range
-            bias = tl.load(bias_ptr + offset, mask=valid_pair, other=0.0)
-        else:
-            # Rows past seq_len (the last program's ragged rows) would read past the 2·seq - 1 values:
-            # clamp them to the last row. They are never stored, so their bias does not matter, and with
-            # every row < seq_len and every column < seq_len each offset lies in [0, 2·seq - 2].
-            offset = tl.minimum(rows, seq_len - 1)[:, None] - cols[None, :] + seq_len - 1
-            bias = tl.load(bias_ptr + offset)
-        logits += bias.to(tl.float32) * 1.4426950408889634
-    if MASKED:
-        keep = in_range
-        if CAUSAL:
-            keep = keep & (rows[:, None] >= cols[None, :])
-        logits = tl.where(keep, logits, -float("inf"))
-    # A row may have no kept column in this block (causal, BLOCK_M > BLOCK_N) but running_max is finite
-    # by then: the first block processed holds column 0, which every row keeps (see the kernel).
-    new_max = tl.maximum(running_max, tl.max(logits, axis=1))
-    p = tl.exp2(logits - new_max[:, None])
+            keep = cols[None, :] < seq_len
+            if CAUSAL:
+                keep = keep & (rows[:, None] >= cols[None, :])
+            logits = tl.where(keep, logits, -float("inf"))
+        # A row may have no kept column in this block (causal, BLOCK_M > BLOCK_N) but running_max is
+        # finite by then: the first block processed holds column 0, which every row keeps (see the kernel).
+        new_max = tl.maximum(running_max, tl.max(logits, axis=1))
+        p = tl.exp2(logits - new_max[:, None])
+    else:
+        # max(qk) * scale == max(qk * scale) for a positive scale: the scale and the subtraction become
+        # one FMA per logit.
+        new_max = tl.maximum(running_max, tl.max(qk, axis=1) * qk_scale)
+        p = tl.exp2(qk * qk_scale - new_max[:, None])
     correction = tl.exp2(running_max - new_max)
     running_sum = running_sum * correction + tl.sum(p, axis=1)
-    if MASKED:
-        v = tl.load(v_ptr + cols[:, None] * stride_n + dims[None, :], mask=cols[:, None] < seq_len, other=0.0)
-    else:
-        v = tl.load(v_ptr + cols[:, None] * stride_n + dims[None, :])
-    acc = acc * correction[:, None] + tl.dot(p.to(v.dtype), v)
+    v = _load_tile(v_src, batch_head, start_n, cols, seq_len, stride_n, HEAD_DIM, BLOCK_N, MASKED, TMA)
+    acc = tl.dot(p.to(v.dtype), v, acc * correction[:, None])  # accumulated in the dot, not added after
     return acc, running_sum, new_max
 
 
 @triton.jit
 def _attention_fwd_kernel(
-    out_ptr, q_ptr, k_ptr, v_ptr, bias_ptr,
-    seq_len, heads, sm_scale,
-    stride_b, stride_h, stride_n,
+    out_dst, q_src, k_src, v_src, bias_ptr,
+    seq_len, sm_scale,
+    stride_bh, stride_n,
     HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    CAUSAL: tl.constexpr, HAS_BIAS: tl.constexpr,
+    CAUSAL: tl.constexpr, HAS_BIAS: tl.constexpr, TMA: tl.constexpr,
 ):
+    """out_dst, q_src, k_src, v_src: tensor descriptors when TMA, else pointers to the whole tensors."""
     start_m = tl.program_id(0)
     batch_head = tl.program_id(1)
-    base = (batch_head // heads).to(tl.int64) * stride_b + (batch_head % heads).to(tl.int64) * stride_h
     rows = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    dims = tl.arange(0, HEAD_DIM)
+    if not TMA:  # pointers to this (batch, head)
+        base = batch_head.to(tl.int64) * stride_bh
+        q_src += base
+        k_src += base
+        v_src += base
+        out_dst += base
     # Ragged rows load zeros: their logits stay finite (0 plus a bias) and they are never stored.
-    q = tl.load(q_ptr + base + rows[:, None] * stride_n + dims[None, :], mask=rows[:, None] < seq_len, other=0.0)
+    q = _load_tile(q_src, batch_head, start_m * BLOCK_M, rows, seq_len, stride_n, HEAD_DIM, BLOCK_M, True, TMA)
     running_max = tl.full([BLOCK_M], -float("inf"), dtype=tl.float32)
     running_sum = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
-    scale = sm_scale * 1.4426950408889634  # exp(x) = exp2(x * log2(e)): fold log2(e) into the scale
+    qk_scale = sm_scale * 1.4426950408889634  # exp(x) = exp2(x * log2(e)): fold log2(e) into the scale
     if CAUSAL:
         # Blocks whose last column is left of this program's first row: every row keeps every column.
         # The program's first row is < seq_len, so these columns are too.
@@ -110,21 +136,38 @@ def _attention_fwd_kernel(
     # running_max is finite after the first block and exp2(running_max - new_max) never sees -inf - -inf.
     for start_n in range(0, unmasked_end, BLOCK_N):
         acc, running_sum, running_max = _attend_block(
-            acc, running_sum, running_max, q, k_ptr + base, v_ptr + base, bias_ptr,
-            rows, start_n, seq_len, scale, stride_n,
-            HEAD_DIM, BLOCK_N, False, CAUSAL, HAS_BIAS)
+            acc, running_sum, running_max, q, k_src, v_src, bias_ptr, batch_head,
+            rows, start_n, seq_len, qk_scale, stride_n,
+            HEAD_DIM, BLOCK_N, False, CAUSAL, HAS_BIAS, TMA)
     # Then the diagonal band (causal) and the ragged last block, with the column and causal masks.
     for start_n in range(unmasked_end, end, BLOCK_N):
         acc, running_sum, running_max = _attend_block(
-            acc, running_sum, running_max, q, k_ptr + base, v_ptr + base, bias_ptr,
-            rows, start_n, seq_len, scale, stride_n,
-            HEAD_DIM, BLOCK_N, True, CAUSAL, HAS_BIAS)
-    acc = acc / running_sum[:, None]
-    tl.store(out_ptr + base + rows[:, None] * stride_n + dims[None, :], acc.to(out_ptr.dtype.element_ty),
-             mask=rows[:, None] < seq_len)
+            acc, running_sum, running_max, q, k_src, v_src, bias_ptr, batch_head,
+            rows, start_n, seq_len, qk_scale, stride_n,
+            HEAD_DIM, BLOCK_N, True, CAUSAL, HAS_BIAS, TMA)
+    out = (acc / running_sum[:, None]).to(q.dtype)
+    if TMA:  # the store clips the rows past seq_len
+        out_dst.store([batch_head, start_m * BLOCK_M, 0], out.reshape(1, BLOCK_M, HEAD_DIM))
+    else:
+        tl.store(out_dst + rows[:, None] * stride_n + tl.arange(0, HEAD_DIM)[None, :], out,
+                 mask=rows[:, None] < seq_len)
 
 
-def attention(q, k, v, bias=None, *, causal=False, BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=2, out=None):
+def has_tma(device: torch.device) -> bool:
+    """Whether the kernel loads tiles through TMA on `device`: CUDA GPUs of compute capability 9 and up
+    (Hopper). On the meta device (the compile pool) the target being compiled for decides; the
+    interpreter runs either path (the tests run both)."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_capability(device)[0] >= 9
+    if device.type == "meta":
+        target = triton.runtime.driver.active.get_current_target()
+        return target.backend == "cuda" and target.arch >= 90
+    return True
+
+
+def attention(q, k, v, bias=None, *, causal=False, BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=2,
+              tma: Optional[bool] = None, out=None):
+    """`tma`: None picks TMA where the GPU has it (has_tma); True / False force one path."""
     if not (q.shape == k.shape == v.shape and q.ndim == 4 and q.dtype == k.dtype == v.dtype):
         raise ValueError(f"q, k, v must share a (batch, heads, seq, head_dim) shape and dtype, got "
                          f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
@@ -136,12 +179,26 @@ def attention(q, k, v, bias=None, *, causal=False, BLOCK_M=128, BLOCK_N=64, num_
     if bias is not None and bias.shape != (2 * seq_len - 1,):
         raise ValueError(f"bias must hold 2*seq-1 = {2 * seq_len - 1} values, got {tuple(bias.shape)}")
     out = torch.empty_like(q) if out is None else out
+    if not out.is_contiguous() or out.shape != q.shape:
+        raise ValueError(f"out must be a contiguous tensor of q's shape {tuple(q.shape)}")
+    tma = has_tma(q.device) if tma is None else tma
+    if tma:
+        if any(t.data_ptr() % 16 for t in (q, k, v, out)):
+            raise ValueError("attention with TMA needs q, k, v and out at 16-byte aligned addresses")
+        from triton.tools.tensor_descriptor import TensorDescriptor
+
+        def tiles(tensor, block):  # (batch·heads, seq, head_dim): a tile never crosses into the next head
+            return TensorDescriptor(tensor, shape=[batch * heads, seq_len, head_dim],
+                                    strides=[seq_len * head_dim, head_dim, 1], block_shape=[1, block, head_dim])
+
+        operands = (tiles(out, BLOCK_M), tiles(q, BLOCK_M), tiles(k, BLOCK_N), tiles(v, BLOCK_N))
+    else:
+        operands = (out, q, k, v)
     grid = lambda meta: (triton.cdiv(seq_len, meta["BLOCK_M"]), batch * heads)
     _attention_fwd_kernel[grid](
-        out, q, k, v, bias if bias is not None else q,  # an unused pointer when HAS_BIAS is False
-        seq_len, heads, 1.0 / math.sqrt(head_dim),
-        q.stride(0), q.stride(1), q.stride(2),
-        HEAD_DIM=head_dim, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, CAUSAL=causal, HAS_BIAS=bias is not None,
+        *operands, bias if bias is not None else q,  # an unused pointer when HAS_BIAS is False
+        seq_len, 1.0 / math.sqrt(head_dim), q.stride(1), q.stride(2),
+        HEAD_DIM=head_dim, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, CAUSAL=causal, HAS_BIAS=bias is not None, TMA=tma,
         num_warps=num_warps, num_stages=num_stages,
     )
     return out
@@ -261,7 +318,7 @@ def _spec(name, causal, has_bias):
         reference=eager,
         flops=flops,
         bytes_moved=bytes_moved,
-        space={"BLOCK_M": [64, 128], "BLOCK_N": [32, 64, 128], "num_warps": [4, 8], "num_stages": [2, 3]},
+        space={"BLOCK_M": [64, 128], "BLOCK_N": [32, 64, 128], "num_warps": [4, 8], "num_stages": [2, 3, 4]},
         constraints=_constraints,
         baselines=baselines,
         accumulation_bound=lambda q, k, v, bias=None: _accumulation_bound(q, k, v, bias, causal),

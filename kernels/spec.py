@@ -74,10 +74,15 @@ def seeded_randn(shape: Shape, dtype: torch.dtype, seed: int, device: torch.devi
     return torch.randn(shape, generator=generator, device=device, dtype=torch.float32).to(dtype)
 
 
-def looped_row_block_reason(block: int, n_cols: int):
-    """Why to prune the block of a kernel that loops over a row in blocks: None if it is worth trying."""
+def looped_row_reason(config: Config, n_cols: int):
+    """Why to prune a config of a kernel that loops over a row in BLOCK_SIZE blocks, or reads it in one
+    pass when a block holds it (softmax_online, layernorm): None if it is worth trying."""
+    block = config["BLOCK_SIZE"]
     if block >= 2 * (1 << max(n_cols - 1, 0).bit_length()):  # 2x the next power of 2 of the row
         return f"BLOCK_SIZE {block} >= 2x the {n_cols} columns: half of every load masked off"
+    if block >= n_cols and config.get("num_stages", 1) > 1:
+        # num_stages pipelines loads across loop iterations; the single pass has no loop.
+        return f"num_stages {config['num_stages']}: BLOCK_SIZE {block} holds the {n_cols} columns, no loop to pipeline"
     return None
 
 

@@ -2,6 +2,8 @@
 
 CPU: the Triton interpreter, fp16 and fp32. GPU (marked): bf16 too, and long rows.
 """
+import dataclasses
+
 import pytest
 import torch
 import triton
@@ -99,18 +101,27 @@ def test_attention(spec, shape):  # fp16 only on the CPU: the interpreter's bf16
     _check(spec, shape, "float16", {"BLOCK_M": 32, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2})
 
 
+def _forcing_tma(spec, tma: bool):
+    """The spec with its launcher forced onto one path: TMA tensor descriptors or pointer loads (the
+    interpreter runs both; a GPU takes TMA only from Hopper on)."""
+    causal = spec in (attention.CAUSAL, attention.CAUSAL_BIAS)
+    return dataclasses.replace(spec, launch=lambda inputs, out, config: attention.attention(
+        *inputs, causal=causal, out=out, tma=tma, **config))
+
+
+@pytest.mark.parametrize("tma", [True, False], ids=["tma", "pointers"])
 @pytest.mark.parametrize("spec", ATTENTION_SPECS, ids=lambda s: s.name)
 @pytest.mark.parametrize("seq", [197, 256])  # a ragged last block and rows; whole blocks only
 @pytest.mark.parametrize("block_m, block_n", [(32, 32), (64, 64), (64, 32), (32, 64)])
-def test_attention_unmasked_and_masked_blocks(spec, seq, block_m, block_n):
+def test_attention_unmasked_and_masked_blocks(spec, seq, block_m, block_n, tma):
     """Both K/V loops run: causal programs past the first have whole blocks left of their diagonal, then
     the diagonal band (more than one block when BLOCK_M > BLOCK_N, a block reaching back past the first
     row when BLOCK_N > BLOCK_M); non-causal, seq 197 has a ragged last block and 256 has none. At seq 197
     the last program's ragged rows also go through unmasked blocks (and, with a bias, clamped offsets).
     Baselines are left to test_attention: eager fp16 with a bias misses its tolerance at seq 256 (1.01e-3
     against 1e-3, rounded logits as in test_gpu_kernels_all_dtypes), which says nothing of the kernel."""
-    _check(spec, (1, 1, seq, 16), "float16", {"BLOCK_M": block_m, "BLOCK_N": block_n, "num_warps": 4,
-                                             "num_stages": 2}, check_baselines=False)
+    _check(_forcing_tma(spec, tma), (1, 2, seq, 16), "float16", {"BLOCK_M": block_m, "BLOCK_N": block_n,
+                                                              "num_warps": 4, "num_stages": 2}, check_baselines=False)
 
 
 def test_attention_bias_is_one_scalar_per_offset():
@@ -165,6 +176,12 @@ def test_constraints_prune_with_a_reason():
     assert "one program must hold a whole row" in softmax.SPEC.constraints((8, 4096), "float16", {"BLOCK_SIZE": 1024})
     assert "masked off" in softmax.SPEC.constraints((8, 1000), "float16", {"BLOCK_SIZE": 4096})
     assert softmax.SPEC.constraints((8, 1000), "float16", {"BLOCK_SIZE": 1024}) is None
+    for spec in (softmax_online.SPEC, layernorm.SPEC):  # looped row kernels: stages pipeline the loop only
+        single, looped = {"BLOCK_SIZE": 1024, "num_stages": 2}, {"BLOCK_SIZE": 256, "num_stages": 2}
+        assert "no loop to pipeline" in spec.constraints((8, 1000), "float16", single)
+        assert spec.constraints((8, 1000), "float16", {**single, "num_stages": 1}) is None
+        assert spec.constraints((8, 1000), "float16", looped) is None
+        assert "masked off" in spec.constraints((8, 1000), "float16", {"BLOCK_SIZE": 2048, "num_stages": 1})
 
 
 def test_byte_models_count_each_input_once_and_each_output_once():
@@ -196,9 +213,11 @@ def test_gpu_kernels_all_dtypes(dtype):
                 # Eager attention with the bias in fp16 / bf16 misses the baseline tolerance here (seen on
                 # an H200 at seq 1000: 1.06e-3 against 1e-3, bf16 8.5e-3 against 8e-3): the logits are
                 # rounded twice before the softmax. A sweep records it `incorrect`; our kernel is checked.
-                _check(spec, (2, 3, 1000, head_dim), dtype, {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8,
-                                                             "num_stages": 2}, check_baselines=spec not in (
+                config = {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2}
+                _check(spec, (2, 3, 1000, head_dim), dtype, config, check_baselines=spec not in (
                     attention.BIAS, attention.CAUSAL_BIAS))
+                # TMA on Hopper and later; the pointer loads older GPUs take, checked here as well
+                _check(_forcing_tma(spec, False), (2, 3, 1000, head_dim), dtype, config, check_baselines=False)
 
 
 @pytest.mark.gpu
