@@ -16,7 +16,8 @@ def _fmt(value, spec: str) -> str:
 def best_table(frame: pd.DataFrame) -> str:
     """One line per (kernel, dtype, shape): best ok config of ours with p50, GB/s, % of measured copy
     bandwidth, and each baseline's p50 with speedup = baseline p50 / ours. Where finalists were
-    re-timed, the best is the chosen finalist and its p50 the round-robin one."""
+    re-timed, the best is the chosen finalist and its p50 the round-robin one, and each baseline's p50
+    is the one from the same rounds."""
     lines = []
     counts = frame["status"].value_counts().to_dict()
     lines.append("trials: " + ", ".join(f"{n} {status}" for status, n in sorted(counts.items())))
@@ -28,7 +29,10 @@ def best_table(frame: pd.DataFrame) -> str:
     lines += [header, "-" * len(header)]
     for (kernel, dtype, shape), group in ok.groupby(["kernel", "dtype", "shape"], sort=False):
         ours = group[group["provider"] == TRITON_PROVIDER]
+        # each baseline's newest row, its finalist-phase one where it was re-timed with our finalists
         baselines = group[group["provider"] != TRITON_PROVIDER]
+        baselines = baselines.assign(final=baselines["phase"] == "final").sort_values(["final", "id"])
+        baselines = baselines.groupby("provider", sort=False).tail(1).sort_values("id")
         shape_text = "x".join(map(str, json.loads(shape)))
         if ours.empty:
             best_config, p50, gbps, pct = "(no ok config)", None, None, None

@@ -263,36 +263,45 @@ def run_job(cfg: DictConfig, sweep_id: str, output_dir: Path, finish: bool) -> d
 
 
 def _run_finalists(cfg, store, sweep_id: str, scheduler: Scheduler, record, trials: list[Trial], measured_groups: set) -> int:
-    """Re-time the top_k configs of every (shape, dtype) this job measured; returns how many groups."""
+    """Re-time the top_k configs of every (shape, dtype) this job measured, round-robin with the
+    baselines that passed there (so that ours and theirs see the same clocks: screened minutes apart, a
+    matmul finalist ran at 1335-1815 MHz on an H200 while cuBLAS had screened at 1980); returns how
+    many groups."""
     top_k = cfg.finalists.top_k
     if top_k < 2 or not measured_groups:
         return 0
     by_key = {t.key: t for t in trials}
     frame = store.load(sweep_id=sweep_id, kernel=trials[0].kernel)
-    ok = frame[(frame["provider"] == TRITON_PROVIDER) & (frame["status"] == "ok")]
-    ok = ok.sort_values("id").groupby("trial_key").tail(1)  # a trial's newest row
+    ok = frame[frame["status"] == "ok"].sort_values("id").groupby("trial_key").tail(1)  # a trial's newest row
+    ours = ok[ok["provider"] == TRITON_PROVIDER]
     groups = []
-    for _, rows in ok.groupby(["shape", "dtype"], sort=False):
+    for (shape, dtype), rows in ours.groupby(["shape", "dtype"], sort=False):
         finalists = [by_key[k] for k in rows.nsmallest(top_k, "p50_us")["trial_key"] if k in by_key]
         if len(finalists) >= 2 and (finalists[0].shape, finalists[0].dtype) in measured_groups:
-            groups.append(finalists)
+            beside = ok[(ok["provider"] != TRITON_PROVIDER) & (ok["shape"] == shape) & (ok["dtype"] == dtype)]
+            groups.append(finalists + [by_key[k] for k in beside["trial_key"] if k in by_key])
     if not groups:
         return 0
     final = cfg.finalists
     rule = {"min_samples": final.min_rounds, "min_time_s": final.min_time_s, "max_noise": final.max_noise,
             "max_time_s": final.max_time_s}
-    print(f"re-timing the top {top_k} of {len(groups)} (shape, dtype) group(s) round-robin")
+    print(f"re-timing the top {top_k} of {len(groups)} (shape, dtype) group(s) round-robin, with their baselines")
 
-    def on_result(worker, finalists: list[Trial], results: list[dict]) -> None:
-        where = f"{finalists[0].kernel} {list(finalists[0].shape)} {finalists[0].dtype}"
-        if len(results) != len(finalists):
+    def on_result(worker, group: list[Trial], results: list[dict]) -> None:
+        where = f"{group[0].kernel} {list(group[0].shape)} {group[0].dtype}"
+        if len(results) != len(group):
             print(f"warning: finalists of {where} failed ({results[0]['status']}: {results[0]['message']}); "
                   "the screening results stand")
             return
-        decisions = decide([t.config for t in finalists], [r["samples_us"] for r in results], final.tie_floor)
-        for trial, result, decision in zip(finalists, results, decisions):
+        finalists = [(t, r) for t, r in zip(group, results) if t.provider == TRITON_PROVIDER]
+        decisions = decide([t.config for t, _ in finalists], [r["samples_us"] for _, r in finalists], final.tie_floor)
+        for (trial, result), decision in zip(finalists, decisions):
             record(worker, trial, {**result, **decision}, phase="final")
-        chosen = next(t for t, d in zip(finalists, decisions) if d["chosen"])
+        for trial, result in zip(group, results):
+            if trial.provider != TRITON_PROVIDER:
+                record(worker, trial, {**result, "message": "baseline re-timed round-robin with the finalists"},
+                       phase="final")
+        chosen = next(t for (t, _), d in zip(finalists, decisions) if d["chosen"])
         tied = sum(d["tie"] for d in decisions)
         print(f"finalists {where}: chosen {chosen.config} ({tied} of {len(finalists)} tied with the fastest)")
 

@@ -62,15 +62,12 @@ def run_trial(spec, trial: Trial, cache: ShapeCache, timer, device, peaks: dict)
         inputs, references, bound = cache.get(trial, with_bound=trial.provider == TRITON_PROVIDER)
         normwise = False
         began = time.perf_counter()
-        if trial.provider == TRITON_PROVIDER:
-            out = spec.output_like(inputs)
+        run, out = timed_call(spec, trial, inputs)
+        if out is not None:
             for tensor in check.as_tuple(out):
                 tensor.fill_(float("nan"))  # poison: an element the kernel never writes stays NaN
-            run = lambda: spec.launch(inputs, out, trial.config)
             run()
         else:
-            baseline = spec.baselines[trial.provider]
-            run = lambda: baseline(inputs)
             out = run()
             references = references[:1]  # a baseline returns the main output only (see kernels/spec.py)
             normwise = True  # the user's code: rounding after every op (runners/check.py)
@@ -87,15 +84,23 @@ def run_trial(spec, trial: Trial, cache: ShapeCache, timer, device, peaks: dict)
     return {**measured_fields(spec, trial, measurement, peaks), "first_call_s": first_call_s}
 
 
+def timed_call(spec, trial: Trial, inputs: tuple):
+    """(the zero-argument call that is timed, the output it writes into): our kernel launches into an
+    output allocated here; a baseline returns its output (None here)."""
+    if trial.provider == TRITON_PROVIDER:
+        out = spec.output_like(inputs)
+        return (lambda: spec.launch(inputs, out, trial.config)), out
+    baseline = spec.baselines[trial.provider]
+    return (lambda: baseline(inputs)), None
+
+
 def run_finalists(spec, trials: list[Trial], cache: ShapeCache, timer, peaks: dict, rule) -> list[dict]:
-    """Re-time configs of one (shape, dtype) that already passed the gate, interleaved round-robin
-    with the L2 flush before every call; one row fragment per trial (or one failure for all)."""
+    """Re-time trials of one (shape, dtype) that already passed the gate (configs of ours, and the
+    baselines beside them), interleaved round-robin with the L2 flush before every call; one row
+    fragment per trial (or one failure for all)."""
     try:
         inputs, _, _ = cache.get(trials[0], with_bound=False)
-        runs = []
-        for trial in trials:
-            out = spec.output_like(inputs)
-            runs.append(lambda out=out, config=trial.config: spec.launch(inputs, out, config))
+        runs = [timed_call(spec, trial, inputs)[0] for trial in trials]
         measurements = timer.measure_interleaved(runs, rule)
     except Exception as error:
         return [_failure(error, first_launch_done=True)]

@@ -195,21 +195,26 @@ def test_tie_rule_prefers_fewer_resources_within_the_noise():
     assert "chosen" in decisions[1]["message"] and "slower than" in decisions[2]["message"]
 
 
-def test_finalists_are_recorded_and_the_report_uses_the_chosen_one(tmp_path):
+def test_finalists_and_baselines_are_retimed_together_and_the_report_uses_them(tmp_path):
     result = run_sweep(tmp_path, "kernel=vector_add", "kernel.shapes=[1000,3000]", "kernel.space.num_warps=[2,4]",
                        "kernel.space.BLOCK_SIZE=[1024,2048,4096]", "finalists.top_k=3", "finalists.min_rounds=5",
-                       "finalists.min_time_s=0", "finalists.max_time_s=0.2", "sweep_id=fin")
+                       "finalists.min_time_s=0", "finalists.max_time_s=0.2", "sweep_id=fin", "kernel.baselines=[torch]")
     store = ResultStore(tmp_path / "results.sqlite")
     rows = store.load(sweep_id="fin")
     store.close()
     final = rows[rows["phase"] == "final"]
-    assert len(final) == 2 * 3  # the top 3 of each shape
+    assert len(final) == 2 * (3 + 1)  # the top 3 of each shape, and its torch.add baseline beside them
     for _, group in final.groupby("shape"):
-        assert group["chosen"].sum() == 1 and sorted(group["rank"]) == [1, 2, 3]
+        ours, baseline = group[group["provider"] == "triton"], group[group["provider"] == "torch"]
+        assert ours["chosen"].sum() == 1 and sorted(ours["rank"]) == [1, 2, 3]
+        assert len(baseline) == 1 and baseline["chosen"].isna().all()  # timed beside them, never ranked
         assert group["n_samples"].nunique() == 1  # round-robin: as many samples of each
-        chosen = group[group["chosen"]].iloc[0]
+        chosen = ours[ours["chosen"].astype(bool)].iloc[0]
         assert chosen["tie"]  # the fastest, or within the noise of it
         config = " ".join(f"{k}={v}" for k, v in json.loads(chosen["config"]).items())
         shape = json.loads(chosen["shape"])[0]
-        assert any(line.split()[2] == str(shape) and config in line for line in result.stdout.splitlines()
-                   if line.startswith("vector_add "))
+        line = next(line for line in result.stdout.splitlines()
+                    if line.startswith("vector_add ") and line.split()[2] == str(shape))
+        assert config in line
+        # the speedup comes from the baseline's p50 of the same rounds, not from its screening
+        assert f"torch {baseline['p50_us'].iloc[0]:.2f} ({baseline['p50_us'].iloc[0] / chosen['p50_us']:.2f}x)" in line
