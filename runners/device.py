@@ -122,11 +122,7 @@ def measure_peaks(timer, device) -> dict:
     from runners.timing import StopRule, summarize
 
     rule = StopRule(**PEAK_RULE)
-    source = torch.randn(COPY_BYTES // 4, device=device)
-    destination = torch.empty_like(source)
-    p50_s = summarize(timer.measure(lambda: destination.copy_(source), rule).samples_s)["p50_us"] * 1e-6
-    peaks = {"copy_gbps": 2 * COPY_BYTES / p50_s / 1e9}
-    del source, destination
+    peaks = {"copy_gbps": measure_copy(timer, device, COPY_BYTES, rule)[1]}
     n = MATMUL_SIZE
     for dtype_name in PEAK_DTYPES:
         dtype = getattr(torch, dtype_name)
@@ -135,3 +131,15 @@ def measure_peaks(timer, device) -> dict:
         p50_s = summarize(timer.measure(lambda: torch.matmul(a, b), rule).samples_s)["p50_us"] * 1e-6
         peaks[f"matmul_tflops_{dtype_name}"] = 2 * n**3 / p50_s / 1e12
     return peaks
+
+
+def measure_copy(timer, device, n_bytes: int, rule) -> tuple[float, float]:
+    """(p50 us, GB/s counting bytes read + written) of a device-to-device copy of n_bytes."""
+    import torch
+
+    from runners.timing import summarize
+
+    source = torch.randn(n_bytes // 4, device=device)  # random data, never zeros
+    destination = torch.empty_like(source)
+    p50_us = summarize(timer.measure(lambda: destination.copy_(source), rule).samples_s)["p50_us"]
+    return p50_us, 2 * n_bytes / p50_us / 1e3
