@@ -8,7 +8,7 @@ autotune: the same kernel, the same list of configs, each side with a fresh Trit
   theirs = the first call of @triton.autotune over triton.Configs of the same list, in a fresh process
   (compile + do_bench of every config, one after another).
   Then an exhaustive careful re-measure of every config, round-robin on one GPU (runners/timing.py's
-  interleaved timer, 0.5% noise or 10 s), and each side's pick against the best there.
+  interleaved timer, every median to 0.2% or 10 s), and each side's pick against the best there.
 """
 from __future__ import annotations
 
@@ -124,7 +124,7 @@ def autotune_first_call(kernel: str) -> dict:
 
 
 def careful_remeasure(kernel: str, configs: list[dict]) -> dict[str, float]:
-    """p50 (us) of every config, all timed round-robin until 0.5% noise each or 20 s."""
+    """p50 (us) of every config, all timed round-robin until each median is known to 0.2%, or 10 s."""
     import torch
 
     from runners.device import cuda_timer
@@ -134,7 +134,7 @@ def careful_remeasure(kernel: str, configs: list[dict]) -> dict[str, float]:
     spec = load_spec(kernel, None)
     case = CASES[kernel]
     inputs = spec.make_inputs(tuple(case["shape"]), torch.float16, 0, torch.device("cuda"))
-    rule = StopRule(min_samples=50, min_time_s=0.5, max_noise=0.005, max_time_s=10.0)
+    rule = StopRule(min_samples=50, min_time_s=0.5, rel_precision=0.002, max_time_s=10.0)
     timer = cuda_timer(0, rule, warmup_s=0.1)
     runnable, runs = [], []
     for config in configs:  # every config that launches, whether or not our constraints prune it

@@ -55,7 +55,8 @@ def select_rows(frame: pd.DataFrame, kernel: str) -> dict[str, pd.DataFrame]:
         )
     by_gpu = {}
     for gpu, group in gpu_rows.groupby("gpu_name"):
-        env = group[EXPORT_ENV].astype(str)  # astype(str): a missing driver version compares equal to itself
+        # fillna: a missing value (a NULL driver version, a row from before timing_method) equals itself
+        env = group[EXPORT_ENV].fillna("").astype(str)
         same_env = (env == env.loc[group["id"].idxmax()]).all(axis=1)
         by_gpu[gpu] = _newest_per_trial(group[same_env])
     return by_gpu

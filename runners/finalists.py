@@ -22,22 +22,10 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
+from runners.timing import median_interval
+
 if TYPE_CHECKING:  # pandas is heavy, and every spawned worker imports this module through runners.sweep
     import pandas as pd
-
-Z_95 = 1.959964
-
-
-def sign_test_interval(differences: Sequence[float]) -> tuple[float, float]:
-    """95% confidence interval of the median of `differences` from their order statistics (no
-    assumption on their distribution). Too few values: the whole real line."""
-    values = np.sort(np.asarray(differences, dtype=np.float64))
-    n = len(values)
-    k = math.floor((n - Z_95 * math.sqrt(n)) / 2)
-    if k < 0:
-        return -math.inf, math.inf
-    return float(values[k]), float(values[n - 1 - k])
-
 
 def resource_key(config: dict) -> tuple:
     blocks = math.prod(v for k, v in config.items() if k.startswith("BLOCK"))
@@ -61,7 +49,7 @@ def decide(configs: list[dict], samples_us: list[Sequence[float]], tie_floor: fl
             continue
         n = min(len(samples_us[index]), len(samples_us[fastest]))
         differences = np.asarray(samples_us[index][:n]) - np.asarray(samples_us[fastest][:n])
-        low, high = sign_test_interval(differences)
+        low, high = median_interval(differences)
         decisions.append({"rank": order.index(index) + 1, "tie": low <= floor_us, "low": low, "high": high})
     tied = [i for i in range(len(configs)) if decisions[i]["tie"]]
     chosen = min(tied, key=lambda i: (resource_key(configs[i]), p50s[i]))

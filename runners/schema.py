@@ -45,14 +45,15 @@ class KernelConf:
 
 @dataclass
 class TimingConf:
-    # nvbench's stopping rule: at least min_samples and min_time_s of measured time, then stop once the
-    # relative noise (stdev / mean of the samples) is <= max_noise, or at max_time_s whatever the noise.
-    # These defaults are conf/timing/default.yaml's; the presets set every field.
-    min_samples: int = 10
-    min_time_s: float = 0.25
-    max_noise: float = 0.005
-    max_time_s: float = 2.0
-    warmup_s: float = 0.05
+    # The stopping rule (runners/timing.py): at least min_samples and min_time_s of sampling, then stop
+    # once the median is known to rel_precision (half-width of its 95% confidence interval, relative),
+    # or at max_time_s whatever the precision. These defaults are conf/timing/default.yaml's; the
+    # presets set every field.
+    min_samples: int = 20
+    min_time_s: float = 0.01
+    rel_precision: float = 0.005
+    max_time_s: float = 1.0
+    warmup_s: float = 0.02
     # A sample is flagged throttled when the SM clock read around it is below this share of max clock.
     throttle_ratio: float = 0.9
 
@@ -82,14 +83,15 @@ class CompileConf:
 
 @dataclass
 class FinalistsConf:
-    # The top_k configs of each (shape, dtype) are re-timed round-robin on one GPU until this rule
-    # holds for each (at least min_rounds samples and min_time_s measured, then noise <= max_noise, or
-    # max_time_s); ties and the choice follow runners/finalists.py. top_k 0 or 1: no finalists.
+    # The top_k configs of each (shape, dtype) are re-timed round-robin on one GPU until the stopping
+    # rule of the trials holds for each (at least min_rounds and min_time_s, then every median known to
+    # rel_precision, or max_time_s); ties and the choice follow runners/finalists.py. top_k 0 or 1:
+    # no finalists.
     top_k: int = 8
     min_rounds: int = 20
-    min_time_s: float = 0.1
-    max_noise: float = 0.005
-    max_time_s: float = 1.0
+    min_time_s: float = 0.02
+    rel_precision: float = 0.005
+    max_time_s: float = 0.5
     tie_floor: float = 0.005  # differences below this share of the fastest p50 are ties
 
 

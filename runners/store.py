@@ -4,8 +4,8 @@
   starts, so a `kill -9` loses at most the trial in flight.
 - Two writers on one node: WAL lets readers run beside a writer, and busy_timeout makes a second writer
   wait for the lock instead of failing.
-- Resumable: a trial already in the store for the same backend, GPU model, driver, torch, triton and
-  kernel source hash is not measured again (unless force=true; the newest row then wins), except after
+- Resumable: a trial already in the store for the same backend, timing method, GPU model, driver, torch,
+  triton and kernel source hash is not measured again (unless force=true; the newest row then wins), except after
   a transient failure (timeout, crashed, oom). The seed and the timing preset are not part of that key.
 - A sweep's membership table lists every row the sweep used, measured now or reused from before, so a
   resumed sweep's table, parquet file and export cover all its trials.
@@ -30,12 +30,16 @@ COLUMNS = [
     # screen: the trial's own measurement; final: re-timed among the finalists (rank, tie, chosen).
     ("phase", "TEXT"), ("rank", "INTEGER"), ("tie", "INTEGER"), ("chosen", "INTEGER"),
     ("compile_s", "REAL"), ("first_call_s", "REAL"),
+    # Timing: p50_us is the figure of record (GPU time per call under timing_method "cupti/...");
+    # p50_precision the half-width of its 95% interval, relative; event_* the CUDA-event cross-check.
     ("p20_us", "REAL"), ("p50_us", "REAL"), ("p80_us", "REAL"), ("min_us", "REAL"), ("mean_us", "REAL"),
-    ("noise", "REAL"), ("n_samples", "INTEGER"), ("samples_us", "BLOB"),
+    ("noise", "REAL"), ("p50_precision", "REAL"), ("n_samples", "INTEGER"), ("samples_us", "BLOB"),
+    ("event_p50_us", "REAL"), ("event_samples_us", "BLOB"), ("kernels_per_call", "REAL"),
+    ("timers_disagree", "INTEGER"), ("measure_s", "REAL"),
     ("gbps", "REAL"), ("tflops", "REAL"), ("pct_copy_bw", "REAL"), ("pct_matmul", "REAL"),
     ("sm_clock_start_mhz", "INTEGER"), ("sm_clock_end_mhz", "INTEGER"), ("sm_clock_max_mhz", "INTEGER"),
     ("throttled", "INTEGER"),
-    ("backend", "TEXT NOT NULL"), ("gpu_name", "TEXT NOT NULL"), ("driver_version", "TEXT"),
+    ("backend", "TEXT NOT NULL"), ("timing_method", "TEXT"), ("gpu_name", "TEXT NOT NULL"), ("driver_version", "TEXT"),
     ("cuda_version", "TEXT"), ("torch_version", "TEXT NOT NULL"), ("triton_version", "TEXT NOT NULL"),
     ("python_version", "TEXT"), ("sm_count", "INTEGER"), ("l2_bytes", "INTEGER"), ("host", "TEXT"),
     ("kernel_hash", "TEXT NOT NULL"), ("git_sha", "TEXT"), ("seed", "INTEGER NOT NULL"),
@@ -43,8 +47,12 @@ COLUMNS = [
 ]
 COLUMN_NAMES = [name for name, _ in COLUMNS]
 # What makes two measurements of one trial comparable; resume matches on these and the trial key.
-ENV_KEY = ("backend", "gpu_name", "driver_version", "torch_version", "triton_version", "kernel_hash")
-PEAK_KEY = ("gpu_name", "driver_version", "torch_version")
+# timing_method is in both keys: rows and ceilings timed another way (CUDA events after a writing
+# flush, before it was added: NULL) are measured again, never mixed with the kernel times of record.
+ENV_KEY = ("backend", "timing_method", "gpu_name", "driver_version", "torch_version", "triton_version", "kernel_hash")
+PEAK_KEY = ("gpu_name", "driver_version", "torch_version", "timing_method")
+BOOLEAN_COLUMNS = ("throttled", "tie", "chosen", "timers_disagree")
+SAMPLE_COLUMNS = ("samples_us", "event_samples_us")  # float32 arrays, stored as bytes
 # Outcomes that may not repeat (a hang, a dead worker, memory taken by another process): resume measures
 # these trials again. Every other status is a property of the trial and is kept.
 TRANSIENT_STATUSES = ("timeout", "crashed", "oom")
@@ -73,10 +81,11 @@ class ResultStore:
 
     def _add_new_columns(self) -> None:
         """A store written by an older version gains the columns added since (left NULL there)."""
-        present = {row[1] for row in self._db.execute("PRAGMA table_info(trials)")}
-        for name, sql_type in COLUMNS:
-            if name not in present:
-                self._db.execute(f"ALTER TABLE trials ADD COLUMN {name} {sql_type.replace(' NOT NULL', '')}")
+        for table, columns in (("trials", COLUMNS), ("device_peaks", [(name, "TEXT") for name in PEAK_KEY])):
+            present = {row[1] for row in self._db.execute(f"PRAGMA table_info({table})")}
+            for name, sql_type in columns:
+                if name not in present:
+                    self._db.execute(f"ALTER TABLE {table} ADD COLUMN {name} {sql_type.replace(' NOT NULL', '')}")
 
     def close(self) -> None:
         self._db.close()
@@ -131,8 +140,9 @@ class ResultStore:
         if clauses:
             query += " WHERE " + " AND ".join(clauses)
         frame = pd.read_sql_query(query + " ORDER BY trials.id", self._db, params=params)
-        frame["samples_us"] = [None if b is None else np.frombuffer(b, dtype=np.float32) for b in frame["samples_us"]]
-        for name in ("throttled", "tie", "chosen"):
+        for name in SAMPLE_COLUMNS:
+            frame[name] = [None if b is None else np.frombuffer(b, dtype=np.float32) for b in frame[name]]
+        for name in BOOLEAN_COLUMNS:
             frame[name] = frame[name].map(lambda v: None if pd.isna(v) else bool(v))
         return frame
 
@@ -146,7 +156,8 @@ class ResultStore:
     def save_peaks(self, env: dict, peaks: dict, measured_at: str) -> None:
         with self._transaction():
             self._db.execute(
-                "INSERT INTO device_peaks VALUES (?, ?, ?, ?, ?)",
+                f"INSERT INTO device_peaks ({', '.join(PEAK_KEY)}, peaks, measured_at) VALUES "
+                f"({', '.join('?' for _ in PEAK_KEY)}, ?, ?)",
                 [env[n] for n in PEAK_KEY] + [json.dumps(peaks), measured_at],
             )
 
@@ -167,9 +178,9 @@ def _encode(name: str, value):
         return None
     if name in ("shape", "config"):
         return json.dumps(list(value) if name == "shape" else dict(value))
-    if name == "samples_us":
+    if name in SAMPLE_COLUMNS:
         return np.asarray(value, dtype=np.float32).tobytes()
-    if name in ("throttled", "tie", "chosen"):
+    if name in BOOLEAN_COLUMNS:
         return int(bool(value))
     return value
 
@@ -178,6 +189,7 @@ def write_parquet(frame: pd.DataFrame, path: str | Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     table = frame.copy()
-    table["samples_us"] = [None if s is None else s.tolist() for s in table["samples_us"]]
+    for name in SAMPLE_COLUMNS:
+        table[name] = [None if s is None else s.tolist() for s in table[name]]
     table.to_parquet(path, index=False)
     return path

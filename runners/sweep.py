@@ -33,6 +33,7 @@ from runners.scheduler import Scheduler, WorkerStartError
 from runners.search import Search
 from runners.trials import TRITON_PROVIDER, ConfigError, Trial, kernel_source_hash, load_spec, plan_trials
 from runners.device import nvml_compile_target
+from runners.timing import MIN_SAMPLES_FOR_INTERVAL
 from runners.worker import trial_worker
 
 
@@ -71,11 +72,16 @@ def sweep_id_of(cfg: DictConfig) -> str:
 def validate(cfg: DictConfig):
     """Everything that can be wrong with the input and that the schema does not catch at composition,
     checked before any launch. Returns (spec, trials, search, number of trial workers, compile workers)."""
-    if cfg.timing.min_samples < 2 or cfg.timing.max_noise <= 0 or cfg.timing.max_time_s <= 0:
-        raise ConfigError("timing: min_samples must be >= 2, max_noise and max_time_s > 0")
-    final = cfg.finalists
-    if final.top_k < 0 or final.min_rounds < 2 or final.max_noise <= 0 or final.max_time_s <= 0 or final.tie_floor < 0:
-        raise ConfigError("finalists: top_k must be >= 0, min_rounds >= 2, max_noise and max_time_s > 0, tie_floor >= 0")
+    timing, final = cfg.timing, cfg.finalists
+    if timing.min_samples < MIN_SAMPLES_FOR_INTERVAL:
+        raise ConfigError(f"timing.min_samples: {timing.min_samples} must be >= {MIN_SAMPLES_FOR_INTERVAL} "
+                          "(fewer samples give no 95% interval of the median)")
+    if not 0 < timing.rel_precision < 1 or timing.max_time_s <= 0 or timing.min_time_s < 0 or timing.warmup_s < 0:
+        raise ConfigError("timing: rel_precision must be in (0, 1), max_time_s > 0, min_time_s and warmup_s >= 0")
+    if final.min_rounds < MIN_SAMPLES_FOR_INTERVAL:
+        raise ConfigError(f"finalists.min_rounds: {final.min_rounds} must be >= {MIN_SAMPLES_FOR_INTERVAL}")
+    if final.top_k < 0 or not 0 < final.rel_precision < 1 or final.max_time_s <= 0 or final.tie_floor < 0:
+        raise ConfigError("finalists: top_k must be >= 0, rel_precision in (0, 1), max_time_s > 0, tie_floor >= 0")
     if cfg.compile.timeout_s <= 0 or (cfg.compile.workers is not None and cfg.compile.workers < 0):
         raise ConfigError("compile: workers must be >= 0 (or null: one per CPU core) and timeout_s > 0")
     if cfg.search.budget_s is not None and cfg.search.budget_s <= 0:
@@ -122,10 +128,11 @@ def _wandb_config(trial: Trial, spec, row: dict, timing: dict) -> dict:
 
 
 SUMMARY_KEYS = ("status", "message", "stop_reason", "p20_us", "p50_us", "p80_us", "min_us", "noise",
-                "n_samples", "gbps", "tflops", "pct_copy_bw", "pct_matmul", "throttled", "rank", "tie", "chosen",
-                "compile_s", "first_call_s")
-ENV_COLUMNS = ("backend", "gpu_name", "driver_version", "cuda_version", "torch_version", "triton_version",
-               "python_version", "sm_count", "l2_bytes", "host", "sm_clock_max_mhz")
+                "p50_precision", "n_samples", "event_p50_us", "kernels_per_call", "timers_disagree", "gbps",
+                "tflops", "pct_copy_bw", "pct_matmul", "throttled", "rank", "tie", "chosen", "compile_s",
+                "first_call_s", "measure_s")
+ENV_COLUMNS = ("backend", "timing_method", "gpu_name", "driver_version", "cuda_version", "torch_version",
+               "triton_version", "python_version", "sm_count", "l2_bytes", "host", "sm_clock_max_mhz")
 
 
 def _start_workers(cfg: DictConfig, workers: int, compilers: int, timing: dict, first_batch: list[Trial]) -> Scheduler:
@@ -283,7 +290,7 @@ def _run_finalists(cfg, store, sweep_id: str, scheduler: Scheduler, record, tria
     if not groups:
         return 0
     final = cfg.finalists
-    rule = {"min_samples": final.min_rounds, "min_time_s": final.min_time_s, "max_noise": final.max_noise,
+    rule = {"min_samples": final.min_rounds, "min_time_s": final.min_time_s, "rel_precision": final.rel_precision,
             "max_time_s": final.max_time_s}
     print(f"re-timing the top {top_k} of {len(groups)} (shape, dtype) group(s) round-robin, with their baselines")
 

@@ -1,54 +1,97 @@
-"""Timing: the stopping rule, sample statistics, and the two timers (CUDA events; interpreter wall clock).
+"""Timing: the stopping rule, sample statistics, the clean L2 flush, and the timers (GPU; interpreter).
 
-Rules kept here (and why):
-- CUDA events bracket the launch only. The L2 flush (a buffer of 2x the device's L2, allocated once)
-  is cleared before every sample, outside the event window, so every sample reads from HBM, as a kernel
-  does in a real model where other work evicted its inputs.
+The figure of record is the kernel's own duration on the GPU, as a profiler sees it. Rules kept here,
+each measured on an H200 (BENCHMARKS.md, "timer of record"):
+- The kernel's time comes from the GPU's own clock: CUPTI activity records (start and end of every
+  kernel, memset and memcpy), read through torch.profiler's kineto backend. A CUDA-event pair around
+  the launch adds about 3 us to every sample (7.8 us against 4.2 us for a 2^20 vector add); the event
+  time is kept beside it as a cross-check. Kineto rather than Triton's proton (which sums per call
+  site, not per launch) or cupti-python (one more dependency, absent from the GPU hosts we use): it
+  ships with every torch, records every launch, and costs about 10 ms a batch of samples.
+- The L2 is evicted before every sample by a kernel that only reads (L2Flush): a buffer of 2x the L2
+  summed into one int32 per program. A writing flush (`zero_()`, as do_bench does) leaves the L2 full
+  of dirty lines that the timed kernel then writes back: softmax 8192x4096 fp16 took 34.6 us after
+  one, 30.4 us after a read (ncu, caches flushed: 31.1 us).
 - Warm-up first, so compilation, module load and first-touch never land in a sample.
-- Samples are taken in batches with one synchronize per batch; every sample is kept.
-- nvbench's stopping rule (StopRule) decides when there are enough.
+- Samples are taken in batches, the GPU held by a spin kernel while the host enqueues a batch, so
+  that no sample waits for the host; every sample is kept.
+- StopRule stops on the precision of the reported figure, the 95% confidence interval of the median,
+  not on the spread of single samples (a few outliers make that spread large while the median is
+  already known to 0.1%).
 """
 from __future__ import annotations
 
 import math
 import time
 from dataclasses import dataclass
-from typing import Callable, Optional, Sequence
+from typing import Callable, NamedTuple, Optional, Sequence
 
 import numpy as np
+import triton
+import triton.language as tl
 
 STOP_CONVERGED = "converged"
 STOP_TIMEOUT = "timeout"
+
+# What produced a row's samples (the store's `timing_method`, part of the resume key): the kernel's
+# GPU time from CUPTI records; the CUDA-event time, where CUPTI cannot be used (another profiler such
+# as ncu or nsys holds it); the wall clock of the Triton interpreter.
+METHOD_CUPTI = "cupti/read-flush"
+METHOD_EVENTS = "cuda-events/read-flush"
+METHOD_WALL = "wall"
+
+Z_95 = 1.959964
+# The order-statistic interval of the median exists from 4 values on (n - 1.96 sqrt(n) >= 0); up to
+# 7 values it spans the whole sample, min to max.
+MIN_SAMPLES_FOR_INTERVAL = 4
 
 
 @dataclass(frozen=True)
 class StopRule:
     min_samples: int
-    min_time_s: float
-    max_noise: float
+    min_time_s: float  # wall time spent sampling, flushes and enqueueing included
+    rel_precision: float  # half-width of the median's 95% confidence interval, relative to the median
     max_time_s: float
 
     def check(self, samples_s: Sequence[float], elapsed_s: float) -> Optional[str]:
-        """None while more samples are needed, else why to stop.
-
-        `samples_s` are the measured times; `elapsed_s` the wall time spent sampling so far. Stop at
-        max_time_s whatever the noise; otherwise need min_samples and min_time_s of measured time, then
-        stop once the relative noise is <= max_noise.
-        """
+        """None while more samples are needed, else why to stop: max_time_s whatever the precision;
+        else, once min_samples are taken and min_time_s has passed, when the median is known to
+        rel_precision."""
         if elapsed_s >= self.max_time_s:
             return STOP_TIMEOUT
-        if len(samples_s) < self.min_samples or sum(samples_s) < self.min_time_s:
+        if len(samples_s) < self.min_samples or elapsed_s < self.min_time_s:
             return None
-        if relative_noise(samples_s) <= self.max_noise:
+        if median_precision(samples_s) <= self.rel_precision:
             return STOP_CONVERGED
         return None
 
 
+def median_interval(values: Sequence[float]) -> tuple[float, float]:
+    """95% confidence interval of the median from the order statistics (the sign-test interval: no
+    assumption on the distribution, so rare outliers widen it by one rank, not by their size).
+    Too few values: the whole real line."""
+    ordered = np.sort(np.asarray(values, dtype=np.float64))
+    n = len(ordered)
+    k = math.floor((n - Z_95 * math.sqrt(n)) / 2)
+    if k < 0:
+        return -math.inf, math.inf
+    return float(ordered[k]), float(ordered[n - 1 - k])
+
+
+def median_precision(samples: Sequence[float]) -> float:
+    """The larger distance from the median to an end of its 95% interval, relative to the median."""
+    low, high = median_interval(samples)
+    median = float(np.median(samples))
+    if not math.isfinite(low) or median <= 0:
+        return math.inf
+    return max(median - low, high - median) / median
+
+
 def relative_noise(samples: Sequence[float]) -> float:
-    """Sample standard deviation over the mean (nvbench's "Noise")."""
+    """Sample standard deviation over the mean (nvbench's "Noise"): reported, not a stopping rule."""
     if len(samples) < 2:
         return math.inf
-    values = np.asarray(samples, dtype=np.float64)  # numpy: checked after every batch of ~10^5 samples
+    values = np.asarray(samples, dtype=np.float64)
     return float(values.std(ddof=1) / values.mean())
 
 
@@ -61,7 +104,8 @@ def percentile(sorted_samples: Sequence[float], q: float) -> float:
 
 
 def summarize(samples_s: Sequence[float]) -> dict:
-    """p20/p50/p80, min and mean in microseconds, and the relative noise."""
+    """p20/p50/p80, min and mean in microseconds, the relative noise, and the precision of the p50
+    (half-width of its 95% interval, relative)."""
     ordered = sorted(samples_s)
     to_us = 1e6
     return {
@@ -71,14 +115,37 @@ def summarize(samples_s: Sequence[float]) -> dict:
         "min_us": ordered[0] * to_us,
         "mean_us": float(np.mean(ordered)) * to_us,
         "noise": relative_noise(ordered),
+        "p50_precision": median_precision(ordered),
         "n_samples": len(ordered),
     }
 
 
+def next_batch_rounds(rule: StopRule, samples: Sequence[Sequence[float]], elapsed_s: float) -> int:
+    """How many more rounds to take before judging again: enough for the least precise median to
+    reach rel_precision if its interval shrinks as 1/sqrt(n) (with 20% to spare), at least enough
+    for min_samples and min_time_s, at most as many as taken so far (the guess grows from measured
+    data), and no more than fit before max_time_s."""
+    taken = len(samples[0])
+    if taken == 0:
+        return max(rule.min_samples, 1)
+    worst = max(median_precision(s) for s in samples)
+    wanted = taken if not math.isfinite(worst) else math.ceil(1.2 * taken * (worst / rule.rel_precision) ** 2) - taken
+    wanted = max(wanted, rule.min_samples - taken)
+    seconds_per_round = max(elapsed_s, 1e-9) / taken
+    if elapsed_s < rule.min_time_s:
+        wanted = max(wanted, math.ceil((rule.min_time_s - elapsed_s) / seconds_per_round))
+    fits = math.floor((rule.max_time_s - elapsed_s) / seconds_per_round)
+    return max(1, min(wanted, taken, fits))
+
+
 @dataclass
 class Measurement:
-    samples_s: list[float]
+    samples_s: list[float]  # the figure of record: GPU time per call (CUPTI), else event or wall time
     stop_reason: str
+    method: str  # METHOD_*: what produced samples_s
+    event_samples_s: Optional[list[float]] = None  # CUDA-event time of the same calls (GPU timers)
+    kernels_per_call: Optional[float] = None  # median count of GPU activities per call (CUPTI)
+    measure_s: float = 0.0  # wall time of warm-up and sampling
     sm_clock_start_mhz: Optional[int] = None
     sm_clock_end_mhz: Optional[int] = None
 
@@ -92,8 +159,147 @@ def _warm_up(fn: Callable[[], object], sync: Callable[[], None], warmup_s: float
         sync()
 
 
+def _rotated(count: int, round_index: int) -> list[int]:
+    first = round_index % count
+    return list(range(first, count)) + list(range(first))
+
+
+def _stop_reasons(rule: StopRule, samples: list[list[float]], elapsed_s: float) -> Optional[list[str]]:
+    """Each function's stop reason once the rule holds for all of them, else None."""
+    reasons = [rule.check(s, elapsed_s) for s in samples]
+    return None if None in reasons else reasons
+
+
+# --- the clean flush -------------------------------------------------------------------------
+# 2x the L2: H100/H200 split their L2 in two partitions, and a read of exactly L2 bytes can leave
+# lines of the inputs resident. Reading 4x gave the same kernel times as 2x on an H200 (4.19 us for a
+# 2^20 vector add, 30.43 us for softmax 8192x4096) at twice the cost (60 us a flush against 31-37).
+FLUSH_L2_MULTIPLE = 2
+FLUSH_MIN_BYTES = 16 << 20  # GPUs with a small or unreported L2 still get a real flush
+FLUSH_BLOCK = 4096  # int32 elements a program reads per step: 16 KB
+FLUSH_PROGRAMS_PER_SM = 4
+FLUSH_KERNEL_NAME = "_l2_flush_read_kernel"  # how the flush is found among the CUPTI records
+
+
+@triton.jit
+def _l2_flush_read_kernel(buffer_ptr, partial_ptr, n_elements, BLOCK: tl.constexpr):
+    # A grid-stride read of the whole buffer; one int32 written per program, so the L2 holds clean
+    # lines only once it ends (a sum the compiler cannot drop, as it would an unused load).
+    pid = tl.program_id(0)
+    step = tl.num_programs(0) * BLOCK
+    total = tl.zeros([BLOCK], dtype=tl.int32)
+    for start in range(pid * BLOCK, n_elements, step):
+        offsets = start + tl.arange(0, BLOCK)
+        total += tl.load(buffer_ptr + offsets, mask=offsets < n_elements, other=0)
+    tl.store(partial_ptr + pid, tl.sum(total, axis=0))
+
+
+def flush_elements(l2_bytes: Optional[int]) -> int:
+    """int32 elements of the flush buffer: FLUSH_L2_MULTIPLE x the L2 (at least FLUSH_MIN_BYTES),
+    rounded up to whole blocks."""
+    n_bytes = max(FLUSH_L2_MULTIPLE * (l2_bytes or 0), FLUSH_MIN_BYTES)
+    return math.ceil(n_bytes / 4 / FLUSH_BLOCK) * FLUSH_BLOCK
+
+
+class L2Flush:
+    """Evicts the L2 without leaving dirty lines: reads a buffer of 2x the L2 (see above)."""
+
+    def __init__(self, torch, device, l2_bytes: Optional[int], sm_count: int):
+        self.buffer = torch.ones(flush_elements(l2_bytes), dtype=torch.int32, device=device)
+        self.partials = torch.empty(max(1, sm_count) * FLUSH_PROGRAMS_PER_SM, dtype=torch.int32, device=device)
+
+    def __call__(self) -> None:
+        _l2_flush_read_kernel[(self.partials.numel(),)](self.buffer, self.partials, self.buffer.numel(),
+                                                        BLOCK=FLUSH_BLOCK, num_warps=8)
+
+
+# --- GPU time from CUPTI records ---------------------------------------------------------------
+class GpuRecord(NamedTuple):
+    """One kernel, memset or memcpy as the GPU ran it (CUPTI activity record), in ns."""
+    name: str
+    start_ns: int
+    end_ns: int
+
+
+class RecordMismatch(RuntimeError):
+    """The CUPTI records do not hold one flush per enqueued call: samples cannot be assigned."""
+
+
+def busy_ns(intervals: Sequence[tuple[int, int]]) -> int:
+    """Length of the union of [start, end) intervals: the sum of the durations when they run one
+    after another, and no double count when a call runs work on two streams at once."""
+    total, covered_to = 0, None
+    for start, end in sorted(intervals):
+        if covered_to is None or start >= covered_to:
+            total += end - start
+            covered_to = end
+        elif end > covered_to:
+            total += end - covered_to
+            covered_to = end
+    return total
+
+
+def calls_from_records(records: Sequence[GpuRecord], calls: int,
+                       flush_name: str = FLUSH_KERNEL_NAME) -> list[tuple[float, int]]:
+    """(GPU seconds, activities) of each enqueued call, in enqueue order, from the records of a batch.
+
+    Every call was enqueued right after a flush, so the activities that start between one flush and
+    the next (or the end) are that call's; anything before the first flush (the spin kernel that
+    holds the GPU) belongs to no call. Raises RecordMismatch unless there is exactly one flush a call.
+    """
+    ordered = sorted(records, key=lambda r: r.start_ns)
+    flushes = [i for i, r in enumerate(ordered) if r.name == flush_name]
+    if len(flushes) != calls:
+        raise RecordMismatch(f"expected {calls} flush records in the CUPTI trace, found {len(flushes)}")
+    bounds = flushes[1:] + [len(ordered)]
+    result = []
+    for first, end in zip(flushes, bounds):
+        intervals = [(r.start_ns, r.end_ns) for r in ordered[first + 1:end]]
+        result.append((busy_ns(intervals) * 1e-9, len(intervals)))
+    return result
+
+
+class KernelClock:
+    """Records the GPU activities of a stretch of host code through torch.profiler (kineto/CUPTI).
+
+    `available` is False where the profiler cannot record (another profiler, such as ncu or nsys,
+    holds CUPTI, or torch was built without it): probed once with a flush, and `reason` says why.
+    """
+
+    def __init__(self, torch, flush: L2Flush):
+        self._torch = torch
+        self.available, self.reason = True, None
+        try:
+            records = self.record(flush)
+        except Exception as error:  # kineto raises RuntimeError and others; the reason is kept and shown
+            self.available, self.reason = False, f"{type(error).__name__}: {error}"
+            return
+        if not any(r.name == FLUSH_KERNEL_NAME for r in records):
+            self.available, self.reason = False, "the profiler returned no kernel records"
+
+    def record(self, work: Callable[[], object]) -> list[GpuRecord]:
+        """Run `work` (which enqueues GPU work), wait for the GPU, return the activities recorded."""
+        from torch.autograd import DeviceType
+        from torch.autograd.profiler import profile
+
+        torch = self._torch
+        # GPU activities only: no CPU-side op records to make or parse.
+        with profile(use_device="cuda", use_cpu=False, use_kineto=True) as recorder:
+            work()
+            torch.cuda.synchronize()
+        records = []
+        for event in recorder.kineto_results.events():
+            if event.device_type() != DeviceType.CUDA:
+                continue
+            if getattr(event, "is_user_annotation", lambda: False)():  # a CPU range mirrored on the GPU row
+                continue
+            records.append(GpuRecord(event.name(), event.start_ns(), event.end_ns()))
+        return records
+
+
 class CudaTimer:
-    """CUDA-event timing with an L2 flush before every sample."""
+    """GPU timing with a clean L2 flush before every sample: CUPTI kernel time of record, CUDA-event
+    time beside it (the event time alone where CUPTI cannot be used)."""
 
     # First guess of the host's cost to enqueue one sample (flush, two events, a Triton launch);
     # later batches use the cost measured on the previous batch.
@@ -109,9 +315,11 @@ class CudaTimer:
         self.warmup_s = warmup_s
         self.read_sm_clock = read_sm_clock
         self.clock_hz = (max_clock_mhz or 2000) * 1e6
-        l2_bytes = torch.cuda.get_device_properties(device).L2_cache_size
-        # 2x L2: a write of exactly L2 bytes can leave lines of the inputs resident in a partitioned L2.
-        self.flush_buffer = torch.empty(max(2 * l2_bytes, 1 << 24), dtype=torch.int8, device=device)
+        props = torch.cuda.get_device_properties(device)
+        self.flush = L2Flush(torch, device, props.L2_cache_size, props.multi_processor_count)
+        self.flush()  # compiles and loads the flush kernel outside any measurement
+        self.kernel_clock = KernelClock(torch, self.flush)
+        self.method = METHOD_CUPTI if self.kernel_clock.available else METHOD_EVENTS
 
     def measure(self, fn: Callable[[], object], rule: Optional[StopRule] = None) -> Measurement:
         """Time fn until `rule` (default: the timer's own) says stop."""
@@ -123,55 +331,73 @@ class CudaTimer:
         and neighbours; the order rotates every round so that none always runs first after the hold."""
         torch = self._torch
         rule = rule or self.rule
+        began = time.perf_counter()
         for fn in fns:
             _warm_up(fn, torch.cuda.synchronize, self.warmup_s)
-        rounds = max(rule.min_samples, 1)
-        events = [[(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in fns]
-                  for _ in range(rounds)]
         samples: list[list[float]] = [[] for _ in fns]
-        host_seconds = self.HOST_SECONDS_PER_SAMPLE * rounds * len(fns)
+        event_samples: list[list[float]] = [[] for _ in fns]
+        activities: list[list[int]] = [[] for _ in fns]
+        host_seconds_per_call = self.HOST_SECONDS_PER_SAMPLE
         clock_start = self.read_sm_clock()
-        began = time.perf_counter()
-        round_index = 0
+        sampling_began = time.perf_counter()
         while True:
-            # Hold the GPU while the host enqueues the batch. Without this the host (~40 us a sample)
-            # falls behind a short kernel, the GPU drains its queue, and a start event fires before its
-            # kernel has arrived: seen on an H200 as 20-90% noise on 20 us softmax samples.
-            torch.cuda._sleep(int(1.25 * host_seconds * self.clock_hz))
-            enqueue_began = time.perf_counter()
-            for pairs in events:
-                for index in _rotated(len(fns), round_index):
-                    start, end = pairs[index]
-                    self.flush_buffer.zero_()  # outside the window: evicts the inputs from L2
-                    start.record()
-                    fns[index]()
-                    end.record()
-                round_index += 1
-            last_end = end
-            host_seconds = time.perf_counter() - enqueue_began
-            last_end.synchronize()
-            for pairs in events:
-                for index, (start, end) in enumerate(pairs):
-                    samples[index].append(start.elapsed_time(end) * 1e-3)
-            reasons = _stop_reasons(rule, samples, time.perf_counter() - began)
+            rounds = next_batch_rounds(rule, samples, time.perf_counter() - sampling_began)
+            host_seconds_per_call = self._sample_batch(fns, rounds, host_seconds_per_call, samples, event_samples,
+                                                       activities)
+            reasons = _stop_reasons(rule, samples, time.perf_counter() - sampling_began)
             if reasons:
                 clock_end = self.read_sm_clock()
-                return [Measurement(s, r, clock_start, clock_end) for s, r in zip(samples, reasons)]
+                measure_s = time.perf_counter() - began
+                return [Measurement(s, reason, self.method, e or None, float(np.median(a)) if a else None,
+                                    measure_s, clock_start, clock_end)
+                        for s, e, a, reason in zip(samples, event_samples, activities, reasons)]
 
+    def _sample_batch(self, fns, rounds: int, host_seconds_per_call: float, samples, event_samples,
+                      activities) -> float:
+        """Take `rounds` rounds of samples, appending to the lists; returns the host's enqueue time
+        per call, measured on this batch."""
+        torch = self._torch
+        first_round = len(samples[0])
+        order = [index for r in range(rounds) for index in _rotated(len(fns), first_round + r)]
+        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in order]
+        enqueue_seconds = 0.0
 
-def _rotated(count: int, round_index: int) -> list[int]:
-    first = round_index % count
-    return list(range(first, count)) + list(range(first))
+        def enqueue() -> None:
+            nonlocal enqueue_seconds
+            # Hold the GPU while the host enqueues the batch. Without this the host (~40 us a sample)
+            # falls behind a short kernel, the GPU drains its queue, and a start event fires before its
+            # kernel has arrived: seen on an H200 as 20-90% noise on 20 us softmax event times.
+            torch.cuda._sleep(int(1.25 * host_seconds_per_call * len(order) * self.clock_hz))
+            enqueue_began = time.perf_counter()
+            for index, (start, end) in zip(order, events):
+                self.flush()  # outside the window: the inputs leave the L2, no dirty line stays
+                start.record()
+                fns[index]()
+                end.record()
+            enqueue_seconds = time.perf_counter() - enqueue_began
 
-
-def _stop_reasons(rule: StopRule, samples: list[list[float]], elapsed_s: float) -> Optional[list[str]]:
-    """Each function's stop reason once the rule holds for all of them, else None."""
-    reasons = [rule.check(s, elapsed_s) for s in samples]
-    return None if None in reasons else reasons
+        if self.method == METHOD_CUPTI:
+            calls = calls_from_records(self.kernel_clock.record(enqueue), len(order))
+        else:
+            enqueue()
+            torch.cuda.synchronize()
+            calls = None
+        for position, (index, (start, end)) in enumerate(zip(order, events)):
+            event_s = start.elapsed_time(end) * 1e-3
+            if calls is None:  # the event time is the figure of record
+                samples[index].append(event_s)
+            else:
+                gpu_s, count = calls[position]
+                samples[index].append(gpu_s)
+                event_samples[index].append(event_s)
+                activities[index].append(count)
+        return enqueue_seconds / len(order)
 
 
 class InterpreterTimer:
     """Wall-clock timing of the Triton interpreter on the CPU. These rows are never exported."""
+
+    method = METHOD_WALL
 
     def __init__(self, rule: StopRule, warmup_s: float):
         self.rule = rule
@@ -182,17 +408,18 @@ class InterpreterTimer:
 
     def measure_interleaved(self, fns: Sequence[Callable[[], object]], rule: Optional[StopRule] = None) -> list[Measurement]:
         rule = rule or self.rule
+        began = time.perf_counter()
         for fn in fns:
             _warm_up(fn, lambda: None, self.warmup_s)
         samples: list[list[float]] = [[] for _ in fns]
-        began = time.perf_counter()
-        round_index = 0
-        while True:
-            for index in _rotated(len(fns), round_index):
-                start = time.perf_counter()
-                fns[index]()
-                samples[index].append(time.perf_counter() - start)
-            round_index += 1
-            reasons = _stop_reasons(rule, samples, time.perf_counter() - began)
+        sampling_began = time.perf_counter()
+        while True:  # in batches, as the GPU timer: at least min_samples, whatever the cap
+            for _ in range(next_batch_rounds(rule, samples, time.perf_counter() - sampling_began)):
+                for index in _rotated(len(fns), len(samples[0])):
+                    start = time.perf_counter()
+                    fns[index]()
+                    samples[index].append(time.perf_counter() - start)
+            reasons = _stop_reasons(rule, samples, time.perf_counter() - sampling_began)
             if reasons:
-                return [Measurement(s, r) for s, r in zip(samples, reasons)]
+                measure_s = time.perf_counter() - began
+                return [Measurement(s, r, METHOD_WALL, measure_s=measure_s) for s, r in zip(samples, reasons)]

@@ -20,6 +20,8 @@ from typing import Optional
 
 import pandas as pd
 
+from runners.store import SAMPLE_COLUMNS
+
 CLOSE_TIMEOUT_S = 600  # a sweep's last runs may still be uploading in online mode
 LOGGING_PROCESSES = 4
 
@@ -105,7 +107,7 @@ def log_sweep_summary(conf: dict, sweep_id: str, frame: pd.DataFrame, files: lis
 
     began = time.perf_counter()
     run = _init_run(conf, sweep_id, "sweep_summary", f"{sweep_id} summary")
-    table = frame.drop(columns=["samples_us"])
+    table = frame.drop(columns=list(SAMPLE_COLUMNS))  # per-sample arrays stay in the store
     table = table.astype(object).where(table.notna(), None)  # wandb.Table wants None, not NaN
     run.log({"trials": wandb.Table(dataframe=table)})
     run.summary.update({"n_trials": len(frame), "n_ok": int((frame["status"] == "ok").sum())})

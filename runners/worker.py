@@ -8,6 +8,7 @@ fresh worker.
 from __future__ import annotations
 
 import hashlib
+import os
 import time
 from typing import Optional
 
@@ -112,8 +113,31 @@ def _failure(error: Exception, first_launch_done: bool) -> dict:
             "sticky": check.is_sticky_cuda_error(error)}
 
 
+# A CUDA-event pair around one launch adds about 3 us to the kernel's own time (2.9-3.6 us on an
+# H200 from 4 us to 0.7 ms kernels), and each further kernel of a call about 2 us of gap (eager softmax,
+# 5 kernels: 10.4 us over their sum). Beyond this allowance per kernel, and 2% for clock changes between
+# the two medians, the two timers disagree by more than launch overhead explains: the row is flagged.
+LAUNCH_ALLOWANCE_US = 5.0
+TIMER_DISAGREE_RELATIVE = 0.02
+
+
+def timers_disagree(p50_us: float, event_p50_us: Optional[float], kernels_per_call: Optional[float]) -> Optional[bool]:
+    """Whether the CUDA-event time contradicts the kernel time of record: the window around the call
+    shorter than the GPU work inside it, or longer by more than launch overhead explains. None when
+    there is nothing to cross-check (one timer only)."""
+    if event_p50_us is None or kernels_per_call is None:
+        return None
+    slack = TIMER_DISAGREE_RELATIVE * p50_us
+    allowance = LAUNCH_ALLOWANCE_US * max(kernels_per_call, 1)
+    return event_p50_us < p50_us - slack or event_p50_us > p50_us + allowance + slack
+
+
 def measured_fields(spec, trial: Trial, measurement, peaks: dict) -> dict:
-    """Statistics, throughput from the kernel's FLOP and byte models, and % of the measured ceilings."""
+    """Statistics, throughput from the kernel's FLOP and byte models, and % of the measured ceilings.
+
+    p50_us, the figure of record, is the GPU time per call (CUPTI: the kernels, memsets and memcpys
+    of one call, one after another); event_p50_us is the CUDA-event time of the same calls, launch
+    gaps and the event pair included."""
     import torch
 
     from runners.timing import summarize
@@ -124,12 +148,20 @@ def measured_fields(spec, trial: Trial, measurement, peaks: dict) -> dict:
     tflops = spec.flops(trial.shape) / p50_s / 1e12
     copy_gbps = peaks.get("copy_gbps")
     matmul_tflops = peaks.get(f"matmul_tflops_{trial.dtype}")
+    events = measurement.event_samples_s
+    event_p50_us = summarize(events)["p50_us"] if events else None
+    kernels = measurement.kernels_per_call
     return {
         "status": check.STATUS_OK,
         "message": None,
         "stop_reason": measurement.stop_reason,
         **stats,
         "samples_us": [s * 1e6 for s in measurement.samples_s],
+        "event_p50_us": event_p50_us,
+        "event_samples_us": [s * 1e6 for s in events] if events else None,
+        "kernels_per_call": kernels,
+        "timers_disagree": timers_disagree(stats["p50_us"], event_p50_us, kernels),
+        "measure_s": measurement.measure_s,
         "gbps": gbps,
         "tflops": tflops,
         "pct_copy_bw": 100 * gbps / copy_gbps if copy_gbps else None,
@@ -141,14 +173,18 @@ def measured_fields(spec, trial: Trial, measurement, peaks: dict) -> dict:
 
 def _worker_main(conn, backend: str, kernel_name: str, spec_path: Optional[str], timing: dict, seed: int,
                  device_index: int):
+    # torch.compile baselines compile in this process, one small graph at a time, while the GPU waits:
+    # inductor's pool of compile processes (one per core) costs more to start than it saves on a graph
+    # of a few kernels. A value the user set is kept.
+    os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
     import torch
 
     from runners import device as device_info
-    from runners.timing import InterpreterTimer, StopRule
+    from runners.timing import METHOD_CUPTI, InterpreterTimer, StopRule
     from runners.trials import load_spec
 
     spec = load_spec(kernel_name, spec_path)
-    rule = StopRule(timing["min_samples"], timing["min_time_s"], timing["max_noise"], timing["max_time_s"])
+    rule = StopRule(timing["min_samples"], timing["min_time_s"], timing["rel_precision"], timing["max_time_s"])
     if backend == "interpret":
         device = torch.device("cpu")
         timer = InterpreterTimer(rule, timing["warmup_s"])
@@ -156,8 +192,11 @@ def _worker_main(conn, backend: str, kernel_name: str, spec_path: Optional[str],
         device = torch.device("cuda", device_index)
         torch.cuda.set_device(device)
         timer = device_info.cuda_timer(device_index, rule, timing["warmup_s"])
+        if timer.method != METHOD_CUPTI:
+            print(f"note: GPU {device_index}: CUPTI kernel records unavailable ({timer.kernel_clock.reason}); "
+                  "rows are timed with CUDA events, launch overhead included")
     cache = ShapeCache(spec, seed, device)
-    conn.send(("ready", device_info.describe(backend, device_index)))
+    conn.send(("ready", {**device_info.describe(backend, device_index), "timing_method": timer.method}))
     while True:
         message = conn.recv()
         if message is None:

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from runners import check, compile_pool
-from runners.finalists import decide, sign_test_interval
+from runners.finalists import decide
 from runners.process import WorkerProcess, stop_all
 from runners.scheduler import Scheduler
 from runners.search import Search
@@ -172,13 +172,6 @@ def test_optuna_and_time_budget_in_a_sweep(tmp_path):
     assert summary["not_run"] == 15 - len(timed)
 
 
-def test_sign_test_interval_covers_the_median():
-    rng = np.random.default_rng(0)
-    low, high = sign_test_interval(rng.normal(1.0, 0.1, size=400))
-    assert low < 1.0 < high and high - low < 0.05
-    assert sign_test_interval([1.0, 2.0]) == (-np.inf, np.inf)  # too few rounds: no conclusion
-
-
 def test_tie_rule_prefers_fewer_resources_within_the_noise():
     rng = np.random.default_rng(1)
     base = rng.normal(100.0, 1.0, size=200)  # shared per-round conditions pair the samples
@@ -216,5 +209,7 @@ def test_finalists_and_baselines_are_retimed_together_and_the_report_uses_them(t
         line = next(line for line in result.stdout.splitlines()
                     if line.startswith("vector_add ") and line.split()[2] == str(shape))
         assert config in line
-        # the speedup comes from the baseline's p50 of the same rounds, not from its screening
-        assert f"torch {baseline['p50_us'].iloc[0]:.2f} ({baseline['p50_us'].iloc[0] / chosen['p50_us']:.2f}x)" in line
+        # the speedup comes from the baseline's p50 of the same rounds, not from its screening (the
+        # interpreter has no event times: the end-to-end and GPU-time speedups are the same ratio)
+        ratio = baseline["p50_us"].iloc[0] / chosen["p50_us"]
+        assert f"torch {baseline['p50_us'].iloc[0]:.2f} ({ratio:.2f}x, {ratio:.2f}x)" in line

@@ -1,5 +1,6 @@
 """The results store: round trip, two writers at once, a writer killed mid-sweep, resume keys, parquet."""
 import multiprocessing
+import sqlite3
 
 import numpy as np
 import pandas as pd
@@ -7,8 +8,8 @@ import pytest
 
 from runners.store import ENV_KEY, ResultStore, write_parquet
 
-ENV = {"backend": "cuda", "gpu_name": "NVIDIA H200", "driver_version": "580.1", "torch_version": "2.11",
-       "triton_version": "3.6", "kernel_hash": "abc123"}
+ENV = {"backend": "cuda", "timing_method": "cupti/read-flush", "gpu_name": "NVIDIA H200", "driver_version": "580.1",
+       "torch_version": "2.11", "triton_version": "3.6", "kernel_hash": "abc123"}
 
 
 def _row(index: int, **changes) -> dict:
@@ -20,11 +21,38 @@ def _row(index: int, **changes) -> dict:
 
 def test_round_trip_keeps_every_field(tmp_path):
     store = ResultStore(tmp_path / "r.sqlite")
-    store.append(_row(1))
+    store.append(_row(1, event_samples_us=[14.5, 13.5], event_p50_us=14.0, kernels_per_call=1.0,
+                      timers_disagree=True))
     frame = store.load()
     assert frame.loc[0, "shape"] == "[4, 8]" and frame.loc[0, "config"] == '{"BLOCK_SIZE": 8, "num_warps": 1}'
     np.testing.assert_array_equal(frame.loc[0, "samples_us"], np.array([11.0, 11.0], dtype=np.float32))
-    assert frame["throttled"].tolist() == [False] and frame.loc[0, "gpu_name"] == "NVIDIA H200"
+    np.testing.assert_array_equal(frame.loc[0, "event_samples_us"], np.array([14.5, 13.5], dtype=np.float32))
+    assert frame["throttled"].tolist() == [False] and frame["timers_disagree"].tolist() == [True]
+    assert frame.loc[0, "gpu_name"] == "NVIDIA H200" and frame.loc[0, "timing_method"] == "cupti/read-flush"
+
+
+def test_a_store_from_before_the_timing_method_measures_everything_again(tmp_path):
+    # The store as the previous version wrote it: no timing_method column in either table.
+    path = tmp_path / "old.sqlite"
+    ResultStore(path).close()
+    db = sqlite3.connect(path)
+    db.execute("DROP INDEX trials_by_key")
+    for table in ("trials", "device_peaks"):
+        db.execute(f"ALTER TABLE {table} DROP COLUMN timing_method")
+    db.execute("CREATE INDEX trials_by_key ON trials (trial_key, backend, gpu_name, driver_version, torch_version, "
+               "triton_version, kernel_hash)")  # the old index, without the column
+    db.execute("INSERT INTO device_peaks (gpu_name, driver_version, torch_version, peaks, measured_at) "
+               "VALUES ('NVIDIA H200', '580.1', '2.11', '{\"copy_gbps\": 4226}', 'then')")
+    db.commit()
+    db.close()
+    store = ResultStore(path)
+    old = store.append(_row(1, timing_method=None))
+    assert store.peaks({**ENV, "timing_method": None}) == {"copy_gbps": 4226}
+    # Rows and ceilings of the event timer after a writing flush are neither reused nor mixed in.
+    assert store.peaks(ENV) is None and store.measured(ENV) == {}
+    assert store.measured({**ENV, "timing_method": None}) == {"key1": old}
+    store.save_peaks(ENV, {"copy_gbps": 4251}, "now")
+    assert store.peaks(ENV) == {"copy_gbps": 4251}
 
 
 def test_measured_matches_the_whole_environment(tmp_path):

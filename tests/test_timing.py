@@ -1,67 +1,99 @@
-"""The stopping rule and the statistics, on synthetic sample streams (no GPU involved)."""
+"""The stopping rule, the statistics, CUPTI record parsing and the flush, on synthetic data (no GPU)."""
+import math
 import random
 
+import numpy as np
 import pytest
+import torch
 
-from runners.timing import STOP_CONVERGED, STOP_TIMEOUT, InterpreterTimer, StopRule, relative_noise, summarize
+from runners.timing import (FLUSH_BLOCK, FLUSH_KERNEL_NAME, FLUSH_MIN_BYTES, STOP_CONVERGED, STOP_TIMEOUT,
+                            GpuRecord, InterpreterTimer, METHOD_WALL, RecordMismatch, StopRule, _l2_flush_read_kernel,
+                            busy_ns, calls_from_records, flush_elements, median_interval, median_precision,
+                            next_batch_rounds, relative_noise, summarize)
+from runners.worker import timers_disagree
 
-RULE = StopRule(min_samples=10, min_time_s=0.5, max_noise=0.005, max_time_s=15.0)
+RULE = StopRule(min_samples=20, min_time_s=0.01, rel_precision=0.005, max_time_s=1.0)
 
 
-def _run(rule: StopRule, stream, overhead_s: float = 0.0, batch: int = 10):
-    """Feed samples in batches, as the CUDA timer does, the wall clock advancing by each sample plus a
-    fixed overhead."""
+def _run(rule: StopRule, stream, overhead_s: float = 0.0):
+    """Feed samples in the batches the CUDA timer takes (next_batch_rounds), the wall clock advancing by
+    each sample plus a fixed overhead (the flush, the launch); returns (stop reason, samples)."""
     samples, elapsed = [], 0.0
-    for sample in stream:
-        samples.append(sample)
-        elapsed += sample + overhead_s
-        if len(samples) % batch:
-            continue
+    stream = iter(stream)
+    while True:
+        for _ in range(next_batch_rounds(rule, [samples], elapsed)):
+            sample = next(stream)
+            samples.append(sample)
+            elapsed += sample + overhead_s
         reason = rule.check(samples, elapsed)
         if reason:
             return reason, samples
-    raise AssertionError("the stream ran out before the rule stopped")
 
 
-def test_quiet_stream_stops_once_min_time_is_measured():
+def test_rare_outliers_do_not_delay_a_known_median():
+    # 30 us samples with 0.2% jitter and 3% of them 10x slower (a neighbour, a clock dip): the spread
+    # of single samples is huge, the median is known to 0.1% at once.
     rng = random.Random(0)
-    reason, samples = _run(RULE, (0.01 * (1 + rng.gauss(0, 0.001)) for _ in range(10_000)))
+    stream = (30e-6 * (10 if rng.random() < 0.03 else 1) * (1 + rng.gauss(0, 0.002)) for _ in range(100_000))
+    reason, samples = _run(RULE, stream, overhead_s=40e-6)
     assert reason == STOP_CONVERGED
-    assert len(samples) == 50  # 50 x 10 ms = min_time 0.5 s; noise 0.1% was under 0.5% all along
+    assert relative_noise(samples) > 0.5  # the old rule (stdev / mean <= 0.5%) would have run to the cap
+    assert median_precision(samples) <= 0.005
+    assert len(samples) < 300  # min_time 10 ms at 70 us a sample: ~143 samples
 
 
-def test_never_fewer_than_min_samples_even_for_long_kernels():
-    reason, samples = _run(RULE, (0.2 for _ in range(100)))  # 200 ms kernels: min_time met after 3
-    assert reason == STOP_CONVERGED and len(samples) == 10
-
-
-def test_noisy_stream_runs_to_the_time_cap():
+def test_quiet_long_kernels_stop_at_min_samples():
     rng = random.Random(1)
-    reason, samples = _run(RULE, (0.001 * (1 + rng.gauss(0, 0.05)) for _ in range(100_000)))
-    assert reason == STOP_TIMEOUT
-    assert sum(samples) == pytest.approx(15.0, abs=0.011)  # checked every batch of 10 x 1 ms
+    reason, samples = _run(RULE, (0.002 * (1 + rng.gauss(0, 0.001)) for _ in range(1000)))
+    assert reason == STOP_CONVERGED and len(samples) == RULE.min_samples  # 2 ms each: min_time met after 5
 
 
-def test_the_cap_counts_wall_time_not_only_measured_time():
+def test_samples_grow_until_the_median_is_known():
+    # 5% spread: the median's 95% interval is about +-1.96 * 1.25 * 5% / sqrt(n), under 0.5% from
+    # n ~ 600 on; the batches double at most, so it stops between that and twice that.
     rng = random.Random(2)
-    rule = StopRule(min_samples=10, min_time_s=0.5, max_noise=0.005, max_time_s=1.5)
-    # 10 us kernels with 90 us of flush and launch around each: stop at 1.5 s of wall time, when only
-    # 0.15 s has been measured, short of min_time.
-    reason, samples = _run(rule, (1e-5 * (1 + rng.gauss(0, 0.001)) for _ in range(1_000_000)), overhead_s=9e-5)
-    assert reason == STOP_TIMEOUT
-    assert len(samples) == pytest.approx(15_000, rel=0.001)
-
-
-def test_a_burst_of_outliers_delays_convergence_until_diluted():
-    # 3 samples at twice the time among N: relative noise ~ sqrt(3 / N), under 10% once N >= 300.
-    stream = [0.002] * 3 + [0.001] * 10_000  # a slow start, e.g. clocks still ramping up
-    reason, samples = _run(StopRule(min_samples=10, min_time_s=0.0, max_noise=0.1, max_time_s=15.0), stream)
+    reason, samples = _run(RULE, (1e-4 * (1 + rng.gauss(0, 0.05)) for _ in range(100_000)))
     assert reason == STOP_CONVERGED
-    assert relative_noise(samples) <= 0.1
-    assert 290 <= len(samples) <= 310
+    assert median_precision(samples) <= 0.005
+    assert 400 <= len(samples) <= 2000
 
 
-def test_summary_percentiles_and_noise():
+def test_an_imprecise_stream_stops_at_the_time_cap():
+    rng = random.Random(3)
+    rule = StopRule(min_samples=20, min_time_s=0.0, rel_precision=0.0005, max_time_s=0.5)
+    reason, samples = _run(rule, (1e-4 * (1 + rng.gauss(0, 0.3)) for _ in range(1_000_000)), overhead_s=1e-4)
+    assert reason == STOP_TIMEOUT
+    elapsed = sum(samples) + 1e-4 * len(samples)
+    assert 0.5 <= elapsed <= 0.5 * 1.01  # batches are sized to end at the cap, not to overshoot it
+
+
+def test_min_time_counts_wall_time():
+    # 5 us kernels with 45 us of flush and launch around each: 10 ms of sampling is 200 samples, though
+    # the median was known long before.
+    reason, samples = _run(RULE, (5e-6 for _ in range(100_000)), overhead_s=45e-6)
+    assert reason == STOP_CONVERGED
+    assert len(samples) == pytest.approx(200, abs=2)
+
+
+def test_next_batch_at_most_doubles_and_fits_the_cap():
+    rule = StopRule(min_samples=10, min_time_s=0.0, rel_precision=0.001, max_time_s=1.0)
+    noisy = [1.0 + 0.1 * math.sin(i) for i in range(40)]
+    assert next_batch_rounds(rule, [[]], 0.0) == 10
+    assert next_batch_rounds(rule, [noisy], 0.04) == 40  # needs far more; doubles
+    assert next_batch_rounds(rule, [noisy], 0.99) == 1  # 10 ms left at 1 ms a round: what still fits
+    # Interleaved functions: the least precise one decides.
+    assert next_batch_rounds(rule, [[1.0] * 40, noisy], 0.04) == 40
+
+
+def test_median_interval_covers_the_median():
+    rng = np.random.default_rng(0)
+    low, high = median_interval(rng.normal(1.0, 0.1, size=400))
+    assert low < 1.0 < high and high - low < 0.04  # ~ +-1.96 * 1.25 * 0.1 / 20
+    assert median_interval([1.0, 2.0, 3.0]) == (-math.inf, math.inf)  # too few values: no conclusion
+    assert median_precision([1.0, 2.0, 3.0]) == math.inf
+
+
+def test_summary_percentiles_noise_and_precision():
     stats = summarize([i * 1e-6 for i in range(1, 101)])  # 1..100 us
     assert stats["min_us"] == pytest.approx(1.0)
     assert stats["p50_us"] == pytest.approx(50.5)
@@ -69,11 +101,69 @@ def test_summary_percentiles_and_noise():
     assert stats["p80_us"] == pytest.approx(80.2)
     assert stats["n_samples"] == 100
     assert stats["noise"] == pytest.approx(29.011 / 50.5, rel=1e-3)
+    # k = floor((100 - 19.6) / 2) = 40: the interval is [41, 60] us around 50.5
+    assert stats["p50_precision"] == pytest.approx(9.5 / 50.5)
 
 
-def test_interpreter_timer_keeps_every_sample():
+def _record(name, start_us, end_us):
+    return GpuRecord(name, int(start_us * 1000), int(end_us * 1000))
+
+
+def test_cupti_records_become_one_sample_per_call():
+    records = [
+        _record("spin_kernel", 0, 500),  # the hold before the batch: no call's
+        _record(FLUSH_KERNEL_NAME, 500, 530), _record("_softmax_kernel", 531, 561),
+        _record(FLUSH_KERNEL_NAME, 570, 600),  # an eager call: three kernels and a memset
+        _record("reduce_kernel", 601, 611), _record("Memset (Device)", 612, 613), _record("elementwise", 615, 625),
+        _record("exp_kernel", 626, 636),
+        _record(FLUSH_KERNEL_NAME, 640, 670), _record("_softmax_kernel", 671, 702),
+    ]
+    calls = calls_from_records(list(reversed(records)), calls=3)  # records arrive in any order
+    assert [(round(s * 1e6, 3), n) for s, n in calls] == [(30.0, 1), (31.0, 4), (31.0, 1)]
+
+
+def test_overlapping_work_is_counted_once():
+    assert busy_ns([(0, 10), (20, 30)]) == 20  # one after another: the sum
+    assert busy_ns([(0, 10), (5, 15), (12, 14)]) == 15  # two streams at once: the union
+    assert busy_ns([]) == 0
+
+
+def test_a_missing_flush_record_is_an_error_not_a_shifted_sample():
+    records = [_record(FLUSH_KERNEL_NAME, 0, 30), _record("k", 31, 40), _record("k", 41, 50)]
+    with pytest.raises(RecordMismatch, match="expected 2 flush records"):
+        calls_from_records(records, calls=2)
+
+
+def test_flush_buffer_is_twice_the_l2_in_whole_blocks():
+    l2 = 50 * 2**20 + 123  # an H100's 50 MiB, plus an odd remainder
+    elements = flush_elements(l2)
+    assert elements % FLUSH_BLOCK == 0
+    assert 2 * l2 <= 4 * elements < 2 * l2 + 4 * FLUSH_BLOCK
+    assert 4 * flush_elements(None) >= FLUSH_MIN_BYTES  # an unreported L2 still gets a real flush
+    assert 4 * flush_elements(1 << 20) >= FLUSH_MIN_BYTES
+
+
+def test_flush_kernel_reads_every_element():
+    # Interpreter: a buffer of 3 blocks and a ragged tail read by 2 programs; the partial sums cover it.
+    generator = torch.Generator().manual_seed(0)
+    buffer = torch.randint(-1000, 1000, (3 * FLUSH_BLOCK + 77,), generator=generator, dtype=torch.int32)
+    partials = torch.full((2,), 12345, dtype=torch.int32)
+    _l2_flush_read_kernel[(2,)](buffer, partials, buffer.numel(), BLOCK=FLUSH_BLOCK)
+    assert int(partials.sum()) == int(buffer.sum())
+
+
+def test_timers_disagree_beyond_launch_overhead_only():
+    assert timers_disagree(30.0, 33.4, 1) is False  # the event pair's ~3 us
+    assert timers_disagree(267.5, 278.0, 5) is False  # eager softmax: 5 kernels and their gaps
+    assert timers_disagree(30.0, 60.0, 1) is True  # 30 us unexplained
+    assert timers_disagree(30.0, 25.0, 1) is True  # a window shorter than the work inside it
+    assert timers_disagree(30.0, None, None) is None  # one timer only: nothing to cross-check
+
+
+def test_interpreter_timer_keeps_every_sample_and_its_wall_clock():
     calls = []
-    measurement = InterpreterTimer(StopRule(10, 0.0, 1.0, 5.0), warmup_s=0).measure(lambda: calls.append(1))
-    assert measurement.stop_reason == STOP_CONVERGED
-    assert len(measurement.samples_s) == 10
+    any_precision = StopRule(10, 0.0, rel_precision=1e9, max_time_s=5.0)  # stop at min_samples, whatever the jitter
+    measurement = InterpreterTimer(any_precision, warmup_s=0).measure(lambda: calls.append(1))
+    assert measurement.stop_reason == STOP_CONVERGED and measurement.method == METHOD_WALL
+    assert len(measurement.samples_s) == 10 and measurement.event_samples_s is None
     assert len(calls) == 11  # one warm-up call, never a sample
