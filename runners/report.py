@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from typing import Optional
 
 import pandas as pd
 
@@ -13,11 +14,26 @@ def _fmt(value, spec: str) -> str:
     return "-" if value is None or pd.isna(value) else format(value, spec)
 
 
+def speedups(baseline: pd.Series, ours: pd.Series) -> tuple[Optional[float], Optional[float]]:
+    """(end-to-end, GPU-time) speedup of ours over a baseline row.
+
+    End to end (the speedup quoted) divides CUDA-event times, taken the same way on both sides: an
+    eager baseline's extra launches and the gaps between its kernels count against it, as they do in
+    a program (launch overhead is a real cost of eager code). GPU time divides the kernel times of
+    record (the sum of each call's kernels), what the GPU spends computing. Rows without event times
+    (interpreter, or CUDA events only) give the p50 ratio for both."""
+    gpu = baseline["p50_us"] / ours["p50_us"]
+    e2e = gpu
+    if pd.notna(baseline.get("event_p50_us")) and pd.notna(ours.get("event_p50_us")):
+        e2e = baseline["event_p50_us"] / ours["event_p50_us"]
+    return e2e, gpu
+
+
 def best_table(frame: pd.DataFrame) -> str:
-    """One line per (kernel, dtype, shape): best ok config of ours with p50, GB/s, % of measured copy
-    bandwidth, and each baseline's p50 with speedup = baseline p50 / ours. Where finalists were
-    re-timed, the best is the chosen finalist and its p50 the round-robin one, and each baseline's p50
-    is the one from the same rounds."""
+    """One line per (kernel, dtype, shape): best ok config of ours with p50 (GPU time), GB/s, % of
+    measured copy bandwidth, and each baseline's p50 with the end-to-end and GPU-time speedups (see
+    speedups()). Where finalists were re-timed, the best is the chosen finalist and its p50 the
+    round-robin one, and each baseline's p50 is the one from the same rounds."""
     lines = []
     counts = frame["status"].value_counts().to_dict()
     lines.append("trials: " + ", ".join(f"{n} {status}" for status, n in sorted(counts.items())))
@@ -25,7 +41,8 @@ def best_table(frame: pd.DataFrame) -> str:
     if ok.empty:
         lines.append("no ok trials")
         return "\n".join(lines)
-    header = f"{'kernel':<12} {'dtype':<9} {'shape':<14} {'best config':<44} {'p50 us':>9} {'GB/s':>7} {'%copy':>6}  baselines (p50 us, speedup)"
+    header = (f"{'kernel':<12} {'dtype':<9} {'shape':<14} {'best config':<44} {'p50 us':>9} {'GB/s':>7} {'%copy':>6}  "
+              "baselines (p50 us; speedup end to end, GPU time)")
     lines += [header, "-" * len(header)]
     for (kernel, dtype, shape), group in ok.groupby(["kernel", "dtype", "shape"], sort=False):
         ours = group[group["provider"] == TRITON_PROVIDER]
@@ -35,19 +52,25 @@ def best_table(frame: pd.DataFrame) -> str:
         baselines = baselines.groupby("provider", sort=False).tail(1).sort_values("id")
         shape_text = "x".join(map(str, json.loads(shape)))
         if ours.empty:
-            best_config, p50, gbps, pct = "(no ok config)", None, None, None
+            best, best_config, p50, gbps, pct = None, "(no ok config)", None, None, None
         else:
             best = ours.loc[winner(ours)]  # the chosen finalist, else the fastest
             best_config = " ".join(f"{k}={v}" for k, v in json.loads(best["config"]).items())
             p50, gbps, pct = best["p50_us"], best["gbps"], best["pct_copy_bw"]
-        others = ", ".join(
-            f"{row['provider']} {row['p50_us']:.2f} ({_fmt(row['p50_us'] / p50 if p50 else None, '.2f')}x)"
-            for _, row in baselines.iterrows()
-        )
+
+        def compared(row) -> str:
+            e2e, gpu = speedups(row, best) if best is not None else (None, None)
+            return f"{row['provider']} {row['p50_us']:.2f} ({_fmt(e2e, '.2f')}x, {_fmt(gpu, '.2f')}x)"
+
+        others = ", ".join(compared(row) for _, row in baselines.iterrows())
         lines.append(
             f"{kernel:<12} {dtype:<9} {shape_text:<14} {best_config:<44} {_fmt(p50, '9.2f')} "
             f"{_fmt(gbps, '7.0f')} {_fmt(pct, '6.1f')}  {others}"
         )
+    disagree = ok[ok["timers_disagree"].fillna(False).astype(bool)] if "timers_disagree" in ok else ok.iloc[:0]
+    if len(disagree):
+        lines.append(f"  {len(disagree)} row(s) where the CUDA-event time and the kernel time disagree by more "
+                     "than launch overhead explains (timers_disagree): see event_p50_us against p50_us")
     failed = frame[~frame["status"].isin(["ok", "pruned"])]
     for _, row in failed.head(5).iterrows():
         lines.append(f"  {row['status']}: {row['kernel']} {row['config']} -- {str(row['message'])[:160]}")
