@@ -13,6 +13,10 @@ from kernels.spec import KernelSpec, compiled, element_size, is_power_of_two, se
 
 # Triton caps a block at 2**20 elements; past 64K fp32 values a single program spills heavily anyway.
 MAX_BLOCK_SIZE = 65536
+# A program holds its row in registers, BLOCK_SIZE / (32 * num_warps) fp32 values a thread. Past 128 the
+# row spills to local memory: on an H200 (fp16, 4096x4096 and 2048x16384) each such config ran 1.9x to
+# 12.8x slower than the best at its shape, and its first call took up to 6.5 s.
+MAX_VALUES_PER_THREAD = 128
 
 
 @triton.jit
@@ -83,6 +87,11 @@ def _constraints(shape, dtype, config):
         return f"BLOCK_SIZE {block} >= 4x row length {n_cols}: three quarters of every load masked off"
     if block > MAX_BLOCK_SIZE:
         return f"BLOCK_SIZE {block} > {MAX_BLOCK_SIZE}: beyond what one program holds"
+    warps = config.get("num_warps", 4)  # the launcher's default
+    per_thread = block // (32 * warps)
+    if per_thread > MAX_VALUES_PER_THREAD:
+        return (f"BLOCK_SIZE {block} over {warps} warps is {per_thread} values a thread "
+                f"(> {MAX_VALUES_PER_THREAD}): the row spills out of registers")
     return None
 
 

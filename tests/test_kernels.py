@@ -176,6 +176,8 @@ def test_constraints_prune_with_a_reason():
     assert "one program must hold a whole row" in softmax.SPEC.constraints((8, 4096), "float16", {"BLOCK_SIZE": 1024})
     assert "masked off" in softmax.SPEC.constraints((8, 1000), "float16", {"BLOCK_SIZE": 4096})
     assert softmax.SPEC.constraints((8, 1000), "float16", {"BLOCK_SIZE": 1024}) is None
+    assert "spills out of registers" in softmax.SPEC.constraints((8, 16384), "float16", {"BLOCK_SIZE": 16384, "num_warps": 2})
+    assert softmax.SPEC.constraints((8, 16384), "float16", {"BLOCK_SIZE": 16384, "num_warps": 4}) is None  # 128 a thread
     for spec in (softmax_online.SPEC, layernorm.SPEC):  # looped row kernels: stages pipeline the loop only
         single, looped = {"BLOCK_SIZE": 1024, "num_stages": 2}, {"BLOCK_SIZE": 256, "num_stages": 2}
         assert "no loop to pipeline" in spec.constraints((8, 1000), "float16", single)
