@@ -14,8 +14,8 @@ screening. Greedy set cover: each step adds the config that covers the most shap
 ties go to the config that is the winner (the finalists' choice, else the lowest p50) at more of those
 shapes, then to the higher geometric mean of best p50 / its p50 over them, then to the fewest
 resources (num_stages, num_warps, BLOCK product: the finalists' tie rule), then to the first measured.
-Every shape has an ok config (its fastest covers it), so the list is never empty. Greedy is not always
-minimal; with a handful of shapes it seldom adds more than one config over the optimum.
+Every shape has an ok config (its fastest covers it), so the list is never empty. Greedy may return more
+configs than the minimum (at most 1 + ln(number of shapes) times as many, the set-cover bound).
 
 Validity travels with each config: the shapes where it was ok, with its p50 there. The module
 (imports only triton) holds, for every GPU exported: the covering sets (COVER), the winner of each
@@ -33,7 +33,6 @@ import argparse
 import datetime
 import json
 import math
-import re
 import sys
 from pathlib import Path
 
@@ -47,6 +46,7 @@ FORMAT = 2  # of the JSON; 1 was one file per GPU with CONFIGS = the configs ok 
 LAUNCH_OPTIONS = ("num_warps", "num_stages")  # triton.Config keywords; every other key is a meta-parameter
 # Rows exported together share the resume environment; backend and GPU name are already fixed here.
 EXPORT_ENV = [name for name in ENV_KEY if name not in ("backend", "gpu_name")]
+WINNER_FIELDS = ("p50_us", "gbps", "tflops", "pct_copy_bw")  # of each shape's winner, in BEST_BY_SHAPE
 PROVENANCE = ("driver_version", "cuda_version", "torch_version", "triton_version", "kernel_hash")
 RUNTIME = Path(__file__).with_name("export_runtime.py")
 RUNTIME_MARKER = "# ---- generated modules copy everything below this line ----\n"
@@ -76,8 +76,8 @@ def _same_env(group: pd.DataFrame) -> pd.Series:
 
 def select_rows(frame: pd.DataFrame, kernel: str) -> dict[str, pd.DataFrame]:
     """gpu_name -> the exportable rows measured on it."""
-    rows = frame[(frame["kernel"] == kernel) & (frame["provider"] == TRITON_PROVIDER) & (frame["status"] == "ok")
-                 & frame["p50_us"].notna()]
+    rows = frame[(frame["kernel"] == kernel) & (frame["provider"] == TRITON_PROVIDER)
+                 & (frame["status"] == "ok") & frame["p50_us"].notna()]
     if rows.empty:
         raise ExportError(f"no ok trials of kernel {kernel!r} to export")
     gpu_rows = rows[rows["backend"] == "cuda"]
@@ -103,13 +103,14 @@ def _number(value):
 
 
 def covering_set(rows: pd.DataFrame, tolerance: float) -> dict:
-    """The covering set and the winner of each shape, from one (GPU, dtype)'s rows (the module doc says how)."""
+    """The covering set and the winner of each shape, from one (GPU, dtype)'s rows (module doc: how)."""
     rows = rows.sort_values("id")
     shapes = list(dict.fromkeys(_shape(s) for s in rows["shape"]))
     configs: dict[str, dict] = {}  # canonical config -> the config, its first row id, {shape: p50} where ok
-    for config_json, shape_json, p50, row_id in zip(rows["config"], rows["shape"], rows["p50_us"], rows["id"]):
-        entry = configs.setdefault(_canonical(config_json), {"config": json.loads(config_json), "first_id": row_id,
-                                                              "ok_at": {}})
+    for config_json, shape_json, p50, row_id in zip(rows["config"], rows["shape"], rows["p50_us"],
+                                                     rows["id"]):
+        entry = configs.setdefault(_canonical(config_json),
+                                   {"config": json.loads(config_json), "first_id": row_id, "ok_at": {}})
         entry["ok_at"][_shape(shape_json)] = float(p50)
     best, timed, winners = {}, {}, {}
     for shape_json, group in rows.groupby("shape", sort=False):
@@ -119,7 +120,8 @@ def covering_set(rows: pd.DataFrame, tolerance: float) -> dict:
         timed[shape] = {_canonical(c): float(p) for c, p in zip(competing["config"], competing["p50_us"])}
         best[shape] = min(timed[shape].values())
         winners[shape] = group.loc[winner(group)]
-    covers = {key: {s for s in shapes if timed[s].get(key, math.inf) <= (1 + tolerance) * best[s]} for key in configs}
+    covers = {key: {s for s in shapes if timed[s].get(key, math.inf) <= (1 + tolerance) * best[s]}
+              for key in configs}
 
     def rank(key: str, uncovered: set) -> tuple:
         gain = covers[key] & uncovered
@@ -142,8 +144,7 @@ def covering_set(rows: pd.DataFrame, tolerance: float) -> dict:
                                if s in configs[key]["ok_at"]],
                      "covers": [list(s) for s in shapes if s in covers[key]]} for key in chosen],
         "best_by_shape": [{"shape": list(s), "config": json.loads(winners[s]["config"]),
-                           "p50_us": _number(winners[s]["p50_us"]), "gbps": _number(winners[s]["gbps"]),
-                           "tflops": _number(winners[s]["tflops"]), "pct_copy_bw": _number(winners[s]["pct_copy_bw"]),
+                           **{name: _number(winners[s][name]) for name in WINNER_FIELDS},
                            "fastest_p50_us": best[s], "list_p50_us": fastest_of_list(s)[0],
                            "list_config": json.loads(fastest_of_list(s)[1])} for s in shapes],
     }
@@ -163,7 +164,7 @@ def gpu_section(rows: pd.DataFrame, tolerance: float) -> dict:
 
 
 def kernel_dims(kernel: str, rank: int) -> tuple[str, ...]:
-    """The names of a built-in kernel's shape dims (its KernelSpec's), else d0, d1, ... (--dims names them)."""
+    """The names of a built-in kernel's shape dims (its KernelSpec's), else d0, d1, ... (see --dims)."""
     from kernels import BUILTIN
     from runners.trials import load_spec
 
@@ -188,9 +189,11 @@ def parse_key(items: list[str]) -> dict[str, str]:
 def check_key(key: dict, dims: tuple, kernel: str, field: str) -> dict[str, str]:
     for argument, dim in key.items():
         if not str(argument).isidentifier():
-            raise ExportError(f"{field}: {argument!r} is not a Python name (an argument of {kernel}'s kernel)")
+            raise ExportError(f"{field}: {argument!r} is not a Python name (an argument of {kernel}'s "
+                              "kernel)")
         if dim not in dims:
-            raise ExportError(f"{field}: {argument}={dim}: {dim!r} is not a dim of {kernel} ({', '.join(dims)})")
+            raise ExportError(f"{field}: {argument}={dim}: {dim!r} is not a dim of {kernel} "
+                              f"({', '.join(dims)})")
     return {str(argument): str(dim) for argument, dim in key.items()}
 
 
@@ -203,10 +206,12 @@ def _merged(path: Path, kernel: str, dims: tuple, merge: bool) -> dict:
         data = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as error:
         raise ExportError(f"cannot merge into {path}: {error}; {how}") from error
+    if not isinstance(data, dict):
+        raise ExportError(f"cannot merge into {path}: it holds a {type(data).__name__}, not an export; {how}")
     if data.get("format") != FORMAT or data.get("kernel") != kernel or tuple(data.get("dims", ())) != dims:
         raise ExportError(f"cannot merge into {path}: it holds format {data.get('format')}, kernel "
-                          f"{data.get('kernel')!r}, dims {data.get('dims')}, not format {FORMAT}, {kernel!r}, "
-                          f"{list(dims)}; {how}")
+                          f"{data.get('kernel')!r}, dims {data.get('dims')}, not format {FORMAT}, "
+                          f"{kernel!r}, {list(dims)}; {how}")
     return data
 
 
@@ -229,10 +234,10 @@ def render_module(data: dict, json_name: str) -> str:
             for entry in dtype_data["configs"]:
                 configs.setdefault(_identity(entry["config"]), (len(configs), entry["config"]))
     provenance = "\n".join(
-        f"- {gpu}: driver {s['driver_version'] or 'not recorded'}, CUDA {s['cuda_version'] or 'not recorded'}, "
-        f"torch {s['torch_version']}, triton {s['triton_version']}, kernel source {s['kernel_hash']}; "
-        f"{s['trials']} ok trials of sweeps {', '.join(s['sweep_ids'])}; within {100 * s['tolerance']:g}%; "
-        f"exported {s['exported_at']}" for gpu, s in gpus.items())
+        f"- {gpu}: driver {s['driver_version'] or 'not recorded'}, CUDA {s['cuda_version'] or 'not recorded'}"
+        f",\n  torch {s['torch_version']}, triton {s['triton_version']}, kernel source {s['kernel_hash']};"
+        f"\n  {s['trials']} ok trials of sweeps {', '.join(s['sweep_ids'])}; within "
+        f"{100 * s['tolerance']:g}%; exported {s['exported_at']}" for gpu, s in gpus.items())
     key_args = list(data["key"]) or [d for d in data["dims"]]
     cover_lines, best_lines = [], []
     for gpu, section in gpus.items():
@@ -241,28 +246,33 @@ def render_module(data: dict, json_name: str) -> str:
         for dtype, dtype_data in section["dtypes"].items():
             cover_lines.append(f"        {dtype!r}: [")
             for entry in dtype_data["configs"]:
-                verified = ", ".join(f"{tuple(at['shape'])!r}: {round(at['p50_us'], 3)!r}" for at in entry["ok_at"])
-                cover_lines.append(f"            (CONFIGS[{configs[_identity(entry['config'])][0]}], {{{verified}}}),")
+                verified = ", ".join(f"{tuple(at['shape'])!r}: {round(at['p50_us'], 3)!r}"
+                                     for at in entry["ok_at"])
+                index = configs[_identity(entry["config"])][0]
+                cover_lines.append(f"            (CONFIGS[{index}], {{{verified}}}),")
             cover_lines.append("        ],")
             for shape in dtype_data["best_by_shape"]:
                 throughput = f", {shape['gbps']:.0f} GB/s" if shape["gbps"] is not None else ""
                 best_lines.append(f"        # p50 {shape['p50_us']:.2f} us{throughput}; fastest there "
-                                  f"{shape['fastest_p50_us']:.2f} us, the list's best {shape['list_p50_us']:.2f} us")
-                best_lines.append(f"        ({dtype!r}, {tuple(shape['shape'])!r}): {_config_source(shape['config'])},")
+                                  f"{shape['fastest_p50_us']:.2f} us, the list's best "
+                                  f"{shape['list_p50_us']:.2f} us")
+                best_lines.append(f"        ({dtype!r}, {tuple(shape['shape'])!r}): "
+                                  f"{_config_source(shape['config'])},")
         cover_lines.append("    },")
         best_lines.append("    },")
     config_lines = "\n".join(f"    {_config_source(config)}," for _, config in configs.values())
     rules = RUNTIME.read_text().split('"""')[1].split("Lookups, ", 1)[1].strip()
     runtime = RUNTIME.read_text().split(RUNTIME_MARKER, 1)[1].lstrip("\n")
     tolerances = sorted({f"{100 * s['tolerance']:g}%" for s in gpus.values()})
-    return f'''"""{kernel} launch configs measured by the triton-sweep runner. Generated from {json_name}: do not edit.
+    return f'''"""{kernel} launch configs measured by the triton-sweep runner.
+Generated from {json_name}: do not edit.
 
 {provenance}
 
 COVER[gpu][dtype] is a covering set: at every measured shape, the fastest of its configs that was ok
-there is within {" / ".join(tolerances)} of the fastest config measured there (p50 of CUDA-event samples, L2 flushed
-before each; where finalists were re-timed round-robin, their re-timed p50s). Each config comes with the
-shapes where it was verified (ok) and its p50 there, in us. Use:
+there is within {" / ".join(tolerances)} of the fastest config measured there (p50 of CUDA-event samples,
+L2 flushed before each; where finalists were re-timed round-robin, their re-timed p50s). Each config
+comes with the shapes where it was verified (ok) and its p50 there, in us. Use:
 
     from {json_name[:-len(".json")]} import CONFIGS, prune_configs, make_prune, config_for
 
@@ -317,9 +327,10 @@ def write_export(kernel: str, sections: dict[str, dict], out_dir: str | Path, di
             "key": key if key else existing.get("key", {}),
             "gpus": dict(sorted({**kept, **sections}.items()))}
     out_dir.mkdir(parents=True, exist_ok=True)
-    json_path.write_text(json.dumps(data, indent=1))
+    text = json.dumps(data, indent=1)
+    json_path.write_text(text)
     py_path = out_dir / f"{kernel}_configs.py"
-    py_path.write_text(render_module(data, json_path.name))
+    py_path.write_text(render_module(json.loads(text), json_path.name))  # from the JSON as written
     return [py_path, json_path]
 
 
@@ -384,8 +395,8 @@ def main(argv=None) -> int:
     for kernel in kernels:
         try:
             key = parse_key(args.key)
-            for path in export_kernel(frame, kernel, args.out_dir, tolerance=args.tolerance, key=key, dims=dims,
-                                      merge=not args.no_merge):
+            for path in export_kernel(frame, kernel, args.out_dir, tolerance=args.tolerance, key=key,
+                                      dims=dims, merge=not args.no_merge):
                 print(path)
         except ExportError as error:
             print(f"error: {error}", file=sys.stderr)

@@ -24,7 +24,7 @@ Lookups, for a call's sizes (the kernel's arguments named in KEY, or the dims of
 - The dtype: the `dtype` argument, else that of the call's first tensor argument (in the kernel's
   argument order: positional arguments, then keywords), written as in the store ("float16").
 """
-import triton
+import triton  # as in a generated module, whose data builds triton.Config objects
 
 KERNEL = "placeholder"
 DIMS = ()
@@ -95,13 +95,15 @@ def _sizes(given, key):
     for name, value in given.items():
         dim = name if name in DIMS else key.get(name)
         if dim is None:
-            raise ExportLookupError(f"{KERNEL}: {name!r} is neither a dim {DIMS} nor an argument of KEY {key}")
+            raise ExportLookupError(f"{KERNEL}: {name!r} is neither a dim {DIMS} nor an argument of KEY "
+                                    f"{key}")
         index = getattr(value, "__index__", None)  # ints, numpy ints; not floats or bools
         if index is None or isinstance(value, bool) or index() <= 0:
             raise ExportLookupError(f"{KERNEL}: size {name}={value!r} must be a positive int")
         sizes[dim] = index()
     if not sizes:
-        raise ExportLookupError(f"{KERNEL}: no sizes given; name them by dim {DIMS} or by argument of KEY {key}")
+        raise ExportLookupError(f"{KERNEL}: no sizes given; name them by dim {DIMS} or by argument of "
+                                f"KEY {key}")
     return sizes
 
 
@@ -130,10 +132,12 @@ def _prune(configs, args, key, check, gpu, dtype):
     if missing:
         raise ExportLookupError(f"{KERNEL}: KEY names {missing}, not arguments of this call: {sorted(args)}")
     sizes = _sizes({argument: args[argument] for argument in key}, key)
-    tensor = next((value for value in args.values() if hasattr(value, "dtype") and hasattr(value, "device")), None)
+    tensors = (value for value in args.values() if hasattr(value, "dtype") and hasattr(value, "device"))
+    tensor = next(tensors, None)
     if dtype is None:
         if tensor is None:
-            raise ExportLookupError(f"{KERNEL}: no tensor argument to take the dtype from; use make_prune(dtype=...)")
+            raise ExportLookupError(f"{KERNEL}: no tensor argument to take the dtype from; use "
+                                    "make_prune(dtype=...)")
         dtype = tensor.dtype
     dtype = _dtype_name(dtype)
     device = tensor.device if tensor is not None and getattr(tensor.device, "type", None) == "cuda" else None
@@ -146,12 +150,13 @@ def _prune(configs, args, key, check, gpu, dtype):
     shapes = list(dict.fromkeys(shape for _, verified in cover for shape in verified))
     for shape in _by_distance(shapes, sizes):
         kept = [given[_identity(config)] for config, verified in cover
-                if shape in verified and _identity(config) in given and (check is None or check(config, named))]
+                if shape in verified and _identity(config) in given
+                and (check is None or check(config, named))]
         if kept:
             return kept
     raise ExportLookupError(
-        f"{KERNEL}: no exported config for {_where(sizes, gpu, dtype)}: none of the {len(configs)} configs given "
-        f"to autotune was verified at a measured shape{' and passed check' if check else ''} "
+        f"{KERNEL}: no exported config for {_where(sizes, gpu, dtype)}: none of the {len(configs)} configs "
+        f"given to autotune was verified at a measured shape{' and passed check' if check else ''} "
         f"(measured shapes {DIMS}: {sorted(shapes)})")
 
 
@@ -181,7 +186,8 @@ def config_for(dtype, *, gpu=None, check=None, **sizes):
     named = _named(sizes, KEY)
     best = {shape: config for (of_dtype, shape), config in BEST_BY_SHAPE[gpu].items() if of_dtype == dtype}
     for shape in _by_distance(list(best), sizes):
-        verified = sorted(((at[shape], config) for config, at in cover if shape in at), key=lambda item: item[0])
+        verified = sorted(((at[shape], config) for config, at in cover if shape in at),
+                          key=lambda item: item[0])
         for config in [best[shape]] + [config for _, config in verified]:
             if check is None or check(config, named):
                 return config

@@ -35,7 +35,8 @@ def _row_softmax(y_ptr, x_ptr, n_cols, x_stride, y_stride, BLOCK_SIZE: tl.conste
     inside = offsets < n_cols
     x = tl.load(x_ptr + row * x_stride + offsets, mask=inside, other=-float("inf")).to(tl.float32)
     e = tl.exp(x - tl.max(x, axis=0))
-    tl.store(y_ptr + row * y_stride + offsets, (e / tl.sum(e, axis=0)).to(y_ptr.dtype.element_ty), mask=inside)
+    y = e / tl.sum(e, axis=0)
+    tl.store(y_ptr + row * y_stride + offsets, y.to(y_ptr.dtype.element_ty), mask=inside)
 
 
 _row_softmax_tuned = triton.autotune(
