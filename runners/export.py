@@ -1,17 +1,31 @@
-"""Export the winners as `triton.Config` lists: `<kernel>_<gpu>.py` (imports only triton) and `.json`.
+"""Export the tuned configs as `<kernel>_configs.json` (the data of record) and `<kernel>_configs.py`.
 
-    python -m runners.export --kernel softmax [--sweep-id ID] [--store outputs/results.sqlite]
+    python -m runners.export --kernel softmax [--key n_cols=cols] [--tolerance 0.03] [--sweep-id ID]
 
-Only ok trials of the kernel itself (not baselines) timed with CUDA events on a GPU are exported;
-interpreter timings are refused. Rows of different GPU models are never mixed: one file pair per GPU,
-from the rows measured with the newest kernel source and versions on that GPU.
+Only ok trials of the kernel itself (not baselines) timed on a GPU are exported; interpreter timings
+are refused. Per GPU, the rows measured with its newest kernel source and versions (a version that was
+not recorded, NULL, compares equal to itself), the newest row of each trial.
 
-CONFIGS holds the configs that were ok at every measured (dtype, shape), so @triton.autotune over them
-never picks one that was not verified at a measured shape (softmax's BLOCK_SIZE must hold the row: a
-smaller block is faster and wrong). They rank best first by the geometric mean over those (dtype,
-shape)s of best_p50 / p50: 1.0 means it won everywhere. Ties keep measurement order. BEST_BY_SHAPE maps
-each measured (dtype, shape) to its winner (the chosen finalist where finalists were re-timed, see
-runners/finalists.py; else the lowest p50), whether or not that config ran elsewhere.
+A covering set per (GPU, dtype): the smallest list found such that at every measured shape the fastest
+config of the list that was ok there is within `tolerance` (default 3%) of the fastest config measured
+there. At a shape whose finalists were re-timed round-robin (runners/finalists.py), only the finalists'
+re-timed p50s compete, so that every time compared was taken in the same rounds; elsewhere the p50s of
+screening. Greedy set cover: each step adds the config that covers the most shapes still uncovered;
+ties go to the config that is the winner (the finalists' choice, else the lowest p50) at more of those
+shapes, then to the higher geometric mean of best p50 / its p50 over them, then to the fewest
+resources (num_stages, num_warps, BLOCK product: the finalists' tie rule), then to the first measured.
+Every shape has an ok config (its fastest covers it), so the list is never empty. Greedy may return more
+configs than the minimum (at most 1 + ln(number of shapes) times as many, the set-cover bound).
+
+Validity travels with each config: the shapes where it was ok, with its p50 there. The module
+(imports only triton) holds, for every GPU exported: the covering sets (COVER), the winner of each
+measured shape (BEST_BY_SHAPE), all their configs once (CONFIGS, for @triton.autotune), the map from the
+kernel's arguments to the sweep's dims (KEY, from --key or the config's export.key), a prune function
+for autotune and config_for() (nearest measured shape in log space; runners/export_runtime.py says how).
+
+One file pair per kernel for all GPUs: a GPU's section is replaced when it is exported again; the
+sections of GPUs not in this export are kept from the existing JSON (`--no-merge` / export.merge=false:
+rewrite from this export alone). The .py is generated from the merged JSON.
 """
 from __future__ import annotations
 
@@ -19,19 +33,23 @@ import argparse
 import datetime
 import json
 import math
-import re
 import sys
 from pathlib import Path
 
 import pandas as pd
 
-from runners.finalists import winner
+from runners.finalists import resource_key, winner
 from runners.store import ENV_KEY, ResultStore
 from runners.trials import TRITON_PROVIDER
 
+FORMAT = 2  # of the JSON; 1 was one file per GPU with CONFIGS = the configs ok at every shape
 LAUNCH_OPTIONS = ("num_warps", "num_stages")  # triton.Config keywords; every other key is a meta-parameter
 # Rows exported together share the resume environment; backend and GPU name are already fixed here.
 EXPORT_ENV = [name for name in ENV_KEY if name not in ("backend", "gpu_name")]
+WINNER_FIELDS = ("p50_us", "gbps", "tflops", "pct_copy_bw")  # of each shape's winner, in BEST_BY_SHAPE
+PROVENANCE = ("driver_version", "cuda_version", "torch_version", "triton_version", "kernel_hash")
+RUNTIME = Path(__file__).with_name("export_runtime.py")
+RUNTIME_MARKER = "# ---- generated modules copy everything below this line ----\n"
 
 
 class ExportError(ValueError):
@@ -42,9 +60,24 @@ def _newest_per_trial(rows: pd.DataFrame) -> pd.DataFrame:
     return rows.sort_values("id").groupby("trial_key", as_index=False).tail(1)
 
 
+def _same_env(group: pd.DataFrame) -> pd.Series:
+    """Rows measured in the environment of the group's newest row; a missing value equals a missing one
+    (pandas' NaN != NaN dropped every row whose driver_version was NULL)."""
+    env = group[EXPORT_ENV].astype(object)
+    newest = env.loc[group["id"].idxmax()]
+    same = pd.Series(True, index=group.index)
+    for name in EXPORT_ENV:
+        if pd.isna(newest[name]):
+            same &= env[name].isna()
+        else:
+            same &= env[name] == newest[name]
+    return same
+
+
 def select_rows(frame: pd.DataFrame, kernel: str) -> dict[str, pd.DataFrame]:
     """gpu_name -> the exportable rows measured on it."""
-    rows = frame[(frame["kernel"] == kernel) & (frame["provider"] == TRITON_PROVIDER) & (frame["status"] == "ok")]
+    rows = frame[(frame["kernel"] == kernel) & (frame["provider"] == TRITON_PROVIDER)
+                 & (frame["status"] == "ok") & frame["p50_us"].notna()]
     if rows.empty:
         raise ExportError(f"no ok trials of kernel {kernel!r} to export")
     gpu_rows = rows[rows["backend"] == "cuda"]
@@ -53,44 +86,133 @@ def select_rows(frame: pd.DataFrame, kernel: str) -> dict[str, pd.DataFrame]:
             f"refusing to export {kernel!r}: its ok trials are interpreter timings (backend=interpret), "
             "which say nothing about a GPU; run the sweep on a GPU"
         )
-    by_gpu = {}
-    for gpu, group in gpu_rows.groupby("gpu_name"):
-        # fillna: a missing value (a NULL driver version, a row from before timing_method) equals itself
-        env = group[EXPORT_ENV].fillna("").astype(str)
-        same_env = (env == env.loc[group["id"].idxmax()]).all(axis=1)
-        by_gpu[gpu] = _newest_per_trial(group[same_env])
-    return by_gpu
+    return {gpu: _newest_per_trial(group[_same_env(group)]) for gpu, group in gpu_rows.groupby("gpu_name")}
 
 
-def _config_of(row) -> dict:
-    return json.loads(row["config"])
+def _canonical(config_json: str) -> str:
+    return json.dumps(json.loads(config_json), sort_keys=True)
 
 
-def _shape_of(row) -> tuple:
-    return tuple(json.loads(row["shape"]))
+def _shape(shape_json: str) -> tuple:
+    return tuple(json.loads(shape_json))
 
 
-def rank_configs(rows: pd.DataFrame) -> list[tuple[dict, float]]:
-    """The configs ok at every (dtype, shape) of `rows` with their score (see the module doc), best first."""
-    best_p50 = rows.groupby(["dtype", "shape"])["p50_us"].transform("min")
-    relative = (best_p50 / rows["p50_us"]).tolist()
-    shapes_measured = rows.groupby(["dtype", "shape"]).ngroups
-    scores: dict[str, list[float]] = {}
-    for config_json, value in zip(rows["config"], relative):
-        key = json.dumps(json.loads(config_json), sort_keys=True)
-        scores.setdefault(key, []).append(value)
-    ranked = [(json.loads(k), math.exp(sum(map(math.log, v)) / len(v)))
-              for k, v in scores.items() if len(v) == shapes_measured]
-    return sorted(ranked, key=lambda item: -item[1])
+def _number(value):
+    """A JSON-safe float: None for a missing value (NaN is not JSON)."""
+    return None if value is None or pd.isna(value) else float(value)
 
 
-def best_by_shape(rows: pd.DataFrame) -> list[dict]:
-    winners = rows.loc[[winner(group) for _, group in rows.groupby(["dtype", "shape"], sort=False)]]
-    return [
-        {"dtype": row["dtype"], "shape": list(_shape_of(row)), "config": _config_of(row),
-         "p50_us": row["p50_us"], "gbps": row["gbps"], "tflops": row["tflops"], "pct_copy_bw": row["pct_copy_bw"]}
-        for _, row in winners.iterrows()
-    ]
+def covering_set(rows: pd.DataFrame, tolerance: float) -> dict:
+    """The covering set and the winner of each shape, from one (GPU, dtype)'s rows (module doc: how)."""
+    rows = rows.sort_values("id")
+    shapes = list(dict.fromkeys(_shape(s) for s in rows["shape"]))
+    configs: dict[str, dict] = {}  # canonical config -> the config, its first row id, {shape: p50} where ok
+    for config_json, shape_json, p50, row_id in zip(rows["config"], rows["shape"], rows["p50_us"],
+                                                     rows["id"]):
+        entry = configs.setdefault(_canonical(config_json),
+                                   {"config": json.loads(config_json), "first_id": row_id, "ok_at": {}})
+        entry["ok_at"][_shape(shape_json)] = float(p50)
+    best, timed, winners = {}, {}, {}
+    for shape_json, group in rows.groupby("shape", sort=False):
+        shape = _shape(shape_json)
+        final = group[group["phase"] == "final"]
+        competing = final if not final.empty else group
+        timed[shape] = {_canonical(c): float(p) for c, p in zip(competing["config"], competing["p50_us"])}
+        best[shape] = min(timed[shape].values())
+        winners[shape] = group.loc[winner(group)]
+    covers = {key: {s for s in shapes if timed[s].get(key, math.inf) <= (1 + tolerance) * best[s]}
+              for key in configs}
+
+    def rank(key: str, uncovered: set) -> tuple:
+        gain = covers[key] & uncovered
+        wins = sum(_canonical(winners[s]["config"]) == key for s in gain)
+        speed = math.exp(sum(math.log(best[s] / timed[s][key]) for s in gain) / len(gain))
+        return -len(gain), -wins, -speed, resource_key(configs[key]["config"]), configs[key]["first_id"]
+
+    chosen, uncovered = [], set(shapes)
+    while uncovered:
+        pick = min((key for key in configs if covers[key] & uncovered), key=lambda key: rank(key, uncovered))
+        chosen.append(pick)
+        uncovered -= covers[pick]
+
+    def fastest_of_list(shape):
+        return min((timed[shape][key], key) for key in chosen if key in timed[shape])
+
+    return {
+        "configs": [{"config": configs[key]["config"],
+                     "ok_at": [{"shape": list(s), "p50_us": configs[key]["ok_at"][s]} for s in shapes
+                               if s in configs[key]["ok_at"]],
+                     "covers": [list(s) for s in shapes if s in covers[key]]} for key in chosen],
+        "best_by_shape": [{"shape": list(s), "config": json.loads(winners[s]["config"]),
+                           **{name: _number(winners[s][name]) for name in WINNER_FIELDS},
+                           "fastest_p50_us": best[s], "list_p50_us": fastest_of_list(s)[0],
+                           "list_config": json.loads(fastest_of_list(s)[1])} for s in shapes],
+    }
+
+
+def gpu_section(rows: pd.DataFrame, tolerance: float) -> dict:
+    """Provenance and the covering set of every dtype of one GPU's rows."""
+    newest = rows.loc[rows["id"].idxmax()]
+    return {
+        **{name: (None if pd.isna(newest[name]) else str(newest[name])) for name in PROVENANCE},
+        "sweep_ids": sorted(rows["sweep_id"].unique().tolist()),
+        "exported_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "trials": int(len(rows)),
+        "tolerance": tolerance,
+        "dtypes": {dtype: covering_set(group, tolerance) for dtype, group in sorted(rows.groupby("dtype"))},
+    }
+
+
+def kernel_dims(kernel: str, rank: int) -> tuple[str, ...]:
+    """The names of a built-in kernel's shape dims (its KernelSpec's), else d0, d1, ... (see --dims)."""
+    from kernels import BUILTIN
+    from runners.trials import load_spec
+
+    if kernel in BUILTIN:
+        dims = tuple(load_spec(kernel, None).dims)
+        if len(dims) == rank:
+            return dims
+    return tuple(f"d{i}" for i in range(rank))
+
+
+def parse_key(items: list[str]) -> dict[str, str]:
+    """["n_cols=cols", ...] (the --key option) -> {"n_cols": "cols"}."""
+    key = {}
+    for item in items:
+        argument, sep, dim = item.partition("=")
+        if not sep:
+            raise ExportError(f"--key: {item!r} must look like ARGUMENT=DIM, e.g. n_cols=cols")
+        key[argument.strip()] = dim.strip()
+    return key
+
+
+def check_key(key: dict, dims: tuple, kernel: str, field: str) -> dict[str, str]:
+    for argument, dim in key.items():
+        if not str(argument).isidentifier():
+            raise ExportError(f"{field}: {argument!r} is not a Python name (an argument of {kernel}'s "
+                              "kernel)")
+        if dim not in dims:
+            raise ExportError(f"{field}: {argument}={dim}: {dim!r} is not a dim of {kernel} "
+                              f"({', '.join(dims)})")
+    return {str(argument): str(dim) for argument, dim in key.items()}
+
+
+def _merged(path: Path, kernel: str, dims: tuple, merge: bool) -> dict:
+    """The sections to keep from an existing JSON export of the kernel."""
+    if not merge or not path.exists():
+        return {}
+    how = "move it away, or export with --no-merge (export.merge=false)"
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as error:
+        raise ExportError(f"cannot merge into {path}: {error}; {how}") from error
+    if not isinstance(data, dict):
+        raise ExportError(f"cannot merge into {path}: it holds a {type(data).__name__}, not an export; {how}")
+    if data.get("format") != FORMAT or data.get("kernel") != kernel or tuple(data.get("dims", ())) != dims:
+        raise ExportError(f"cannot merge into {path}: it holds format {data.get('format')}, kernel "
+                          f"{data.get('kernel')!r}, dims {data.get('dims')}, not format {FORMAT}, "
+                          f"{kernel!r}, {list(dims)}; {how}")
+    return data
 
 
 def _config_source(config: dict) -> str:
@@ -99,77 +221,146 @@ def _config_source(config: dict) -> str:
     return f"triton.Config({meta!r}{options})"
 
 
-def _slug(text: str) -> str:
-    return re.sub(r"[^a-z0-9]+", "_", text.lower()).strip("_")
+def _identity(config: dict) -> str:
+    return json.dumps(config, sort_keys=True)
 
 
-def write_export(kernel: str, gpu: str, rows: pd.DataFrame, out_dir: str | Path) -> list[Path]:
-    """Write <kernel>_<gpu>.py and .json; returns their paths."""
-    newest = rows.loc[rows["id"].idxmax()]
-    ranked = rank_configs(rows)
-    winners = best_by_shape(rows)
-    meta = {
-        "kernel": kernel,
-        "gpu": gpu,
-        "driver_version": newest["driver_version"],
-        "cuda_version": newest["cuda_version"],
-        "torch_version": newest["torch_version"],
-        "triton_version": newest["triton_version"],
-        "kernel_hash": newest["kernel_hash"],
-        "sweep_ids": sorted(rows["sweep_id"].unique().tolist()),
-        "exported_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "trials": int(len(rows)),
-    }
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    stem = f"{kernel}_{_slug(gpu)}"
+def render_module(data: dict, json_name: str) -> str:
+    """The .py of an export: its data as literals, then the lookup code of runners/export_runtime.py."""
+    kernel, gpus = data["kernel"], data["gpus"]
+    configs = {}  # every config of the covering sets once, in GPU, dtype, list order
+    for section in gpus.values():
+        for dtype_data in section["dtypes"].values():
+            for entry in dtype_data["configs"]:
+                configs.setdefault(_identity(entry["config"]), (len(configs), entry["config"]))
+    provenance = "\n".join(
+        f"- {gpu}: driver {s['driver_version'] or 'not recorded'}, CUDA {s['cuda_version'] or 'not recorded'}"
+        f",\n  torch {s['torch_version']}, triton {s['triton_version']}, kernel source {s['kernel_hash']};"
+        f"\n  {s['trials']} ok trials of sweeps {', '.join(s['sweep_ids'])}; within "
+        f"{100 * s['tolerance']:g}%; exported {s['exported_at']}" for gpu, s in gpus.items())
+    key_args = list(data["key"]) or [d for d in data["dims"]]
+    cover_lines, best_lines = [], []
+    for gpu, section in gpus.items():
+        cover_lines.append(f"    {gpu!r}: {{")
+        best_lines.append(f"    {gpu!r}: {{")
+        for dtype, dtype_data in section["dtypes"].items():
+            cover_lines.append(f"        {dtype!r}: [")
+            for entry in dtype_data["configs"]:
+                verified = ", ".join(f"{tuple(at['shape'])!r}: {round(at['p50_us'], 3)!r}"
+                                     for at in entry["ok_at"])
+                index = configs[_identity(entry["config"])][0]
+                cover_lines.append(f"            (CONFIGS[{index}], {{{verified}}}),")
+            cover_lines.append("        ],")
+            for shape in dtype_data["best_by_shape"]:
+                throughput = f", {shape['gbps']:.0f} GB/s" if shape["gbps"] is not None else ""
+                best_lines.append(f"        # p50 {shape['p50_us']:.2f} us{throughput}; fastest there "
+                                  f"{shape['fastest_p50_us']:.2f} us, the list's best "
+                                  f"{shape['list_p50_us']:.2f} us")
+                best_lines.append(f"        ({dtype!r}, {tuple(shape['shape'])!r}): "
+                                  f"{_config_source(shape['config'])},")
+        cover_lines.append("    },")
+        best_lines.append("    },")
+    config_lines = "\n".join(f"    {_config_source(config)}," for _, config in configs.values())
+    rules = RUNTIME.read_text().split('"""')[1].split("Lookups, ", 1)[1].strip()
+    runtime = RUNTIME.read_text().split(RUNTIME_MARKER, 1)[1].lstrip("\n")
+    tolerances = sorted({f"{100 * s['tolerance']:g}%" for s in gpus.values()})
+    return f'''"""{kernel} launch configs measured by the triton-sweep runner.
+Generated from {json_name}: do not edit.
 
-    config_lines = "\n".join(f"    {_config_source(c)},  # score {score:.3f}" for c, score in ranked) or (
-        "    # none: no config was ok at every measured shape; use BEST_BY_SHAPE")
-    best_lines = "\n".join(
-        f"    ({w['dtype']!r}, {tuple(w['shape'])!r}): {_config_source(w['config'])},"
-        f"  # p50 {w['p50_us']:.2f} us, {w['gbps']:.0f} GB/s"
-        for w in winners
-    )
-    module = f'''"""{kernel} launch configs for {gpu}, measured by the triton-sweep runner. Generated: do not edit.
+{provenance}
 
-GPU: {gpu} (driver {meta["driver_version"]}, CUDA {meta["cuda_version"]})
-Versions: torch {meta["torch_version"]}, triton {meta["triton_version"]}
-Kernel source hash: {meta["kernel_hash"]}
-Sweeps: {", ".join(meta["sweep_ids"])}
-Exported: {meta["exported_at"]}
-From {meta["trials"]} ok trials; latency is the p50 of CUDA-event samples, L2 flushed before each.
+COVER[gpu][dtype] is a covering set: at every measured shape, the fastest of its configs that was ok
+there is within {" / ".join(tolerances)} of the fastest config measured there (p50 of CUDA-event samples,
+L2 flushed before each; where finalists were re-timed round-robin, their re-timed p50s). Each config
+comes with the shapes where it was verified (ok) and its p50 there, in us. Use:
 
-Use: @triton.autotune(configs=CONFIGS, key=[...]) on the kernel, or BEST_BY_SHAPE[(dtype, shape)].
-At shapes not measured here, prune CONFIGS with the kernel's own constraints.
+    from {json_name[:-len(".json")]} import CONFIGS, prune_configs, make_prune, config_for
+
+    @triton.autotune(configs=CONFIGS, key={key_args!r},
+                     prune_configs_by={{"early_config_prune": prune_configs}})  # or make_prune(check=...)
+    @triton.jit
+    def kernel(...): ...
+
+    config = config_for("float16", {key_args[0]}=...)  # without autotune: the nearest measured shape's winner
+
+@triton.autotune never calls the prune when it is given a single config: pass CONFIGS whole.
+Lookups, {rules}
 """
 import triton
 
-# Ok at every measured (dtype, shape); best first by the geometric mean of (best p50 there / its p50).
+KERNEL = {kernel!r}
+DIMS = {tuple(data["dims"])!r}
+# The kernel's argument -> the dim of the measured shapes it gives (export --key, or export.key).
+KEY = {data["key"]!r}
+GPU_ENV = "TRITON_EXPORT_GPU"  # names the GPU whose configs apply, instead of the CUDA device's name
+
+# Every config of COVER once: autotune over all of them, and let prune_configs keep the right ones.
 CONFIGS = [
 {config_lines}
 ]
 
-# The winner at each measured (dtype, shape).
-BEST_BY_SHAPE = {{
-{best_lines}
+# GPU -> dtype -> the covering set, best first: (config, {{shape where it was ok: its p50 there, us}}).
+COVER = {{
+{chr(10).join(cover_lines)}
 }}
-'''
-    py_path = out_dir / f"{stem}.py"
-    py_path.write_text(module)
-    json_path = out_dir / f"{stem}.json"
-    json_path.write_text(json.dumps(
-        {**meta, "configs": [{"config": c, "score": s} for c, s in ranked], "best_by_shape": winners},
-        indent=2, default=str,
-    ))
+
+# GPU -> (dtype, shape) -> the winner measured there (the finalists' choice, else the lowest p50).
+BEST_BY_SHAPE = {{
+{chr(10).join(best_lines)}
+}}
+
+
+{runtime}'''
+
+
+def write_export(kernel: str, sections: dict[str, dict], out_dir: str | Path, dims: tuple, key: dict | None,
+                 merge: bool = True) -> list[Path]:
+    """Write <kernel>_configs.json (the sections of this export over those kept from the existing
+    file) and the .py generated from it; returns their paths."""
+    out_dir = Path(out_dir)
+    json_path = out_dir / f"{kernel}_configs.json"
+    existing = _merged(json_path, kernel, dims, merge)
+    kept = {gpu: s for gpu, s in existing.get("gpus", {}).items() if gpu not in sections}
+    for gpu, section in kept.items():
+        print(f"note: {json_path.name} keeps {gpu}'s configs, exported {section['exported_at']}")
+    data = {"format": FORMAT, "kernel": kernel, "dims": list(dims),
+            "key": key if key else existing.get("key", {}),
+            "gpus": dict(sorted({**kept, **sections}.items()))}
+    out_dir.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(data, indent=1)
+    json_path.write_text(text)
+    py_path = out_dir / f"{kernel}_configs.py"
+    py_path.write_text(render_module(json.loads(text), json_path.name))  # from the JSON as written
     return [py_path, json_path]
 
 
-def export_kernel(frame: pd.DataFrame, kernel: str, out_dir: str | Path) -> list[Path]:
-    paths = []
-    for gpu, rows in select_rows(frame, kernel).items():
-        paths += write_export(kernel, gpu, rows, out_dir)
-    return paths
+def export_kernel(frame: pd.DataFrame, kernel: str, out_dir: str | Path, *, tolerance: float = 0.03,
+                  key: dict | None = None, dims: tuple | None = None, merge: bool = True,
+                  key_field: str = "--key") -> list[Path]:
+    if not (isinstance(tolerance, (int, float)) and 0 <= tolerance < 1):
+        raise ExportError(f"export.tolerance: {tolerance!r} must be a share in [0, 1), e.g. 0.03 for 3%")
+    by_gpu = select_rows(frame, kernel)
+    rank = len(_shape(next(iter(by_gpu.values()))["shape"].iloc[0]))
+    if dims is None:
+        dims = kernel_dims(kernel, rank)
+    elif len(dims) != rank:
+        raise ExportError(f"--dims: {', '.join(dims)} names {len(dims)} dims; {kernel}'s shapes have {rank}")
+    key = check_key(key or {}, dims, kernel, key_field)
+    sections = {gpu: gpu_section(rows, tolerance) for gpu, rows in by_gpu.items()}
+    return write_export(kernel, sections, out_dir, dims, key, merge)
+
+
+def settings_from_config(cfg, kernel: str) -> dict:
+    """export_kernel's settings from a sweep's config (conf/config.yaml's export section)."""
+    settings = {"tolerance": cfg.export.tolerance, "merge": cfg.export.merge,
+                "key": dict(cfg.export.key.get(kernel) or {}), "key_field": f"export.key.{kernel}"}
+    if cfg.kernel.name == "external":  # not in kernels.BUILTIN: the dims come from its spec
+        from runners.trials import load_spec
+
+        spec = load_spec("external", cfg.kernel.spec)
+        if spec.name == kernel:
+            settings["dims"] = tuple(spec.dims)
+    return settings
 
 
 def main(argv=None) -> int:
@@ -178,9 +369,19 @@ def main(argv=None) -> int:
     parser.add_argument("--kernel", help="kernel name; default: every kernel with ok GPU trials")
     parser.add_argument("--sweep-id", help="only this sweep's trials (measured or reused by it)")
     parser.add_argument("--out-dir", default="outputs/exports")
+    parser.add_argument("--key", nargs="+", default=[], metavar="ARG=DIM",
+                        help="the kernel's argument that gives each dim, stored for the prune: n_cols=cols")
+    parser.add_argument("--tolerance", type=float, default=0.03,
+                        help="share of the best p50 the covering set may lose at a measured shape (0.03)")
+    parser.add_argument("--dims", help="names of the shape dims, comma-separated, for a kernel not built in")
+    parser.add_argument("--no-merge", action="store_true",
+                        help="rewrite the files from this export alone (default: keep other GPUs' sections)")
     args = parser.parse_args(argv)
     if not Path(args.store).exists():
         print(f"error: --store: {args.store} does not exist; run a sweep first", file=sys.stderr)
+        return 2
+    if args.key and not args.kernel:
+        print("error: --key: name the kernel it belongs to with --kernel", file=sys.stderr)
         return 2
     store = ResultStore(args.store)
     frame = store.load(sweep_id=args.sweep_id, kernel=args.kernel)
@@ -189,10 +390,13 @@ def main(argv=None) -> int:
     if not kernels:
         print("error: no trials in the store for that selection", file=sys.stderr)
         return 2
+    dims = tuple(d.strip() for d in args.dims.split(",")) if args.dims else None
     status = 0
     for kernel in kernels:
         try:
-            for path in export_kernel(frame, kernel, args.out_dir):
+            key = parse_key(args.key)
+            for path in export_kernel(frame, kernel, args.out_dir, tolerance=args.tolerance, key=key,
+                                      dims=dims, merge=not args.no_merge):
                 print(path)
         except ExportError as error:
             print(f"error: {error}", file=sys.stderr)

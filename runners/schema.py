@@ -96,6 +96,17 @@ class FinalistsConf:
 
 
 @dataclass
+class ExportConf:
+    # A covering set per (kernel, GPU, dtype): at every measured shape the fastest config of the list
+    # that was ok there is within this share of the fastest measured there (runners/export.py).
+    tolerance: float = 0.03
+    # kernel -> {argument of its @triton.jit kernel: dim of its shapes}, stored in the export: the prune
+    # function reads the call's sizes from these arguments.
+    key: Dict[str, Dict[str, str]] = field(default_factory=dict)
+    merge: bool = True  # keep other GPUs' sections already in <export_dir>/<kernel>_configs.json
+
+
+@dataclass
 class SweepConf:
     kernel: KernelConf = field(default_factory=KernelConf)
     timing: TimingConf = field(default_factory=TimingConf)
@@ -103,6 +114,7 @@ class SweepConf:
     search: SearchConf = field(default_factory=SearchConf)
     compile: CompileConf = field(default_factory=CompileConf)
     finalists: FinalistsConf = field(default_factory=FinalistsConf)
+    export: ExportConf = field(default_factory=ExportConf)
     backend: Backend = Backend.cuda
     # Trial workers: None = one per visible GPU (CUDA_VISIBLE_DEVICES) of the first GPU's model;
     # with backend=interpret, the number of interpreter processes (None = 1).

@@ -318,7 +318,7 @@ def _run_finalists(cfg, store, sweep_id: str, scheduler: Scheduler, record, tria
 
 def finish_sweep(cfg: DictConfig, sweep_id: str, output_dir: Path) -> dict:
     """After the last trial of a sweep: parquet, table, export, W&B summary run."""
-    from runners.export import ExportError, export_kernel
+    from runners.export import ExportError, export_kernel, settings_from_config
     from runners.report import best_table
     from runners.store import ResultStore, write_parquet
     from runners.wandb_logger import log_sweep_summary
@@ -331,7 +331,7 @@ def finish_sweep(cfg: DictConfig, sweep_id: str, output_dir: Path) -> dict:
     exports = []
     for kernel in frame["kernel"].unique():
         try:
-            exports += export_kernel(frame, kernel, cfg.export_dir)
+            exports += export_kernel(frame, kernel, cfg.export_dir, **settings_from_config(cfg, kernel))
         except ExportError as error:
             print(f"export skipped: {error}")
     logger_conf = OmegaConf.to_container(cfg.logger, resolve=True, enum_to_str=True)

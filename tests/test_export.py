@@ -1,38 +1,52 @@
-"""Export: a self-contained module (imports only triton) and JSON, from GPU rows only, best first.
+"""Export: a covering set per (GPU, dtype) with the shapes where each config was ok, as JSON (the data of
+record) and a module that imports only triton, from GPU rows only.
 
-The store rows here are written by the test (as a GPU sweep would write them) so that the ranking they
-must produce is known; the GPU test in test_gpu.py exports from a real sweep.
+The store rows here are written by the test (as a GPU sweep would write them) so that the lists they
+must produce are known by hand; the GPU test in test_gpu.py exports from a real sweep, and
+test_export_roundtrip.py drives another repository's kernel with an export.
 """
 import ast
 import json
 import math
+import os
+import re
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
 import triton
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
 
 from kernels import softmax
 from runners.check import compare
 from runners.export import main as export_main
+from runners.export import export_kernel, settings_from_config
+from runners.schema import register_configs
 from runners.store import ResultStore
+from runners.trials import TRITON_PROVIDER, load_spec, plan_trials
 
-GPU_ENV = {"backend": "cuda", "gpu_name": "NVIDIA H200", "driver_version": "580.159.04", "cuda_version": "13.0",
-           "torch_version": "2.11.0", "triton_version": "3.6.0", "kernel_hash": "feedbeef0001"}
-# (shape, BLOCK_SIZE, num_warps, p50_us). (256, 4) ran at 8x200 only (a 256 block cannot hold a
-# 300-column row) and is the fastest there: it is BEST_BY_SHAPE at 8x200 but never in CONFIGS.
-# Scores of the rest, against the best at each shape: (512, 4) sqrt(9/11 * 20/20) = 0.905,
-# (512, 2) sqrt(9/10 * 20/30) = 0.775.
+REPO = Path(__file__).resolve().parent.parent
+GPU_ENV = {"backend": "cuda", "gpu_name": "NVIDIA H200", "driver_version": "580.159.04",
+           "cuda_version": "13.0", "torch_version": "2.11.0", "triton_version": "3.6.0",
+           "kernel_hash": "feedbeef0001"}
+# (shape, BLOCK_SIZE, num_warps, p50_us). Best at 8x200: (256, 4) 9.0; at 8x300: (512, 4) 20.0.
+# Within 3%: (256, 4) covers 8x200 only (a 256 block cannot hold a 300-column row: never run there);
+# (512, 4) covers 8x300 only (11.0 > 1.03 x 9.0 at 8x200); (512, 2) covers nothing (10.0 and 30.0).
+# Both cover one shape and win it: the fewer resources first (BLOCK 256 < 512). CONFIGS: (256, 4), (512, 4).
+# Within 25%: (512, 4) covers both shapes (11.0 <= 11.25) and is the whole list.
 MEASURED = [((8, 200), 512, 2, 10.0), ((8, 200), 512, 4, 11.0), ((8, 200), 256, 4, 9.0),
             ((8, 300), 512, 2, 30.0), ((8, 300), 512, 4, 20.0)]
 
 
 def _add(store, index, shape, block, warps, p50, **changes):
-    store.append({**GPU_ENV, "trial_key": f"k{index}", "sweep_id": "s1", "kernel": "softmax", "provider": "triton",
-                  "shape": shape, "dtype": "float16", "config": {"BLOCK_SIZE": block, "num_warps": warps, "num_stages": 1},
-                  "status": "ok", "p50_us": p50, "gbps": 1000.0 / p50, "tflops": 0.1, "seed": 0,
+    config = {"BLOCK_SIZE": block, "num_warps": warps, "num_stages": 1}
+    store.append({**GPU_ENV, "trial_key": f"k{index}", "sweep_id": "s1", "kernel": "softmax",
+                  "provider": "triton", "shape": shape, "dtype": "float16", "config": config, "status": "ok",
+                  "phase": "screen", "p50_us": p50, "gbps": 1000.0 / p50, "tflops": 0.1, "seed": 0,
                   "timestamp": "2026-11-22T00:00:00", **changes})
 
 
@@ -46,7 +60,7 @@ def store_path(tmp_path):
     _add(store, 10, (8, 200), 512, 8, 1.0, status="incorrect", p50_us=None)  # never exported
     _add(store, 11, (8, 200), 512, 16, 1.0, provider="torch")  # a baseline, not a config
     _add(store, 12, (8, 200), 512, 32, 1.0, backend="interpret", gpu_name="Triton interpreter (CPU)")
-    _add(store, 13, (8, 200), 512, 1, 5.0, gpu_name="NVIDIA H100 80GB HBM3")  # another GPU: its own file
+    _add(store, 13, (8, 200), 512, 1, 5.0, gpu_name="NVIDIA H100 80GB HBM3")  # another GPU: its own section
     store.close()
     return path
 
@@ -56,29 +70,62 @@ def _export(store_path, tmp_path, *args):
     return tmp_path / "exports"
 
 
-def test_configs_best_first_and_best_by_shape(store_path, tmp_path):
-    out = _export(store_path, tmp_path, "--kernel", "softmax")
-    assert sorted(p.name for p in out.iterdir()) == [
-        "softmax_nvidia_h100_80gb_hbm3.json", "softmax_nvidia_h100_80gb_hbm3.py",
-        "softmax_nvidia_h200.json", "softmax_nvidia_h200.py"]
-    data = json.loads((out / "softmax_nvidia_h200.json").read_text())
-    ranked = [(c["config"]["BLOCK_SIZE"], c["config"]["num_warps"], round(c["score"], 3)) for c in data["configs"]]
-    assert ranked == [(512, 4, round(math.sqrt(9 / 11 * 1), 3)), (512, 2, round(math.sqrt(9 / 10 * 20 / 30), 3))]
-    best = {tuple(b["shape"]): (b["config"]["BLOCK_SIZE"], b["p50_us"]) for b in data["best_by_shape"]}
-    assert best == {(8, 200): (256, 9.0), (8, 300): (512, 20.0)}
-    assert data["gpu"] == "NVIDIA H200" and data["kernel_hash"] == "feedbeef0001" and data["sweep_ids"] == ["s1"]
+def _listed(section, dtype="float16"):
+    configs = section["dtypes"][dtype]["configs"]
+    return [(c["config"]["BLOCK_SIZE"], c["config"]["num_warps"]) for c in configs]
+
+
+def _load(path):
+    namespace = {}
+    exec(compile(path.read_text(), str(path), "exec"), namespace)
+    return namespace
+
+
+def test_covering_set_per_gpu_with_validity_and_best_by_shape(store_path, tmp_path):
+    out = _export(store_path, tmp_path, "--kernel", "softmax", "--key", "n_cols=cols")
+    assert sorted(p.name for p in out.iterdir()) == ["softmax_configs.json", "softmax_configs.py"]
+    data = json.loads((out / "softmax_configs.json").read_text())
+    assert list(data["gpus"]) == ["NVIDIA H100 80GB HBM3", "NVIDIA H200"]
+    assert data["key"] == {"n_cols": "cols"}
+    h200 = data["gpus"]["NVIDIA H200"]
+    assert _listed(h200) == [(256, 4), (512, 4)]
+    assert _listed(data["gpus"]["NVIDIA H100 80GB HBM3"]) == [(512, 1)]
+    first, second = h200["dtypes"]["float16"]["configs"]
+    assert first["ok_at"] == [{"shape": [8, 200], "p50_us": 9.0}] and first["covers"] == [[8, 200]]
+    assert second["ok_at"] == [{"shape": [8, 200], "p50_us": 11.0}, {"shape": [8, 300], "p50_us": 20.0}]
+    best = {tuple(b["shape"]): (b["config"]["BLOCK_SIZE"], b["p50_us"], b["list_p50_us"])
+            for b in h200["dtypes"]["float16"]["best_by_shape"]}
+    assert best == {(8, 200): (256, 9.0, 9.0), (8, 300): (512, 20.0, 20.0)}
+    assert h200["kernel_hash"] == "feedbeef0001" and h200["sweep_ids"] == ["s1"] and h200["trials"] == 5
+    module = _load(out / "softmax_configs.py")  # the same data, generated from the JSON
+    configs = [(c.kwargs["BLOCK_SIZE"], c.num_warps) for c in module["CONFIGS"]]
+    assert configs == [(512, 1), (256, 4), (512, 4)]  # H100's list, then H200's
+    assert module["BEST_BY_SHAPE"]["NVIDIA H200"][("float16", (8, 300))].num_warps == 4
+
+
+def test_tolerance_decides_the_list(store_path, tmp_path):
+    data = json.loads((_export(store_path, tmp_path, "--kernel", "softmax", "--tolerance", "0.25")
+                       / "softmax_configs.json").read_text())
+    assert _listed(data["gpus"]["NVIDIA H200"]) == [(512, 4)]
+    best = data["gpus"]["NVIDIA H200"]["dtypes"]["float16"]["best_by_shape"][0]
+    # The winner at 8x200 is left out; the list's best there is 22% slower.
+    assert (best["config"]["BLOCK_SIZE"], best["list_p50_us"]) == (256, 11.0)
 
 
 def test_module_imports_only_triton_in_a_fresh_interpreter(store_path, tmp_path):
-    module = _export(store_path, tmp_path, "--kernel", "softmax") / "softmax_nvidia_h200.py"
-    imports = [node for node in ast.walk(ast.parse(module.read_text())) if isinstance(node, (ast.Import, ast.ImportFrom))]
-    assert [alias.name for node in imports for alias in node.names] == ["triton"]
-    probe = (f"import importlib.util, sys; spec = importlib.util.spec_from_file_location('m', {str(module)!r}); "
+    module = _export(store_path, tmp_path, "--kernel", "softmax") / "softmax_configs.py"
+    top = [alias.name for node in ast.parse(module.read_text()).body
+           if isinstance(node, (ast.Import, ast.ImportFrom)) for alias in node.names]
+    assert top == ["triton"]  # os and torch only inside gpu_name(), at the first lookup
+    probe = (f"import importlib.util, sys; spec = importlib.util.spec_from_file_location('m', "
+             f"{str(module)!r}); "
              "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m); "
-             "print(len(m.CONFIGS), m.CONFIGS[0].kwargs, m.CONFIGS[0].num_warps, "
-             "m.BEST_BY_SHAPE[('float16', (8, 300))].num_warps, 'runners' in sys.modules, 'kernels' in sys.modules)")
-    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=tmp_path, check=True)
-    assert result.stdout.split() == ["2", "{'BLOCK_SIZE':", "512}", "4", "4", "False", "False"]
+             "print(len(m.CONFIGS), m.CONFIGS[1].kwargs, m.CONFIGS[1].num_warps, "
+             "m.BEST_BY_SHAPE['NVIDIA H200'][('float16', (8, 300))].num_warps, "
+             "[name for name in ('torch', 'runners', 'kernels') if name in sys.modules])")
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=tmp_path,
+                            check=True)
+    assert result.stdout.split() == ["3", "{'BLOCK_SIZE':", "256}", "4", "4", "[]"]
 
 
 def _cpu_bench(fn, quantiles=None, **kwargs):
@@ -91,20 +138,21 @@ def _cpu_bench(fn, quantiles=None, **kwargs):
     return sorted(times)[1]
 
 
-def test_exported_configs_drive_triton_autotune(store_path, tmp_path):
-    module = _export(store_path, tmp_path, "--kernel", "softmax") / "softmax_nvidia_h200.py"
-    namespace = {}
-    exec(compile(module.read_text(), str(module), "exec"), namespace)
-    configs = namespace["CONFIGS"]
+def test_exported_prune_drives_triton_autotune(store_path, tmp_path, monkeypatch):
+    out = _export(store_path, tmp_path, "--kernel", "softmax", "--key", "n_cols=cols")
+    module = _load(out / "softmax_configs.py")
+    monkeypatch.setenv("TRITON_EXPORT_GPU", "NVIDIA H200")
     device = "cuda" if torch.cuda.is_available() else "cpu"
     autotune_options = {} if device == "cuda" else {"do_bench": _cpu_bench}
-    tuned = triton.autotune(configs=configs, key=["n_cols"], **autotune_options)(softmax._softmax_kernel)
-    # At 8x300 the fastest config measured anywhere (BLOCK 256, at 8x200) would write only 256 of the
-    # 300 columns: CONFIGS must not offer it.
+    tuned = triton.autotune(configs=module["CONFIGS"], key=["n_cols"],
+                            prune_configs_by={"early_config_prune": module["prune_configs"]},
+                            **autotune_options)(softmax._softmax_kernel)
+    # CONFIGS holds BLOCK 256, the fastest at 8x200, which would write only 256 of 300 columns: the
+    # prune keeps what was ok at 8x300, (512, 4) alone.
     x = torch.randn(8, 300, device=device, dtype=torch.float16)
     out = torch.full_like(x, float("nan"))
-    assert all(c.kwargs["BLOCK_SIZE"] >= 300 for c in configs)  # no config unable to hold the row
     tuned[lambda meta: (x.shape[0],)](out, x, x.shape[1], x.stride(0), out.stride(0))
+    assert (tuned.best_config.kwargs["BLOCK_SIZE"], tuned.best_config.num_warps) == (512, 4)
     assert compare(out, softmax.softmax_ref(x.double())) is None
 
 
@@ -116,3 +164,161 @@ def test_interpreter_rows_are_refused(tmp_path, capsys):
     assert export_main(["--store", str(path), "--kernel", "softmax", "--out-dir", str(tmp_path / "x")]) == 2
     assert "refusing to export 'softmax': its ok trials are interpreter timings" in capsys.readouterr().err
     assert not (tmp_path / "x").exists()
+
+
+def test_rows_without_a_driver_version_export(tmp_path):
+    """A NULL driver_version made the same-environment filter drop every row (NaN != NaN in pandas), and
+    the export ended in 'attempt to get argmax of an empty sequence'."""
+    path = tmp_path / "results.sqlite"
+    store = ResultStore(path)
+    for index, (shape, block, warps, p50) in enumerate(MEASURED):
+        _add(store, index, shape, block, warps, p50, driver_version=None)
+    store.close()
+    out = _export(path, tmp_path, "--kernel", "softmax")
+    data = json.loads((out / "softmax_configs.json").read_text())
+    h200 = data["gpus"]["NVIDIA H200"]
+    assert h200["driver_version"] is None and h200["trials"] == 5
+    assert _listed(data["gpus"]["NVIDIA H200"]) == [(256, 4), (512, 4)]
+    assert "NVIDIA H200: driver not recorded, CUDA 13.0" in (out / "softmax_configs.py").read_text()
+
+
+def test_finalists_compete_among_themselves(tmp_path):
+    """At a shape whose finalists were re-timed, only their re-timed p50s compete: a screening p50 taken
+    at a higher clock (10.5) must not make the finalists (12.0, 12.1) look 14% slower than the best."""
+    path = tmp_path / "results.sqlite"
+    store = ResultStore(path)
+    _add(store, 1, (8, 400), 512, 4, 10.0)
+    _add(store, 2, (8, 400), 512, 8, 10.1)
+    _add(store, 3, (8, 400), 1024, 4, 10.5)  # not a finalist (top_k 2)
+    # Tied; the tie rule chooses the fewer warps, (512, 4), although its p50 is the higher.
+    _add(store, 1, (8, 400), 512, 4, 12.1, phase="final", rank=2, tie=True, chosen=True)
+    _add(store, 2, (8, 400), 512, 8, 12.0, phase="final", rank=1, tie=True, chosen=False)
+    store.close()
+    data = json.loads((_export(path, tmp_path, "--kernel", "softmax") / "softmax_configs.json").read_text())
+    section = data["gpus"]["NVIDIA H200"]["dtypes"]["float16"]
+    # Both finalists are within 3% of 12.0 and cover the shape; the winner breaks the tie. Had the
+    # screening p50 of (1024, 4) counted, it alone would have covered it (12.0 > 1.03 x 10.5).
+    assert _listed(data["gpus"]["NVIDIA H200"]) == [(512, 4)]
+    best = section["best_by_shape"][0]
+    assert best["fastest_p50_us"] == 12.0 and best["p50_us"] == 12.1
+
+
+def test_sections_of_other_gpus_are_kept_unless_no_merge(store_path, tmp_path, capsys):
+    out = _export(store_path, tmp_path, "--kernel", "softmax", "--key", "n_cols=cols")
+    other = tmp_path / "other.sqlite"
+    store = ResultStore(other)
+    _add(store, 1, (8, 200), 256, 2, 7.0, gpu_name="NVIDIA B200")
+    store.close()
+    assert export_main(["--store", str(other), "--kernel", "softmax", "--out-dir", str(out)]) == 0
+    data = json.loads((out / "softmax_configs.json").read_text())
+    assert list(data["gpus"]) == ["NVIDIA B200", "NVIDIA H100 80GB HBM3", "NVIDIA H200"]
+    assert data["key"] == {"n_cols": "cols"}  # kept: this export named none
+    assert "softmax_configs.json keeps NVIDIA H200's configs" in capsys.readouterr().out
+    assert export_main(["--store", str(other), "--kernel", "softmax", "--out-dir", str(out),
+                        "--no-merge"]) == 0
+    assert list(json.loads((out / "softmax_configs.json").read_text())["gpus"]) == ["NVIDIA B200"]
+
+
+def test_bad_export_input_names_the_field(store_path, tmp_path, capsys):
+    base = ["--store", str(store_path), "--kernel", "softmax", "--out-dir", str(tmp_path / "x")]
+    assert export_main(base + ["--key", "n_cols=colz"]) == 2
+    assert "--key: n_cols=colz: 'colz' is not a dim of softmax (rows, cols)" in capsys.readouterr().err
+    assert export_main(base + ["--key", "n_cols"]) == 2
+    assert "--key: 'n_cols' must look like ARGUMENT=DIM" in capsys.readouterr().err
+    assert export_main(base + ["--tolerance", "-0.1"]) == 2
+    assert "export.tolerance: -0.1 must be a share in [0, 1)" in capsys.readouterr().err
+    (tmp_path / "x").mkdir()
+    (tmp_path / "x" / "softmax_configs.json").write_text(json.dumps({"format": 2, "kernel": "layernorm"}))
+    assert export_main(base) == 2
+    assert "cannot merge into" in capsys.readouterr().err
+    assert not (tmp_path / "x" / "softmax_configs.py").exists()
+
+
+@pytest.fixture(scope="module")
+def default_config():
+    register_configs()
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        yield compose("config", overrides=["export.tolerance=0.03"])
+
+
+def _model_p50(shape, config):
+    """A made-up latency (not a measurement): bytes over 3 TB/s, slower for a block wider than the row
+    and for warps away from one per 512 columns."""
+    rows, cols = shape
+    waste = config["BLOCK_SIZE"] / triton.next_power_of_2(cols)
+    warps = abs(math.log2(config["num_warps"]) - math.log2(max(1, min(32, cols // 512))))
+    return 4 * rows * cols / 3e6 * waste ** 0.5 * (1 + 0.04 * warps)
+
+
+def _write_default_sweep(path, cfg):
+    """The rows the README's default sweep writes: its shapes, dtype and space, pruned by the kernel's
+    constraints, with the model's latencies for the ok trials."""
+    spec = load_spec(cfg.kernel.name, None)
+    trials = plan_trials(spec, OmegaConf.to_container(cfg.kernel, resolve=True), "cuda")
+    store = ResultStore(path)
+    for trial in trials:
+        ok = trial.pruned_reason is None
+        p50 = _model_p50(trial.shape, trial.config) if ok and trial.provider == TRITON_PROVIDER else 1e3
+        store.append({**GPU_ENV, "trial_key": trial.key, "sweep_id": "readme", "kernel": trial.kernel,
+                      "provider": trial.provider, "shape": trial.shape, "dtype": trial.dtype,
+                      "config": trial.config, "status": "ok" if ok else "pruned",
+                      "message": trial.pruned_reason, "phase": "screen",
+                      "p50_us": p50 if ok else None, "seed": 0, "timestamp": "2026-11-22T00:00:00"})
+    store.close()
+    return trials
+
+
+def test_default_sweep_exports_a_list_for_every_shape(default_config, tmp_path):
+    trials = _write_default_sweep(tmp_path / "results.sqlite", default_config)
+    ok_at = {}
+    for trial in trials:
+        if trial.provider == TRITON_PROVIDER and trial.pruned_reason is None:
+            ok_at.setdefault(json.dumps(trial.config, sort_keys=True), set()).add(trial.shape)
+    shapes = {tuple(s) for s in default_config.kernel.shapes}
+    assert len(shapes) == 3 and not any(at == shapes for at in ok_at.values())  # no config is ok everywhere
+    store = ResultStore(tmp_path / "results.sqlite")
+    frame = store.load(sweep_id="readme")
+    store.close()
+    export_kernel(frame, "softmax", tmp_path / "exports", **settings_from_config(default_config, "softmax"))
+    module = _load(tmp_path / "exports" / "softmax_configs.py")
+    assert module["KEY"] == {"n_cols": "cols"}  # conf/config.yaml's export.key.softmax
+    cover = module["COVER"]["NVIDIA H200"]["float16"]
+    assert module["CONFIGS"] and {shape for _, verified in cover for shape in verified} >= shapes
+    for shape in shapes:  # the list's best where it was ok is within 3% of the best there
+        best = min(_model_p50(shape, json.loads(c)) for c, at in ok_at.items() if shape in at)
+        listed = min(verified[shape] for _, verified in cover if shape in verified)
+        assert listed <= 1.03 * best
+
+
+def _readme_example() -> str:
+    text = (REPO / "README.md").read_text()
+    section = text.split("## Use the tuned configs in another repo", 1)[1].split("\n## ", 1)[0]
+    (code,) = re.findall(r"```python\n(.*?)```", section, re.S)
+    return code
+
+
+def test_readme_example_runs(default_config, tmp_path):
+    """The README's code, as a user pastes it, against the default sweep's export; on the CPU the
+    interpreter runs it, autotune timed by the wall clock and the tensors on the CPU."""
+    _write_default_sweep(tmp_path / "results.sqlite", default_config)
+    store = ResultStore(tmp_path / "results.sqlite")
+    frame = store.load(sweep_id="readme")
+    store.close()
+    export_kernel(frame, "softmax", tmp_path / "exports", **settings_from_config(default_config, "softmax"))
+    code = _readme_example()
+    harness = "import torch\n"
+    if not torch.cuda.is_available():
+        code = code.replace('device="cuda"', 'device="cpu"')
+        harness += ("import functools, time, triton\n"
+                    "def _wall(fn, quantiles=None, **kw):\n"
+                    "    began = time.perf_counter(); fn(); return (time.perf_counter() - began) * 1e3\n"
+                    "triton.autotune = functools.partial(triton.autotune, do_bench=_wall)\n")
+    check = ("\nreference = torch.softmax(x.double(), dim=1)\n"
+             "assert not out.isnan().any() and (out.double() - reference).abs().max() < 1e-3\n"
+             "print('README OK', config)\n")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "exports"), "TRITON_EXPORT_GPU": "NVIDIA H200",
+           "TRITON_INTERPRET": "0" if torch.cuda.is_available() else "1"}
+    result = subprocess.run([sys.executable, "-c", harness + code + check], capture_output=True, text=True,
+                            cwd=tmp_path, env=env, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "README OK" in result.stdout

@@ -1,0 +1,121 @@
+"""runners/bench_export.py without a GPU: its cases hold shapes out between and beyond the tuned ones,
+its options parse, and one held-out shape of each kernel goes through the same code as on the GPU
+(autotune over the export with its prune, config_for, autotune over the whole space, the check of
+every pick and its timing) on the interpreter, with tiny shapes, a host clock and an export written
+from made-up rows (the timings it prints here mean nothing)."""
+import json
+import math
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from runners import bench_export
+from runners.export import export_kernel
+from runners.store import ResultStore
+from runners.trials import TRITON_PROVIDER, load_spec, plan_trials
+
+REPO = Path(__file__).resolve().parent.parent
+GPU_ENV = {"backend": "cuda", "gpu_name": "NVIDIA H200", "driver_version": "580.159.04",
+           "cuda_version": "13.0", "torch_version": "2.11.0", "triton_version": "3.6.0",
+           "kernel_hash": "feedbeef0003"}
+# kernel -> (tuning shapes, one held-out shape between them): the smallest the default spaces allow
+# (softmax's blocks start at 1024 and must be < 4x the row; matmul's BLOCK_N 128 needs N > 32).
+TINY = {"softmax": ([(2, 300), (2, 1000), (2, 3000)], (2, 2000)),
+        "layernorm": ([(2, 600), (2, 1000), (2, 3000)], (2, 2000)),
+        "matmul": ([(64, 64, 64), (128, 128, 64), (256, 256, 64)], (96, 96, 64))}
+
+
+@pytest.mark.parametrize("kernel", list(bench_export.CASES))
+def test_held_out_shapes_lie_between_and_beyond_the_tuned_ones(kernel):
+    case = bench_export.CASES[kernel]
+    tuned, held_out = case["tune"], case["held_out"]
+    assert len(tuned) == 3 and len(held_out) >= 3 and not set(map(tuple, held_out)) & set(map(tuple, tuned))
+    low = [min(dim) for dim in zip(*tuned)]
+    high = [max(dim) for dim in zip(*tuned)]
+    inside = [all(lo <= n <= hi for n, lo, hi in zip(s, low, high)) for s in held_out]
+    assert any(inside) and not all(inside)
+
+
+def test_options_parse():
+    assert bench_export.parse_args([]).kernels == ["softmax", "layernorm", "matmul"]
+    args = bench_export.parse_args(["--kernels", "matmul", "--no-first-call", "--work", "w"])
+    assert (args.kernels, args.no_first_call, args.work) == (["matmul"], True, "w")
+    with pytest.raises(SystemExit):
+        bench_export.parse_args(["--kernels", "attention"])
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="says that it needs a GPU")
+def test_without_a_gpu_it_says_so(capsys):
+    assert bench_export.main([]) == 2
+    assert "bench_export needs a CUDA GPU" in capsys.readouterr().err
+
+
+class HostTimer:
+    """runners.device.cuda_timer's measure(fn).samples_s, by the host's clock (the interpreter)."""
+
+    def measure(self, fn):
+        samples = []
+        for _ in range(3):
+            began = time.perf_counter()
+            fn()
+            samples.append(time.perf_counter() - began)
+        return type("Measurement", (), {"samples_s": samples})()
+
+
+def _host_bench(fn, quantiles=None, **kwargs):
+    began = time.perf_counter()
+    fn()
+    return (time.perf_counter() - began) * 1e3
+
+
+def _export(kernel, tmp_path):
+    """Rows as a GPU sweep at the tiny tuning shapes writes them (made-up p50s), exported."""
+    spec = load_spec(kernel, None)
+    trials = plan_trials(spec, {"shapes": [list(s) for s in TINY[kernel][0]], "dtypes": ["float16"],
+                                "baselines": []}, "cuda")
+    store = ResultStore(tmp_path / "results.sqlite")
+    grid = len([t for t in trials if t.shape == trials[0].shape])
+    for index, trial in enumerate(trials):
+        ok = trial.pruned_reason is None
+        # The made-up best moves through the grid from shape to shape: lists of more than one config.
+        position, shape_index = index % grid, index // grid
+        slower = 1 + 0.05 * ((position - 7 * shape_index) % grid)
+        store.append({**GPU_ENV, "trial_key": trial.key, "sweep_id": "tiny", "kernel": kernel,
+                      "provider": TRITON_PROVIDER, "shape": trial.shape, "dtype": "float16",
+                      "config": trial.config, "status": "ok" if ok else "pruned",
+                      "message": trial.pruned_reason, "phase": "screen",
+                      "p50_us": math.prod(trial.shape) / 1e3 * slower if ok else None,
+                      "seed": 0, "timestamp": "2026-11-22T00:00:00"})
+    frame = store.load()
+    store.close()
+    key = OmegaConf.load(REPO / "conf" / "config.yaml").export.key.get(kernel)
+    (path, _) = export_kernel(frame, kernel, tmp_path / "exports", key=dict(key or {}))
+    return spec, bench_export.load_export(path)
+
+
+@pytest.mark.parametrize("kernel", list(TINY))
+def test_one_held_out_shape_on_the_interpreter(kernel, tmp_path, monkeypatch):
+    monkeypatch.setenv("TRITON_EXPORT_GPU", "NVIDIA H200")
+    spec, exported = _export(kernel, tmp_path)
+    shape = TINY[kernel][1]
+    best = bench_export.full_space(spec, shape)[0]
+    row = bench_export.bench_shape(kernel, spec, exported, shape, best, HostTimer(), True, device="cpu",
+                                   do_bench=_host_bench)
+    assert row["notes"] == []  # every pick ran and matched the float64 reference
+    assert set(row["picks"]) == {"exhaustive", "config_for", "export", "autotune_full"}
+    assert all(us > 0 for us in row["us"].values()) and row["kept"] >= 1
+    assert row["first_call_short_s"] > 0 and row["first_call_full_s"] > 0
+    assert row["full_configs"] == len(bench_export.full_space(spec, shape)) > 1
+    if kernel == "softmax":  # the pick holds the 2000-column row
+        assert row["picks"]["export"]["BLOCK_SIZE"] >= 2000
+        assert row["picks"]["config_for"]["BLOCK_SIZE"] >= 2000
+    listed = [bench_export.as_dict(c) for c, _ in exported.COVER["NVIDIA H200"]["float16"]]
+    assert len(listed) > 1  # so that autotune calls the prune
+    assert row["picks"]["export"] in listed
+    result = {"kernel": kernel, "list_length": len(listed), "list": listed, "rows": [row]}
+    line = bench_export.table([result]).splitlines()[2]
+    assert line.startswith(f"| {kernel} | {'x'.join(map(str, shape))} | ") and "%)" in line
+    json.dumps(result)  # plain data, as printed
