@@ -6,7 +6,7 @@ per GPU) and the compile pool start together, the pool compiling the first batch
 trials the store already holds -> each trial: compile in the pool, then on a free GPU worker the correctness gate and timing, append to the store,
 queue a W&B run -> the top configs of each (shape, dtype) re-timed round-robin (finalists) -> at the
 end (of the job, or of the whole multirun through SweepEndCallback): parquet file, results table,
-triton.Config export, W&B summary run.
+triton.Config export, plots, W&B summary run.
 """
 from __future__ import annotations
 
@@ -317,11 +317,12 @@ def _run_finalists(cfg, store, sweep_id: str, scheduler: Scheduler, record, tria
 
 
 def finish_sweep(cfg: DictConfig, sweep_id: str, output_dir: Path) -> dict:
-    """After the last trial of a sweep: parquet, table, export, W&B summary run."""
+    """After the last trial of a sweep: parquet, table, export, plots, W&B summary run."""
     from runners.export import ExportError, export_kernel, settings_from_config
+    from runners.plot import plots_for_sweep
     from runners.report import best_table
     from runners.store import ResultStore, write_parquet
-    from runners.wandb_logger import log_sweep_summary
+    from runners.wandb_logger import log_sweep_summary, wandb_problem
 
     store = ResultStore(cfg.store)
     frame = store.load(sweep_id=sweep_id)
@@ -334,12 +335,13 @@ def finish_sweep(cfg: DictConfig, sweep_id: str, output_dir: Path) -> dict:
             exports += export_kernel(frame, kernel, cfg.export_dir, **settings_from_config(cfg, kernel))
         except ExportError as error:
             print(f"export skipped: {error}")
+    plots = plots_for_sweep(cfg.store, frame, output_dir)
     logger_conf = OmegaConf.to_container(cfg.logger, resolve=True, enum_to_str=True)
-    seconds = log_sweep_summary(logger_conf, sweep_id, frame, exports)
+    seconds = log_sweep_summary(logger_conf, sweep_id, frame, exports, plots)
     print(f"results: {cfg.store} (sweep {sweep_id}), {parquet}")
     for path in exports:
         print(f"exported: {path}")
-    if logger_conf["mode"] == "offline":
+    if logger_conf["mode"] == "offline" and wandb_problem(logger_conf) is None:
         print(f"W&B offline runs in {logger_conf['dir']}/wandb; upload with: wandb sync {logger_conf['dir']}/wandb/offline-run-*")
     return {"parquet": str(parquet), "exports": [str(p) for p in exports], "wandb_summary_seconds": seconds}
 

@@ -9,14 +9,30 @@ second outran it (seen on an H200: 80 incorrect matmul trials left a 10 s drain,
 
 mode=offline (the default) needs no account and no network: runs land in <dir>/wandb/offline-run-*,
 to be uploaded later with `wandb sync`.
+
+Dashboard keys: each trial run's config has flat keys per meta-parameter and shape dimension, and
+kernel, provider, dtype, gpu_name, sweep_id, shape_label, so parallel-coordinates, scatter and grouping
+panels work without setup; define_metric marks latencies as minimized (summary min) and throughput
+as maximized (summary max).
+The summary run holds the trials table (with pct_of_best and a column per meta-parameter) and the
+sweep's plots as images.
+
+W&B is never allowed to cost a result: wandb failing to import (an incomplete install raises anywhere
+inside its imports), an unwritable logger.dir, or runs that cannot be started or uploaded end in ONE
+warning line naming the cause; the store, the parquet file, the export and the exit status are the
+same as without W&B. The first two are checked before any trial, and turn logging off.
 """
 from __future__ import annotations
 
+import json
 import multiprocessing
 import os
+import queue
 import re
+import tempfile
 import time
-from typing import Optional
+from pathlib import Path
+from typing import Iterable, Optional
 
 import pandas as pd
 
@@ -24,6 +40,53 @@ from runners.store import SAMPLE_COLUMNS
 
 CLOSE_TIMEOUT_S = 600  # a sweep's last runs may still be uploading in online mode
 LOGGING_PROCESSES = 4
+# A logging process stops trying when wandb.init fails (it has retried for its init_timeout, 90 s by
+# default, already: what fails it, an install, credentials, a server out of reach, does not pass within
+# a sweep), or after this many runs in a row that started but could not be written.
+GIVE_UP_AFTER = 3
+MINIMIZED = ("p20_us", "p50_us", "p80_us", "min_us", "noise")
+MAXIMIZED = ("gbps", "tflops", "pct_copy_bw", "pct_matmul")
+UNAFFECTED = "the results, parquet file and export are not affected"
+
+# In this process: (mode, dir) -> why W&B is off, or None when it works; causes already warned about.
+_problems: dict[tuple, Optional[str]] = {}
+_warned: set[str] = set()
+
+
+def _cause(error: BaseException) -> str:
+    """'Type: first line of the message', short enough for one warning line."""
+    lines = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {lines[0][:200] if lines else ''}".rstrip(": ")
+
+
+def _warn_once(cause: str, text: str) -> None:
+    """Print one warning line, once per cause in this process (a multirun's jobs share the process)."""
+    if cause not in _warned:
+        _warned.add(cause)
+        print(f"warning: {text}", flush=True)
+
+
+def wandb_problem(conf: dict) -> Optional[str]:
+    """Why W&B cannot log with this logger config, found before any trial (remembered in this
+    process): wandb fails to import, or <dir>/wandb cannot be written (wandb would fall back to a
+    temporary directory and the runs would be lost to the user). None when neither."""
+    key = (conf["mode"], conf["dir"])
+    if key not in _problems:
+        problem = None
+        try:
+            import wandb  # noqa: F401
+        except Exception as error:  # a broken install fails anywhere in wandb's imports, not only ImportError
+            problem = f"wandb cannot be imported ({_cause(error)})"
+        else:
+            directory = Path(conf["dir"]) / "wandb"
+            try:
+                directory.mkdir(parents=True, exist_ok=True)
+                with tempfile.TemporaryFile(dir=directory):
+                    pass
+            except OSError as error:
+                problem = f"logger.dir: {directory} is not writable ({_cause(error)})"
+        _problems[key] = problem
+    return _problems[key]
 
 
 def _init_run(conf: dict, sweep_id: str, job_type: str, name: str, config: Optional[dict] = None):
@@ -38,15 +101,39 @@ def _init_run(conf: dict, sweep_id: str, job_type: str, name: str, config: Optio
     )
 
 
-def _log_trials(queue, conf: dict, sweep_id: str) -> None:
-    while (item := queue.get()) is not None:
+def _fill_trial_run(run, summary: dict) -> None:
+    try:
+        # The direction of each metric, as W&B records it (wandb 0.31 has no goal= any more): the best
+        # latency is the lowest, the best throughput the highest.
+        for metric in MINIMIZED:
+            run.define_metric(metric, summary="min")
+        for metric in MAXIMIZED:
+            run.define_metric(metric, summary="max")
+        run.summary.update(summary)
+    finally:
+        run.finish()
+
+
+def _log_trials(runs, results, conf: dict, sweep_id: str) -> None:
+    """A logging process: write runs until the stop sign, then report (failed, first cause, gave up)."""
+    failed, cause, in_a_row, stopped = 0, None, 0, False
+    while (item := runs.get()) is not None:
+        if stopped:
+            failed += 1  # drained, not tried: see GIVE_UP_AFTER
+            continue
         job_type, name, config, summary = item
-        try:
+        try:  # anything inside wandb can fail here; the row is in the store whatever happens
             run = _init_run(conf, sweep_id, job_type, name, config)
-            run.summary.update(summary)
-            run.finish()
-        except Exception as error:  # one run lost to W&B; the row is in the store, the others go on
-            print(f"warning: W&B run {name!r} not written: {type(error).__name__}: {error}")
+        except Exception as error:
+            failed, cause, stopped = failed + 1, cause or _cause(error), True
+            continue
+        try:
+            _fill_trial_run(run, summary)
+            in_a_row = 0
+        except Exception as error:
+            failed, cause, in_a_row = failed + 1, cause or _cause(error), in_a_row + 1
+            stopped = in_a_row >= GIVE_UP_AFTER
+    results.put((failed, cause, stopped))
 
 
 class TrialLogger:
@@ -54,13 +141,22 @@ class TrialLogger:
         self.enabled = conf["mode"] != "disabled"
         self.seconds = 0.0  # time the sweep process spent on logging
         self.runs = 0
+        self._conf, self._sweep_id = conf, sweep_id
         if not self.enabled:
+            return
+        began = time.perf_counter()
+        problem = wandb_problem(conf)
+        self.seconds += time.perf_counter() - began
+        if problem:
+            _warn_once(problem, f"W&B logging is off for this sweep: {problem}; {UNAFFECTED}")
+            self.enabled = False
             return
         context = multiprocessing.get_context("spawn")
         self._queue = context.Queue()
+        self._results = context.Queue()
         count = max(1, min(LOGGING_PROCESSES, (os.cpu_count() or 2) // 2))  # leave cores to the sweep
-        self._processes = [context.Process(target=_log_trials, args=(self._queue, conf, sweep_id), daemon=True)
-                           for _ in range(count)]
+        args = (self._queue, self._results, conf, sweep_id)
+        self._processes = [context.Process(target=_log_trials, args=args, daemon=True) for _ in range(count)]
         for process in self._processes:
             process.start()
 
@@ -68,53 +164,104 @@ class TrialLogger:
         if not self.enabled:
             return
         began = time.perf_counter()
-        self._queue.put((job_type, name, config, summary))
+        shape = config.get("shape")
+        # For grouping and filtering in the W&B UI: a list-valued config key groups poorly there.
+        labels = {"sweep_id": self._sweep_id, "shape_label": "x".join(map(str, shape)) if shape else None}
+        self._queue.put((job_type, name, {**config, **labels}, summary))
         self.runs += 1
         self.seconds += time.perf_counter() - began
 
     def close(self) -> None:
-        """Wait for every queued run to be written."""
+        """Wait for every queued run to be written; one warning line for whatever went wrong."""
         if not self.enabled:
             return
         began = time.perf_counter()
         for _ in self._processes:
             self._queue.put(None)  # one stop sign each
         deadline = began + CLOSE_TIMEOUT_S
+        problems = []
         for process in self._processes:
             process.join(max(0.0, deadline - time.perf_counter()))
             if process.is_alive():  # e.g. online mode with an unreachable server
                 process.kill()
                 process.join()
-                print(f"warning: W&B logging did not finish within {CLOSE_TIMEOUT_S} s and was stopped; "
-                      "results are safe in the store")
+                problems.append(f"logging did not finish within {CLOSE_TIMEOUT_S} s and was stopped")
             elif process.exitcode != 0:
-                print(f"warning: a W&B logging process exited with code {process.exitcode}; "
-                      "results are safe in the store")
-        if any(process.exitcode != 0 for process in self._processes):
+                problems.append(f"a logging process exited with code {process.exitcode}")
+        if problems:
             # Items no process will read: without this the queue's feeder thread blocks our exit.
             self._queue.cancel_join_thread()
+        failed, causes, gave_up = 0, [], False
+        for _ in range(sum(p.exitcode == 0 for p in self._processes)):
+            try:
+                count, cause, stopped = self._results.get(timeout=10)
+            except queue.Empty:  # a process that ended without reporting: counted in problems if it failed
+                break
+            failed += count
+            gave_up |= stopped
+            causes += [cause] if cause and cause not in causes else []
+        if failed:
+            problems.insert(0, f"{failed} of {self.runs} trial runs not written ({'; '.join(causes)})")
+        if gave_up:  # the summary run would only fail the same way, and online wait for a timeout first
+            _problems[(self._conf["mode"], self._conf["dir"])] = causes[0]
+            problems.append("the summary run is skipped")
+        if problems:
+            problems = list(dict.fromkeys(problems))  # four processes stopped alike make one phrase
+            _warn_once(causes[0] if causes else problems[0], f"W&B: {'; '.join(problems)}; {UNAFFECTED}")
         self.seconds += time.perf_counter() - began
 
 
-def log_sweep_summary(conf: dict, sweep_id: str, frame: pd.DataFrame, files: list) -> float:
-    """The sweep's summary run: a wandb.Table of all trials and the exported files as an Artifact.
+def pct_of_best(frame: pd.DataFrame) -> pd.Series:
+    """100 x the fastest ok p50 of the row's (kernel, dtype, shape), any provider / the row's p50:
+    100 for the fastest, 50 for one twice as slow; None for rows that are not ok."""
+    ok = frame["status"] == "ok"
+    best = frame[ok].groupby(["kernel", "dtype", "shape"])["p50_us"].transform("min")
+    return (100 * best / frame.loc[ok, "p50_us"]).reindex(frame.index)
 
-    Returns the seconds it took.
-    """
+
+def summary_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """The trials as the summary run's table: no samples, pct_of_best, and a column per meta-parameter
+    (config.NAME where NAME is already a column), so the table's panels can group and plot by them."""
+    table = frame.drop(columns=list(SAMPLE_COLUMNS)).assign(pct_of_best=pct_of_best(frame))  # samples stay in the store
+    configs = [json.loads(c) for c in frame["config"]]
+    for name in dict.fromkeys(k for config in configs for k in config):
+        column = f"config.{name}" if name in table.columns else name
+        table[column] = [config.get(name) for config in configs]
+    return table.astype(object).where(table.notna(), None)  # wandb.Table wants None, not NaN
+
+
+def log_sweep_summary(conf: dict, sweep_id: str, frame: pd.DataFrame, files: list,
+                      images: Iterable[Path] = ()) -> float:
+    """The sweep's summary run: a wandb.Table of all trials, the plots as images, and the exported
+    files as an Artifact. Returns the seconds it took. A failure is one warning line, never an error."""
     if conf["mode"] == "disabled":
         return 0.0
+    began = time.perf_counter()
+    problem = wandb_problem(conf)
+    if problem:
+        _warn_once(problem, f"W&B logging is off for this sweep: {problem}; {UNAFFECTED}")
+        return time.perf_counter() - began
+    try:
+        _write_summary_run(conf, sweep_id, frame, files, list(images))
+    except Exception as error:  # anything inside wandb: its install, its service, the upload
+        cause = _cause(error)
+        _warn_once(cause, f"W&B: the summary run of sweep {sweep_id} was not written ({cause}); {UNAFFECTED}")
+    return time.perf_counter() - began
+
+
+def _write_summary_run(conf: dict, sweep_id: str, frame: pd.DataFrame, files: list, images: list) -> None:
     import wandb
 
-    began = time.perf_counter()
-    run = _init_run(conf, sweep_id, "sweep_summary", f"{sweep_id} summary")
-    table = frame.drop(columns=list(SAMPLE_COLUMNS))  # per-sample arrays stay in the store
-    table = table.astype(object).where(table.notna(), None)  # wandb.Table wants None, not NaN
-    run.log({"trials": wandb.Table(dataframe=table)})
-    run.summary.update({"n_trials": len(frame), "n_ok": int((frame["status"] == "ok").sum())})
-    if files:
-        artifact = wandb.Artifact(re.sub(r"[^A-Za-z0-9_.-]", "_", f"triton-configs-{sweep_id}"), type="triton-configs")
-        for path in files:
-            artifact.add_file(str(path))
-        run.log_artifact(artifact)
-    run.finish()
-    return time.perf_counter() - began
+    run = _init_run(conf, sweep_id, "sweep_summary", f"{sweep_id} summary", {"sweep_id": sweep_id})
+    try:
+        run.log({"trials": wandb.Table(dataframe=summary_table(frame))})
+        run.summary.update({"n_trials": len(frame), "n_ok": int((frame["status"] == "ok").sum())})
+        if images:
+            run.log({f"plots/{Path(path).stem}": wandb.Image(str(path)) for path in images})
+        if files:
+            artifact = wandb.Artifact(re.sub(r"[^A-Za-z0-9_.-]", "_", f"triton-configs-{sweep_id}"), type="triton-configs")
+            for path in files:
+                artifact.add_file(str(path))
+            run.log_artifact(artifact)
+    finally:
+        run.finish()

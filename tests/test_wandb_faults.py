@@ -1,0 +1,132 @@
+"""W&B faults. On real sweeps (interpreter): wandb failing to import, and wandb.init failing in every
+run; each leaves the store, the parquet file, the plots and the exit status as they are without W&B and
+says so in one warning line naming the cause. In this process, with the real wandb: an unwritable
+logger.dir and online runs that cannot be created, each one warning line, trial runs and summary together."""
+
+import pandas as pd
+import pytest
+
+from runners import wandb_logger
+from runners.store import ResultStore
+from tests.conftest import run_sweep
+
+SMALL = [
+    "kernel=softmax",
+    "kernel.shapes=[[5,100]]",
+    "kernel.dtypes=[float16]",
+    "kernel.space.BLOCK_SIZE=[128]",
+    "kernel.space.num_warps=[2,4]",
+    "kernel.space.num_stages=[1]",
+    "kernel.baselines=[torch]",
+    "sweep_id=faults",
+]
+# A wandb whose install is incomplete: its import fails inside the package (seen on a GPU host).
+BROKEN_IMPORT = (
+    "raise ImportError(\"cannot import name 'Settings' from partially initialized module 'wandb'\")\n"
+)
+# A wandb that imports, and whose every run fails to start (its service, credentials, the server).
+BROKEN_INIT = """class Settings(dict):
+    def __init__(self, **kwargs):
+        super().__init__(kwargs)
+
+
+def init(**kwargs):
+    raise RuntimeError("fake: the wandb service did not start\\nand a second line that must not be printed")
+"""
+
+
+def _fake_wandb(tmp_path, source: str, monkeypatch) -> None:
+    package = tmp_path / "fake" / "wandb"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text(source)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "fake"))  # run_sweep puts the repository before it
+
+
+def _assert_results_untouched(tmp_path, result, *causes: str) -> None:
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output
+    assert "Traceback" not in output
+    warnings = [line for line in output.splitlines() if "warning" in line.lower()]
+    assert len(warnings) == 1, warnings
+    assert all(cause in warnings[0] for cause in causes), warnings[0]
+    assert "not affected" in warnings[0] and "wandb sync" not in output
+    store = ResultStore(tmp_path / "results.sqlite")
+    frame = store.load(sweep_id="faults")
+    store.close()
+    assert len(frame) == 3 and set(frame["status"]) == {"ok"}  # 2 configs and the baseline
+    assert len(pd.read_parquet(tmp_path / "run" / "results.parquet")) == 3
+    assert "export skipped: refusing to export 'softmax': its ok trials are interpreter timings" in output
+    for name in ("roofline.png", "speedup_softmax.png"):  # one meta-parameter varies: no heatmap
+        assert (tmp_path / "run" / name).stat().st_size > 0
+
+
+def test_wandb_that_fails_to_import(tmp_path, monkeypatch):
+    _fake_wandb(tmp_path, BROKEN_IMPORT, monkeypatch)
+    result = run_sweep(tmp_path, *SMALL, "logger.mode=offline", check=False)
+    _assert_results_untouched(
+        tmp_path, result, "W&B logging is off", "wandb cannot be imported (ImportError: cannot"
+    )
+    assert not (tmp_path / "wandb").exists()
+
+
+def test_wandb_whose_runs_fail_to_start(tmp_path, monkeypatch):
+    _fake_wandb(tmp_path, BROKEN_INIT, monkeypatch)
+    result = run_sweep(tmp_path, *SMALL, "logger.mode=offline", check=False)
+    _assert_results_untouched(
+        tmp_path,
+        result,
+        "3 of 3 trial runs not written",
+        "(RuntimeError: fake: the wandb service did not start)",
+        "the summary run is skipped",
+    )
+
+
+@pytest.fixture
+def fresh_logger_state(monkeypatch):
+    """What this process remembers of W&B problems and warnings, emptied for the test."""
+    monkeypatch.setattr(wandb_logger, "_problems", {})
+    monkeypatch.setattr(wandb_logger, "_warned", set())
+
+
+def _log_a_sweep(conf: dict) -> None:
+    """What a sweep does with W&B: three trial runs, then the summary run."""
+    frame = pd.DataFrame(
+        {
+            "status": ["ok"],
+            "p50_us": [1.0],
+            "kernel": ["k"],
+            "dtype": ["float16"],
+            "shape": ["[4]"],
+            "config": ['{"BLOCK_SIZE": 4}'],
+            "samples_us": [None],
+        }
+    )
+    logger = wandb_logger.TrialLogger(conf, "faults")
+    for i in range(3):
+        logger.log(
+            "k", f"trial {i}", {"kernel": "k", "shape": [4], "BLOCK_SIZE": 4}, {"status": "ok", "p50_us": 1.0}
+        )
+    logger.close()
+    wandb_logger.log_sweep_summary(conf, "faults", frame, [])
+
+
+def test_an_unwritable_wandb_dir(tmp_path, capfd, fresh_logger_state):
+    (tmp_path / "a_file").write_text("not a directory")
+    _log_a_sweep({"mode": "offline", "project": "p", "entity": None, "dir": str(tmp_path / "a_file")})
+    captured = capfd.readouterr()  # the logging processes too
+    lines = (captured.out + captured.err).splitlines()
+    assert len(lines) == 1 and lines[0].startswith("warning: W&B logging is off for this sweep: logger.dir: ")
+    assert f"{tmp_path}/a_file/wandb is not writable (" in lines[0]
+
+
+def test_online_runs_that_cannot_be_created(tmp_path, capfd, monkeypatch, fresh_logger_state):
+    # No API key, and a server address on this machine where nothing listens: nothing leaves the host.
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("WANDB_BASE_URL", "http://127.0.0.1:9")
+    _log_a_sweep({"mode": "online", "project": "p", "entity": None, "dir": str(tmp_path)})
+    captured = capfd.readouterr()  # the logging processes too
+    lines = (captured.out + captured.err).splitlines()
+    assert len(lines) == 1 and lines[0].startswith(
+        "warning: W&B: 3 of 3 trial runs not written (UsageError: "
+    )
+    assert "the summary run is skipped" in lines[0]
