@@ -45,11 +45,11 @@ def check_params(params: dict) -> None:
         if value is not None and value < least:
             raise LauncherConfigError(f"hydra.launcher.{name}: {value} must be >= {least}")
     if params.get("nodes", 1) != 1:
-        raise LauncherConfigError(f"hydra.launcher.nodes: {params['nodes']}: a job runs on one node; split the "
-                                  "sweep into more jobs instead (-m, README: Run on a SLURM cluster)")
+        raise LauncherConfigError(f"hydra.launcher.nodes: {params['nodes']}: a job runs on one node; split "
+                                  "the sweep into more jobs instead (-m, README: Run on a SLURM cluster)")
     if params.get("tasks_per_node", 1) != 1:
-        raise LauncherConfigError(f"hydra.launcher.tasks_per_node: {params['tasks_per_node']} would run the whole "
-                                  "job that many times at once; a job is one task")
+        raise LauncherConfigError(f"hydra.launcher.tasks_per_node: {params['tasks_per_node']} would run the "
+                                  "whole job that many times at once; a job is one task")
 
 
 def host_gpus() -> list[str]:
@@ -89,9 +89,11 @@ def take_gpus(pool: list[str], count: int, lock_dir: Path) -> list[str]:
             if len(taken) == count:
                 _held_locks.extend(handle for _, handle in taken)
                 if waiting_since is not None:
-                    print(f"took GPU(s) {[g for g, _ in taken]} after waiting {time.monotonic() - waiting_since:.0f} s")
+                    waited = time.monotonic() - waiting_since
+                    print(f"took GPU(s) {[g for g, _ in taken]} after waiting {waited:.0f} s")
                 return [g for g, _ in taken]
-        for _, handle in taken:  # all or none: two jobs each holding half of what they need would wait forever
+        # All or none: two jobs each holding half of what they need would wait for each other forever.
+        for _, handle in taken:
             handle.close()
         if waiting_since is None:
             waiting_since = time.monotonic()

@@ -34,14 +34,15 @@ PRIOR_STORE = "prior.sqlite"  # the store of record when the multirun started, i
 def describe(source: str | Path, counts: MergeCounts) -> str:
     kernels = ", ".join(f"{kernel} {n}" for kernel, n in sorted(counts.kept_by_kernel.items()))
     text = (f"{source}: kept {counts.kept} rows" + (f" ({kernels})" if kernels else "")
-            + f", skipped {counts.skipped} the target already held; {counts.memberships} sweep memberships added; "
+            + f", skipped {counts.skipped} the target already held; "
+            f"{counts.memberships} sweep memberships added; "
             f"device ceilings: kept {counts.peaks_kept}, skipped {counts.peaks_skipped}")
     if counts.moved:
         text += (f"; {counts.moved} rows of the target inserted again after older arrivals of their trial "
                  "(new ids, same content: the newest row of a trial keeps the largest id)")
     if counts.unknown_columns:
-        text += (f"; warning: columns this version does not know, not copied: {', '.join(counts.unknown_columns)} "
-                 "(merge with the version that wrote them)")
+        text += ("; warning: columns this version does not know, not copied: "
+                 f"{', '.join(counts.unknown_columns)} (merge with the version that wrote them)")
     return text
 
 
@@ -88,8 +89,9 @@ def gather(sweep_dir: str | Path, into: str | Path) -> list[str]:
         return []
     print(f"merging the {len(stores)} job store(s) of {sweep_dir} into {into}")
     results, failed = merge_stores(stores, into)
-    print(f"merged into {into}: kept {sum(c.kept for c in results)} rows, skipped {sum(c.skipped for c in results)} "
-          f"(already held), from {len(results)} of {len(stores)} job store(s)")
+    kept, skipped = sum(c.kept for c in results), sum(c.skipped for c in results)
+    print(f"merged into {into}: kept {kept} rows, skipped {skipped} (already held), from {len(results)} of "
+          f"{len(stores)} job store(s)")
     return failed
 
 

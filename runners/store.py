@@ -71,9 +71,9 @@ class MergeCounts:
     """What merge_from did with one source store."""
 
     kept: int = 0  # rows copied into the target
-    skipped: int = 0  # rows the target already held (every column equal): the same measurement, copied before
+    skipped: int = 0  # rows held already (every column equal): one measurement, copied before
     moved: int = 0  # rows of the target inserted again after older arrivals of their trial and environment
-    memberships: int = 0  # sweep memberships added (those of kept rows, and of skipped rows a new sweep reused)
+    memberships: int = 0  # sweep memberships added: of kept rows, and of held rows that another sweep reused
     peaks_kept: int = 0
     peaks_skipped: int = 0
     kept_by_kernel: dict = field(default_factory=dict)
@@ -209,33 +209,37 @@ class ResultStore:
         finally:
             src.close()
         with self._transaction():
-            new = []
+            new, arriving = [], set()
             for source_id, row in rows:
-                counts.sweeps.update(sweeps_of.get(source_id, ()))
-                held = self._find_row(row)
-                if held is None:
-                    new.append((row, sweeps_of.get(source_id, [])))
-                else:
-                    counts.skipped += 1
-                    counts.memberships += self._add_memberships(held, sweeps_of.get(source_id, []))
+                sweeps = sweeps_of.get(source_id, [])
+                counts.sweeps.update(sweeps)
+                identity = tuple(row[name] for name in COLUMN_NAMES)
+                held = None if identity in arriving else self._find_row(row)
+                if held is None and identity not in arriving:
+                    arriving.add(identity)
+                    new.append((row, sweeps))
+                    counts.kept_by_kernel[row["kernel"]] = counts.kept_by_kernel.get(row["kernel"], 0) + 1
+                    continue
+                counts.skipped += 1
+                if held is not None:
+                    counts.memberships += self._add_memberships(held, sweeps)
             moved = self._take_newer_rows(new)
-            counts.moved = len(moved)
-            # new rows first where a timestamp ties: a row of this store that ties an arrival stays after it
-            ordered = sorted([(row["timestamp"], 0, i, row, sweeps) for i, (row, sweeps) in enumerate(new)]
-                             + [(row["timestamp"], 1, i, row, sweeps) for i, (row, sweeps) in enumerate(moved)])
-            for _, _, _, row, sweeps in ordered:
-                row_id = self._insert_encoded(row)
-                counts.memberships += self._add_memberships(row_id, sweeps)
-            for row, _ in new:
-                counts.kept_by_kernel[row["kernel"]] = counts.kept_by_kernel.get(row["kernel"], 0) + 1
-            counts.kept = len(new)
-            counts.memberships -= sum(len(sweeps) for _, sweeps in moved)  # re-added, not new
+            # Arrivals first where timestamps tie: a row of this store that ties one stays after it.
+            ordered = sorted([(row["timestamp"], 0, i) for i, (row, _) in enumerate(new)]
+                             + [(row["timestamp"], 1, i) for i, (row, _) in enumerate(moved)])
+            for _, was_here, i in ordered:
+                row, sweeps = (moved if was_here else new)[i]
+                added = self._add_memberships(self._insert_stored(row), sweeps)
+                counts.memberships += 0 if was_here else added  # a moved row's memberships are not new
+            counts.kept, counts.moved = len(new), len(moved)
             counts.peaks_kept, counts.peaks_skipped = self._merge_peaks(peaks)
         return counts
 
     def _find_row(self, row: dict) -> Optional[int]:
-        where = " AND ".join(f"{name} IS ?" for name in COLUMN_NAMES)  # the index on trial_key + ENV_KEY serves it
-        found = self._db.execute(f"SELECT id FROM trials WHERE {where} LIMIT 1", [row[n] for n in COLUMN_NAMES]).fetchone()
+        """The id of a row with every column equal to `row`'s (the index on trial_key + ENV_KEY finds it)."""
+        where = " AND ".join(f"{name} IS ?" for name in COLUMN_NAMES)
+        found = self._db.execute(f"SELECT id FROM trials WHERE {where} LIMIT 1",
+                                 [row[name] for name in COLUMN_NAMES]).fetchone()
         return None if found is None else found[0]
 
     def _add_memberships(self, row_id: int, sweeps: Iterable[str]) -> int:
@@ -244,50 +248,55 @@ class ResultStore:
             added += self._db.execute("INSERT OR IGNORE INTO sweep_rows VALUES (?, ?)", (sweep_id, row_id)).rowcount
         return added
 
-    def _insert_encoded(self, row: dict) -> int:
-        """Insert a row whose values are already in their stored form (as read from another store)."""
+    def _insert_stored(self, row: dict) -> int:
+        """Insert a row whose values are already in their stored form (as read from a store)."""
         placeholders = ", ".join("?" for _ in COLUMN_NAMES)
         cursor = self._db.execute(f"INSERT INTO trials ({', '.join(COLUMN_NAMES)}) VALUES ({placeholders})",
-                                  [row[n] for n in COLUMN_NAMES])
+                                  [row[name] for name in COLUMN_NAMES])
         return cursor.lastrowid
 
     def _take_newer_rows(self, arriving: list) -> list:
-        """Remove (to insert again after `arriving`) this store's rows that are newer than the oldest
+        """Delete, to insert again after `arriving`, this store's rows that are newer than the oldest
         arriving row of their trial and environment; returns them with their sweep memberships."""
         oldest: dict[tuple, str] = {}
         for row, _ in arriving:
-            group = (row["trial_key"],) + tuple(row[n] for n in ENV_KEY)
+            group = (row["trial_key"],) + tuple(row[name] for name in ENV_KEY)
             oldest[group] = min(oldest.get(group, row["timestamp"]), row["timestamp"])
         where = " AND ".join(f"{name} IS ?" for name in ("trial_key",) + ENV_KEY)
         taken = []
         for group, timestamp in oldest.items():
-            later = self._db.execute(f"SELECT id, {', '.join(COLUMN_NAMES)} FROM trials WHERE {where} AND timestamp > ? "
-                                     "ORDER BY id", list(group) + [timestamp]).fetchall()
-            for values in later:
-                sweeps = [s for (s,) in self._db.execute("SELECT sweep_id FROM sweep_rows WHERE row_id = ?", (values[0],))]
-                self._db.execute("DELETE FROM sweep_rows WHERE row_id = ?", (values[0],))
-                self._db.execute("DELETE FROM trials WHERE id = ?", (values[0],))
-                taken.append((dict(zip(COLUMN_NAMES, values[1:])), sweeps))
+            later = self._db.execute(f"SELECT id, {', '.join(COLUMN_NAMES)} FROM trials WHERE {where} "
+                                     "AND timestamp > ? ORDER BY id", list(group) + [timestamp]).fetchall()
+            for row_id, *values in later:
+                memberships = self._db.execute("SELECT sweep_id FROM sweep_rows WHERE row_id = ?", (row_id,))
+                sweeps = [sweep_id for (sweep_id,) in memberships]
+                self._db.execute("DELETE FROM sweep_rows WHERE row_id = ?", (row_id,))
+                self._db.execute("DELETE FROM trials WHERE id = ?", (row_id,))
+                taken.append((dict(zip(COLUMN_NAMES, values)), sweeps))
         return taken
 
     def _merge_peaks(self, peaks: list[tuple]) -> tuple[int, int]:
-        """Device ceilings, the same way as trial rows: identical ones skipped, the newest measured last
-        (peaks() takes the last one of a device)."""
-        columns = ", ".join(PEAK_COLUMNS)
+        """Device ceilings as trial rows: identical ones skipped, and per device the one measured last is
+        the last row (peaks() takes it). Returns (kept, skipped)."""
+        columns, values = ", ".join(PEAK_COLUMNS), ", ".join("?" for _ in PEAK_COLUMNS)
         same = " AND ".join(f"{name} IS ?" for name in PEAK_COLUMNS)
-        new = [p for p in peaks if self._db.execute(f"SELECT 1 FROM device_peaks WHERE {same}", p).fetchone() is None]
+        new = [p for p in dict.fromkeys(peaks)
+               if self._db.execute(f"SELECT 1 FROM device_peaks WHERE {same}", p).fetchone() is None]
         oldest: dict[tuple, str] = {}
-        for p in new:
-            device = p[:len(PEAK_KEY)]
-            oldest[device] = min(oldest.get(device, p[-1]), p[-1])
+        for peak in new:
+            device, measured_at = peak[:len(PEAK_KEY)], peak[-1]
+            oldest[device] = min(oldest.get(device, measured_at), measured_at)
         key = " AND ".join(f"{name} IS ?" for name in PEAK_KEY)
         moved = []
         for device, measured_at in oldest.items():
-            moved += self._db.execute(f"SELECT {columns} FROM device_peaks WHERE {key} AND measured_at > ? ORDER BY rowid",
-                                      list(device) + [measured_at]).fetchall()
-            self._db.execute(f"DELETE FROM device_peaks WHERE {key} AND measured_at > ?", list(device) + [measured_at])
-        for p in sorted([(p[-1], 0, i, p) for i, p in enumerate(new)] + [(p[-1], 1, i, p) for i, p in enumerate(moved)]):
-            self._db.execute(f"INSERT INTO device_peaks ({columns}) VALUES ({', '.join('?' for _ in PEAK_COLUMNS)})", p[3])
+            where, params = f"WHERE {key} AND measured_at > ?", list(device) + [measured_at]
+            moved += self._db.execute(f"SELECT {columns} FROM device_peaks {where} ORDER BY rowid", 
+                                      params).fetchall()
+            self._db.execute(f"DELETE FROM device_peaks {where}", params)
+        ordered = sorted([(p[-1], 0, i, p) for i, p in enumerate(new)]
+                         + [(p[-1], 1, i, p) for i, p in enumerate(moved)])
+        for *_, peak in ordered:
+            self._db.execute(f"INSERT INTO device_peaks ({columns}) VALUES ({values})", peak)
         return len(new), len(peaks) - len(new)
 
     @contextmanager
@@ -341,7 +350,8 @@ def _read_source(src: sqlite3.Connection, path: Path, env: Optional[dict], trial
         where = " WHERE " + " AND ".join(f"{name} IS ?" for name in ENV_KEY)
         params = [env[name] for name in ENV_KEY]
     rows = []
-    for values in src.execute(f"SELECT id, {', '.join(columns)} FROM trials{where} ORDER BY timestamp, id", params):
+    query = f"SELECT id, {', '.join(columns)} FROM trials{where} ORDER BY timestamp, id"
+    for values in src.execute(query, params):
         row = dict.fromkeys(COLUMN_NAMES)
         row.update(zip(columns, values[1:]))
         if trial_keys is None or row["trial_key"] in trial_keys:
@@ -356,8 +366,8 @@ def _read_source(src: sqlite3.Connection, path: Path, env: Optional[dict], trial
         if env is not None:
             where = " WHERE " + " AND ".join(f"{name} IS ?" for name in PEAK_KEY)
             params = [env[name] for name in PEAK_KEY]
-        peaks = src.execute(f"SELECT {', '.join(PEAK_COLUMNS)} FROM device_peaks{where} ORDER BY measured_at, rowid",
-                            params).fetchall()
+        query = f"SELECT {', '.join(PEAK_COLUMNS)} FROM device_peaks{where} ORDER BY measured_at, rowid"
+        peaks = src.execute(query, params).fetchall()
     return rows, sweeps_of, peaks, unknown
 
 

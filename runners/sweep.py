@@ -199,15 +199,16 @@ def run_job(cfg: DictConfig, sweep_id: str, output_dir: Path, finish: bool) -> d
         lap("start")
         env = dict(scheduler.gpu_workers[0].info, kernel_hash=kernel_source_hash(spec))
         if prior is not None:  # this GPU's ceilings, and the rows of this job's trials (none with force=true)
-            copied = store.merge_from(prior, env=env, trial_keys=set() if cfg.force else {t.key for t in trials},
-                                      immutable=True)
-            print(f"{copied.kept} rows of these trials on this GPU and versions copied from {prior} into this "
-                  f"job's store {store_path} (the store of record when the multirun started)")
+            keys = set() if cfg.force else {t.key for t in trials}
+            copied = store.merge_from(prior, env=env, trial_keys=keys, immutable=True)
+            print(f"{copied.kept} rows of these trials on this GPU and versions copied from {prior} (the "
+                  f"store of record when the multirun started) into this job's store {store_path}")
         peaks = {}
         if cfg.backend == "cuda":
             peaks = store.peaks(env)
             if peaks is None:
-                print(f"measuring the ceilings of {env['gpu_name']} (copy bandwidth, cuBLAS matmul); cached in {store_path}")
+                print(f"measuring the ceilings of {env['gpu_name']} (copy bandwidth, cuBLAS matmul); "
+                      f"cached in {store_path}")
                 peaks = scheduler.gpu_workers[0].request(("peaks",), cfg.trial_timeout_s, "measuring peaks")
                 store.save_peaks(env, peaks, _now())
         lap("peaks")
@@ -382,7 +383,7 @@ class SweepEndCallback(Callback):
         unmerged = []
         if runs_jobs_apart(config.hydra):
             unmerged = gather(sweep_dir, config.store)
-            (sweep_dir / PRIOR_STORE).unlink(missing_ok=True)  # a copy of the store of record: no longer needed
+            (sweep_dir / PRIOR_STORE).unlink(missing_ok=True)  # a copy of the store of record, used up
         finish_sweep(config, sweep_id, sweep_dir)
         failed = [path.parent.name for path in sorted(sweep_dir.glob("*/summary.json"))
                   if "error" in json.loads(path.read_text())]

@@ -22,7 +22,8 @@ ENV = {"backend": "cuda", "gpu_name": H100, "driver_version": "570.86", "torch_v
 def _row(key: str, timestamp: str, p50: float, sweep: str = "s1", gpu: str = H100, block: int = 256) -> dict:
     return {**ENV, "gpu_name": gpu, "trial_key": key, "sweep_id": sweep, "kernel": "vector_add",
             "provider": "triton", "shape": [4096], "dtype": "float16",
-            "config": {"BLOCK_SIZE": block, "num_warps": 4, "num_stages": 1}, "status": "ok", "phase": "screen",
+            "config": {"BLOCK_SIZE": block, "num_warps": 4, "num_stages": 1}, "status": "ok",
+            "phase": "screen",
             "p50_us": p50, "gbps": 3 * 4096 * 2 / p50 / 1e3, "samples_us": [p50, p50 * 1.01, p50 * 0.99],
             "seed": 0, "timestamp": f"2026-11-01T{timestamp}:00.000+00:00"}
 
@@ -78,7 +79,8 @@ def test_after_a_merge_the_newest_row_of_a_trial_still_wins(tmp_path, capsys):
     # The target measured k1 at 12:00 (sweep late); a job store brings k1 from 10:00 and 13:00.
     target = _store(tmp_path / "target.sqlite", _row("k1", "12:00", 5.0, sweep="late"), peaks_at="12:00")
     target.close()
-    job = _store(tmp_path / "job.sqlite", _row("k1", "10:00", 9.0), _row("k1", "13:00", 4.0), peaks_at="10:00")
+    job = _store(tmp_path / "job.sqlite", _row("k1", "10:00", 9.0), _row("k1", "13:00", 4.0),
+                 peaks_at="10:00")
     job.close()
 
     assert merge.main([str(tmp_path / "job.sqlite"), "--into", str(tmp_path / "target.sqlite")]) == 0
@@ -100,9 +102,11 @@ def test_merged_stores_of_two_gpu_models_export_one_file_set_each(tmp_path, caps
                 for block in (128, 256, 512)]
         _store(tmp_path / f"{name}.sqlite", *rows).close()
     target = tmp_path / "results.sqlite"
-    assert merge.main([str(tmp_path / "h100.sqlite"), str(tmp_path / "h200.sqlite"), "--into", str(target)]) == 0
+    sources = [str(tmp_path / "h100.sqlite"), str(tmp_path / "h200.sqlite")]
+    assert merge.main(sources + ["--into", str(target)]) == 0
 
-    assert export.main(["--store", str(target), "--kernel", "vector_add", "--out-dir", str(tmp_path / "exports")]) == 0
+    out_dir = tmp_path / "exports"
+    assert export.main(["--store", str(target), "--kernel", "vector_add", "--out-dir", str(out_dir)]) == 0
     files = sorted(p.name for p in (tmp_path / "exports").iterdir())
     assert files == ["vector_add_nvidia_h100_80gb_hbm3.json", "vector_add_nvidia_h100_80gb_hbm3.py",
                      "vector_add_nvidia_h200.json", "vector_add_nvidia_h200.py"]

@@ -74,14 +74,15 @@ class _WaitsForEveryJob:
         log.info(f"submitit {self._EXECUTOR}: {len(numbers)} job(s), sweep directory {sweep_dir}")
         for number, overrides in zip(numbers, job_overrides):
             log.info(f"\t#{number} : {' '.join(filter_overrides(overrides))}")
-        count = len(numbers)
-        jobs = executor.map_array(self, [list(o) for o in job_overrides], ["hydra.sweep.dir"] * count, numbers,
-                                  [f"job_id_for_{n}" for n in numbers], [Singleton.get_state()] * count)
+        n = len(numbers)
+        # One call per job: self(overrides, "hydra.sweep.dir", number, a placeholder id, Hydra's singletons).
+        jobs = executor.map_array(self, [list(o) for o in job_overrides], ["hydra.sweep.dir"] * n, numbers,
+                                  [f"job_id_for_{i}" for i in numbers], [Singleton.get_state()] * n)
         returns = []
         for number, overrides, job in zip(numbers, job_overrides, jobs):  # every job, whatever the others did
             try:
                 returns.append(job.results()[0])
-            except UncompletedJobError as error:  # FailedJobError too: it died, or was killed, before returning
+            except UncompletedJobError as error:  # FailedJobError too: it died or was killed before returning
                 returns.append(self._died(number, list(overrides), job, error))
         return returns
 
@@ -114,8 +115,8 @@ class LocalLauncher(_WaitsForEveryJob, submitit_launcher.LocalLauncher):
         self.gpus = host_gpus()  # travels with the launcher to each job
         per_job = self.params.get("gpus_per_node") or 0
         if self.gpus and per_job > len(self.gpus):
-            raise LauncherConfigError(f"hydra.launcher.gpus_per_node: {per_job} GPUs per job, but this host shows "
-                                      f"{len(self.gpus)} ({', '.join(self.gpus)})")
+            raise LauncherConfigError(f"hydra.launcher.gpus_per_node: {per_job} GPUs per job, but this host "
+                                      f"shows {len(self.gpus)} ({', '.join(self.gpus)})")
         if per_job and not self.gpus:
             log.info("no GPU visible on this host: the jobs run without one (backend=interpret)")
         self.lock_dir = str(sweep_dir / GPU_LOCKS)
@@ -126,6 +127,8 @@ class LocalLauncher(_WaitsForEveryJob, submitit_launcher.LocalLauncher):
         per_job = self.params.get("gpus_per_node") or 0
         taken = take_gpus(self.gpus, per_job, Path(self.lock_dir)) if self.gpus and per_job else []
         os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(taken)
+        print(f"job #{job_num}: GPU(s) {', '.join(taken) or 'none'} of this host (CUDA_VISIBLE_DEVICES)",
+              flush=True)
         return super().__call__(sweep_overrides, job_dir_key, job_num, job_id, singleton_state)
 
 
