@@ -79,6 +79,16 @@ def test_local_preset_composes():
     assert launcher.gpus_per_node == 1 and launcher.timeout_min == 1440
 
 
+def test_ray_preset_composes():
+    pytest.importorskip("hydra_plugins.hydra_ray_launcher", reason="hydra-ray-launcher: pip install -e .[ray]")
+    cfg = _compose("hydra/launcher=ray_gpus", "hydra.launcher.ray.remote.num_gpus=2")
+    assert cfg.hydra.launcher._target_ == "hydra_plugins.hydra_ray_launcher.ray_launcher.RayLauncher"
+    assert cfg.hydra.launcher.ray.remote.num_gpus == 2 and cfg.hydra.launcher.ray.init.address is None
+    assert "TRITON_CACHE_DIR" in cfg.hydra.job.env_set
+    with pytest.raises(ConfigCompositionException, match="ray.initt"):
+        _compose("hydra/launcher=ray_gpus", "hydra.launcher.ray.initt.address=auto")
+
+
 def test_readme_recipe_is_the_slurm_preset():
     readme = (REPO / "README.md").read_text()
     section = readme.split("## Run on a SLURM cluster", 1)[1].split("\n## ", 1)[0]
@@ -133,9 +143,14 @@ def _planned_keys() -> set:
     return {t.key for t in plan_trials(load_spec("vector_add", None), kernel, "interpret")}
 
 
-def test_three_jobs_apart_give_one_store_with_the_rows_of_one_job(tmp_path):
+def test_three_jobs_apart_give_one_store_with_the_rows_of_one_job(tmp_path, monkeypatch):
+    # The launcher hands out two "GPUs" (the interpreter ignores them), one to each job at a time.
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
     result = run_sweep(tmp_path, *SHARDED, multirun=True)
     sweep_dir = tmp_path / "multirun"
+    logs = "".join(path.read_text() for path in sweep_dir.glob(".submitit/*/*_log.out"))
+    taken = dict(re.findall(r"job #(\d): GPU\(s\) (\S+) of this host", logs))
+    assert sorted(taken) == ["0", "1", "2"] and set(taken.values()) <= {"0", "1"}  # one GPU each
     for job in range(3):  # each job wrote a store of its own in its directory
         assert len(_trials(sweep_dir / str(job) / "results.sqlite")) == PER_JOB
     assert result.stdout.count(f"kept {PER_JOB} rows (vector_add {PER_JOB}), skipped 0") == 3
