@@ -47,7 +47,7 @@ LAUNCH_OPTIONS = ("num_warps", "num_stages")  # triton.Config keywords; every ot
 # Rows exported together share the resume environment; backend and GPU name are already fixed here.
 EXPORT_ENV = [name for name in ENV_KEY if name not in ("backend", "gpu_name")]
 WINNER_FIELDS = ("p50_us", "gbps", "tflops", "pct_copy_bw")  # of each shape's winner, in BEST_BY_SHAPE
-PROVENANCE = ("driver_version", "cuda_version", "torch_version", "triton_version", "kernel_hash")
+PROVENANCE = ("timing_method", "driver_version", "cuda_version", "torch_version", "triton_version", "kernel_hash")
 RUNTIME = Path(__file__).with_name("export_runtime.py")
 RUNTIME_MARKER = "# ---- generated modules copy everything below this line ----\n"
 
@@ -236,6 +236,7 @@ def render_module(data: dict, json_name: str) -> str:
     provenance = "\n".join(
         f"- {gpu}: driver {s['driver_version'] or 'not recorded'}, CUDA {s['cuda_version'] or 'not recorded'}"
         f",\n  torch {s['torch_version']}, triton {s['triton_version']}, kernel source {s['kernel_hash']};"
+        f"\n  timed by {s.get('timing_method') or 'CUDA events (before timing_method was recorded)'};"
         f"\n  {s['trials']} ok trials of sweeps {', '.join(s['sweep_ids'])}; within "
         f"{100 * s['tolerance']:g}%; exported {s['exported_at']}" for gpu, s in gpus.items())
     key_args = list(data["key"]) or [d for d in data["dims"]]

@@ -8,7 +8,8 @@
   meta-parameters, one panel per (dtype, shape); each cell holds the best config with those two values
   (the best over the other meta-parameters); empty cells were pruned or failed. By default the two
   meta-parameters with the most distinct values; --x and --y choose.
-- speedup_<kernel>.png: baseline p50 / our winner's p50 per (dtype, shape) and baseline (> 1: ours faster).
+- speedup_<kernel>.png: the end-to-end speedup of our winner over each baseline per (dtype, shape), as
+  the end table quotes it (runners/report.py speedups; > 1: ours faster).
 
 Winners and baselines are taken as the end-of-sweep table takes them (runners/report.py): the chosen
 finalist where finalists were re-timed, and each baseline's row from the same rounds. A plot that has
@@ -29,6 +30,7 @@ from typing import Callable, Optional
 import pandas as pd
 
 from runners.finalists import winner
+from runners.report import speedups
 from runners.store import ResultStore
 from runners.trials import TRITON_PROVIDER
 
@@ -248,8 +250,8 @@ def speedup(frame: pd.DataFrame, kernel: str, path: Path) -> Optional[str]:
     bars = {}  # (dtype, shape text) -> {provider: speedup}
     for (name, dtype, shape), _, baselines, best in _groups(frame):
         if name == kernel and best is not None and not baselines.empty:
-            speeds = baselines["p50_us"] / best["p50_us"]
-            bars[(dtype, _shape_text(shape))] = dict(zip(baselines["provider"], speeds))
+            bars[(dtype, _shape_text(shape))] = {row["provider"]: speedups(row, best)[0]
+                                                 for _, row in baselines.iterrows()}
     if not bars:
         return f"no shape of {kernel} where both a config of ours and a baseline are ok"
     providers = sorted({p for speeds in bars.values() for p in speeds})
@@ -263,7 +265,7 @@ def speedup(frame: pd.DataFrame, kernel: str, path: Path) -> Optional[str]:
         ax.bar_label(drawn, labels=["" if np.isnan(v) else f"{v:.2f}x" for v in values], fontsize=7)
     ax.axhline(1.0, color="black", lw=1)
     ax.set_xticks(range(len(bars)), [f"{dtype}\n{shape}" for dtype, shape in bars])
-    ax.set_ylabel("baseline p50 / our best p50 (> 1: ours faster)")
+    ax.set_ylabel("end-to-end speedup (> 1: ours faster)")
     ax.set_title(f"{kernel}: speedup of the best config over each baseline", fontsize=10)
     ax.legend(fontsize=8)
     fig.savefig(path)

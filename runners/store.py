@@ -9,14 +9,20 @@
   a transient failure (timeout, crashed, oom). The seed and the timing preset are not part of that key.
 - A sweep's membership table lists every row the sweep used, measured now or reused from before, so a
   resumed sweep's table, parquet file and export cover all its trials.
+- Mergeable (`merge_from`, runners/merge.py): the stores that the jobs of a multirun wrote on several
+  machines land in one; a row the target already holds is skipped, the others are copied with their
+  sweep memberships, and within one trial and environment ids keep following timestamps, so "the
+  newest row wins" (the largest id) still holds after a merge.
 """
 from __future__ import annotations
 
 import json
 import sqlite3
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Optional
+from urllib.parse import quote
 
 import numpy as np
 import pandas as pd
@@ -56,6 +62,7 @@ SAMPLE_COLUMNS = ("samples_us", "event_samples_us")  # float32 arrays, stored as
 # Outcomes that may not repeat (a hang, a dead worker, memory taken by another process): resume measures
 # these trials again. Every other status is a property of the trial and is kept.
 TRANSIENT_STATUSES = ("timeout", "crashed", "oom")
+PEAK_COLUMNS = PEAK_KEY + ("peaks", "measured_at")
 
 _SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS trials (id INTEGER PRIMARY KEY AUTOINCREMENT, {", ".join(f"{n} {t}" for n, t in COLUMNS)});
@@ -65,6 +72,21 @@ CREATE TABLE IF NOT EXISTS sweep_rows (sweep_id TEXT NOT NULL, row_id INTEGER NO
 CREATE TABLE IF NOT EXISTS device_peaks ({", ".join(f"{n} TEXT" for n in PEAK_KEY)}, peaks TEXT NOT NULL,
                                          measured_at TEXT NOT NULL);
 """
+
+
+@dataclass
+class MergeCounts:
+    """What merge_from did with one source store."""
+
+    kept: int = 0  # rows copied into the target
+    skipped: int = 0  # rows held already (every column equal): one measurement, copied before
+    moved: int = 0  # rows of the target inserted again after older arrivals of their trial and environment
+    memberships: int = 0  # sweep memberships added: of kept rows, and of held rows that another sweep reused
+    peaks_kept: int = 0
+    peaks_skipped: int = 0
+    kept_by_kernel: dict = field(default_factory=dict)
+    sweeps: set = field(default_factory=set)  # sweep ids of the rows read from the source
+    unknown_columns: list = field(default_factory=list)  # columns of the source this version does not know
 
 
 class ResultStore:
@@ -161,6 +183,133 @@ class ResultStore:
                 [env[n] for n in PEAK_KEY] + [json.dumps(peaks), measured_at],
             )
 
+    def snapshot(self, path: str | Path) -> Path:
+        """A copy of the whole store as one self-contained file (no WAL beside it), written aside and then
+        renamed into place, for jobs on other machines to read while nobody writes it."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(path.name + ".partial")
+        partial.unlink(missing_ok=True)
+        copy = sqlite3.connect(partial)
+        try:
+            self._db.backup(copy)
+            copy.execute("PRAGMA journal_mode=DELETE")
+        finally:
+            copy.close()
+        partial.replace(path)
+        return path
+
+    def merge_from(self, source: str | Path, env: Optional[dict] = None, trial_keys: Optional[set] = None,
+                   immutable: bool = False) -> MergeCounts:
+        """Copy into this store the rows, sweep memberships and device ceilings of another store file that
+        it does not hold yet, in one transaction. A row is held already when every column is equal (the
+        trial key, environment and timestamp make it one measurement): it is skipped, and only the sweeps
+        that used it are added. Copied rows get new ids here, in timestamp order; where they are older
+        than a row this store holds for the same trial and environment, that row is inserted again after
+        them, with its memberships, so the newest measurement keeps the largest id (resume, finalists,
+        report and export take the largest). env: only the rows of this environment (ENV_KEY) and the
+        ceilings of its device (PEAK_KEY); trial_keys: only these trials. immutable: the source is a file
+        nobody writes while it is read (a snapshot), read without locks."""
+        source = Path(source)
+        if source.resolve() == self.path.resolve():
+            raise ValueError(f"{source}: a store cannot be merged into itself")
+        counts = MergeCounts()
+        src = _open_source(source, immutable)
+        try:
+            rows, sweeps_of, peaks, counts.unknown_columns = _read_source(src, source, env, trial_keys)
+        finally:
+            src.close()
+        with self._transaction():
+            new, arriving = [], set()
+            for source_id, row in rows:
+                sweeps = sweeps_of.get(source_id, [])
+                counts.sweeps.update(sweeps)
+                identity = tuple(row[name] for name in COLUMN_NAMES)
+                held = None if identity in arriving else self._find_row(row)
+                if held is None and identity not in arriving:
+                    arriving.add(identity)
+                    new.append((row, sweeps))
+                    counts.kept_by_kernel[row["kernel"]] = counts.kept_by_kernel.get(row["kernel"], 0) + 1
+                    continue
+                counts.skipped += 1
+                if held is not None:
+                    counts.memberships += self._add_memberships(held, sweeps)
+            moved = self._take_newer_rows(new)
+            # Arrivals first where timestamps tie: a row of this store that ties one stays after it.
+            ordered = sorted([(row["timestamp"], 0, i) for i, (row, _) in enumerate(new)]
+                             + [(row["timestamp"], 1, i) for i, (row, _) in enumerate(moved)])
+            for _, was_here, i in ordered:
+                row, sweeps = (moved if was_here else new)[i]
+                added = self._add_memberships(self._insert_stored(row), sweeps)
+                counts.memberships += 0 if was_here else added  # a moved row's memberships are not new
+            counts.kept, counts.moved = len(new), len(moved)
+            counts.peaks_kept, counts.peaks_skipped = self._merge_peaks(peaks)
+        return counts
+
+    def _find_row(self, row: dict) -> Optional[int]:
+        """The id of a row with every column equal to `row`'s (the index on trial_key + ENV_KEY finds it)."""
+        where = " AND ".join(f"{name} IS ?" for name in COLUMN_NAMES)
+        found = self._db.execute(f"SELECT id FROM trials WHERE {where} LIMIT 1",
+                                 [row[name] for name in COLUMN_NAMES]).fetchone()
+        return None if found is None else found[0]
+
+    def _add_memberships(self, row_id: int, sweeps: Iterable[str]) -> int:
+        added = 0
+        for sweep_id in sweeps:
+            added += self._db.execute("INSERT OR IGNORE INTO sweep_rows VALUES (?, ?)", (sweep_id, row_id)).rowcount
+        return added
+
+    def _insert_stored(self, row: dict) -> int:
+        """Insert a row whose values are already in their stored form (as read from a store)."""
+        placeholders = ", ".join("?" for _ in COLUMN_NAMES)
+        cursor = self._db.execute(f"INSERT INTO trials ({', '.join(COLUMN_NAMES)}) VALUES ({placeholders})",
+                                  [row[name] for name in COLUMN_NAMES])
+        return cursor.lastrowid
+
+    def _take_newer_rows(self, arriving: list) -> list:
+        """Delete, to insert again after `arriving`, this store's rows that are newer than the oldest
+        arriving row of their trial and environment; returns them with their sweep memberships."""
+        oldest: dict[tuple, str] = {}
+        for row, _ in arriving:
+            group = (row["trial_key"],) + tuple(row[name] for name in ENV_KEY)
+            oldest[group] = min(oldest.get(group, row["timestamp"]), row["timestamp"])
+        where = " AND ".join(f"{name} IS ?" for name in ("trial_key",) + ENV_KEY)
+        taken = []
+        for group, timestamp in oldest.items():
+            later = self._db.execute(f"SELECT id, {', '.join(COLUMN_NAMES)} FROM trials WHERE {where} "
+                                     "AND timestamp > ? ORDER BY id", list(group) + [timestamp]).fetchall()
+            for row_id, *values in later:
+                memberships = self._db.execute("SELECT sweep_id FROM sweep_rows WHERE row_id = ?", (row_id,))
+                sweeps = [sweep_id for (sweep_id,) in memberships]
+                self._db.execute("DELETE FROM sweep_rows WHERE row_id = ?", (row_id,))
+                self._db.execute("DELETE FROM trials WHERE id = ?", (row_id,))
+                taken.append((dict(zip(COLUMN_NAMES, values)), sweeps))
+        return taken
+
+    def _merge_peaks(self, peaks: list[tuple]) -> tuple[int, int]:
+        """Device ceilings as trial rows: identical ones skipped, and per device the one measured last is
+        the last row (peaks() takes it). Returns (kept, skipped)."""
+        columns, values = ", ".join(PEAK_COLUMNS), ", ".join("?" for _ in PEAK_COLUMNS)
+        same = " AND ".join(f"{name} IS ?" for name in PEAK_COLUMNS)
+        new = [p for p in dict.fromkeys(peaks)
+               if self._db.execute(f"SELECT 1 FROM device_peaks WHERE {same}", p).fetchone() is None]
+        oldest: dict[tuple, str] = {}
+        for peak in new:
+            device, measured_at = peak[:len(PEAK_KEY)], peak[-1]
+            oldest[device] = min(oldest.get(device, measured_at), measured_at)
+        key = " AND ".join(f"{name} IS ?" for name in PEAK_KEY)
+        moved = []
+        for device, measured_at in oldest.items():
+            where, params = f"WHERE {key} AND measured_at > ?", list(device) + [measured_at]
+            moved += self._db.execute(f"SELECT {columns} FROM device_peaks {where} ORDER BY rowid", 
+                                      params).fetchall()
+            self._db.execute(f"DELETE FROM device_peaks {where}", params)
+        ordered = sorted([(p[-1], 0, i, p) for i, p in enumerate(new)]
+                         + [(p[-1], 1, i, p) for i, p in enumerate(moved)])
+        for *_, peak in ordered:
+            self._db.execute(f"INSERT INTO device_peaks ({columns}) VALUES ({values})", peak)
+        return len(new), len(peaks) - len(new)
+
     @contextmanager
     def _transaction(self):
         """BEGIN IMMEDIATE takes the write lock up front, so two writers queue instead of deadlocking."""
@@ -183,6 +332,54 @@ def _encode(name: str, value):
     if name in BOOLEAN_COLUMNS:
         return int(bool(value))
     return value
+
+
+def _open_source(path: Path, immutable: bool) -> sqlite3.Connection:
+    """A connection that only reads another store file. `immutable`: a file nobody writes (a snapshot),
+    read without locks; else an ordinary connection, so that the WAL a job left behind is read (and
+    cleaned up on close) as that job's own connection would have."""
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such store file")
+    if immutable:
+        return sqlite3.connect(f"file:{quote(str(path.resolve()))}?immutable=1", uri=True)
+    connection = sqlite3.connect(path, timeout=60)
+    connection.execute("PRAGMA query_only = ON")
+    return connection
+
+
+def _read_source(src: sqlite3.Connection, path: Path, env: Optional[dict], trial_keys: Optional[set]):
+    """(source id, row) pairs in timestamp order with every column of COLUMN_NAMES (None where the source,
+    written by an older version, lacks one), source id -> sweep ids, device ceilings, unknown columns."""
+    tables = {name for (name,) in src.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if "trials" not in tables:
+        raise ValueError(f"{path}: not a results store (it has no trials table)")
+    present = [info[1] for info in src.execute("PRAGMA table_info(trials)")]
+    columns = [name for name in COLUMN_NAMES if name in present]
+    unknown = [name for name in present if name not in COLUMN_NAMES and name != "id"]
+    where, params = "", []
+    if env is not None:
+        where = " WHERE " + " AND ".join(f"{name} IS ?" for name in ENV_KEY)
+        params = [env[name] for name in ENV_KEY]
+    rows = []
+    query = f"SELECT id, {', '.join(columns)} FROM trials{where} ORDER BY timestamp, id"
+    for values in src.execute(query, params):
+        row = dict.fromkeys(COLUMN_NAMES)
+        row.update(zip(columns, values[1:]))
+        if trial_keys is None or row["trial_key"] in trial_keys:
+            rows.append((values[0], row))
+    sweeps_of: dict[int, list[str]] = {}
+    if "sweep_rows" in tables:
+        for sweep_id, row_id in src.execute("SELECT sweep_id, row_id FROM sweep_rows ORDER BY rowid"):
+            sweeps_of.setdefault(row_id, []).append(sweep_id)
+    peaks = []
+    if "device_peaks" in tables:
+        where, params = "", []
+        if env is not None:
+            where = " WHERE " + " AND ".join(f"{name} IS ?" for name in PEAK_KEY)
+            params = [env[name] for name in PEAK_KEY]
+        query = f"SELECT {', '.join(PEAK_COLUMNS)} FROM device_peaks{where} ORDER BY measured_at, rowid"
+        peaks = src.execute(query, params).fetchall()
+    return rows, sweeps_of, peaks, unknown
 
 
 def write_parquet(frame: pd.DataFrame, path: str | Path) -> Path:

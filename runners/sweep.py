@@ -6,7 +6,10 @@ per GPU) and the compile pool start together, the pool compiling the first batch
 trials the store already holds -> each trial: compile in the pool, then on a free GPU worker the correctness gate and timing, append to the store,
 queue a W&B run -> the top configs of each (shape, dtype) re-timed round-robin (finalists) -> at the
 end (of the job, or of the whole multirun through SweepEndCallback): parquet file, results table,
-triton.Config export, plots, W&B summary run.
+triton.Config export, plots, W&B summary run. Under a launcher that runs the jobs apart (hydra/launcher=local,
+slurm; runners/launch.py) each job writes a store of its own in its job directory, resuming from a copy
+of the store of record, and the multirun's end merges them into the store of record first
+(runners/merge.py).
 """
 from __future__ import annotations
 
@@ -28,6 +31,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from runners import compile_pool
 from runners.finalists import decide
+from runners.launch import runs_jobs_apart
+from runners.merge import JOB_STORE, PRIOR_STORE, gather, write_prior
 from runners.process import stop_all
 from runners.scheduler import Scheduler, WorkerStartError
 from runners.search import Search
@@ -67,6 +72,18 @@ def sweep_id_of(cfg: DictConfig) -> str:
     hydra_conf = HydraConfig.get()
     directory = hydra_conf.sweep.dir if hydra_conf.mode == RunMode.MULTIRUN else hydra_conf.run.dir
     return Path(directory).name
+
+
+def job_store_paths(cfg: DictConfig) -> tuple[str, Optional[Path]]:
+    """Where this job writes its rows, and the store it also resumes from (None: none). cfg.store, except
+    in a multirun whose launcher runs the jobs apart, perhaps on several machines, where an SQLite file
+    must not be shared: there a store of the job's own in its job directory (merged into cfg.store at
+    the multirun's end), and the copy of cfg.store that the multirun's start left in the sweep directory."""
+    hydra_conf = HydraConfig.get()
+    if hydra_conf.mode != RunMode.MULTIRUN or not runs_jobs_apart(hydra_conf):
+        return str(cfg.store), None
+    prior = Path(hydra_conf.sweep.dir) / PRIOR_STORE
+    return str(Path(hydra_conf.runtime.output_dir) / JOB_STORE), (prior if prior.is_file() else None)
 
 
 def validate(cfg: DictConfig):
@@ -169,7 +186,8 @@ def run_job(cfg: DictConfig, sweep_id: str, output_dir: Path, finish: bool) -> d
     began = time.perf_counter()
     spec, trials, search, workers, compilers = validate(cfg)
     timing = OmegaConf.to_container(cfg.timing, resolve=True)
-    store = ResultStore(cfg.store)
+    store_path, prior = job_store_paths(cfg)
+    store = ResultStore(store_path)
     logger = progress = None
     scheduler = None
     statuses: dict[str, int] = {}
@@ -187,11 +205,17 @@ def run_job(cfg: DictConfig, sweep_id: str, output_dir: Path, finish: bool) -> d
         scheduler = _start_workers(cfg, workers, compilers, timing, batch)
         lap("start")
         env = dict(scheduler.gpu_workers[0].info, kernel_hash=kernel_source_hash(spec))
+        if prior is not None:  # this GPU's ceilings, and the rows of this job's trials (none with force=true)
+            keys = set() if cfg.force else {t.key for t in trials}
+            copied = store.merge_from(prior, env=env, trial_keys=keys, immutable=True)
+            print(f"{copied.kept} rows of these trials on this GPU and versions copied from {prior} (the "
+                  f"store of record when the multirun started) into this job's store {store_path}")
         peaks = {}
         if cfg.backend == "cuda":
             peaks = store.peaks(env)
             if peaks is None:
-                print(f"measuring the ceilings of {env['gpu_name']} (copy bandwidth, cuBLAS matmul); cached in {cfg.store}")
+                print(f"measuring the ceilings of {env['gpu_name']} (copy bandwidth, cuBLAS matmul); "
+                      f"cached in {store_path}")
                 peaks = scheduler.gpu_workers[0].request(("peaks",), cfg.trial_timeout_s, "measuring peaks")
                 store.save_peaks(env, peaks, _now())
         lap("peaks")
@@ -347,17 +371,38 @@ def finish_sweep(cfg: DictConfig, sweep_id: str, output_dir: Path) -> dict:
 
 
 class SweepEndCallback(Callback):
-    """At the end of a multirun: one table, parquet file, export and W&B summary for all its jobs."""
+    """At the end of a multirun: one table, parquet file, export and W&B summary for all its jobs; exit 1
+    if a job failed. Where the launcher runs the jobs apart (runners/launch.py), each with a store of its
+    own: at the start, the rows that an earlier run into the same sweep directory left in its job stores
+    are merged into the store of record (its end may never have come), which is then copied into the
+    sweep directory for the jobs to resume from; at the end, the job stores are merged into it first."""
+
+    def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
+        if not runs_jobs_apart(config.hydra):
+            return
+        sweep_dir = Path(config.hydra.sweep.dir)
+        gather(sweep_dir, config.store)
+        prior = write_prior(config.store, sweep_dir)
+        if prior is not None:
+            print(f"the jobs resume from {prior}, a copy of {config.store}")
 
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
         sweep_dir = Path(config.hydra.sweep.dir)
         sweep_id = str(config.sweep_id) if config.sweep_id else sweep_dir.name
+        unmerged = []
+        if runs_jobs_apart(config.hydra):
+            unmerged = gather(sweep_dir, config.store)
+            (sweep_dir / PRIOR_STORE).unlink(missing_ok=True)  # a copy of the store of record, used up
         finish_sweep(config, sweep_id, sweep_dir)
         failed = [path.parent.name for path in sorted(sweep_dir.glob("*/summary.json"))
                   if "error" in json.loads(path.read_text())]
         if failed:
             print(f"error: {len(failed)} job(s) of the multirun failed: {', '.join(failed)} "
                   f"(messages above and in {sweep_dir}/<job>/summary.json)", file=sys.stderr)
+        if unmerged:
+            print(f"error: {len(unmerged)} job store(s) could not be merged into {config.store}: "
+                  f"{', '.join(unmerged)}", file=sys.stderr)
+        if failed or unmerged:
             sys.exit(1)
 
 

@@ -1,0 +1,136 @@
+"""The launcher classes of conf/hydra/launcher/local.yaml and slurm.yaml, on hydra-submitit-launcher's:
+
+- Every job is waited for, and a job that died (node lost, SLURM time limit, kill -9) is reported the
+  way a failed job is (its summary.json holds the error), so the multirun still reaches its end: the
+  rows of every job, the dead one's included, merged into the store of record, then exit 1 naming it.
+  (The plugin's launcher raises at the first job that died, before the multirun's end, while the
+  others may still be running.)
+- local: each job takes `gpus_per_node` of the GPUs this host shows (CUDA_VISIBLE_DEVICES, else every
+  GPU) for itself, and waits while none is free; two jobs never share a GPU. (submitit's local
+  executor gives every job the same GPUs, 0..gpus_per_node-1.)
+- The parameters are checked when the launcher is made, before anything is submitted.
+
+Hydra imports this module at every start: it imports nothing heavy (runners.launch has the helpers).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+from hydra.core.singleton import Singleton
+from hydra.core.utils import JobReturn, JobStatus, filter_overrides
+from hydra_plugins.hydra_submitit_launcher import submitit_launcher
+from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
+from omegaconf import DictConfig, open_dict
+
+from runners.launch import GPU_LOCKS, LauncherConfigError, check_params, host_gpus, take_gpus
+
+log = logging.getLogger(__name__)
+
+
+class _WaitsForEveryJob:
+    """The launch shared by the local and SLURM launchers (mixed in before the plugin's class)."""
+
+    _EXECUTOR: str
+    params: dict
+    config: Optional[DictConfig]
+
+    def __init__(self, **params: Any) -> None:
+        super().__init__(**params)
+        check_params(self.params)
+
+    def _executor(self):
+        """submitit's executor with this preset's parameters: those every executor knows as they are,
+        the others under the cluster's prefix (partition -> slurm_partition)."""
+        import submitit
+
+        params = dict(self.params)
+        folder = params.pop("submitit_folder")
+        init = {}
+        if "max_num_timeout" in params:  # how often a job cut by its time limit is submitted again
+            init[f"{self._EXECUTOR}_max_num_timeout"] = params.pop("max_num_timeout")
+        executor = submitit.AutoExecutor(folder=folder, cluster=self._EXECUTOR, **init)
+        shared = set(BaseQueueConf.__dataclass_fields__)
+        executor.update_parameters(**{name if name in shared else f"{self._EXECUTOR}_{name}": value
+                                      for name, value in params.items()})
+        return executor
+
+    def _before_submit(self, sweep_dir: Path) -> None:
+        """What a launcher prepares in the launching process before it submits."""
+
+    def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
+        from submitit.core.utils import UncompletedJobError
+
+        assert self.config is not None
+        sweep_dir = Path(str(self.config.hydra.sweep.dir))
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        self._before_submit(sweep_dir)
+        executor = self._executor()
+        numbers = list(range(initial_job_idx, initial_job_idx + len(job_overrides)))
+        log.info(f"submitit {self._EXECUTOR}: {len(numbers)} job(s), sweep directory {sweep_dir}")
+        for number, overrides in zip(numbers, job_overrides):
+            log.info(f"\t#{number} : {' '.join(filter_overrides(overrides))}")
+        n = len(numbers)
+        # One call per job: self(overrides, "hydra.sweep.dir", number, a placeholder id, Hydra's singletons).
+        jobs = executor.map_array(self, [list(o) for o in job_overrides], ["hydra.sweep.dir"] * n, numbers,
+                                  [f"job_id_for_{i}" for i in numbers], [Singleton.get_state()] * n)
+        returns = []
+        for number, overrides, job in zip(numbers, job_overrides, jobs):  # every job, whatever the others did
+            try:
+                returns.append(job.results()[0])
+            except UncompletedJobError as error:  # FailedJobError too: it died or was killed before returning
+                returns.append(self._died(number, list(overrides), job, error))
+        return returns
+
+    def _died(self, number: int, overrides: list, job, error: Exception) -> JobReturn:
+        """Write the job's summary.json as a job that failed does, so the multirun's end reports it and
+        exits 1; the rows it committed before dying are in its store and are merged with the others'."""
+        first_lines = " / ".join(line.strip() for line in str(error).strip().splitlines()[:3])
+        message = (f"the job died before it finished ({type(error).__name__}: {first_lines}); "
+                   f"its output: {job.paths.stdout} and {job.paths.stderr}")
+        job_dir = self._job_dir(number, overrides, job.job_id)
+        job_dir.mkdir(parents=True, exist_ok=True)
+        (job_dir / "summary.json").write_text(json.dumps({"job": number, "error": message}))
+        print(f"error: job #{number} ({' '.join(filter_overrides(overrides))}): {message}", file=sys.stderr)
+        return JobReturn(overrides=overrides, status=JobStatus.COMPLETED, _return_value=None)
+
+    def _job_dir(self, number: int, overrides: list, job_id: str) -> Path:
+        """The job's output directory, as Hydra composes it in the job (hydra.sweep.dir / subdir)."""
+        assert self.config is not None and self.hydra_context is not None
+        config = self.hydra_context.config_loader.load_sweep_config(self.config, overrides)
+        with open_dict(config.hydra.job):
+            config.hydra.job.num = number
+            config.hydra.job.id = job_id
+        return Path(str(config.hydra.sweep.dir)) / str(config.hydra.sweep.subdir)
+
+
+class LocalLauncher(_WaitsForEveryJob, submitit_launcher.LocalLauncher):
+    """Jobs in processes of their own on this host, each on `gpus_per_node` GPUs of its own."""
+
+    def _before_submit(self, sweep_dir: Path) -> None:
+        self.gpus = host_gpus()  # travels with the launcher to each job
+        per_job = self.params.get("gpus_per_node") or 0
+        if self.gpus and per_job > len(self.gpus):
+            raise LauncherConfigError(f"hydra.launcher.gpus_per_node: {per_job} GPUs per job, but this host "
+                                      f"shows {len(self.gpus)} ({', '.join(self.gpus)})")
+        if per_job and not self.gpus:
+            log.info("no GPU visible on this host: the jobs run without one (backend=interpret)")
+        self.lock_dir = str(sweep_dir / GPU_LOCKS)
+
+    def __call__(self, sweep_overrides: list, job_dir_key: str, job_num: int, job_id: str,
+                 singleton_state: dict) -> JobReturn:
+        # In the job's process, before anything there touches CUDA: the GPUs it holds, and only those.
+        per_job = self.params.get("gpus_per_node") or 0
+        taken = take_gpus(self.gpus, per_job, Path(self.lock_dir)) if self.gpus and per_job else []
+        os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(taken)
+        print(f"job #{job_num}: GPU(s) {', '.join(taken) or 'none'} of this host (CUDA_VISIBLE_DEVICES)",
+              flush=True)
+        return super().__call__(sweep_overrides, job_dir_key, job_num, job_id, singleton_state)
+
+
+class SlurmLauncher(_WaitsForEveryJob, submitit_launcher.SlurmLauncher):
+    """One SLURM job per job of the multirun, on the GPUs SLURM allocates it (CUDA_VISIBLE_DEVICES)."""

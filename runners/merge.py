@@ -1,0 +1,124 @@
+"""Merge result stores into one:
+
+    python -m runners.merge A.sqlite B.sqlite ... --into outputs/results.sqlite
+
+An SQLite file must not be shared over a network filesystem (its locks are unsafe there), so the jobs
+of a multirun whose launcher runs them apart (hydra/launcher=local, slurm, ray_gpus; runners/launch.py)
+each write a store of their own, `results.sqlite` in their job directory, and the multirun's end
+(runners.sweep.SweepEndCallback) merges them into the store of record. This command does the same by
+hand: after a multirun whose launching process died before its end, or to bring together the stores
+of several clusters. A row the target already holds (every column equal: the same trial, environment
+and timestamp) is skipped; every other row is copied, with the sweeps it belongs to and the device
+ceilings, and the newest row of a trial and environment wins wherever one is chosen (resume, export);
+nothing is overwritten (ResultStore.merge_from). It prints, per source, what it kept and skipped.
+
+A multirun's jobs resume from the store of record as it was when the multirun started: the same
+callback copies it then to `prior.sqlite` in the sweep directory, which every job reads (a file nobody
+writes while they run, on the filesystem the jobs share), and the rows a job reuses are copied into
+its own store, so that its store alone holds every row of its part of the sweep.
+"""
+from __future__ import annotations
+
+import argparse
+import sqlite3
+import sys
+from pathlib import Path
+from typing import Iterable
+
+from runners.store import MergeCounts, ResultStore
+
+JOB_STORE = "results.sqlite"  # a job's own store, in its job directory
+PRIOR_STORE = "prior.sqlite"  # the store of record when the multirun started, in its sweep directory
+
+
+def describe(source: str | Path, counts: MergeCounts) -> str:
+    kernels = ", ".join(f"{kernel} {n}" for kernel, n in sorted(counts.kept_by_kernel.items()))
+    text = (f"{source}: kept {counts.kept} rows" + (f" ({kernels})" if kernels else "")
+            + f", skipped {counts.skipped} the target already held; "
+            f"{counts.memberships} sweep memberships added; "
+            f"device ceilings: kept {counts.peaks_kept}, skipped {counts.peaks_skipped}")
+    if counts.moved:
+        text += (f"; {counts.moved} rows of the target inserted again after older arrivals of their trial "
+                 "(new ids, same content: the newest row of a trial keeps the largest id)")
+    if counts.unknown_columns:
+        text += ("; warning: columns this version does not know, not copied: "
+                 f"{', '.join(counts.unknown_columns)} (merge with the version that wrote them)")
+    return text
+
+
+def merge_stores(sources: Iterable[str | Path], into: str | Path) -> tuple[list[MergeCounts], list[str]]:
+    """Merge each source into `into`, one transaction per source, printing what each gave; a source
+    that cannot be read is reported and left out, the others are merged. Returns the counts and the
+    sources left out."""
+    store = ResultStore(into)
+    results, failed = [], []
+    try:
+        for source in sources:
+            try:
+                counts = store.merge_from(source)
+            except (OSError, ValueError, sqlite3.DatabaseError) as error:
+                print(f"error: {source}: not merged: {error}", file=sys.stderr)
+                failed.append(str(source))
+                continue
+            print(describe(source, counts))
+            results.append(counts)
+    finally:
+        store.close()
+    return results, failed
+
+
+def job_stores(sweep_dir: str | Path, exclude: str | Path | None = None) -> list[Path]:
+    """The job stores under a sweep directory (job subdirectories at any depth), in job order."""
+    sweep_dir = Path(sweep_dir)
+    skip = Path(exclude).resolve() if exclude is not None else None
+    found = [path for path in sweep_dir.rglob(JOB_STORE)
+             if path.parent != sweep_dir and ".submitit" not in path.parts and path.resolve() != skip]
+
+    def job_order(path: Path):
+        parts = path.relative_to(sweep_dir).parts[:-1]
+        return [(0, int(part), "") if part.isdigit() else (1, 0, part) for part in parts]
+
+    return sorted(found, key=job_order)
+
+
+def gather(sweep_dir: str | Path, into: str | Path) -> list[str]:
+    """Merge every job store of a sweep directory into the store of record `into`; returns the job
+    stores that could not be merged."""
+    stores = job_stores(sweep_dir, exclude=into)
+    if not stores:
+        return []
+    print(f"merging the {len(stores)} job store(s) of {sweep_dir} into {into}")
+    results, failed = merge_stores(stores, into)
+    kept, skipped = sum(c.kept for c in results), sum(c.skipped for c in results)
+    print(f"merged into {into}: kept {kept} rows, skipped {skipped} (already held), from {len(results)} of "
+          f"{len(stores)} job store(s)")
+    return failed
+
+
+def write_prior(store_path: str | Path, sweep_dir: str | Path) -> Path | None:
+    """Copy the store of record into the sweep directory for the jobs to resume from; None without one."""
+    if not Path(store_path).is_file():
+        return None
+    store = ResultStore(store_path)
+    try:
+        return store.snapshot(Path(sweep_dir) / PRIOR_STORE)
+    finally:
+        store.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m runners.merge", description=__doc__.split("\n\n")[0])
+    parser.add_argument("sources", nargs="+", help="store files to merge (a job's results.sqlite, ...)")
+    parser.add_argument("--into", required=True, help="the store that receives them (created if missing)")
+    args = parser.parse_args(argv)
+    results, failed = merge_stores(args.sources, args.into)
+    print(f"{args.into}: kept {sum(c.kept for c in results)} rows, skipped {sum(c.skipped for c in results)} "
+          f"(already held), from {len(results)} of {len(args.sources)} source(s)")
+    if failed:
+        print(f"error: {len(failed)} source(s) not merged: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
