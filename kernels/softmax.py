@@ -15,7 +15,7 @@ from kernels.spec import KernelSpec, compiled, element_size, is_power_of_two, se
 MAX_BLOCK_SIZE = 65536
 # A program holds its row in registers, BLOCK_SIZE / (32 * num_warps) fp32 values a thread. Past 128 the
 # row spills to local memory: on an H200 (fp16, 4096x4096 and 2048x16384) each such config ran 1.9x to
-# 12.8x slower than the best at its shape, and its first call took up to 6.5 s.
+# 12.7x slower than the best at its shape, and its first call took up to 6.5 s.
 MAX_VALUES_PER_THREAD = 128
 
 
