@@ -43,10 +43,17 @@ CASES = {
     "va28": ("vector_add", (1 << 28,), "float32", {"BLOCK_SIZE": 1024, "num_warps": 4, "num_stages": 1}),
 }
 EMPTY = "empty"  # the diagnostic kernel that does no work
-# The default preset's rule (conf/timing/default.yaml), as a sweep times every trial.
-RULE = StopRule(min_samples=20, min_time_s=0.01, rel_precision=0.005, max_time_s=1.0)
 WARMUP_LAUNCHES = 5
 TIMING_PRESETS = Path(__file__).resolve().parent.parent / "conf" / "timing"
+
+
+def preset_rule(name: str) -> tuple[StopRule, float]:
+    """(stopping rule, warm-up seconds) of a timing preset, conf/timing/<name>.yaml."""
+    import yaml
+
+    preset = yaml.safe_load((TIMING_PRESETS / f"{name}.yaml").read_text())
+    rule = StopRule(preset["min_samples"], preset["min_time_s"], preset["rel_precision"], preset["max_time_s"])
+    return rule, preset["warmup_s"]
 
 
 @triton.jit
@@ -125,14 +132,10 @@ def _ncu_durations_us(stdout: str) -> list[float]:
 def preset_costs(timer, cases: list[str]) -> None:
     """What each timing preset (conf/timing/*.yaml) costs per trial: wall seconds of warm-up and
     sampling, samples taken, how it stopped and the precision reached, at a few kernel sizes."""
-    import yaml
-
-    presets = {path.stem: yaml.safe_load(path.read_text()) for path in sorted(TIMING_PRESETS.glob("*.yaml"))}
     lines = ["| preset | case | p50 µs | samples | stop | p50 precision | seconds per trial |",
              "|---|---|---|---|---|---|---|"]
-    for name, preset in presets.items():
-        rule = StopRule(preset["min_samples"], preset["min_time_s"], preset["rel_precision"], preset["max_time_s"])
-        timer.warmup_s = preset["warmup_s"]
+    for name in sorted(path.stem for path in TIMING_PRESETS.glob("*.yaml")):
+        rule, timer.warmup_s = preset_rule(name)
         for case in cases:
             run, _ = _case_call(case)
             measurement = timer.measure(run, rule)
@@ -160,7 +163,8 @@ def main(argv=None) -> None:
 
     from runners.device import cuda_timer
 
-    timer = cuda_timer(0, RULE, warmup_s=0.02)
+    rule, warmup_s = preset_rule("default")  # as a sweep times every trial
+    timer = cuda_timer(0, rule, warmup_s)
     if args.presets:
         preset_costs(timer, [case for case in args.cases if case != EMPTY])
         return

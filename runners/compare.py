@@ -24,6 +24,8 @@ The rule (a difference must be both real and large enough to matter):
   a side, complete separation gives p = 0.0002, and one sample of the faster side above all of the
   slower side (an outlier) p = 0.003; with 5 or fewer a side nothing reaches 0.01: such rows stay SAME. tests/test_compare.py checks both on seeded
   samples: no verdict on 200 pairs drawn from one distribution, every 5% shift found with 30 a side.
+- Rows timed by different methods (`timing_method`: the CUPTI kernel time against the CUDA-event time
+  of older stores, which adds ~3 us a call) get no verdict: OTHER TIMER, outside the gate.
 - Samples are per-sample microseconds of each row (screening, or the finalists' round-robin).
   Which rows: a trial's newest finalist rows where both sides re-timed it, else its newest screening
   rows, so that both sides were measured the same way.
@@ -91,6 +93,9 @@ def rank_test(a, b) -> float:
         return 1.0
     z = max(0.0, abs(u - n1 * n2 / 2) - 0.5) / math.sqrt(variance)
     return min(1.0, math.erfc(z / math.sqrt(2)))
+
+
+OTHER_TIMER = "OTHER TIMER"  # the two rows were timed by different methods: not comparable
 
 
 def verdict(base_samples, new_samples, ratio: float, min_effect: float = DEFAULT_MIN_EFFECT,
@@ -171,9 +176,19 @@ def _order(row: pd.Series) -> tuple:
     return row["kernel"], baseline, row["provider"], row["dtype"], json.loads(row["shape"]), config
 
 
+def _same_value(a, b) -> bool:
+    """Environment values as equal: a missing value (None or NaN, as pandas reads a NULL) equals a
+    missing one."""
+    return (pd.isna(a) and pd.isna(b)) or (not pd.isna(a) and not pd.isna(b) and str(a) == str(b))
+
+
 def _compared(base_row: pd.Series, new_row: pd.Series, min_effect: float, alpha: float, **extra) -> dict:
     ratio = new_row["p50_us"] / base_row["p50_us"]
-    label, p = verdict(base_row["samples_us"], new_row["samples_us"], ratio, min_effect, alpha)
+    if not _same_value(base_row["timing_method"], new_row["timing_method"]):
+        # CUDA events include ~3 us of event pair a call that the CUPTI kernel time does not: no verdict.
+        label, p = OTHER_TIMER, math.nan
+    else:
+        label, p = verdict(base_row["samples_us"], new_row["samples_us"], ratio, min_effect, alpha)
     phase = new_row["phase"] if isinstance(new_row["phase"], str) else "screen"
     return {"order": _order(new_row), "row": _describe(new_row), "base_p50": base_row["p50_us"],
             "new_p50": new_row["p50_us"], "ratio": ratio, "p": p, "verdict": label, "phase": phase, **extra}
@@ -189,7 +204,7 @@ def compare(base: pd.DataFrame, new: pd.DataFrame, min_effect: float = DEFAULT_M
     for key in sorted(base_by_key.keys() & new_by_key.keys()):
         base_row, new_row = _pick(base_by_key[key], new_by_key[key])
         for name in ENVIRONMENT:
-            if str(base_row[name]) != str(new_row[name]):
+            if not _same_value(base_row[name], new_row[name]):
                 pair = (name, str(base_row[name]), str(new_row[name]))
                 env_diffs[pair] = env_diffs.get(pair, 0) + 1
         if base_row["status"] == "ok" and new_row["status"] == "ok":
@@ -245,7 +260,7 @@ def _counts(rows: list[dict]) -> str:
     counts = {}
     for r in rows:
         counts[r["verdict"]] = counts.get(r["verdict"], 0) + 1
-    verdicts = ("SAME", "FAST", "SLOW", "NO SAMPLES")
+    verdicts = ("SAME", "FAST", "SLOW", "NO SAMPLES", OTHER_TIMER)
     text = ", ".join(f"{counts[v]} {v}" for v in verdicts if v in counts) or "none"
     slow = [r for r in rows if r["verdict"] == "SLOW"]
     if slow:

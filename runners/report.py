@@ -20,8 +20,8 @@ def speedups(baseline: pd.Series, ours: pd.Series) -> tuple[Optional[float], Opt
     End to end (the speedup quoted) divides CUDA-event times, taken the same way on both sides: an
     eager baseline's extra launches and the gaps between its kernels count against it, as they do in
     a program (launch overhead is a real cost of eager code). GPU time divides the kernel times of
-    record (the sum of each call's kernels), what the GPU spends computing. Rows without event times
-    (interpreter, or CUDA events only) give the p50 ratio for both."""
+    record (the time each call's kernels kept the GPU busy), what the GPU spends computing. Rows
+    without event times (interpreter, or CUDA events only) give the p50 ratio for both."""
     gpu = baseline["p50_us"] / ours["p50_us"]
     e2e = gpu
     if pd.notna(baseline.get("event_p50_us")) and pd.notna(ours.get("event_p50_us")):

@@ -86,19 +86,46 @@ def job_store_paths(cfg: DictConfig) -> tuple[str, Optional[Path]]:
     return str(Path(hydra_conf.runtime.output_dir) / JOB_STORE), (prior if prior.is_file() else None)
 
 
+def _check_stop_rule(group: str, rule: DictConfig, count_field: str) -> None:
+    """The fields of a stopping rule (timing, finalists), each checked with its name and value."""
+    count = rule[count_field]
+    if count < MIN_SAMPLES_FOR_INTERVAL:
+        raise ConfigError(f"{group}.{count_field}: {count} must be >= {MIN_SAMPLES_FOR_INTERVAL} "
+                          "(fewer samples give no 95% interval of the median)")
+    if not 0 < rule.rel_precision < 1:
+        raise ConfigError(f"{group}.rel_precision: {rule.rel_precision} must be in (0, 1), e.g. 0.005 for 0.5%")
+    if rule.max_time_s <= 0 or rule.min_time_s < 0:
+        raise ConfigError(f"{group}: max_time_s ({rule.max_time_s}) must be > 0 and min_time_s "
+                          f"({rule.min_time_s}) >= 0")
+    if rule.min_time_s > rule.max_time_s:
+        raise ConfigError(f"{group}.min_time_s: {rule.min_time_s} is past max_time_s ({rule.max_time_s}): "
+                          "every trial would stop at the cap")
+    if "warmup_s" in rule and rule.warmup_s < 0:
+        raise ConfigError(f"{group}.warmup_s: {rule.warmup_s} must be >= 0")
+
+
+def _check_export_settings(cfg: DictConfig, spec) -> None:
+    """export.tolerance and the kernel's export.key, checked before the sweep rather than at its end."""
+    from runners.export import ExportError, check_key
+
+    tolerance = cfg.export.tolerance
+    if not 0 <= tolerance < 1:
+        raise ConfigError(f"export.tolerance: {tolerance!r} must be a share in [0, 1), e.g. 0.03 for 3%")
+    try:
+        key = OmegaConf.to_container(cfg.export.key, resolve=True).get(spec.name) or {}
+        check_key(key, tuple(spec.dims), spec.name, f"export.key.{spec.name}")
+    except ExportError as error:
+        raise ConfigError(str(error)) from error
+
+
 def validate(cfg: DictConfig):
     """Everything that can be wrong with the input and that the schema does not catch at composition,
     checked before any launch. Returns (spec, trials, search, number of trial workers, compile workers)."""
-    timing, final = cfg.timing, cfg.finalists
-    if timing.min_samples < MIN_SAMPLES_FOR_INTERVAL:
-        raise ConfigError(f"timing.min_samples: {timing.min_samples} must be >= {MIN_SAMPLES_FOR_INTERVAL} "
-                          "(fewer samples give no 95% interval of the median)")
-    if not 0 < timing.rel_precision < 1 or timing.max_time_s <= 0 or timing.min_time_s < 0 or timing.warmup_s < 0:
-        raise ConfigError("timing: rel_precision must be in (0, 1), max_time_s > 0, min_time_s and warmup_s >= 0")
-    if final.min_rounds < MIN_SAMPLES_FOR_INTERVAL:
-        raise ConfigError(f"finalists.min_rounds: {final.min_rounds} must be >= {MIN_SAMPLES_FOR_INTERVAL}")
-    if final.top_k < 0 or not 0 < final.rel_precision < 1 or final.max_time_s <= 0 or final.tie_floor < 0:
-        raise ConfigError("finalists: top_k must be >= 0, rel_precision in (0, 1), max_time_s > 0, tie_floor >= 0")
+    _check_stop_rule("timing", cfg.timing, "min_samples")
+    _check_stop_rule("finalists", cfg.finalists, "min_rounds")
+    if cfg.finalists.top_k < 0 or cfg.finalists.tie_floor < 0:
+        raise ConfigError(f"finalists: top_k ({cfg.finalists.top_k}) and tie_floor ({cfg.finalists.tie_floor}) "
+                          "must be >= 0")
     if cfg.compile.timeout_s <= 0 or (cfg.compile.workers is not None and cfg.compile.workers < 0):
         raise ConfigError("compile: workers must be >= 0 (or null: one per CPU core) and timeout_s > 0")
     if cfg.search.budget_s is not None and cfg.search.budget_s <= 0:
@@ -106,6 +133,7 @@ def validate(cfg: DictConfig):
     if cfg.backend == "interpret":
         os.environ["TRITON_INTERPRET"] = "1"  # before any kernel module is imported
     spec = load_spec(cfg.kernel.name, cfg.kernel.spec)
+    _check_export_settings(cfg, spec)
     trials = plan_trials(spec, OmegaConf.to_container(cfg.kernel, resolve=True), cfg.backend.value)
     search = Search(cfg.search.method.value, trials, cfg.search.budget_trials, cfg.search.seed, cfg.search.batch)
     available = 1
@@ -137,7 +165,8 @@ def _wandb_config(trial: Trial, spec, row: dict, timing: dict) -> dict:
     return {
         "kernel": trial.kernel, "provider": trial.provider, "dtype": trial.dtype, "shape": list(trial.shape),
         **dict(zip(spec.dims, trial.shape)), **trial.config, "phase": row["phase"],
-        "seed": row["seed"], "backend": row["backend"], "gpu_name": row["gpu_name"],
+        "seed": row["seed"], "backend": row["backend"], "timing_method": row["timing_method"],
+        "gpu_name": row["gpu_name"],
         "driver_version": row["driver_version"], "torch_version": row["torch_version"],
         "triton_version": row["triton_version"], "kernel_hash": row["kernel_hash"],
         "git_sha": row["git_sha"], "timing": timing,

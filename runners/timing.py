@@ -13,8 +13,8 @@ each measured on an H200 (BENCHMARKS.md, "timer of record"):
   of dirty lines that the timed kernel then writes back: softmax 8192x4096 fp16 took 34.6 us after
   one, 30.4 us after a read (ncu, caches flushed: 31.1 us).
 - Warm-up first, so compilation, module load and first-touch never land in a sample.
-- Samples are taken in batches, the GPU held by a spin kernel while the host enqueues a batch, so
-  that no sample waits for the host; every sample is kept.
+- Samples are taken in batches, the GPU held by a spin kernel while the host enqueues each part of
+  a batch (MAX_CALLS_PER_HOLD calls), so that no sample waits for the host; every sample is kept.
 - StopRule stops on the precision of the reported figure, the 95% confidence interval of the median,
   not on the spread of single samples (a few outliers make that spread large while the median is
   already known to 0.1%).
@@ -92,7 +92,8 @@ def relative_noise(samples: Sequence[float]) -> float:
     if len(samples) < 2:
         return math.inf
     values = np.asarray(samples, dtype=np.float64)
-    return float(values.std(ddof=1) / values.mean())
+    mean = values.mean()
+    return float(values.std(ddof=1) / mean) if mean > 0 else math.inf
 
 
 def percentile(sorted_samples: Sequence[float], q: float) -> float:
@@ -122,9 +123,9 @@ def summarize(samples_s: Sequence[float]) -> dict:
 
 def next_batch_rounds(rule: StopRule, samples: Sequence[Sequence[float]], elapsed_s: float) -> int:
     """How many more rounds to take before judging again: enough for the least precise median to
-    reach rel_precision if its interval shrinks as 1/sqrt(n) (with 20% to spare), at least enough
-    for min_samples and min_time_s, at most as many as taken so far (the guess grows from measured
-    data), and no more than fit before max_time_s."""
+    reach rel_precision if its interval shrinks as 1/sqrt(n) (with 20% to spare) and for min_samples
+    and min_time_s, but at most as many as taken so far (the guess grows from measured data: the cap
+    wins over both) and no more than fit before max_time_s; at least one."""
     taken = len(samples[0])
     if taken == 0:
         return max(rule.min_samples, 1)
@@ -179,6 +180,10 @@ FLUSH_MIN_BYTES = 16 << 20  # GPUs with a small or unreported L2 still get a rea
 FLUSH_BLOCK = 4096  # int32 elements a program reads per step: 16 KB
 FLUSH_PROGRAMS_PER_SM = 4
 FLUSH_KERNEL_NAME = "_l2_flush_read_kernel"  # how the flush is found among the CUPTI records
+# Calls enqueued behind one hold. CUDA's launch queue takes about 250 samples (a flush, two events and
+# a launch each) before the host blocks; a host blocked behind a held GPU would take its wait for
+# enqueue time, and size every later hold from it (seen on an H200: 64 -> 248 us a call in 4 batches).
+MAX_CALLS_PER_HOLD = 64
 
 
 @triton.jit
@@ -355,26 +360,32 @@ class CudaTimer:
     def _sample_batch(self, fns, rounds: int, host_seconds_per_call: float, samples, event_samples,
                       activities) -> float:
         """Take `rounds` rounds of samples, appending to the lists; returns the host's enqueue time
-        per call, measured on this batch."""
+        per call, measured on the batch's first hold (the launch queue is empty there, so the host
+        never waits on the GPU inside that measurement)."""
         torch = self._torch
         first_round = len(samples[0])
         order = [index for r in range(rounds) for index in _rotated(len(fns), first_round + r)]
         events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in order]
-        enqueue_seconds = 0.0
+        measured_per_call = host_seconds_per_call
 
         def enqueue() -> None:
-            nonlocal enqueue_seconds
-            # Hold the GPU while the host enqueues the batch. Without this the host (~40 us a sample)
-            # falls behind a short kernel, the GPU drains its queue, and a start event fires before its
-            # kernel has arrived: seen on an H200 as 20-90% noise on 20 us softmax event times.
-            torch.cuda._sleep(int(1.25 * host_seconds_per_call * len(order) * self.clock_hz))
-            enqueue_began = time.perf_counter()
-            for index, (start, end) in zip(order, events):
-                self.flush()  # outside the window: the inputs leave the L2, no dirty line stays
-                start.record()
-                fns[index]()
-                end.record()
-            enqueue_seconds = time.perf_counter() - enqueue_began
+            nonlocal measured_per_call
+            for first in range(0, len(order), MAX_CALLS_PER_HOLD):
+                chunk = range(first, min(first + MAX_CALLS_PER_HOLD, len(order)))
+                # Hold the GPU while the host enqueues these calls. Without this the host (~40 us a
+                # sample) falls behind a short kernel, the GPU drains its queue, and a start event
+                # fires before its kernel has arrived: seen on an H200 as 20-90% noise on 20 us
+                # softmax event times.
+                torch.cuda._sleep(int(1.25 * host_seconds_per_call * len(chunk) * self.clock_hz))
+                enqueue_began = time.perf_counter()
+                for position in chunk:
+                    start, end = events[position]
+                    self.flush()  # outside the window: the inputs leave the L2, no dirty line stays
+                    start.record()
+                    fns[order[position]]()
+                    end.record()
+                if first == 0:
+                    measured_per_call = (time.perf_counter() - enqueue_began) / len(chunk)
 
         if self.method == METHOD_CUPTI:
             calls = calls_from_records(self.kernel_clock.record(enqueue), len(order))
@@ -391,7 +402,7 @@ class CudaTimer:
                 samples[index].append(gpu_s)
                 event_samples[index].append(event_s)
                 activities[index].append(count)
-        return enqueue_seconds / len(order)
+        return measured_per_call
 
 
 class InterpreterTimer:

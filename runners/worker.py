@@ -79,10 +79,10 @@ def run_trial(spec, trial: Trial, cache: ShapeCache, timer, device, peaks: dict)
         problem = check.compare_outputs(check.as_tuple(out), references, normwise, bound)
         if problem:
             return {"status": check.STATUS_INCORRECT, "message": problem, "first_call_s": first_call_s}
-        measurement = timer.measure(run)
+        fields = measured_fields(spec, trial, timer.measure(run), peaks)
     except Exception as error:  # classified and recorded: a failing trial never stops the sweep
         return _failure(error, first_launch_done)
-    return {**measured_fields(spec, trial, measurement, peaks), "first_call_s": first_call_s}
+    return {**fields, "first_call_s": first_call_s}
 
 
 def timed_call(spec, trial: Trial, inputs: tuple):
@@ -103,14 +103,18 @@ def run_finalists(spec, trials: list[Trial], cache: ShapeCache, timer, peaks: di
         inputs, _, _ = cache.get(trials[0], with_bound=False)
         runs = [timed_call(spec, trial, inputs)[0] for trial in trials]
         measurements = timer.measure_interleaved(runs, rule)
+        return [measured_fields(spec, trial, m, peaks) for trial, m in zip(trials, measurements)]
     except Exception as error:
         return [_failure(error, first_launch_done=True)]
-    return [measured_fields(spec, trial, m, peaks) for trial, m in zip(trials, measurements)]
 
 
 def _failure(error: Exception, first_launch_done: bool) -> dict:
     return {"status": check.classify(error, first_launch_done), "message": f"{type(error).__name__}: {error}"[:4000],
             "sticky": check.is_sticky_cuda_error(error)}
+
+
+class NoGpuWork(ValueError):
+    """The timed call did no GPU work at all (its CUPTI time is 0): nothing to report a throughput of."""
 
 
 # A CUDA-event pair around one launch adds about 3 us to the kernel's own time (2.9-3.6 us on an
@@ -143,6 +147,9 @@ def measured_fields(spec, trial: Trial, measurement, peaks: dict) -> dict:
     from runners.timing import summarize
 
     stats = summarize(measurement.samples_s)
+    if stats["p50_us"] <= 0:
+        raise NoGpuWork(f"no GPU activity was recorded for this call ({measurement.method}): a call "
+                        "that launches no kernel, memset or memcpy has no GPU time to report")
     p50_s = stats["p50_us"] * 1e-6
     gbps = spec.bytes_moved(trial.shape, getattr(torch, trial.dtype)) / p50_s / 1e9
     tflops = spec.flops(trial.shape) / p50_s / 1e12

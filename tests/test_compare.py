@@ -75,6 +75,8 @@ def stores(tmp_path):
     store.append(
         row("broken", "triton", SHAPES[0], broken_config, None, np.random.default_rng(3), status="incorrect")
     )
+    # The old timer's rows: CUDA-event times ~3 us a call longer, no timing_method recorded.
+    softmax_sweep(store, "old_timer", seed=5, slower=1.2, timing_method=None)
     store.close()
     other = ResultStore(tmp_path / "other.sqlite")
     softmax_sweep(other, "elsewhere", seed=4, finalists=False)
@@ -160,7 +162,7 @@ def test_stores_by_path_and_path_with_sweep_id(stores, capsys):
 def test_an_unknown_sweep_names_the_argument_and_the_sweeps_there(stores, capsys):
     path, _ = stores
     status, _, err = _run(capsys, f"--store={path}", "base", "nope")
-    assert status == 2 and "NEW: no sweep 'nope'" in err and "again, base, broken, slower" in err
+    assert status == 2 and "NEW: no sweep 'nope'" in err and "again, base, broken, old_timer, slower" in err
     status, _, err = _run(capsys, "--store=/nonexistent/r.sqlite", "base", "again")
     assert status == 2 and "BASE:" in err and "/nonexistent/r.sqlite" in err
 
@@ -191,3 +193,11 @@ def test_the_slower_softmax_revision_matches_softmax_trial_by_trial():
     softmax_twice.SPEC.launch((x,), out, {"BLOCK_SIZE": 128, "num_warps": 2, "num_stages": 1})
     rtol, atol = TOLERANCES["float16"]  # the correctness gate's
     torch.testing.assert_close(out.double(), softmax.softmax_ref(x.double()), rtol=rtol, atol=atol)
+
+
+def test_rows_of_another_timing_method_get_no_verdict_and_pass_the_gate(stores, capsys):
+    path, _ = stores
+    status, out, _ = _run(capsys, f"--store={path}", "base", "old_timer", "--fail-on-slow", "2%")
+    verdicts = _verdicts(out)
+    assert verdicts and {v for _, v in verdicts.values()} == {"OTHER TIMER"}  # 20% slower, yet no SLOW
+    assert "timing_method: cupti/read-flush -> None" in out and status == 0

@@ -33,7 +33,8 @@ def test_every_group_option_composes(kernel, timing, logger):
     cfg = compose("config", overrides=overrides)
     resolved = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
     assert resolved["kernel"]["name"] == kernel
-    assert resolved["timing"]["min_samples"] >= 10  # nvbench's floor holds in every preset
+    # every preset takes enough samples for the median's interval to exclude the extremes (k >= 1)
+    assert resolved["timing"]["min_samples"] >= 10
 
 
 @pytest.mark.parametrize("sweep", _options("sweep"))
@@ -47,7 +48,8 @@ def test_every_sweep_file_composes(sweep):
 @pytest.mark.parametrize("override, field", [
     ("kernel.shapez=[1]", "kernel.shapez"),
     ("kernel.space.num_warp=4", "kernel.space.num_warp"),
-    ("timing.max_nosie=0.01", "timing.max_nosie"),
+    ("timing.rel_precison=0.01", "timing.rel_precison"),
+    ("timing.max_noise=0.01", "timing.max_noise"),  # the old stopping rule's field is gone
 ])
 def test_typo_fails_naming_the_field(override, field):
     with pytest.raises(ConfigCompositionException) as error:
@@ -66,3 +68,21 @@ def test_wrong_type_fails_naming_the_field():
     with pytest.raises(ConfigCompositionException) as error:
         compose("config", overrides=["timing.min_samples=many"])
     assert "min_samples" in str(error.value.__cause__)
+
+
+@pytest.mark.parametrize("override, message", [
+    ("timing.rel_precision=0", "timing.rel_precision: 0.0 must be in (0, 1)"),
+    ("timing.min_samples=3", "timing.min_samples: 3 must be >= 4"),
+    ("timing.min_time_s=2", "timing.min_time_s: 2.0 is past max_time_s (1.0)"),
+    ("finalists.min_rounds=2", "finalists.min_rounds: 2 must be >= 4"),
+    ("export.tolerance=3", "export.tolerance: 3.0 must be a share in [0, 1)"),
+    ("export.key.softmax.n_cols=columns", "export.key.softmax: n_cols=columns: 'columns' is not a dim of softmax"),
+])
+def test_bad_values_fail_before_any_launch_naming_the_field(override, message):
+    from runners.sweep import validate
+    from runners.trials import ConfigError
+
+    cfg = compose("config", overrides=["backend=interpret", "kernel.shapes=[[4,100]]", override])
+    with pytest.raises(ConfigError) as error:
+        validate(cfg)
+    assert message in str(error.value)

@@ -10,7 +10,9 @@ from runners.timing import (FLUSH_BLOCK, FLUSH_KERNEL_NAME, FLUSH_MIN_BYTES, STO
                             GpuRecord, InterpreterTimer, METHOD_WALL, RecordMismatch, StopRule, _l2_flush_read_kernel,
                             busy_ns, calls_from_records, flush_elements, median_interval, median_precision,
                             next_batch_rounds, relative_noise, summarize)
-from runners.worker import timers_disagree
+from runners.timing import METHOD_CUPTI, Measurement
+from runners.trials import Trial
+from runners.worker import NoGpuWork, measured_fields, timers_disagree
 
 RULE = StopRule(min_samples=20, min_time_s=0.01, rel_precision=0.005, max_time_s=1.0)
 
@@ -167,3 +169,13 @@ def test_interpreter_timer_keeps_every_sample_and_its_wall_clock():
     assert measurement.stop_reason == STOP_CONVERGED and measurement.method == METHOD_WALL
     assert len(measurement.samples_s) == 10 and measurement.event_samples_s is None
     assert len(calls) == 11  # one warm-up call, never a sample
+
+
+def test_a_call_without_gpu_work_is_an_error_with_its_cause():
+    # CUPTI saw nothing between the flushes (a provider that launches no kernel): no GPU time to divide by.
+    from kernels import vector_add
+
+    empty = Measurement([0.0] * 10, STOP_CONVERGED, METHOD_CUPTI, [3e-6] * 10, kernels_per_call=0.0)
+    trial = Trial("vector_add", "torch", (1024,), "float16", {})
+    with pytest.raises(NoGpuWork, match="no GPU activity was recorded"):
+        measured_fields(vector_add.SPEC, trial, empty, peaks={})
