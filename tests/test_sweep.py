@@ -116,7 +116,10 @@ def test_resume_after_kill_loses_nothing_and_measures_nothing_twice(tmp_path):
 
 
 def _count(store_path) -> int:
+    """Rows in the store; 0 while the sweep has created the file but not yet its tables."""
     with sqlite3.connect(store_path, timeout=30) as db:
+        if not db.execute("SELECT 1 FROM sqlite_master WHERE name = 'trials'").fetchone():
+            return 0
         return db.execute("SELECT COUNT(*) FROM trials").fetchone()[0]
 
 
