@@ -89,6 +89,12 @@ def wandb_problem(conf: dict) -> Optional[str]:
     return _problems[key]
 
 
+def known_problem(conf: dict) -> Optional[str]:
+    """Why W&B cannot log with this logger config, as far as this process has found out (wandb_problem
+    or a TrialLogger that gave up): None when nothing is known against it. Imports nothing."""
+    return _problems.get((conf["mode"], conf["dir"]))
+
+
 def _init_run(conf: dict, sweep_id: str, job_type: str, name: str, config: Optional[dict] = None):
     import wandb
 
@@ -142,6 +148,7 @@ class TrialLogger:
         self.seconds = 0.0  # time the sweep process spent on logging
         self.runs = 0
         self._conf, self._sweep_id = conf, sweep_id
+        self._closed = False
         if not self.enabled:
             return
         began = time.perf_counter()
@@ -172,9 +179,11 @@ class TrialLogger:
         self.seconds += time.perf_counter() - began
 
     def close(self) -> None:
-        """Wait for every queued run to be written; one warning line for whatever went wrong."""
-        if not self.enabled:
+        """Wait for every queued run to be written; one warning line for whatever went wrong. Once: the
+        sweep closes it before its summary run, and again (doing nothing) on its way out."""
+        if not self.enabled or self._closed:
             return
+        self._closed = True
         began = time.perf_counter()
         for _ in self._processes:
             self._queue.put(None)  # one stop sign each
