@@ -1,10 +1,11 @@
 """The end of a sweep that its results need not wait for: the plots and the W&B summary run, made in a
 process of their own, `python -m runners.finisher`.
 
-The sweep (runners/sweep.py) starts it as its trials begin (`Finisher.start`), in a session of its own:
-it imports what the plots and the summary run need (pandas, matplotlib, runners.plot and with it torch
-and Triton; wandb, whose service it starts) while the trials run, instead of after them (1.4 s on this
-CPU-only host, plus 0.25 s of wandb's service on the first run). At the end the sweep hands it the
+The sweep (runners/sweep.py) starts it with its workers, before it validates its input (a bad input
+closes its stdin: it exits), in a session of its own: it imports what the plots and the summary run need (pandas, matplotlib, runners.plot and with it
+torch and Triton; wandb, whose service it starts) while the workers start and the trials run, instead
+of after them (1.4 s on this CPU-only host, plus 0.25 s of wandb's service on the first run). At the
+end the sweep hands it the
 plots at once (`draw`: the store, the sweep id, the directory), writes the parquet file, prints the
 table and exports, which are its results and never wait for this process, then hands it the summary
 run (`write_summary`: the exported files, the logger config) and waits (`wait`).
@@ -83,12 +84,18 @@ class Finisher:
             pass
 
     def abandon(self) -> None:
-        """The sweep ends without a finish: the process reads the end of its stdin and exits."""
+        """The sweep ends without a finish (or its finish failed): the process reads the end of its
+        stdin and exits."""
         try:
             self.process.stdin.close()
         except (BrokenPipeError, OSError):
             pass
-        os.close(self._status_fd)
+        self._close_status()
+
+    def _close_status(self) -> None:
+        if self._status_fd is not None:
+            os.close(self._status_fd)
+            self._status_fd = None
 
     def _next_status(self, deadline: float) -> Optional[dict]:
         """The next JSON line on the status pipe, None at its end (the process exited) or at the deadline."""
@@ -139,7 +146,7 @@ class Finisher:
         else:
             say(f"warning: the plots and the W&B summary run were not made: the process making them exited "
                 f"with code {self.process.returncode} (its output: {self._log}); the results are not affected")
-        os.close(self._status_fd)
+        self._close_status()
         return outcome
 
 

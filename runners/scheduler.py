@@ -173,7 +173,7 @@ class Scheduler:
             if worker.process is None:
                 return self._wants_compile_worker()
             return bool(self.to_compile)
-        return self._starting or bool(self.ready or self.finalist_groups or self._stealable())
+        return self._starting or bool(self.ready or self.finalist_groups) or self._stealable()
 
     def _wants_compile_worker(self) -> bool:
         """Whether to fork one more compile worker: the fork server is ready, and fewer have been
@@ -184,8 +184,9 @@ class Scheduler:
         compiling = sum(c.task is not None and c.task != "start" for c in self.compilers)
         return started < compiling + len(self.to_compile)
 
-    def _stealable(self) -> list[Trial]:
-        return [t for t in self.to_compile if t.key in self.wanted]
+    def _stealable(self) -> bool:
+        """Whether a config of run() waits in the queue for the pool (not one compiled ahead only)."""
+        return any(t.key in self.wanted for t in self.to_compile)
 
     def _may_compile_on_gpu(self) -> bool:
         """The rule of the module docstring: a GPU worker compiles a config itself only when the pool
@@ -201,10 +202,10 @@ class Scheduler:
     def _take_to_compile_on_gpu(self, worker: WorkerProcess) -> Optional[Trial]:
         """The next config waiting for the pool, taken out of it for `worker` to compile and run,
         one of its last (shape, dtype) if any; None when there is none or the pool will be sooner."""
-        waiting = self._stealable()
-        if not waiting or not self._may_compile_on_gpu():
+        if not self._stealable() or not self._may_compile_on_gpu():
             return None
         group = self.last_group.get(id(worker))
+        waiting = [t for t in self.to_compile if t.key in self.wanted]
         trial = next((t for t in waiting if (t.shape, t.dtype) == group), waiting[0])
         self.to_compile.remove(trial)
         self.compiling.discard(trial.key)

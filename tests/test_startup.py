@@ -180,3 +180,18 @@ def test_a_summary_run_that_hangs_is_left_to_finish_on_its_own(tmp_path, monkeyp
     assert finisher.process.wait(timeout=60) == 0  # it goes on once released, and says what happened
     log = (out / "finish.log").read_text()
     assert "the summary run of sweep s was not written (RuntimeError: fake: the summary run could not" in log
+
+
+def test_the_benchmark_small_list_is_what_our_sweep_plans_at_four_shapes():
+    """Both sides of bench_speed's slow_import row try, at each shape, the configs our sweep plans there
+    (those the kernel's constraints keep), from a list of at most 50."""
+    from runners import bench_speed
+    from runners.trials import load_spec, plan_trials
+
+    case = bench_speed.CASES["slow_import"]
+    tried = bench_speed.tried_configs(case)
+    trials = plan_trials(load_spec("softmax", None), {"shapes": case["shapes"], "dtypes": ["float16"],
+                                                       "space": case["space"], "baselines": []}, "cuda")
+    planned = [[t.config for t in trials if list(t.shape) == shape and not t.pruned_reason] for shape in case["shapes"]]
+    assert len(case["shapes"]) == 4 and len(bench_speed._configs(case["space"])) <= 50
+    assert tried == planned and all(planned)
