@@ -272,9 +272,7 @@ def run_job(cfg: DictConfig, sweep_id: str, output_dir: Path, finish: bool) -> d
     from runners.wandb_logger import TrialLogger
 
     store_path, prior = job_store_paths(cfg)
-    store = ResultStore(store_path)
-    logger = progress = None
-    scheduler = None
+    store = logger = progress = scheduler = None
     statuses: dict[str, int] = {}
     measured_groups: set = set()  # (shape, dtype) where this job measured a config of the kernel
     reused_ids: list[int] = []
@@ -284,6 +282,7 @@ def run_job(cfg: DictConfig, sweep_id: str, output_dir: Path, finish: bool) -> d
         phases[name] = time.perf_counter() - began - sum(phases.values())
 
     try:
+        store = ResultStore(store_path)
         print(f"sweep {sweep_id}: {spec.name}, {len(trials)} trials planned ({cfg.search.method.value} search); "
               f"starting {workers} {cfg.backend.value} worker(s) and {compilers} compile worker(s)")
         batch = search.next_batch()
@@ -365,7 +364,8 @@ def run_job(cfg: DictConfig, sweep_id: str, output_dir: Path, finish: bool) -> d
             stop_all(scheduler.gpu_workers + scheduler.compilers)
         if logger is not None:
             logger.close()
-        store.close()
+        if store is not None:
+            store.close()
         raise
     store.close()
     # Told to stop now, reaped at the end: a GPU worker takes up to a second to exit with CUDA loaded,
@@ -379,7 +379,8 @@ def run_job(cfg: DictConfig, sweep_id: str, output_dir: Path, finish: bool) -> d
         if finish:
             summary.update(finish_sweep(cfg, sweep_id, output_dir, finisher, logger))
     except BaseException:
-        finisher.abandon()
+        if finisher is not None:
+            finisher.abandon()
         raise
     finally:
         logger.close()  # at once when finish_sweep closed it

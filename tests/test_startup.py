@@ -195,3 +195,13 @@ def test_the_benchmark_small_list_is_what_our_sweep_plans_at_four_shapes():
     planned = [[t.config for t in trials if list(t.shape) == shape and not t.pruned_reason] for shape in case["shapes"]]
     assert len(case["shapes"]) == 4 and len(bench_speed._configs(case["space"])) <= 50
     assert tried == planned and all(planned)
+
+
+def test_the_module_to_preload_is_named_from_the_config_alone():
+    assert compile_pool.kernel_module("softmax", None) == "kernels.softmax"
+    assert compile_pool.kernel_module("matmul_bias_gelu", None) == "kernels.matmul"
+    assert compile_pool.kernel_module("external", "my_pkg.kernels.fused:SPEC") == "my_pkg.kernels.fused"
+    # Nothing to name: the sweep's validation rejects these, naming the field.
+    assert compile_pool.kernel_module("external", "my_pkg.fused") is None
+    assert compile_pool.kernel_module("external", None) is None
+    assert compile_pool.kernel_module("no_such_kernel", None) is None
