@@ -50,6 +50,7 @@ CASES = {
         "pruned": True},
 }
 DTYPE = "float16"
+PHASES = ("start", "peaks", "trials", "finalists", "finish")  # a sweep's phase line, in order
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -69,7 +70,8 @@ def _run(args: list[str], cache_dir: str, **env) -> tuple[float, subprocess.Comp
 
 def _space_overrides(space: dict, add: bool = False) -> list[str]:
     """kernel.space overrides; `add` for an external kernel, whose conf has no space entries to override."""
-    return [f"{'+' if add else ''}kernel.space.{name}=[{','.join(map(str, values))}]" for name, values in space.items()]
+    prefix = "+kernel.space" if add else "kernel.space"
+    return [f"{prefix}.{name}=[{','.join(map(str, values))}]" for name, values in space.items()]
 
 
 def our_sweep(kernel: str, shapes: list, space: dict, work: Path, extra: list[str] = (),
@@ -95,14 +97,15 @@ def our_sweep(kernel: str, shapes: list, space: dict, work: Path, extra: list[st
     ok = rows[(rows["status"] == "ok")]
     picks = [json.loads(ok.loc[winner(ok[ok["shape"] == json.dumps(shape)])]["config"]) for shape in shapes]
     ready = next((line for line in result.stdout.splitlines() if line.startswith("ready after")), "")
-    return {"seconds": seconds, "job_seconds": summary["wall_seconds"], "picks": picks, "pick": picks[0], "rows": rows,
+    return {"seconds": seconds, "job_seconds": summary["wall_seconds"], "picks": picks, "rows": rows,
             "statuses": summary["statuses"], "phases": summary["phase_seconds"], "ready": ready,
             "cache_dir": cache_dir}
 
 
 def measure_peaks_once(work: Path) -> None:
     """A one-config sweep in the benchmark's store: the ceilings are measured there, once."""
-    our_sweep("vector_add", [[1 << 20]], {"BLOCK_SIZE": [1024], "num_warps": [4]}, work, ["finalists.top_k=0"])
+    our_sweep("vector_add", [[1 << 20]], {"BLOCK_SIZE": [1024], "num_warps": [4]}, work,
+              ["finalists.top_k=0"])
 
 
 AUTOTUNE_SCRIPT = r'''
@@ -124,13 +127,14 @@ for shape, configs in cases:  # one @triton.autotune per shape, over the configs
     if kernel == "matmul":
         from kernels.matmul import _matmul_kernel as fn
         M, N, K = shape
-        a, b = torch.randn(M, K, device="cuda", dtype=torch.float16), torch.randn(K, N, device="cuda", dtype=torch.float16)
+        a = torch.randn(M, K, device="cuda", dtype=torch.float16)
+        b = torch.randn(K, N, device="cuda", dtype=torch.float16)
         out = torch.empty(M, N, device="cuda", dtype=torch.float16)
         tuned = triton.autotune(configs=triton_configs(configs), key=["M", "N", "K"])(fn)
         grid = lambda meta, M=M, N=N: (triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]),)
         calls.append(lambda tuned=tuned, a=a, b=b, out=out, grid=grid, M=M, N=N, K=K: tuned[grid](
-            out, a, b, a, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0), out.stride(1),
-            HAS_BIAS=False, ACTIVATION=0, EXACT_FP32=False, INT64_OFFSETS=False))
+            out, a, b, a, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0),
+            out.stride(1), HAS_BIAS=False, ACTIVATION=0, EXACT_FP32=False, INT64_OFFSETS=False))
     else:
         from kernels.softmax import _softmax_kernel as fn
         x = torch.randn(*shape, device="cuda", dtype=torch.float16)
@@ -145,8 +149,8 @@ for call in calls:
     call()
 torch.cuda.synchronize()
 seconds = time.perf_counter() - began
-picks = [{**t.best_config.kwargs, "num_warps": t.best_config.num_warps, "num_stages": t.best_config.num_stages}
-         for t in tuners]
+picks = [{**t.best_config.kwargs, "num_warps": t.best_config.num_warps,
+          "num_stages": t.best_config.num_stages} for t in tuners]
 print("RESULT " + json.dumps({"seconds": seconds, "picks": picks}))
 '''
 
@@ -166,8 +170,9 @@ def tried_configs(case: dict) -> list[list[dict]]:
 def autotune_first_call(kernel: str) -> dict:
     case = CASES[kernel]
     cases = list(zip(case["shapes"], tried_configs(case)))
-    process_seconds, result = _run([sys.executable, "-c", AUTOTUNE_SCRIPT, case.get("spec", kernel), json.dumps(cases),
-                                    case.get("module", "")], tempfile.mkdtemp(prefix="triton-cache-autotune-"))
+    args = [sys.executable, "-c", AUTOTUNE_SCRIPT, case.get("spec", kernel), json.dumps(cases),
+            case.get("module", "")]
+    process_seconds, result = _run(args, tempfile.mkdtemp(prefix="triton-cache-autotune-"))
     line = next(l for l in result.stdout.splitlines() if l.startswith("RESULT "))
     # process_seconds: the whole process (Python start, imports, inputs, the first call, exit), the
     # counterpart of our command's seconds
@@ -175,7 +180,8 @@ def autotune_first_call(kernel: str) -> dict:
 
 
 def careful_remeasure(kernel: str, shape: list, configs: list[dict]) -> dict[str, float]:
-    """p50 (us) of every config at `shape`, all timed round-robin until each median is known to 0.2%, or 10 s."""
+    """p50 (us) of every config at `shape`, all timed round-robin until each median is known to 0.2%, or
+    10 s."""
     import torch
 
     from runners.device import cuda_timer
@@ -211,27 +217,30 @@ def bench_autotune(kernels: list[str]) -> None:
         tried = tried_configs(case)
         with tempfile.TemporaryDirectory() as work:
             measure_peaks_once(Path(work))
-            ours = our_sweep("external" if "spec_path" in case else kernel, case["shapes"], case["space"], Path(work),
-                             spec_path=case.get("spec_path"))
+            ours = our_sweep("external" if "spec_path" in case else kernel, case["shapes"], case["space"],
+                             Path(work), spec_path=case.get("spec_path"))
         theirs = autotune_first_call(kernel)
         # The re-measure is neither side's time: it loads our side's binaries instead of compiling
         # every config again, one after another, in this process.
         os.environ["TRITON_CACHE_DIR"] = ours["cache_dir"]
         mine, their, notes = [], [], []
-        for shape, configs, our_pick, their_pick in zip(case["shapes"], tried, ours["picks"], theirs["picks"]):
+        for shape, configs, our_pick, their_pick in zip(case["shapes"], tried, ours["picks"],
+                                                         theirs["picks"]):
             p50 = careful_remeasure(case.get("spec", kernel), shape, configs)
             best = min(p50.values())
             mine.append(p50[json.dumps(our_pick, sort_keys=True)] / best)
             their.append(p50[json.dumps(their_pick, sort_keys=True)] / best)
-            notes.append(f"{'x'.join(map(str, shape))}: ours {our_pick}, autotune {their_pick}, best re-measured "
-                         f"{best:.2f} us ({min(p50, key=p50.get)}), {len(p50)} configs runnable")
+            notes.append(f"{'x'.join(map(str, shape))}: ours {our_pick}, autotune {their_pick}, best "
+                         f"re-measured {best:.2f} us ({min(p50, key=p50.get)}), {len(p50)} configs runnable")
         print(f"{kernel}: ours {ours['seconds']:.1f} s (job {ours['job_seconds']:.1f} s: {ours['phases']}, {ours['statuses']}; "
               f"{ours['ready']}); autotune {theirs['seconds']:.1f} s; " + "; ".join(notes), flush=True)
         shapes = " ".join("x".join(map(str, shape)) for shape in case["shapes"])
         listed = len(_configs(case["space"]))
         count = sum(map(len, tried))
-        label = f"{kernel} {shapes} {DTYPE}" + (f", {case['module']} imports in 5 s" if "module" in case else "")
-        lines.append(f"| {label} | {count if count == listed else f'{count} ({listed} listed)'} | {ours['job_seconds']:.1f} | "
+        label = f"{kernel} {shapes} {DTYPE}" + (f", {case['module']} imports in 5 s" if "module" in case
+                                                else "")
+        tried_count = count if count == listed else f"{count} ({listed} listed)"
+        lines.append(f"| {label} | {tried_count} | {ours['job_seconds']:.1f} | "
                      f"{theirs['seconds']:.1f} | {theirs['seconds'] / ours['job_seconds']:.2f}x | {ours['seconds']:.1f} | "
                      f"{theirs['process_seconds']:.1f} | {theirs['process_seconds'] / ours['seconds']:.2f}x | "
                      f"{100 * (max(mine) - 1):+.2f}% | {100 * (max(their) - 1):+.2f}% |")
@@ -317,9 +326,10 @@ def bench_startup(overrides: list[str]) -> None:
              "| start + finish s | finish: where it went |", "|---|---|---|---|---|---|---|---|---|---|"]
     with tempfile.TemporaryDirectory() as work:
         cache_dir = tempfile.mkdtemp(prefix="triton-cache-startup-")
-        base = [sys.executable, "-m", "runners.sweep", f"store={work}/results.sqlite", f"export_dir={work}/exports",
-                f"logger.dir={work}", *overrides]
-        for run, extra in (("fresh Triton cache and store", []), ("again, warm (force=true)", ["force=true"])):
+        base = [sys.executable, "-m", "runners.sweep", f"store={work}/results.sqlite",
+                f"export_dir={work}/exports", f"logger.dir={work}", *overrides]
+        runs = (("fresh Triton cache and store", []), ("again, warm (force=true)", ["force=true"]))
+        for run, extra in runs:
             run_dir = Path(work) / f"run_{len(lines)}"
             seconds, result = _run(base + [f"hydra.run.dir={run_dir}", *extra], cache_dir)
             print(result.stdout[-4000:], flush=True)
@@ -328,7 +338,7 @@ def bench_startup(overrides: list[str]) -> None:
             where = ", ".join(f"{name.replace('_', ' ')} {value:.2f}" for name, value in finish.items())
             before = summary.get("before_job_seconds")
             lines.append(f"| {run} | {seconds:.1f} | {'-' if before is None else f'{before:.1f}'} | "
-                         + " | ".join(f"{phases[name]:.1f}" for name in ("start", "peaks", "trials", "finalists", "finish"))
+                         + " | ".join(f"{phases[name]:.1f}" for name in PHASES)
                          + f" | {phases['start'] + phases['finish']:.1f} | {where} |")
             print(lines[-1], flush=True)
     print("\n".join(lines))
@@ -337,7 +347,7 @@ def bench_startup(overrides: list[str]) -> None:
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("what", choices=["autotune", "search", "gpus", "startup"])
-    parser.add_argument("overrides", nargs="*", help="startup: overrides of the sweep (default: the README's)")
+    parser.add_argument("overrides", nargs="*", help="startup: the sweep's overrides (default: the README's)")
     parser.add_argument("--kernel", choices=sorted(CASES), action="append")
     parser.add_argument("--gpus", type=int, action="append", help="gpus: these GPU counts only (default 1 and all)")
     args = parser.parse_args(argv)

@@ -2,10 +2,10 @@
 process of their own, `python -m runners.finisher`.
 
 The sweep (runners/sweep.py) starts it with its workers, before it validates its input (a bad input
-closes its stdin: it exits), in a session of its own: it imports what the plots and the summary run need (pandas, matplotlib, runners.plot and with it
-torch and Triton; wandb, whose service it starts) while the workers start and the trials run, instead
-of after them (1.4 s on this CPU-only host, plus 0.25 s of wandb's service on the first run). At the
-end the sweep hands it the
+closes its stdin, and it exits), in a session of its own. It imports what the plots and the summary
+run need (pandas, matplotlib, runners.plot and with it torch and Triton; wandb, whose service it
+starts) while the workers start and the trials run, instead of after them (1.7 s on this CPU-only
+host; the service's start makes the summary run 0.25 s shorter). At the end the sweep hands it the
 plots at once (`draw`: the store, the sweep id, the directory), writes the parquet file, prints the
 table and exports, which are its results and never wait for this process, then hands it the summary
 run (`write_summary`: the exported files, the logger config) and waits (`wait`).
@@ -17,7 +17,7 @@ at the end. What it prints goes to finish.log in the directory, which the sweep 
 output. The sweep waits for the plots at most PLOTS_WAIT_S and for the summary run at most
 SUMMARY_WAIT_S more, then says where the rest will land and goes on: this process finishes on its
 own (in online mode an upload may take a while). The sweep's exit status and printed results never
-depend on it; a sweep that ends before its finish closes its stdin, and it exits.
+depend on it.
 """
 from __future__ import annotations
 
@@ -73,7 +73,8 @@ class Finisher:
     def draw(self, store: str, sweep_id: str, out_dir: Path) -> None:
         """Start the plots of the sweep's rows in `store` (all of them committed by now)."""
         self._log = Path(out_dir) / LOG_NAME
-        self._send({"store": str(store), "sweep_id": sweep_id, "out_dir": str(out_dir), "log": str(self._log)})
+        self._send({"store": str(store), "sweep_id": sweep_id, "out_dir": str(out_dir),
+                    "log": str(self._log)})
 
     def write_summary(self, logger_conf: Optional[dict], exports: list) -> None:
         """Then the W&B summary run with the plots and `exports` (None: no summary run)."""
@@ -139,13 +140,15 @@ class Finisher:
         if status is not None and "done" in status:
             outcome["wandb_summary_seconds"] = status["done"]["wandb_summary_seconds"]
         elif self.process.poll() is None:
-            what = "the W&B summary run is" if outcome["plots"] or status else "the plots and the W&B summary run are"
-            say(f"note: {what} still being made by process {self.process.pid}, in the background; it says what "
-                f"it did in {self._log}")
+            what = ("the W&B summary run is" if outcome["plots"] or status
+                    else "the plots and the W&B summary run are")
+            say(f"note: {what} still being made by process {self.process.pid}, in the background; it says "
+                f"what it did in {self._log}")
             outcome["background"] = True
         else:
-            say(f"warning: the plots and the W&B summary run were not made: the process making them exited "
-                f"with code {self.process.returncode} (its output: {self._log}); the results are not affected")
+            say(f"warning: the plots and the W&B summary run were not made: the process making them "
+                f"exited with code {self.process.returncode} (its output: {self._log}); the results are "
+                "not affected")
         self._close_status()
         return outcome
 

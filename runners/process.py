@@ -298,7 +298,8 @@ class ForkServer(WorkerProcess):
         super().start()
         self.pids, self.exits, self._gone = {}, {}, False
 
-    def fork(self, child_end, new_session: bool, environment: dict, main: Union[Callable, str], args: tuple) -> int:
+    def fork(self, child_end, new_session: bool, environment: dict, main: Union[Callable, str],
+             args: tuple) -> int:
         """Ask for a worker running `main(conn, *args)` on the other end of child_end's pipe; returns
         the request's number. The request waits in the pipe while the server imports. A server gone
         leaves the request unanswered: the worker's pipe then ends, and it counts as died."""

@@ -196,7 +196,8 @@ class Scheduler:
             return True
         if not self.pool_compile_s or not self.gpu_compile_s:
             return False
-        next_binary = min(c.deadline - c.timeout_s for c in in_flight) + statistics.median(self.pool_compile_s)
+        oldest = min(c.deadline - c.timeout_s for c in in_flight)  # when the longest-running compile began
+        next_binary = oldest + statistics.median(self.pool_compile_s)
         return next_binary > time.monotonic() + statistics.median(self.gpu_compile_s)
 
     def _take_to_compile_on_gpu(self, worker: WorkerProcess) -> Optional[Trial]:

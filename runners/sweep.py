@@ -207,7 +207,9 @@ def _start_workers(cfg: DictConfig, workers: int, compilers: int, timing: dict, 
     if not compilers and server is not None:
         server.stop()  # nothing of this job to compile
         server = None
-    pool = compile_pool.compile_workers(compilers, cfg.kernel.name, cfg.kernel.spec, server) if compilers else []
+    pool = []
+    if compilers:
+        pool = compile_pool.compile_workers(compilers, cfg.kernel.name, cfg.kernel.spec, server)
     target = nvml_compile_target() if cfg.backend == "cuda" else None
     scheduler = Scheduler(gpu, pool, cfg.trial_timeout_s, cfg.compile.timeout_s, target)
     try:
@@ -221,9 +223,10 @@ def _start_workers(cfg: DictConfig, workers: int, compilers: int, timing: dict, 
         print(f"note: using the {len(gpu) - len(others)} {first_model} GPU(s) only; not "
               + ", ".join(f"{w.name} ({w.info['gpu_name']})" for w in others))
         scheduler.keep_gpu_workers([w for w in gpu if w not in others])
-    print("ready after " + ", ".join(f"{w.name} {w.ready_s:.1f} s{_start_parts(w.info)}" for w in scheduler.gpu_workers)
-          + (f"; {_server_note(scheduler.server)}; the compile pool has compiled {len(scheduler.built)} configs "
-             "meanwhile" if pool else ""))
+    ready = [f"{w.name} {w.ready_s:.1f} s{_start_parts(w.info)}" for w in scheduler.gpu_workers]
+    print("ready after " + ", ".join(ready)
+          + (f"; {_server_note(scheduler.server)}; the compile pool has compiled {len(scheduler.built)} "
+             "configs meanwhile" if pool else ""))
     return scheduler
 
 
@@ -231,7 +234,7 @@ def _start_parts(info: dict) -> str:
     parts = info.get("start_seconds")
     if not parts:
         return ""
-    return " (" + ", ".join(f"{name.replace('_', ' ')} {seconds:.1f}" for name, seconds in parts.items()) + ")"
+    return " (" + ", ".join(f"{name.replace('_', ' ')} {value:.1f}" for name, value in parts.items()) + ")"
 
 
 def _server_note(server: Optional[ForkServer]) -> str:
@@ -239,7 +242,8 @@ def _server_note(server: Optional[ForkServer]) -> str:
         return "the fork server is still importing"
     modules = ", ".join(server.info["preload"][-1:])  # the kernel's module; torch and triton before it
     failed = f"; could not import {', '.join(server.info['failed'])}" if server.info["failed"] else ""
-    return f"fork server {server.ready_s:.1f} s ({server.info['seconds']:.1f} importing torch, triton, {modules}{failed})"
+    return (f"fork server {server.ready_s:.1f} s ({server.info['seconds']:.1f} importing torch, triton, "
+            f"{modules}{failed})")
 
 
 def run_job(cfg: DictConfig, sweep_id: str, output_dir: Path, finish: bool) -> dict:
@@ -254,7 +258,8 @@ def run_job(cfg: DictConfig, sweep_id: str, output_dir: Path, finish: bool) -> d
         from runners.finisher import Finisher
         from runners.wandb_logger import known_problem
 
-        finisher = Finisher.start(warm_wandb=logger_conf["mode"] != "disabled" and not known_problem(logger_conf))
+        wandb_on = logger_conf["mode"] != "disabled" and not known_problem(logger_conf)
+        finisher = Finisher.start(warm_wandb=wandb_on)
     try:
         spec, trials, search, workers, compilers = validate(cfg)
     except BaseException:
@@ -347,9 +352,10 @@ def run_job(cfg: DictConfig, sweep_id: str, output_dir: Path, finish: bool) -> d
         progress.close()
         store.adopt(reused_ids, sweep_id)
         lap("trials")
+        budget_note = (f"; search budget of {budget_s:g} s reached, {scheduler.not_run} trials not run"
+                       if scheduler.not_run else "")
         print(f"{len(reused_ids)} trials reused from the store for this GPU and versions (force=true re-measures)"
-              + (f"; search budget of {budget_s:g} s reached, {scheduler.not_run} trials not run" if scheduler.not_run else "")
-              + compile_note)
+              + budget_note + compile_note)
         finalist_groups = _run_finalists(cfg, store, sweep_id, scheduler, record, trials, measured_groups)
         lap("finalists")
     except BaseException:
@@ -397,7 +403,7 @@ def run_job(cfg: DictConfig, sweep_id: str, output_dir: Path, finish: bool) -> d
           + f"); W&B logging {logging_seconds:.2f} s of it ({share:.1f}%)")
     if "finish_seconds" in summary or before_job_s is not None:
         parts = summary.get("finish_seconds", {})
-        print("finish " + ", ".join(f"{name.replace('_', ' ')} {seconds:.2f}" for name, seconds in parts.items())
+        print("finish " + ", ".join(f"{name.replace('_', ' ')} {value:.2f}" for name, value in parts.items())
               + (f"; before the job {before_job_s:.1f} s (Python, imports, Hydra's composition)"
                  if before_job_s is not None else ""))
     (output_dir / "summary.json").write_text(json.dumps(summary, indent=2))
@@ -412,9 +418,9 @@ def _compile_note(scheduler: Scheduler) -> str:
     if not scheduler.compilers:
         return ""
     pool, gpu = scheduler.pool_compile_s, scheduler.gpu_compile_s
-    return (f"; compiled: {len(pool)} in the pool ({forked} of {len(scheduler.compilers)} compile workers forked"
-            + (f", median {statistics.median(pool):.2f} s" if pool else "") + f"), {len(scheduler.gpu_compiled)} "
-            "by the GPU workers themselves"
+    return (f"; compiled: {len(pool)} in the pool ({forked} of {len(scheduler.compilers)} compile workers "
+            "forked" + (f", median {statistics.median(pool):.2f} s" if pool else "")
+            + f"), {len(scheduler.gpu_compiled)} by the GPU workers themselves"
             + (f" (median first call {statistics.median(gpu):.2f} s)" if gpu else ""))
 
 
@@ -520,9 +526,9 @@ def finish_sweep(cfg: DictConfig, sweep_id: str, output_dir: Path, finisher=None
     lap("plots_and_W&B_summary")
     if logger_conf["mode"] == "offline" and known_problem(logger_conf) is None:
         print(f"W&B offline runs in {logger_conf['dir']}/wandb; upload with: wandb sync {logger_conf['dir']}/wandb/offline-run-*")
-    return {"parquet": str(parquet), "exports": [str(p) for p in exports], "plots": [str(p) for p in done["plots"]],
-            "wandb_summary_seconds": done["wandb_summary_seconds"], "finish_in_background": done["background"],
-            "finish_seconds": seconds}
+    return {"parquet": str(parquet), "exports": [str(p) for p in exports],
+            "plots": [str(p) for p in done["plots"]], "wandb_summary_seconds": done["wandb_summary_seconds"],
+            "finish_in_background": done["background"], "finish_seconds": seconds}
 
 
 class SweepEndCallback(Callback):
@@ -591,13 +597,15 @@ def main(cfg: DictConfig) -> Optional[dict]:
 
 
 def exit_now() -> None:
-    """End the process without Python's teardown of torch, Triton and pandas (0.47 s on this CPU-only
-    host, measured: a process that imports them exits in 0.47 s, 0.02 s through os._exit), which does
-    nothing for a sweep that has returned: its store, files and logs are closed or flushed here, its
-    workers stopped, and the plots' and summary run's process lives on its own."""
-    import logging
+    """End the process as Python would, less its teardown of the modules (torch, Triton and pandas take
+    0.47 s to tear down on this CPU-only host, measured: a process that imports them exits in 0.47 s,
+    0.02 s through os._exit), which does nothing for a sweep that has returned: its store and files
+    are closed, its workers stopped, the plots' and summary run's process lives on its own. What is
+    registered to run at exit still runs: multiprocessing's clean-up (without it Python's resource
+    tracker reports the W&B queues' semaphores as leaked), the flush of Hydra's job log."""
+    import atexit
 
-    logging.shutdown()  # Hydra's job log (sweep.log)
+    atexit._run_exitfuncs()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)

@@ -218,11 +218,6 @@ class TrialLogger:
         if problems:
             problems = list(dict.fromkeys(problems))  # four processes stopped alike make one phrase
             _warn_once(causes[0] if causes else problems[0], f"W&B: {'; '.join(problems)}; {UNAFFECTED}")
-        # The queues' semaphores are released when the queues are freed: now, not at the interpreter's
-        # teardown, which a sweep skips (runners/sweep.py exit_now), and which would otherwise find them
-        # leaked (Python's resource tracker warns).
-        self._queue.close()
-        self._processes = self._queue = self._results = None
         self.seconds += time.perf_counter() - began
 
 

@@ -194,7 +194,8 @@ def _worker_main(conn, backend: str, kernel_name: str, spec_path: Optional[str],
         imported = time.perf_counter()
         spec = load_spec(kernel_name, spec_path)
         loaded = time.perf_counter()
-        rule = StopRule(timing["min_samples"], timing["min_time_s"], timing["rel_precision"], timing["max_time_s"])
+        rule = StopRule(timing["min_samples"], timing["min_time_s"], timing["rel_precision"],
+                        timing["max_time_s"])
         if backend == "interpret":
             device = torch.device("cpu")
             timer = InterpreterTimer(rule, timing["warmup_s"])
@@ -203,8 +204,9 @@ def _worker_main(conn, backend: str, kernel_name: str, spec_path: Optional[str],
             torch.cuda.set_device(device)
             timer = device_info.cuda_timer(device_index, rule, timing["warmup_s"])
             if timer.method != METHOD_CUPTI:
-                print(f"note: GPU {device_index}: CUPTI kernel records unavailable ({timer.kernel_clock.reason}); "
-                      "rows are timed with CUDA events, launch overhead included")
+                print(f"note: GPU {device_index}: CUPTI kernel records unavailable "
+                      f"({timer.kernel_clock.reason}); rows are timed with CUDA events, launch overhead "
+                      "included")
         info = {**device_info.describe(backend, device_index), "timing_method": timer.method}
     except Exception as error:
         # Said to the parent, not printed: the sweep starts this worker before it has validated its
@@ -244,5 +246,5 @@ def trial_worker(backend: str, kernel_name: str, spec_path: Optional[str], timin
     name = f"worker on GPU {device_index}" if backend == "cuda" else f"interpreter worker {device_index}"
     # A TRITON_INTERPRET=1 left in the shell (or by an interpret job) must not reach a CUDA worker:
     # it would time the interpreter. Its main by name: the parent starts it before importing torch.
-    return WorkerProcess(name, "runners.worker:_worker_main", (backend, kernel_name, spec_path, timing, seed,
-                                                               device_index), interpret=backend == "interpret")
+    args = (backend, kernel_name, spec_path, timing, seed, device_index)
+    return WorkerProcess(name, "runners.worker:_worker_main", args, interpret=backend == "interpret")

@@ -3,7 +3,6 @@ GPU worker compiling a small list itself while the fork server still imports, wo
 validation stopped by a bad input, and the results written whatever the plots and the W&B summary
 run do (runners/process.py, runners/scheduler.py, runners/sweep.py, runners/finisher.py)."""
 import json
-import os
 
 import pandas as pd
 
@@ -94,22 +93,21 @@ def test_a_small_list_is_compiled_by_the_gpu_worker_while_the_fork_server_import
     assert not server_ready
     assert sorted(recorded) == sorted(t.key for t in trials)
     assert all(worker is gpu and result["status"] == "ok" for worker, result in recorded.values())
-    assert scheduler.gpu_compiled == {t.key for t in trials} and scheduler.gpu_compile_s == [0.01] * len(trials)
+    assert scheduler.gpu_compiled == {t.key for t in trials}
+    assert scheduler.gpu_compile_s == [0.01] * len(trials)
     assert all(w.starts == 0 for w in pool)  # no compile worker was ever forked
 
 
-def test_bad_input_stops_the_workers_started_before_validation(tmp_path):
+def test_bad_input_stops_the_workers_started_before_validation(tmp_path, monkeypatch):
     """The trial worker and the fork server start before the input is validated. A bad input must
     neither wait for them (here their import of the kernel's module never ends) nor let them print
     anything: the error names the field, and no process that imported the module outlives the sweep."""
     marker = tmp_path / "imported"
-    os.environ.update(SLOW_IMPORT_S="0", SLOW_IMPORT_MARKER=str(marker), SLOW_IMPORT_UNTIL=str(tmp_path / "never"))
-    try:
-        result = run_sweep(tmp_path, "kernel=external", f"kernel.spec={SLOW}", "kernel.shapes=[[4,64]]",
-                           "kernel.dtypes=[float16]", "timing.min_samples=1", backend="cuda", check=False)
-    finally:
-        for name in ("SLOW_IMPORT_S", "SLOW_IMPORT_MARKER", "SLOW_IMPORT_UNTIL"):
-            del os.environ[name]
+    monkeypatch.setenv("SLOW_IMPORT_S", "0")
+    monkeypatch.setenv("SLOW_IMPORT_MARKER", str(marker))
+    monkeypatch.setenv("SLOW_IMPORT_UNTIL", str(tmp_path / "never"))  # run_sweep passes the environment on
+    result = run_sweep(tmp_path, "kernel=external", f"kernel.spec={SLOW}", "kernel.shapes=[[4,64]]",
+                       "kernel.dtypes=[float16]", "timing.min_samples=1", backend="cuda", check=False)
     assert result.returncode == 2
     assert "timing.min_samples: 1 must be >= " in result.stderr
     assert "Traceback" not in result.stdout + result.stderr
@@ -125,8 +123,9 @@ def test_results_and_the_finish_breakdown_do_not_depend_on_the_plots(tmp_path, m
     fake.mkdir(parents=True)
     (fake / "__init__.py").write_text(FAKE_MATPLOTLIB)
     monkeypatch.setenv("PYTHONPATH", str(tmp_path / "fake"))  # run_sweep puts the repository before it
-    result = run_sweep(tmp_path, "kernel=vector_add", "kernel.shapes=[1000]", "kernel.space.BLOCK_SIZE=[256,512]",
-                       "kernel.space.num_warps=[1]", "kernel.baselines=[torch]", "sweep_id=noplots", check=False)
+    result = run_sweep(tmp_path, "kernel=vector_add", "kernel.shapes=[1000]",
+                       "kernel.space.BLOCK_SIZE=[256,512]", "kernel.space.num_warps=[1]",
+                       "kernel.baselines=[torch]", "sweep_id=noplots", check=False)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output
     warnings = [line for line in output.splitlines() if "warning" in line.lower()]
@@ -173,10 +172,11 @@ def test_a_summary_run_that_hangs_is_left_to_finish_on_its_own(tmp_path, monkeyp
     finally:
         release.touch()
     assert left_running and outcome["background"] and outcome["wandb_summary_seconds"] is None
-    assert sorted(p.name for p in outcome["plots"]) == ["heatmap_softmax.png", "roofline.png", "speedup_softmax.png"]
+    names = ["heatmap_softmax.png", "roofline.png", "speedup_softmax.png"]
+    assert sorted(p.name for p in outcome["plots"]) == names
     assert all(p.stat().st_size > 0 for p in outcome["plots"])
-    assert said[0].startswith("plots: ") and said[-1].startswith(f"note: the W&B summary run is still being made by "
-                                                                    f"process {finisher.process.pid}")
+    note = f"note: the W&B summary run is still being made by process {finisher.process.pid}"
+    assert said[0].startswith("plots: ") and said[-1].startswith(note)
     assert finisher.process.wait(timeout=60) == 0  # it goes on once released, and says what happened
     log = (out / "finish.log").read_text()
     assert "the summary run of sweep s was not written (RuntimeError: fake: the summary run could not" in log
@@ -192,7 +192,8 @@ def test_the_benchmark_small_list_is_what_our_sweep_plans_at_four_shapes():
     tried = bench_speed.tried_configs(case)
     trials = plan_trials(load_spec("softmax", None), {"shapes": case["shapes"], "dtypes": ["float16"],
                                                        "space": case["space"], "baselines": []}, "cuda")
-    planned = [[t.config for t in trials if list(t.shape) == shape and not t.pruned_reason] for shape in case["shapes"]]
+    planned = [[t.config for t in trials if list(t.shape) == shape and not t.pruned_reason]
+               for shape in case["shapes"]]
     assert len(case["shapes"]) == 4 and len(bench_speed._configs(case["space"])) <= 50
     assert tried == planned and all(planned)
 
