@@ -2,7 +2,8 @@
 process of their own, `python -m runners.finisher`.
 
 The sweep (runners/sweep.py) starts it with its workers, before it validates its input (a bad input
-closes its stdin, and it exits), in a session of its own. It imports what the plots and the summary
+closes its stdin, and it exits), or once they are ready on a host with fewer cores than processes
+importing at the start; in a session of its own. It imports what the plots and the summary
 run need (pandas, matplotlib, runners.plot and with it torch and Triton; wandb, whose service it
 starts) while the workers start and the trials run, instead of after them (1.7 s on this CPU-only
 host; the service's start makes the summary run 0.25 s shorter). At the end the sweep hands it the

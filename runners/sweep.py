@@ -9,7 +9,8 @@ when the pool cannot be sooner: runners/scheduler.py), then on a free GPU worker
 and timing, append to the store, queue a W&B run -> the top configs of each (shape, dtype) re-timed
 round-robin (finalists) -> at the end (of the job, or of the whole multirun through SweepEndCallback):
 parquet file, results table, triton.Config export here; plots and the W&B summary run in a process
-started with the workers (runners/finisher.py), waited for a bounded time. Under a launcher that
+started with the workers, or once they are ready on a host of few cores (runners/finisher.py), waited
+for a bounded time. Under a launcher that
 runs the jobs apart (hydra/launcher=local, slurm; runners/launch.py) each job writes a store of its own
 in its job directory, resuming from a copy of the store of record, and the multirun's end merges them
 into the store of record first (runners/merge.py).
@@ -254,12 +255,22 @@ def run_job(cfg: DictConfig, sweep_id: str, output_dir: Path, finish: bool) -> d
     logger_conf = OmegaConf.to_container(cfg.logger, resolve=True, enum_to_str=True)
     early = start_early(cfg, timing)
     finisher = None
-    if finish:  # plots and the summary run: their process imports what they need while the job goes on
+
+    def start_finisher() -> None:
+        """Plots and the summary run: their process imports what they need while the job goes on."""
+        nonlocal finisher
         from runners.finisher import Finisher
         from runners.wandb_logger import known_problem
 
         wandb_on = logger_conf["mode"] != "disabled" and not known_problem(logger_conf)
         finisher = Finisher.start(warm_wandb=wandb_on)
+
+    # With the workers where every process importing at once has a core of its own (this one, the
+    # trial worker, the fork server, the finisher); else once the workers are ready, not to slow their
+    # start (2-core host, interpreter: start 1.5 s, 2.5 s with the finisher's imports beside it).
+    importers = 3 + (early[1] is not None)
+    if finish and (os.cpu_count() or 1) >= importers:
+        start_finisher()
     try:
         spec, trials, search, workers, compilers = validate(cfg)
     except BaseException:
@@ -294,6 +305,8 @@ def run_job(cfg: DictConfig, sweep_id: str, output_dir: Path, finish: bool) -> d
         scheduler = _start_workers(cfg, workers, compilers, timing, batch, early)
         early = (None, None)  # the scheduler's now
         lap("start")
+        if finish and finisher is None:
+            start_finisher()
         env = dict(scheduler.gpu_workers[0].info, kernel_hash=kernel_source_hash(spec))
         if prior is not None:  # this GPU's ceilings, and the rows of this job's trials (none with force=true)
             keys = set() if cfg.force else {t.key for t in trials}
@@ -476,8 +489,7 @@ def _run_finalists(cfg, store, sweep_id: str, scheduler: Scheduler, record, tria
 
 def finish_sweep(cfg: DictConfig, sweep_id: str, output_dir: Path, finisher=None, logger=None) -> dict:
     """After the last trial of a sweep. Here, the results: parquet, table, export. Beside them, in the
-    finishing process (runners/finisher.py; started now unless the job started it with its
-    workers): the plots, drawn while this process writes the results, then the W&B summary run, once the
+    finishing process (runners/finisher.py; started now unless the job started it): the plots, drawn while this process writes the results, then the W&B summary run, once the
     trial runs are written (`logger.close()`, whose warnings decide whether there is a summary run);
     each waited for a bounded time. Returns what was written, and `finish_seconds`: where the finish's
     seconds went, in the order they were spent."""
