@@ -1,14 +1,27 @@
 """Sweep speed on a GPU (a benchmark, not a test): prints the tables BENCHMARKS.md records.
 
-    python -m runners.bench_speed autotune [--kernel matmul|softmax]   # our sweep vs @triton.autotune
+    python -m runners.bench_speed autotune [--kernel matmul|softmax|slow_import]   # ours vs @triton.autotune
     python -m runners.bench_speed search                               # Optuna and random vs the grid
     python -m runners.bench_speed gpus                                 # throughput on 1 GPU vs all visible
+    python -m runners.bench_speed startup [OVERRIDES...]               # where a sweep's start and finish go
 
 autotune: the same kernel, the same list of configs, each side with a fresh Triton cache of its own:
   theirs = the first call of @triton.autotune over triton.Configs of the same list, in a fresh process
   (compile + do_bench of every config, one after another).
   Then an exhaustive careful re-measure of every config, round-robin on one GPU (runners/timing.py's
   interleaved timer, every median to 0.2% or 10 s), and each side's pick against the best there.
+  Two large lists (96 matmul configs, 72 softmax configs, one shape each), and a small one of a kernel
+  whose module imports slowly: slow_import, tests/slow_import_kernel.py (kernels/softmax.py's kernel
+  behind a module whose import sleeps 5 s, as a large kernel library's import takes seconds; a sleep
+  holds no CPU, which a real import would), 4 shapes, 30 configs listed, those the kernel's constraints
+  keep at each shape (~11) tried there. Both sides import that module: autotune's process once, our
+  sweep in its own process, its trial worker and its fork server, at once. Its "pick vs best" is the
+  worst over the 4 shapes.
+
+startup: the README sweep (or the OVERRIDES' sweep, e.g. backend=interpret with tiny shapes on a CPU),
+  first on a fresh Triton cache and store, then again on the same ones with force=true; each run's
+  command seconds and its phase line: the seconds before the job (Python, imports, Hydra), start,
+  peaks, trials, finalists, finish and where the finish went.
 """
 from __future__ import annotations
 
@@ -21,16 +34,23 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Optional
 
-# The lists both sides get: 96 matmul configs at 4096^3 fp16 and 72 softmax configs at 8192x8192 fp16.
+# The lists both sides get: 96 matmul configs at 4096^3 fp16 and 72 softmax configs at 8192x8192 fp16;
+# 30 softmax configs over 4 shapes behind a slow import (those valid at a shape are tried there).
 CASES = {
-    "matmul": {"shape": [4096, 4096, 4096], "space": {
+    "matmul": {"shapes": [[4096, 4096, 4096]], "space": {
         "BLOCK_M": [64, 128], "BLOCK_N": [64, 128, 256], "BLOCK_K": [32, 64], "GROUP_M": [8],
         "num_warps": [4, 8], "num_stages": [2, 3, 4, 5]}},
-    "softmax": {"shape": [8192, 8192], "space": {
+    "softmax": {"shapes": [[8192, 8192]], "space": {
         "BLOCK_SIZE": [8192, 16384, 32768], "num_warps": [1, 2, 4, 8, 16, 32], "num_stages": [1, 2, 3, 4]}},
+    "slow_import": {"shapes": [[4096, 1024], [4096, 2048], [4096, 4096], [4096, 8192]], "space": {
+        "BLOCK_SIZE": [1024, 2048, 4096, 8192, 16384], "num_warps": [1, 2, 4, 8, 16, 32], "num_stages": [1]},
+        "spec_path": "tests.slow_import_kernel:SPEC", "module": "tests.slow_import_kernel", "spec": "softmax",
+        "pruned": True},
 }
 DTYPE = "float16"
+PHASES = ("start", "peaks", "trials", "finalists", "finish")  # a sweep's phase line, in order
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -48,16 +68,23 @@ def _run(args: list[str], cache_dir: str, **env) -> tuple[float, subprocess.Comp
     return seconds, result
 
 
-def _space_overrides(space: dict) -> list[str]:
-    return [f"kernel.space.{name}=[{','.join(map(str, values))}]" for name, values in space.items()]
+def _space_overrides(space: dict, add: bool = False) -> list[str]:
+    """kernel.space overrides; `add` for an external kernel, whose conf has no space entries to override."""
+    prefix = "+kernel.space" if add else "kernel.space"
+    return [f"{prefix}.{name}=[{','.join(map(str, values))}]" for name, values in space.items()]
 
 
-def our_sweep(kernel: str, shape: list[int], space: dict, work: Path, extra: list[str] = ()) -> dict:
+def our_sweep(kernel: str, shapes: list, space: dict, work: Path, extra: list[str] = (),
+              spec_path: Optional[str] = None) -> dict:
+    """Our sweep of `kernel` (a builtin, or "external" with its `spec_path`) at `shapes`, in a fresh
+    Triton cache: seconds of the command and of the job, and our pick at each shape."""
     sweep_id = f"speed_{kernel}_{time.time_ns()}"
-    args = [sys.executable, "-m", "runners.sweep", f"kernel={kernel}", f"kernel.shapes=[{shape}]",
+    shape_list = ",".join(json.dumps(shape).replace(" ", "") for shape in shapes)
+    args = [sys.executable, "-m", "runners.sweep", f"kernel={kernel}", f"kernel.shapes=[{shape_list}]",
             f"kernel.dtypes=[{DTYPE}]", "kernel.baselines=[]", "timing=screen", "logger.mode=disabled",
             f"store={work}/results.sqlite", f"export_dir={work}/exports", f"hydra.run.dir={work}/run",
-            f"sweep_id={sweep_id}", *_space_overrides(space), *extra]
+            f"sweep_id={sweep_id}", *([f"kernel.spec={spec_path}"] if spec_path else []),
+            *_space_overrides(space, add=bool(spec_path)), *extra]
     cache_dir = tempfile.mkdtemp(prefix="triton-cache-ours-")
     seconds, result = _run(args, cache_dir)
     summary = json.loads((work / "run" / "summary.json").read_text())
@@ -68,63 +95,93 @@ def our_sweep(kernel: str, shape: list[int], space: dict, work: Path, extra: lis
     rows = store.load(sweep_id=sweep_id)
     store.close()
     ok = rows[(rows["status"] == "ok")]
-    pick = json.loads(ok.loc[winner(ok)]["config"])
+    picks = [json.loads(ok.loc[winner(ok[ok["shape"] == json.dumps(shape)])]["config"]) for shape in shapes]
     ready = next((line for line in result.stdout.splitlines() if line.startswith("ready after")), "")
-    return {"seconds": seconds, "job_seconds": summary["wall_seconds"], "pick": pick, "rows": rows,
+    return {"seconds": seconds, "job_seconds": summary["wall_seconds"], "picks": picks, "rows": rows,
             "statuses": summary["statuses"], "phases": summary["phase_seconds"], "ready": ready,
             "cache_dir": cache_dir}
 
 
 def measure_peaks_once(work: Path) -> None:
     """A one-config sweep in the benchmark's store: the ceilings are measured there, once."""
-    our_sweep("vector_add", [1 << 20], {"BLOCK_SIZE": [1024], "num_warps": [4]}, work, ["finalists.top_k=0"])
+    our_sweep("vector_add", [[1 << 20]], {"BLOCK_SIZE": [1024], "num_warps": [4]}, work,
+              ["finalists.top_k=0"])
 
 
 AUTOTUNE_SCRIPT = r'''
-import json, sys, time, torch, triton
-kernel, shape, configs = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3])
-triton_configs = [triton.Config({k: v for k, v in c.items() if k not in ("num_warps", "num_stages")},
-                                num_warps=c["num_warps"], num_stages=c["num_stages"]) for c in configs]
+import importlib, json, sys, time
+kernel, cases, module = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3]
+if module:
+    importlib.import_module(module)  # a kernel library's import is part of its process, as of our sweep's
+import torch, triton
+
+
+def triton_configs(configs):
+    return [triton.Config({k: v for k, v in c.items() if k not in ("num_warps", "num_stages")},
+                          num_warps=c["num_warps"], num_stages=c["num_stages"]) for c in configs]
+
+
 torch.manual_seed(0)
-if kernel == "matmul":
-    from kernels.matmul import _matmul_kernel as fn
-    M, N, K = shape
-    a, b = torch.randn(M, K, device="cuda", dtype=torch.float16), torch.randn(K, N, device="cuda", dtype=torch.float16)
-    out = torch.empty(M, N, device="cuda", dtype=torch.float16)
-    tuned = triton.autotune(configs=triton_configs, key=["M", "N", "K"])(fn)
-    grid = lambda meta: (triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]),)
-    call = lambda: tuned[grid](out, a, b, a, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
-                               out.stride(0), out.stride(1), HAS_BIAS=False, ACTIVATION=0, EXACT_FP32=False,
-                               INT64_OFFSETS=False)
-else:
-    from kernels.softmax import _softmax_kernel as fn
-    x = torch.randn(*shape, device="cuda", dtype=torch.float16)
-    out = torch.empty_like(x)
-    tuned = triton.autotune(configs=triton_configs, key=["n_cols"])(fn)
-    call = lambda: tuned[lambda meta: (shape[0],)](out, x, shape[1], x.stride(0), out.stride(0))
+calls, tuners = [], []
+for shape, configs in cases:  # one @triton.autotune per shape, over the configs tried at that shape
+    if kernel == "matmul":
+        from kernels.matmul import _matmul_kernel as fn
+        M, N, K = shape
+        a = torch.randn(M, K, device="cuda", dtype=torch.float16)
+        b = torch.randn(K, N, device="cuda", dtype=torch.float16)
+        out = torch.empty(M, N, device="cuda", dtype=torch.float16)
+        tuned = triton.autotune(configs=triton_configs(configs), key=["M", "N", "K"])(fn)
+        grid = lambda meta, M=M, N=N: (triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]),)
+        calls.append(lambda tuned=tuned, a=a, b=b, out=out, grid=grid, M=M, N=N, K=K: tuned[grid](
+            out, a, b, a, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0),
+            out.stride(1), HAS_BIAS=False, ACTIVATION=0, EXACT_FP32=False, INT64_OFFSETS=False))
+    else:
+        from kernels.softmax import _softmax_kernel as fn
+        x = torch.randn(*shape, device="cuda", dtype=torch.float16)
+        out = torch.empty_like(x)
+        tuned = triton.autotune(configs=triton_configs(configs), key=["n_cols"])(fn)
+        calls.append(lambda tuned=tuned, x=x, out=out, shape=shape: tuned[lambda meta: (shape[0],)](
+            out, x, shape[1], x.stride(0), out.stride(0)))
+    tuners.append(tuned)
 torch.cuda.synchronize()
 began = time.perf_counter()
-call()
+for call in calls:
+    call()
 torch.cuda.synchronize()
 seconds = time.perf_counter() - began
-best = tuned.best_config
-pick = {**best.kwargs, "num_warps": best.num_warps, "num_stages": best.num_stages}
-print("RESULT " + json.dumps({"seconds": seconds, "pick": pick}))
+picks = [{**t.best_config.kwargs, "num_warps": t.best_config.num_warps,
+          "num_stages": t.best_config.num_stages} for t in tuners]
+print("RESULT " + json.dumps({"seconds": seconds, "picks": picks}))
 '''
+
+
+def tried_configs(case: dict) -> list[list[dict]]:
+    """Per shape, the configs both sides try there: the whole list, or (a case marked "pruned") those
+    the kernel's constraints keep at that shape, as our sweep plans them."""
+    configs = _configs(case["space"])
+    if not case.get("pruned"):
+        return [configs for _ in case["shapes"]]
+    from runners.trials import load_spec
+
+    spec = load_spec(case["spec"], None)
+    return [[c for c in configs if not spec.constraints(tuple(shape), DTYPE, c)] for shape in case["shapes"]]
 
 
 def autotune_first_call(kernel: str) -> dict:
     case = CASES[kernel]
-    process_seconds, result = _run([sys.executable, "-c", AUTOTUNE_SCRIPT, kernel, json.dumps(case["shape"]),
-                                    json.dumps(_configs(case["space"]))], tempfile.mkdtemp(prefix="triton-cache-autotune-"))
+    cases = list(zip(case["shapes"], tried_configs(case)))
+    args = [sys.executable, "-c", AUTOTUNE_SCRIPT, case.get("spec", kernel), json.dumps(cases),
+            case.get("module", "")]
+    process_seconds, result = _run(args, tempfile.mkdtemp(prefix="triton-cache-autotune-"))
     line = next(l for l in result.stdout.splitlines() if l.startswith("RESULT "))
     # process_seconds: the whole process (Python start, imports, inputs, the first call, exit), the
     # counterpart of our command's seconds
     return {**json.loads(line[len("RESULT "):]), "process_seconds": process_seconds}
 
 
-def careful_remeasure(kernel: str, configs: list[dict]) -> dict[str, float]:
-    """p50 (us) of every config, all timed round-robin until each median is known to 0.2%, or 10 s."""
+def careful_remeasure(kernel: str, shape: list, configs: list[dict]) -> dict[str, float]:
+    """p50 (us) of every config at `shape`, all timed round-robin until each median is known to 0.2%, or
+    10 s."""
     import torch
 
     from runners.device import cuda_timer
@@ -132,8 +189,7 @@ def careful_remeasure(kernel: str, configs: list[dict]) -> dict[str, float]:
     from runners.trials import load_spec
 
     spec = load_spec(kernel, None)
-    case = CASES[kernel]
-    inputs = spec.make_inputs(tuple(case["shape"]), torch.float16, 0, torch.device("cuda"))
+    inputs = spec.make_inputs(tuple(shape), torch.float16, 0, torch.device("cuda"))
     rule = StopRule(min_samples=50, min_time_s=0.5, rel_precision=0.002, max_time_s=10.0)
     timer = cuda_timer(0, rule, warmup_s=0.1)
     runnable, runs = [], []
@@ -158,26 +214,36 @@ def bench_autotune(kernels: list[str]) -> None:
              "|---|---|---|---|---|---|---|---|---|---|"]
     for kernel in kernels:
         case = CASES[kernel]
-        configs = _configs(case["space"])
+        tried = tried_configs(case)
         with tempfile.TemporaryDirectory() as work:
             measure_peaks_once(Path(work))
-            ours = our_sweep(kernel, case["shape"], case["space"], Path(work))
+            ours = our_sweep("external" if "spec_path" in case else kernel, case["shapes"], case["space"],
+                             Path(work), spec_path=case.get("spec_path"))
         theirs = autotune_first_call(kernel)
         # The re-measure is neither side's time: it loads our side's binaries instead of compiling
         # every config again, one after another, in this process.
         os.environ["TRITON_CACHE_DIR"] = ours["cache_dir"]
-        p50 = careful_remeasure(kernel, configs)
-        best = min(p50.values())
-        mine = p50[json.dumps(ours["pick"], sort_keys=True)] / best
-        their = p50[json.dumps(theirs["pick"], sort_keys=True)] / best
+        mine, their, notes = [], [], []
+        for shape, configs, our_pick, their_pick in zip(case["shapes"], tried, ours["picks"],
+                                                         theirs["picks"]):
+            p50 = careful_remeasure(case.get("spec", kernel), shape, configs)
+            best = min(p50.values())
+            mine.append(p50[json.dumps(our_pick, sort_keys=True)] / best)
+            their.append(p50[json.dumps(their_pick, sort_keys=True)] / best)
+            notes.append(f"{'x'.join(map(str, shape))}: ours {our_pick}, autotune {their_pick}, best "
+                         f"re-measured {best:.2f} us ({min(p50, key=p50.get)}), {len(p50)} configs runnable")
         print(f"{kernel}: ours {ours['seconds']:.1f} s (job {ours['job_seconds']:.1f} s: {ours['phases']}, {ours['statuses']}; "
-              f"{ours['ready']}), pick {ours['pick']}; "
-              f"autotune {theirs['seconds']:.1f} s, pick {theirs['pick']}; best re-measured {best:.2f} us "
-              f"({min(p50, key=p50.get)}), {len(p50)} configs runnable", flush=True)
-        lines.append(f"| {kernel} {'x'.join(map(str, case['shape']))} {DTYPE} | {len(configs)} | {ours['job_seconds']:.1f} | "
+              f"{ours['ready']}); autotune {theirs['seconds']:.1f} s; " + "; ".join(notes), flush=True)
+        shapes = " ".join("x".join(map(str, shape)) for shape in case["shapes"])
+        listed = len(_configs(case["space"]))
+        count = sum(map(len, tried))
+        label = f"{kernel} {shapes} {DTYPE}" + (f", {case['module']} imports in 5 s" if "module" in case
+                                                else "")
+        tried_count = count if count == listed else f"{count} ({listed} listed)"
+        lines.append(f"| {label} | {tried_count} | {ours['job_seconds']:.1f} | "
                      f"{theirs['seconds']:.1f} | {theirs['seconds'] / ours['job_seconds']:.2f}x | {ours['seconds']:.1f} | "
                      f"{theirs['process_seconds']:.1f} | {theirs['process_seconds'] / ours['seconds']:.2f}x | "
-                     f"{100 * (mine - 1):+.2f}% | {100 * (their - 1):+.2f}% |")
+                     f"{100 * (max(mine) - 1):+.2f}% | {100 * (max(their) - 1):+.2f}% |")
         print(lines[-1], flush=True)  # each kernel's row as soon as it is measured
     print("\n".join(lines))
 
@@ -196,7 +262,7 @@ def bench_search(seeds=(0, 1), spent=(8, 16, 32, 64)) -> None:
                                              "finalists.top_k=0", "force=true"])
             for method in ("random", "optuna") for seed in seeds]
         for name, extra in runs:
-            result = our_sweep("matmul", [4096, 4096, 4096], space, work, extra)
+            result = our_sweep("matmul", [[4096, 4096, 4096]], space, work, extra)
             ok = result["rows"].sort_values("id")
             ok = ok[(ok["status"] == "ok") & (ok["phase"] == "screen")]
             measured = result["rows"][result["rows"]["status"] != "pruned"].sort_values("id")
@@ -254,18 +320,47 @@ def bench_gpus(counts=None) -> None:
         print(f"measuring throughput on {count} GPUs / on 1: {rates[count] / rates[1]:.2f}x")
 
 
+def bench_startup(overrides: list[str]) -> None:
+    """The README sweep (or the overrides'), cold then warm: command seconds and its phase line."""
+    lines = ["| run | command s | before the job s | start s | peaks s | trials s | finalists s | finish s "
+             "| start + finish s | finish: where it went |", "|---|---|---|---|---|---|---|---|---|---|"]
+    with tempfile.TemporaryDirectory() as work:
+        cache_dir = tempfile.mkdtemp(prefix="triton-cache-startup-")
+        base = [sys.executable, "-m", "runners.sweep", f"store={work}/results.sqlite",
+                f"export_dir={work}/exports", f"logger.dir={work}", *overrides]
+        runs = (("fresh Triton cache and store", []), ("again, warm (force=true)", ["force=true"]))
+        for run, extra in runs:
+            run_dir = Path(work) / f"run_{len(lines)}"
+            seconds, result = _run(base + [f"hydra.run.dir={run_dir}", *extra], cache_dir)
+            print(result.stdout[-4000:], flush=True)
+            summary = json.loads((run_dir / "summary.json").read_text())
+            phases, finish = summary["phase_seconds"], summary.get("finish_seconds", {})
+            where = ", ".join(f"{name.replace('_', ' ')} {value:.2f}" for name, value in finish.items())
+            before = summary.get("before_job_seconds")
+            lines.append(f"| {run} | {seconds:.1f} | {'-' if before is None else f'{before:.1f}'} | "
+                         + " | ".join(f"{phases[name]:.1f}" for name in PHASES)
+                         + f" | {phases['start'] + phases['finish']:.1f} | {where} |")
+            print(lines[-1], flush=True)
+    print("\n".join(lines))
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("what", choices=["autotune", "search", "gpus"])
+    parser.add_argument("what", choices=["autotune", "search", "gpus", "startup"])
+    parser.add_argument("overrides", nargs="*", help="startup: the sweep's overrides (default: the README's)")
     parser.add_argument("--kernel", choices=sorted(CASES), action="append")
     parser.add_argument("--gpus", type=int, action="append", help="gpus: these GPU counts only (default 1 and all)")
     args = parser.parse_args(argv)
+    if args.overrides and args.what != "startup":
+        parser.error(f"overrides: only the startup benchmark takes them, not {args.what}")
     if args.what == "autotune":
-        bench_autotune(args.kernel or ["matmul", "softmax"])
+        bench_autotune(args.kernel or ["matmul", "softmax", "slow_import"])
     elif args.what == "search":
         bench_search()
-    else:
+    elif args.what == "gpus":
         bench_gpus(args.gpus)
+    else:
+        bench_startup(args.overrides)
 
 
 if __name__ == "__main__":

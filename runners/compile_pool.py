@@ -8,6 +8,8 @@ a fresh allocation are all Triton specializes on) and every @triton.jit launch i
 (JITFunction.run with warmup=True). The binary lands in the Triton cache (TRITON_CACHE_DIR), where the
 GPU worker's first call finds it and only loads it.
 
+The workers are forked from a fork server (runners/process.py) that imported torch, Triton and the
+kernel's module once, before the first fork: a module that takes seconds to import costs them nothing.
 Each worker is the leader of its own process group: a compile past its timeout is killed with every
 child it started (ptxas). Outcomes: None (built, with the shared memory it needs), compile_error
 (Triton's CompilationError, or the compiler process died), out_of_resources (Triton's OutOfResources),
@@ -19,11 +21,13 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from runners import check
-from runners.process import WorkerProcess
-from runners.trials import Trial
+from runners.process import ForkServer, WorkerProcess
+
+if TYPE_CHECKING:  # runners.trials imports torch and triton: the sweep imports this module before them
+    from runners.trials import Trial
 
 BUILT = None  # the outcome of a successful compile
 DEFERRED = "deferred"  # not decided here; the GPU worker compiles it
@@ -110,10 +114,34 @@ def _outcome(status: Optional[str], message: Optional[str], began: float) -> dic
             "compile_s": time.perf_counter() - began}
 
 
-def compile_workers(count: int, kernel_name: str, spec_path: Optional[str]) -> list[WorkerProcess]:
+def kernel_module(kernel_name: str, spec_path: Optional[str]) -> Optional[str]:
+    """The module that defines the kernel's KernelSpec, named without importing anything heavy: a
+    builtin's from kernels.BUILTIN, an external kernel's from kernel.spec ("pkg.mod:SPEC" -> "pkg.mod").
+    None where neither names one (validation says what is wrong)."""
+    from kernels import BUILTIN
+
+    target = spec_path if kernel_name == "external" else BUILTIN.get(kernel_name)
+    module, colon, attr = (target or "").partition(":")
+    return module if module and colon and attr else None
+
+
+def fork_server(kernel_name: str, spec_path: Optional[str]) -> ForkServer:
+    """A fork server (not started) that imports torch, Triton, this module and the kernel's module
+    once: a kernel library whose import takes seconds is imported there, not again in every compile
+    worker (17 processes importing one at once on a 16-core host made a sweep's start 22 s)."""
+    preload = ("torch", "triton", "runners.trials", "runners.compile_pool")
+    module = kernel_module(kernel_name, spec_path)
+    return ForkServer(preload + ((module,) if module else ()))
+
+
+def compile_workers(count: int, kernel_name: str, spec_path: Optional[str],
+                    server: Optional[ForkServer] = None) -> list[WorkerProcess]:
+    """`count` compile workers, none started, all forked from `server` (a new one when None). The
+    scheduler forks them as the work needs them (runners/scheduler.py)."""
+    server = server or fork_server(kernel_name, spec_path)
     return [WorkerProcess(f"compile worker {i}", _compile_main, (kernel_name, spec_path), new_session=True,
                           interpret=False,  # the real compiler, whatever the shell or backend says
-                          preload=("torch", "triton", "runners.compile_pool"))
+                          server=server)
             for i in range(count)]
 
 

@@ -1,14 +1,29 @@
 """Feeds trials through the compile pool and the GPU workers at the same time.
 
-While the GPU workers start (imports, CUDA context, flush buffer: seconds), the pool already compiles
-the first batch for the compile target read through NVML. Then a trial of the kernel goes to a compile
-worker (backend=cuda with a pool), then, built, to the first free GPU worker, preferring one whose last
-trial had the same (shape, dtype) (its inputs and float64 reference are cached there). Baselines need
-no compile. While the GPUs time the first configs, the pool compiles the next ones. Every trial ends
-in exactly one call of `record`, whatever happens to the processes running it.
+While the GPU workers start (imports, CUDA context, flush buffer: seconds), the fork server imports
+torch, Triton and the kernel's module, and from then on the pool compiles the first batch for the
+compile target read through NVML. Then a trial of the kernel goes to a compile worker (backend=cuda
+with a pool), then, built, to the first free GPU worker, preferring one whose last trial had the same
+(shape, dtype) (its inputs and float64 reference are cached there). Baselines need no compile. While
+the GPUs time the first configs, the pool compiles the next ones. Every trial ends in exactly one call
+of `record`, whatever happens to the processes running it.
+
+Who compiles a config, decided as the job goes, from what this job measures:
+- A GPU worker with nothing built to time compiles the next config itself (its first call compiles
+  it) when the pool cannot hand it a binary sooner: nothing is compiling in the pool, or the pool's
+  next binary is due (its oldest compile in flight plus the median compile seconds of the pool in
+  this job) later than the GPU worker would take (the median first call of the configs GPU workers
+  compiled in this job). Until both figures exist, only when nothing is compiling in the pool. So a
+  GPU worker never waits for a pool that is still starting.
+- Compile workers are forked once the fork server has imported everything, one per config waiting
+  for a compile (queued or compiling), up to compile.workers, and more when the search adds configs.
+  A list the GPU workers have taken by then gets no compile worker: the pool is skipped for a small
+  list whose compiles all fit in the fork server's start (a kernel module that imports slowly, say),
+  and grows to its full size for a large one.
 """
 from __future__ import annotations
 
+import statistics
 import time
 from collections import deque
 from typing import Callable, Optional
@@ -28,6 +43,9 @@ class Scheduler:
         """`target`: what the pool compiles for until `set_device` gives the GPU's own (None: nothing
         is compiled before then)."""
         self.gpu_workers, self.compilers = gpu_workers, compilers
+        # The fork server the compile workers come from (one per job); it takes part in `drive` until it
+        # is ready, so that its ready message wakes the loop to fork them.
+        self.server = next((w.server for w in compilers if w.server is not None), None)
         self.trial_timeout_s, self.compile_timeout_s = trial_timeout_s, compile_timeout_s
         self.target, self.max_shared_bytes = target, None
         self.record: Callable[[Optional[WorkerProcess], Trial, dict], None] = lambda worker, trial, result: None
@@ -45,21 +63,25 @@ class Scheduler:
         self._starting = False
         self._on_finalists: Optional[Callable] = None
         self._final_rule: dict = {}
+        self.pool_compile_s: list[float] = []  # seconds of each compile in the pool, this job
+        self.gpu_compile_s: list[float] = []  # first-call seconds of each config a GPU worker compiled
+        self.gpu_compiled: set[str] = set()  # keys of the configs GPU workers compiled themselves
 
     # --- start-up ---------------------------------------------------------------------------
     def start(self, ahead: list[Trial]) -> None:
-        """Start every worker and return once every GPU worker is ready; meanwhile the pool compiles
-        `ahead` (the first batch) if the target is known. Raises WorkerStartError."""
-        # The GPU workers first: the first compile worker's start waits while the fork server imports.
-        for worker in self.gpu_workers + self.compilers:
-            worker.start()
+        """Start the GPU workers and the fork server (those not started yet: the sweep starts some
+        before it validates its input) and return once every GPU worker is ready; meanwhile the pool
+        compiles `ahead` (the first batch) if the target is known. Raises WorkerStartError."""
+        for worker in self.gpu_workers + ([self.server] if self.server is not None else []):
+            if worker.process is None:
+                worker.start()
         if self.target is not None:
             for trial in ahead:
                 if self._needs_compile(trial):
                     self._queue_compile(trial)
         self._starting = True
         try:
-            drive(self.gpu_workers + self.compilers, self._assign, self._deliver, self._pending,
+            drive(self._workers(), self._assign, self._deliver, self._pending,
                   until=lambda: all(worker.ready for worker in self.gpu_workers))
         finally:
             self._starting = False
@@ -76,10 +98,15 @@ class Scheduler:
         self.target, self.max_shared_bytes, self.peaks = target, max_shared_bytes, peaks
 
     def stop_compilers(self) -> None:
-        """Kill the pool (it holds nothing worth a graceful exit) once no more compiles will come."""
+        """Kill the pool and its fork server (they hold nothing worth a graceful exit) once no more
+        compiles will come: every worker signalled first, then each reaped."""
+        for worker in self.compilers:
+            worker.kill()
         for worker in self.compilers:
             worker.stop()
-        self.compilers = []
+        if self.server is not None:
+            self.server.stop()
+        self.compilers, self.server = [], None
 
     # --- the two kinds of work --------------------------------------------------------------
     def run(self, trials: list[Trial], record: Callable, deadline: float = float("inf")) -> None:
@@ -112,8 +139,13 @@ class Scheduler:
         self._drive()
 
     # --- the loop ---------------------------------------------------------------------------
+    def _workers(self) -> list[WorkerProcess]:
+        # GPU workers first: within one turn of the loop they take what they will compile themselves
+        # before the pool is asked to grow.
+        return self.gpu_workers + ([self.server] if self.server is not None else []) + self.compilers
+
     def _drive(self) -> None:
-        drive(self.gpu_workers + self.compilers, self._assign, self._deliver, self._pending)
+        drive(self._workers(), self._assign, self._deliver, self._pending)
         if time.monotonic() >= self.deadline:
             self.not_run += len(self.wanted) + len(self.ready)
             self.to_compile.clear()
@@ -135,12 +167,55 @@ class Scheduler:
     def _pending(self, worker: WorkerProcess) -> bool:
         if time.monotonic() >= self.deadline:
             return False
+        if worker is self.server:
+            return not worker.ready and bool(self.to_compile)
         if self._is_compiler(worker):
+            if worker.process is None:
+                return self._wants_compile_worker()
             return bool(self.to_compile)
-        return self._starting or bool(self.ready or self.finalist_groups)
+        return self._starting or bool(self.ready or self.finalist_groups) or self._stealable()
+
+    def _wants_compile_worker(self) -> bool:
+        """Whether to fork one more compile worker: the fork server is ready, and fewer have been
+        forked than configs wait for a compile (queued, or compiling now)."""
+        if not self.to_compile or (self.server is not None and not self.server.ready):
+            return False
+        started = sum(c.process is not None for c in self.compilers)
+        compiling = sum(c.task is not None and c.task != "start" for c in self.compilers)
+        return started < compiling + len(self.to_compile)
+
+    def _stealable(self) -> bool:
+        """Whether a config of run() waits in the queue for the pool (not one compiled ahead only)."""
+        return any(t.key in self.wanted for t in self.to_compile)
+
+    def _may_compile_on_gpu(self) -> bool:
+        """The rule of the module docstring: a GPU worker compiles a config itself only when the pool
+        cannot hand it one sooner."""
+        in_flight = [c for c in self.compilers if c.task is not None and c.task != "start"]
+        if not in_flight:
+            return True
+        if not self.pool_compile_s or not self.gpu_compile_s:
+            return False
+        oldest = min(c.deadline - c.timeout_s for c in in_flight)  # when the longest-running compile began
+        next_binary = oldest + statistics.median(self.pool_compile_s)
+        return next_binary > time.monotonic() + statistics.median(self.gpu_compile_s)
+
+    def _take_to_compile_on_gpu(self, worker: WorkerProcess) -> Optional[Trial]:
+        """The next config waiting for the pool, taken out of it for `worker` to compile and run,
+        one of its last (shape, dtype) if any; None when there is none or the pool will be sooner."""
+        if not self._stealable() or not self._may_compile_on_gpu():
+            return None
+        group = self.last_group.get(id(worker))
+        waiting = [t for t in self.to_compile if t.key in self.wanted]
+        trial = next((t for t in waiting if (t.shape, t.dtype) == group), waiting[0])
+        self.to_compile.remove(trial)
+        self.compiling.discard(trial.key)
+        del self.wanted[trial.key]
+        self.gpu_compiled.add(trial.key)
+        return trial
 
     def _assign(self, worker: WorkerProcess):
-        if time.monotonic() >= self.deadline:
+        if time.monotonic() >= self.deadline or worker is self.server:
             return None
         if self._is_compiler(worker):
             if not self.to_compile:
@@ -154,6 +229,11 @@ class Scheduler:
             trial = self.ready.pop(index)
             self.last_group[id(worker)] = (trial.shape, trial.dtype)
             return ("trial", trial, self.peaks), ("trial", trial), self.trial_timeout_s, f"running {trial.label}"
+        trial = self._take_to_compile_on_gpu(worker)
+        if trial is not None:
+            self.last_group[id(worker)] = (trial.shape, trial.dtype)
+            return (("trial", trial, self.peaks), ("trial", trial), self.trial_timeout_s,
+                    f"compiling and running {trial.label}")
         if not self.finalist_groups:
             return None
         trials = self.finalist_groups.popleft()
@@ -177,6 +257,8 @@ class Scheduler:
                 worker.stop()  # it is exiting anyway; never hand it the next trial
             if payload.key in self.compile_s:
                 result["compile_s"] = self.compile_s.pop(payload.key)
+            elif payload.key in self.gpu_compiled and result.get("first_call_s") is not None:
+                self.gpu_compile_s.append(result["first_call_s"])
             self.record(worker, payload, result)
         else:
             results = answer if lost is None else [{"status": lost.status, "message": str(lost)}]
@@ -193,6 +275,8 @@ class Scheduler:
         if lost is not None:  # hung past the compile timeout, or the compiler process died
             status = check.STATUS_TIMEOUT if lost.status == check.STATUS_TIMEOUT else check.STATUS_COMPILE_ERROR
             outcome = {"status": status, "message": f"compile: {lost}", "compile_s": None}
+        elif outcome.get("compile_s") is not None:
+            self.pool_compile_s.append(outcome["compile_s"])
         self.built[trial.key] = outcome
         if trial.key in self.wanted:
             self._settle(trial.key)

@@ -1,15 +1,23 @@
 """Sweep a Triton kernel's configs: `python -m runners.sweep [overrides]` (add -m for a Hydra multirun).
 
-One job: compose and validate the config (no launch before this passes) -> plan trials (prune with
-reasons) -> search picks the configs to run (grid, random, optuna; budgets) -> trial workers (one
-per GPU) and the compile pool start together, the pool compiling the first batch meanwhile -> skip
-trials the store already holds -> each trial: compile in the pool, then on a free GPU worker the correctness gate and timing, append to the store,
-queue a W&B run -> the top configs of each (shape, dtype) re-timed round-robin (finalists) -> at the
-end (of the job, or of the whole multirun through SweepEndCallback): parquet file, results table,
-triton.Config export, plots, W&B summary run. Under a launcher that runs the jobs apart (hydra/launcher=local,
-slurm; runners/launch.py) each job writes a store of its own in its job directory, resuming from a copy
-of the store of record, and the multirun's end merges them into the store of record first
-(runners/merge.py).
+One job: the first trial worker and the compile pool's fork server start at once, while this process
+validates the config (no launch before that passes: a bad input stops them and is reported, naming the
+field) -> plan trials (prune with reasons) -> search picks the configs to run (grid, random, optuna;
+budgets) -> the other trial workers (one per GPU) start, the pool compiling the first batch meanwhile ->
+skip trials the store already holds -> each trial: compiled in the pool (or by the GPU worker itself
+when the pool cannot be sooner: runners/scheduler.py), then on a free GPU worker the correctness gate
+and timing, append to the store, queue a W&B run -> the top configs of each (shape, dtype) re-timed
+round-robin (finalists) -> at the end (of the job, or of the whole multirun through SweepEndCallback):
+parquet file, results table, triton.Config export here; plots and the W&B summary run in a process
+started with the workers, or once they are ready on a host of few cores (runners/finisher.py), waited
+for a bounded time. Under a launcher that
+runs the jobs apart (hydra/launcher=local, slurm; runners/launch.py) each job writes a store of its own
+in its job directory, resuming from a copy of the store of record, and the multirun's end merges them
+into the store of record first (runners/merge.py).
+
+Only light modules are imported here at the top: torch, Triton, pandas and the kernel's module are
+imported inside the job, after its workers have been started, so that the three processes import them
+at once (and a spawned worker, which imports this module again, does not pay for them twice).
 """
 from __future__ import annotations
 
@@ -21,7 +29,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -29,18 +37,12 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from runners import compile_pool
-from runners.finalists import decide
 from runners.launch import runs_jobs_apart
-from runners.merge import JOB_STORE, PRIOR_STORE, gather, write_prior
-from runners.process import stop_all
-from runners.scheduler import Scheduler, WorkerStartError
-from runners.search import Search
-from runners.trials import TRITON_PROVIDER, ConfigError, Trial, kernel_source_hash, load_spec, plan_trials
-from runners.device import nvml_compile_target
-from runners.timing import MIN_SAMPLES_FOR_INTERVAL
-from runners.worker import trial_worker
+from runners.process import ForkServer, WorkerProcess, ask_to_stop, stop_all
 
+if TYPE_CHECKING:
+    from runners.scheduler import Scheduler
+    from runners.trials import Trial
 
 NO_GPU_MESSAGE = (
     "backend=cuda but no CUDA GPU is visible (torch.cuda.is_available() is False). To run the whole "
@@ -74,11 +76,24 @@ def sweep_id_of(cfg: DictConfig) -> str:
     return Path(directory).name
 
 
+def process_age_s() -> Optional[float]:
+    """Seconds since this process started (Linux /proc, to 10 ms); None where that cannot be read."""
+    try:
+        with open("/proc/self/stat") as stat:
+            start_ticks = int(stat.read().rsplit(")", 1)[1].split()[19])  # field 22, starttime
+        with open("/proc/uptime") as uptime:
+            return float(uptime.read().split()[0]) - start_ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def job_store_paths(cfg: DictConfig) -> tuple[str, Optional[Path]]:
     """Where this job writes its rows, and the store it also resumes from (None: none). cfg.store, except
     in a multirun whose launcher runs the jobs apart, perhaps on several machines, where an SQLite file
     must not be shared: there a store of the job's own in its job directory (merged into cfg.store at
     the multirun's end), and the copy of cfg.store that the multirun's start left in the sweep directory."""
+    from runners.merge import JOB_STORE, PRIOR_STORE
+
     hydra_conf = HydraConfig.get()
     if hydra_conf.mode != RunMode.MULTIRUN or not runs_jobs_apart(hydra_conf):
         return str(cfg.store), None
@@ -88,6 +103,9 @@ def job_store_paths(cfg: DictConfig) -> tuple[str, Optional[Path]]:
 
 def _check_stop_rule(group: str, rule: DictConfig, count_field: str) -> None:
     """The fields of a stopping rule (timing, finalists), each checked with its name and value."""
+    from runners.timing import MIN_SAMPLES_FOR_INTERVAL
+    from runners.trials import ConfigError
+
     count = rule[count_field]
     if count < MIN_SAMPLES_FOR_INTERVAL:
         raise ConfigError(f"{group}.{count_field}: {count} must be >= {MIN_SAMPLES_FOR_INTERVAL} "
@@ -107,6 +125,7 @@ def _check_stop_rule(group: str, rule: DictConfig, count_field: str) -> None:
 def _check_export_settings(cfg: DictConfig, spec) -> None:
     """export.tolerance and the kernel's export.key, checked before the sweep rather than at its end."""
     from runners.export import ExportError, check_key
+    from runners.trials import ConfigError
 
     tolerance = cfg.export.tolerance
     if not 0 <= tolerance < 1:
@@ -121,6 +140,9 @@ def _check_export_settings(cfg: DictConfig, spec) -> None:
 def validate(cfg: DictConfig):
     """Everything that can be wrong with the input and that the schema does not catch at composition,
     checked before any launch. Returns (spec, trials, search, number of trial workers, compile workers)."""
+    from runners.search import Search
+    from runners.trials import TRITON_PROVIDER, ConfigError, load_spec, plan_trials
+
     _check_stop_rule("timing", cfg.timing, "min_samples")
     _check_stop_rule("finalists", cfg.finalists, "min_rounds")
     if cfg.finalists.top_k < 0 or cfg.finalists.tie_floor < 0:
@@ -181,12 +203,46 @@ ENV_COLUMNS = ("backend", "timing_method", "gpu_name", "driver_version", "cuda_v
                "triton_version", "python_version", "sm_count", "l2_bytes", "host", "sm_clock_max_mhz")
 
 
-def _start_workers(cfg: DictConfig, workers: int, compilers: int, timing: dict, first_batch: list[Trial]) -> Scheduler:
-    """Spawn the trial workers and the compile pool at once (each imports torch and triton); the pool
-    compiles the first batch while the trial workers start. Keeps the trial workers of the first
-    GPU's model."""
-    gpu = [trial_worker(cfg.backend.value, cfg.kernel.name, cfg.kernel.spec, timing, cfg.seed, i) for i in range(workers)]
-    pool = compile_pool.compile_workers(compilers, cfg.kernel.name, cfg.kernel.spec)
+def start_early(cfg: DictConfig, timing: dict) -> tuple[Optional[WorkerProcess], Optional[ForkServer]]:
+    """The first trial worker (GPU 0, or the interpreter) and the compile pool's fork server, started
+    before this process validates the input: validation imports torch and the kernel's module, as each
+    of them does first, so the three import at once instead of one after another (a kernel library's
+    module may take seconds). Starting a worker launches nothing; a ConfigError stops both at once,
+    unready (run_job). None for what is not needed or cannot be named yet (an unknown kernel)."""
+    from runners.compile_pool import fork_server, kernel_module
+    from runners.worker import trial_worker
+
+    if kernel_module(cfg.kernel.name, cfg.kernel.spec) is None:
+        return None, None
+    gpu = trial_worker(cfg.backend.value, cfg.kernel.name, cfg.kernel.spec, timing, cfg.seed, 0)
+    gpu.start()
+    server = None
+    if cfg.backend == "cuda" and cfg.compile.workers != 0:  # the interpreter has nothing to compile
+        server = fork_server(cfg.kernel.name, cfg.kernel.spec)
+        server.start()
+    return gpu, server
+
+
+def _start_workers(cfg: DictConfig, workers: int, compilers: int, timing: dict, first_batch: list[Trial],
+                   early: tuple[Optional[WorkerProcess], Optional[ForkServer]]) -> Scheduler:
+    """Start the trial workers start_early did not (each imports torch and triton) and return once all
+    are ready; the pool compiles the first batch meanwhile, its workers forked from the fork server as
+    soon as it has imported the kernel's module. Keeps the trial workers of the first GPU's model."""
+    from runners import compile_pool
+    from runners.device import nvml_compile_target
+    from runners.scheduler import Scheduler, WorkerStartError
+    from runners.worker import trial_worker
+
+    first, server = early
+    gpu = [first] if first is not None else []
+    gpu += [trial_worker(cfg.backend.value, cfg.kernel.name, cfg.kernel.spec, timing, cfg.seed, i)
+            for i in range(len(gpu), workers)]
+    if not compilers and server is not None:
+        server.stop()  # nothing of this job to compile
+        server = None
+    pool = []
+    if compilers:
+        pool = compile_pool.compile_workers(compilers, cfg.kernel.name, cfg.kernel.spec, server)
     target = nvml_compile_target() if cfg.backend == "cuda" else None
     scheduler = Scheduler(gpu, pool, cfg.trial_timeout_s, cfg.compile.timeout_s, target)
     try:
@@ -200,25 +256,71 @@ def _start_workers(cfg: DictConfig, workers: int, compilers: int, timing: dict, 
         print(f"note: using the {len(gpu) - len(others)} {first_model} GPU(s) only; not "
               + ", ".join(f"{w.name} ({w.info['gpu_name']})" for w in others))
         scheduler.keep_gpu_workers([w for w in gpu if w not in others])
-    print("ready after " + ", ".join(f"{w.name} {w.ready_s:.1f} s" for w in scheduler.gpu_workers)
-          + (f"; the compile pool has compiled {len(scheduler.built)} configs meanwhile" if pool else ""))
+    ready = [f"{w.name} {w.ready_s:.1f} s{_start_parts(w.info)}" for w in scheduler.gpu_workers]
+    print("ready after " + ", ".join(ready)
+          + (f"; {_server_note(scheduler.server)}; the compile pool has compiled {len(scheduler.built)} "
+             "configs meanwhile" if pool else ""))
     return scheduler
+
+
+def _start_parts(info: dict) -> str:
+    parts = info.get("start_seconds")
+    if not parts:
+        return ""
+    return " (" + ", ".join(f"{name.replace('_', ' ')} {value:.1f}" for name, value in parts.items()) + ")"
+
+
+def _server_note(server: Optional[ForkServer]) -> str:
+    if server is None or not server.ready:
+        return "the fork server is still importing"
+    modules = ", ".join(server.info["preload"][-1:])  # the kernel's module; torch and triton before it
+    failed = f"; could not import {', '.join(server.info['failed'])}" if server.info["failed"] else ""
+    return (f"fork server {server.ready_s:.1f} s ({server.info['seconds']:.1f} importing torch, triton, "
+            f"{modules}{failed})")
 
 
 def run_job(cfg: DictConfig, sweep_id: str, output_dir: Path, finish: bool) -> dict:
     """Measure every trial of one job; returns the job summary (also written to output_dir/summary.json)."""
+    began = time.perf_counter()
+    before_job_s = process_age_s() if HydraConfig.get().mode != RunMode.MULTIRUN else None
+    timing = OmegaConf.to_container(cfg.timing, resolve=True)
+    logger_conf = OmegaConf.to_container(cfg.logger, resolve=True, enum_to_str=True)
+    early = start_early(cfg, timing)
+    finisher = None
+
+    def start_finisher() -> None:
+        """Plots and the summary run: their process imports what they need while the job goes on."""
+        nonlocal finisher
+        from runners.finisher import Finisher
+        from runners.wandb_logger import known_problem
+
+        wandb_on = logger_conf["mode"] != "disabled" and not known_problem(logger_conf)
+        finisher = Finisher.start(warm_wandb=wandb_on)
+
+    # With the workers where every process importing at once has a core of its own (this one, the
+    # trial worker, the fork server, the finisher); else once the workers are ready, not to slow their
+    # start (2-core host, interpreter: start 1.5 s, 2.5 s with the finisher's imports beside it).
+    importers = 3 + (early[1] is not None)
+    if finish and (os.cpu_count() or 1) >= importers:
+        start_finisher()
+    try:
+        spec, trials, search, workers, compilers = validate(cfg)
+    except BaseException:
+        for worker in early:  # unready: killed, not asked (a start takes seconds, a kill none)
+            if worker is not None:
+                worker.stop()
+        if finisher is not None:
+            finisher.abandon()
+        raise
+
     from tqdm import tqdm
 
     from runners.store import ResultStore
+    from runners.trials import TRITON_PROVIDER, kernel_source_hash
     from runners.wandb_logger import TrialLogger
 
-    began = time.perf_counter()
-    spec, trials, search, workers, compilers = validate(cfg)
-    timing = OmegaConf.to_container(cfg.timing, resolve=True)
     store_path, prior = job_store_paths(cfg)
-    store = ResultStore(store_path)
-    logger = progress = None
-    scheduler = None
+    store = logger = progress = scheduler = None
     statuses: dict[str, int] = {}
     measured_groups: set = set()  # (shape, dtype) where this job measured a config of the kernel
     reused_ids: list[int] = []
@@ -228,11 +330,15 @@ def run_job(cfg: DictConfig, sweep_id: str, output_dir: Path, finish: bool) -> d
         phases[name] = time.perf_counter() - began - sum(phases.values())
 
     try:
+        store = ResultStore(store_path)
         print(f"sweep {sweep_id}: {spec.name}, {len(trials)} trials planned ({cfg.search.method.value} search); "
               f"starting {workers} {cfg.backend.value} worker(s) and {compilers} compile worker(s)")
         batch = search.next_batch()
-        scheduler = _start_workers(cfg, workers, compilers, timing, batch)
+        scheduler = _start_workers(cfg, workers, compilers, timing, batch, early)
+        early = (None, None)  # the scheduler's now
         lap("start")
+        if finish and finisher is None:
+            start_finisher()
         env = dict(scheduler.gpu_workers[0].info, kernel_hash=kernel_source_hash(spec))
         if prior is not None:  # this GPU's ceilings, and the rows of this job's trials (none with force=true)
             keys = set() if cfg.force else {t.key for t in trials}
@@ -249,7 +355,7 @@ def run_job(cfg: DictConfig, sweep_id: str, output_dir: Path, finish: bool) -> d
                 store.save_peaks(env, peaks, _now())
         lap("peaks")
         done = {} if cfg.force else store.measured(env)
-        logger = TrialLogger(OmegaConf.to_container(cfg.logger, resolve=True, enum_to_str=True), sweep_id)
+        logger = TrialLogger(logger_conf, sweep_id)
         common = {"sweep_id": sweep_id, "seed": cfg.seed, "git_sha": git_sha(), "kernel_hash": env["kernel_hash"]}
         progress = tqdm(total=0, unit="trial", desc=spec.name, dynamic_ncols=True, mininterval=1.0)
 
@@ -286,40 +392,81 @@ def run_job(cfg: DictConfig, sweep_id: str, output_dir: Path, finish: bool) -> d
             progress.refresh()
             scheduler.run(todo, record, deadline)
             batch = search.next_batch() if time.monotonic() < deadline else []
+        compile_note = _compile_note(scheduler)
         scheduler.stop_compilers()  # the finalists need no compile
         progress.close()
         store.adopt(reused_ids, sweep_id)
         lap("trials")
+        budget_note = (f"; search budget of {budget_s:g} s reached, {scheduler.not_run} trials not run"
+                       if scheduler.not_run else "")
         print(f"{len(reused_ids)} trials reused from the store for this GPU and versions (force=true re-measures)"
-              + (f"; search budget of {budget_s:g} s reached, {scheduler.not_run} trials not run" if scheduler.not_run else ""))
+              + budget_note + compile_note)
         finalist_groups = _run_finalists(cfg, store, sweep_id, scheduler, record, trials, measured_groups)
         lap("finalists")
-    finally:
+    except BaseException:
+        if finisher is not None:
+            finisher.abandon()
         if progress is not None:
             progress.close()
+        for worker in early:
+            if worker is not None:
+                worker.stop()
         if scheduler is not None:
             stop_all(scheduler.gpu_workers + scheduler.compilers)
         if logger is not None:
             logger.close()
-        store.close()
-
+        if store is not None:
+            store.close()
+        raise
+    store.close()
+    # Told to stop now, reaped at the end: a GPU worker takes up to a second to exit with CUDA loaded,
+    # and the finish does not need it.
+    ask_to_stop(scheduler.gpu_workers)
     summary = {"sweep_id": sweep_id, "kernel": spec.name, "planned": len(trials), "reused": len(reused_ids),
                "statuses": statuses, "not_run": scheduler.not_run, "finalist_groups": finalist_groups,
                "gpu_workers": len(scheduler.gpu_workers), "compile_workers": compilers,
-               "worker_restarts": sum(w.starts - 1 for w in scheduler.gpu_workers), "wandb_runs": logger.runs,
-               "wandb_seconds": logger.seconds}
-    if finish:
-        summary.update(finish_sweep(cfg, sweep_id, output_dir))
+               "worker_restarts": sum(w.starts - 1 for w in scheduler.gpu_workers)}
+    try:
+        if finish:
+            summary.update(finish_sweep(cfg, sweep_id, output_dir, finisher, logger))
+    except BaseException:
+        if finisher is not None:
+            finisher.abandon()
+        raise
+    finally:
+        logger.close()  # at once when finish_sweep closed it
+        stop_all(scheduler.gpu_workers)
+    summary.update(wandb_runs=logger.runs, wandb_seconds=logger.seconds)
     lap("finish")
     summary["wall_seconds"] = time.perf_counter() - began
     summary["phase_seconds"] = phases
-    logging_seconds = summary["wandb_seconds"] + summary.get("wandb_summary_seconds", 0.0)
+    summary["before_job_seconds"] = before_job_s
+    logging_seconds = summary["wandb_seconds"] + (summary.get("wandb_summary_seconds") or 0.0)
     share = 100 * logging_seconds / summary["wall_seconds"]
     print(f"wall time {summary['wall_seconds']:.1f} s ("
           + ", ".join(f"{name} {seconds:.1f}" for name, seconds in phases.items())
           + f"); W&B logging {logging_seconds:.2f} s of it ({share:.1f}%)")
+    if "finish_seconds" in summary or before_job_s is not None:
+        parts = summary.get("finish_seconds", {})
+        print("finish " + ", ".join(f"{name.replace('_', ' ')} {value:.2f}" for name, value in parts.items())
+              + (f"; before the job {before_job_s:.1f} s (Python, imports, Hydra's composition)"
+                 if before_job_s is not None else ""))
     (output_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     return summary
+
+
+def _compile_note(scheduler: Scheduler) -> str:
+    """Who compiled the job's configs: the pool (forked workers, median seconds) and the GPU workers."""
+    import statistics
+
+    forked = sum(w.starts > 0 for w in scheduler.compilers)
+    if not scheduler.compilers:
+        return ""
+    pool, gpu = scheduler.pool_compile_s, scheduler.gpu_compile_s
+    return (f"; compiled: {len(pool)} in the pool ({forked} of {len(scheduler.compilers)} compile workers "
+            "forked" + (f", median {statistics.median(pool):.2f} s" if pool else "")
+            + f"), {len(scheduler.gpu_compiled)} by the GPU workers themselves"
+            + (f" (median first call {statistics.median(gpu):.2f} s)" if gpu else ""))
 
 
 def _run_finalists(cfg, store, sweep_id: str, scheduler: Scheduler, record, trials: list[Trial], measured_groups: set) -> int:
@@ -327,6 +474,9 @@ def _run_finalists(cfg, store, sweep_id: str, scheduler: Scheduler, record, tria
     baselines that passed there (so that ours and theirs see the same clocks: screened minutes apart, a
     matmul finalist ran at 1335-1815 MHz on an H200 while cuBLAS had screened at 1980); returns how
     many groups."""
+    from runners.finalists import decide
+    from runners.trials import TRITON_PROVIDER
+
     top_k = cfg.finalists.top_k
     if top_k < 2 or not measured_groups:
         return 0
@@ -369,34 +519,60 @@ def _run_finalists(cfg, store, sweep_id: str, scheduler: Scheduler, record, tria
     return len(groups)
 
 
-def finish_sweep(cfg: DictConfig, sweep_id: str, output_dir: Path) -> dict:
-    """After the last trial of a sweep: parquet, table, export, plots, W&B summary run."""
+def finish_sweep(cfg: DictConfig, sweep_id: str, output_dir: Path, finisher=None, logger=None) -> dict:
+    """After the last trial of a sweep. Here, the results: parquet, table, export. Beside them, in the
+    finishing process (runners/finisher.py; started now unless the job started it): the plots, drawn while this process writes the results, then the W&B summary run, once the
+    trial runs are written (`logger.close()`, whose warnings decide whether there is a summary run);
+    each waited for a bounded time. Returns what was written, and `finish_seconds`: where the finish's
+    seconds went, in the order they were spent."""
     from runners.export import ExportError, export_kernel, settings_from_config
-    from runners.plot import plots_for_sweep
+    from runners.finisher import Finisher
     from runners.report import best_table
     from runners.store import ResultStore, write_parquet
-    from runners.wandb_logger import log_sweep_summary, wandb_problem
+    from runners.wandb_logger import known_problem
 
+    seconds: dict[str, float] = {}
+    clock = [time.perf_counter()]
+
+    def lap(name: str) -> None:
+        now = time.perf_counter()
+        seconds[name], clock[0] = now - clock[0], now
+
+    logger_conf = OmegaConf.to_container(cfg.logger, resolve=True, enum_to_str=True)
+    wanted = logger_conf["mode"] != "disabled"
+    if finisher is None:
+        finisher = Finisher.start(warm_wandb=wanted and known_problem(logger_conf) is None)
+    finisher.draw(cfg.store, sweep_id, output_dir)
     store = ResultStore(cfg.store)
     frame = store.load(sweep_id=sweep_id)
     store.close()
+    lap("load")
     parquet = write_parquet(frame, output_dir / "results.parquet")
+    lap("parquet")
     print(best_table(frame))
+    lap("table")
     exports = []
     for kernel in frame["kernel"].unique():
         try:
             exports += export_kernel(frame, kernel, cfg.export_dir, **settings_from_config(cfg, kernel))
         except ExportError as error:
             print(f"export skipped: {error}")
-    plots = plots_for_sweep(cfg.store, frame, output_dir)
-    logger_conf = OmegaConf.to_container(cfg.logger, resolve=True, enum_to_str=True)
-    seconds = log_sweep_summary(logger_conf, sweep_id, frame, exports, plots)
+    lap("export")
     print(f"results: {cfg.store} (sweep {sweep_id}), {parquet}")
     for path in exports:
         print(f"exported: {path}")
-    if logger_conf["mode"] == "offline" and wandb_problem(logger_conf) is None:
+    if logger is not None and logger.enabled:
+        logger.close()
+        lap("W&B_trial_runs")
+    summary_wanted = wanted and known_problem(logger_conf) is None
+    finisher.write_summary(logger_conf if summary_wanted else None, exports)
+    done = finisher.wait()
+    lap("plots_and_W&B_summary")
+    if logger_conf["mode"] == "offline" and known_problem(logger_conf) is None:
         print(f"W&B offline runs in {logger_conf['dir']}/wandb; upload with: wandb sync {logger_conf['dir']}/wandb/offline-run-*")
-    return {"parquet": str(parquet), "exports": [str(p) for p in exports], "wandb_summary_seconds": seconds}
+    return {"parquet": str(parquet), "exports": [str(p) for p in exports],
+            "plots": [str(p) for p in done["plots"]], "wandb_summary_seconds": done["wandb_summary_seconds"],
+            "finish_in_background": done["background"], "finish_seconds": seconds}
 
 
 class SweepEndCallback(Callback):
@@ -407,6 +583,8 @@ class SweepEndCallback(Callback):
     sweep directory for the jobs to resume from; at the end, the job stores are merged into it first."""
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
+        from runners.merge import gather, write_prior
+
         if not runs_jobs_apart(config.hydra):
             return
         sweep_dir = Path(config.hydra.sweep.dir)
@@ -416,6 +594,8 @@ class SweepEndCallback(Callback):
             print(f"the jobs resume from {prior}, a copy of {config.store}")
 
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
+        from runners.merge import PRIOR_STORE, gather
+
         sweep_dir = Path(config.hydra.sweep.dir)
         sweep_id = str(config.sweep_id) if config.sweep_id else sweep_dir.name
         unmerged = []
@@ -442,24 +622,42 @@ def main(cfg: DictConfig) -> Optional[dict]:
     output_dir = Path(HydraConfig.get().runtime.output_dir)
     try:
         return run_job(cfg, sweep_id, output_dir, finish=not multirun)
-    except ConfigError as error:
-        print(f"error: {error}", file=sys.stderr)
-        if not multirun:
-            sys.exit(2)
-        failure = str(error)
-    except Exception as error:  # any other failure of one job of a multirun: keep the others' results
-        if not multirun:
+    except Exception as error:  # bad input; or any other failure of one job of a multirun: keep the others'
+        from runners.trials import ConfigError  # (imported by the job: torch and triton are in by now)
+
+        if isinstance(error, ConfigError):
+            print(f"error: {error}", file=sys.stderr)
+            if not multirun:
+                sys.exit(2)
+        elif not multirun:
             raise
-        traceback.print_exc()
-        failure = f"{type(error).__name__}: {error}"
+        else:
+            traceback.print_exc()
+        failure = str(error) if isinstance(error, ConfigError) else f"{type(error).__name__}: {error}"
     # The other jobs go on; the end-of-sweep callback still writes the sweep's results, reports this
     # job and exits 1.
     (output_dir / "summary.json").write_text(json.dumps({"sweep_id": sweep_id, "error": failure}))
     return None
 
 
+def exit_now() -> None:
+    """End the process as Python would, less its teardown of the modules (torch, Triton and pandas take
+    0.47 s to tear down on this CPU-only host, measured: a process that imports them exits in 0.47 s,
+    0.02 s through os._exit), which does nothing for a sweep that has returned: its store and files
+    are closed, its workers stopped, the plots' and summary run's process lives on its own. What is
+    registered to run at exit still runs: multiprocessing's clean-up (without it Python's resource
+    tracker reports the W&B queues' semaphores as leaked), the flush of Hydra's job log."""
+    import atexit
+
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
 if __name__ == "__main__":
     from runners.schema import register_configs
 
     register_configs()
-    main()
+    main()  # an error or a failed multirun leaves through SystemExit, with its status, never reaching this
+    exit_now()

@@ -15,7 +15,8 @@ kernel, provider, dtype, gpu_name, sweep_id, shape_label, so parallel-coordinate
 panels work without setup; define_metric marks latencies as minimized (summary min) and throughput
 as maximized (summary max).
 The summary run holds the trials table (with pct_of_best and a column per meta-parameter) and the
-sweep's plots as images.
+sweep's plots as images; the sweep's finishing process writes it (runners/finisher.py), after the
+results are out and the trial runs written, so that the sweep waits for it a bounded time only.
 
 W&B is never allowed to cost a result: wandb failing to import (an incomplete install raises anywhere
 inside its imports), an unwritable logger.dir, or runs that cannot be started or uploaded end in ONE
@@ -89,6 +90,12 @@ def wandb_problem(conf: dict) -> Optional[str]:
     return _problems[key]
 
 
+def known_problem(conf: dict) -> Optional[str]:
+    """Why W&B cannot log with this logger config, as far as this process has found out (wandb_problem
+    or a TrialLogger that gave up): None when nothing is known against it. Imports nothing."""
+    return _problems.get((conf["mode"], conf["dir"]))
+
+
 def _init_run(conf: dict, sweep_id: str, job_type: str, name: str, config: Optional[dict] = None):
     import wandb
 
@@ -142,6 +149,7 @@ class TrialLogger:
         self.seconds = 0.0  # time the sweep process spent on logging
         self.runs = 0
         self._conf, self._sweep_id = conf, sweep_id
+        self._closed = False
         if not self.enabled:
             return
         began = time.perf_counter()
@@ -172,9 +180,11 @@ class TrialLogger:
         self.seconds += time.perf_counter() - began
 
     def close(self) -> None:
-        """Wait for every queued run to be written; one warning line for whatever went wrong."""
-        if not self.enabled:
+        """Wait for every queued run to be written; one warning line for whatever went wrong. Once: the
+        sweep closes it before its summary run, and again (doing nothing) on its way out."""
+        if not self.enabled or self._closed:
             return
+        self._closed = True
         began = time.perf_counter()
         for _ in self._processes:
             self._queue.put(None)  # one stop sign each

@@ -10,11 +10,13 @@ from __future__ import annotations
 import hashlib
 import os
 import time
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from runners import check
 from runners.process import WorkerProcess
-from runners.trials import TRITON_PROVIDER, Trial
+
+if TYPE_CHECKING:  # runners.trials imports torch and triton: the sweep starts a worker before them
+    from runners.trials import Trial
 
 
 def input_seed(seed: int, trial: Trial) -> int:
@@ -58,6 +60,8 @@ def run_trial(spec, trial: Trial, cache: ShapeCache, timer, device, peaks: dict)
     """Gate then time one trial; every outcome is a row fragment with a status, never an exception."""
     import torch
 
+    from runners.trials import TRITON_PROVIDER
+
     first_launch_done = False
     try:
         inputs, references, bound = cache.get(trial, with_bound=trial.provider == TRITON_PROVIDER)
@@ -88,6 +92,8 @@ def run_trial(spec, trial: Trial, cache: ShapeCache, timer, device, peaks: dict)
 def timed_call(spec, trial: Trial, inputs: tuple):
     """(the zero-argument call that is timed, the output it writes into): our kernel launches into an
     output allocated here; a baseline returns its output (None here)."""
+    from runners.trials import TRITON_PROVIDER
+
     if trial.provider == TRITON_PROVIDER:
         out = spec.output_like(inputs)
         return (lambda: spec.launch(inputs, out, trial.config)), out
@@ -184,26 +190,42 @@ def _worker_main(conn, backend: str, kernel_name: str, spec_path: Optional[str],
     # inductor's pool of compile processes (one per core) costs more to start than it saves on a graph
     # of a few kernels. A value the user set is kept.
     os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
-    import torch
+    began = time.perf_counter()
+    try:
+        import torch
 
-    from runners import device as device_info
-    from runners.timing import METHOD_CUPTI, InterpreterTimer, StopRule
-    from runners.trials import load_spec
+        from runners import device as device_info
+        from runners.timing import METHOD_CUPTI, InterpreterTimer, StopRule
+        from runners.trials import load_spec
 
-    spec = load_spec(kernel_name, spec_path)
-    rule = StopRule(timing["min_samples"], timing["min_time_s"], timing["rel_precision"], timing["max_time_s"])
-    if backend == "interpret":
-        device = torch.device("cpu")
-        timer = InterpreterTimer(rule, timing["warmup_s"])
-    else:
-        device = torch.device("cuda", device_index)
-        torch.cuda.set_device(device)
-        timer = device_info.cuda_timer(device_index, rule, timing["warmup_s"])
-        if timer.method != METHOD_CUPTI:
-            print(f"note: GPU {device_index}: CUPTI kernel records unavailable ({timer.kernel_clock.reason}); "
-                  "rows are timed with CUDA events, launch overhead included")
+        imported = time.perf_counter()
+        spec = load_spec(kernel_name, spec_path)
+        loaded = time.perf_counter()
+        rule = StopRule(timing["min_samples"], timing["min_time_s"], timing["rel_precision"],
+                        timing["max_time_s"])
+        if backend == "interpret":
+            device = torch.device("cpu")
+            timer = InterpreterTimer(rule, timing["warmup_s"])
+        else:
+            device = torch.device("cuda", device_index)
+            torch.cuda.set_device(device)
+            timer = device_info.cuda_timer(device_index, rule, timing["warmup_s"])
+            if timer.method != METHOD_CUPTI:
+                print(f"note: GPU {device_index}: CUPTI kernel records unavailable "
+                      f"({timer.kernel_clock.reason}); rows are timed with CUDA events, launch overhead "
+                      "included")
+        info = {**device_info.describe(backend, device_index), "timing_method": timer.method}
+    except Exception as error:
+        # Said to the parent, not printed: the sweep starts this worker before it has validated its
+        # input, and a bad input (no GPU, an unknown kernel) is reported there, naming the field.
+        conn.send(("failed", f"{type(error).__name__}: {error}"[:4000]))
+        return
+    # Where the start went (seconds): imports, the kernel's module, the device and timer (CUDA
+    # context, L2 flush buffer and kernel, CUPTI probe).
+    info["start_seconds"] = {"imports": imported - began, "kernel_module": loaded - imported,
+                             "device": time.perf_counter() - loaded}
     cache = ShapeCache(spec, seed, device)
-    conn.send(("ready", {**device_info.describe(backend, device_index), "timing_method": timer.method}))
+    conn.send(("ready", info))
     while True:
         message = conn.recv()
         if message is None:
@@ -230,6 +252,6 @@ def trial_worker(backend: str, kernel_name: str, spec_path: Optional[str], timin
     """A worker for one GPU (its index among the visible ones) or for the interpreter."""
     name = f"worker on GPU {device_index}" if backend == "cuda" else f"interpreter worker {device_index}"
     # A TRITON_INTERPRET=1 left in the shell (or by an interpret job) must not reach a CUDA worker:
-    # it would time the interpreter.
-    return WorkerProcess(name, _worker_main, (backend, kernel_name, spec_path, timing, seed, device_index),
-                         interpret=backend == "interpret")
+    # it would time the interpreter. Its main by name: the parent starts it before importing torch.
+    args = (backend, kernel_name, spec_path, timing, seed, device_index)
+    return WorkerProcess(name, "runners.worker:_worker_main", args, interpret=backend == "interpret")
