@@ -180,9 +180,10 @@ FLUSH_MIN_BYTES = 16 << 20  # GPUs with a small or unreported L2 still get a rea
 FLUSH_BLOCK = 4096  # int32 elements a program reads per step: 16 KB
 FLUSH_PROGRAMS_PER_SM = 4
 FLUSH_KERNEL_NAME = "_l2_flush_read_kernel"  # how the flush is found among the CUPTI records
-# Calls enqueued behind one hold. CUDA's launch queue takes about 250 samples (a flush, two events and
-# a launch each) before the host blocks; a host blocked behind a held GPU would take its wait for
-# enqueue time, and size every later hold from it (seen on an H200: 64 -> 248 us a call in 4 batches).
+# Calls enqueued behind one hold. Behind a 2 s hold on an H200, 128 samples (a flush, two events and a
+# 4 us launch each) were enqueued in 7.8 ms, 256 blocked the host for the whole hold: CUDA's launch
+# queue was full. A host blocked behind a held GPU would take its wait for enqueue time and size every
+# later hold from it (seen: 64 -> 248 us a call in 4 batches), so a hold covers half of what fits.
 MAX_CALLS_PER_HOLD = 64
 
 
