@@ -308,7 +308,7 @@ class CudaTimer:
     time beside it (the event time alone where CUPTI cannot be used)."""
 
     # First guess of the host's cost to enqueue one sample (flush, two events, a Triton launch);
-    # later batches use the cost measured on the previous batch.
+    # later batches use the cost measured behind the previous batch's first hold.
     HOST_SECONDS_PER_SAMPLE = 200e-6
 
     def __init__(self, device, rule: StopRule, warmup_s: float, read_sm_clock: Callable[[], Optional[int]],
