@@ -67,7 +67,7 @@ def best_table(frame: pd.DataFrame) -> str:
             f"{kernel:<12} {dtype:<9} {shape_text:<14} {best_config:<44} {_fmt(p50, '9.2f')} "
             f"{_fmt(gbps, '7.0f')} {_fmt(pct, '6.1f')}  {others}"
         )
-    disagree = ok[ok["timers_disagree"].fillna(False).astype(bool)] if "timers_disagree" in ok else ok.iloc[:0]
+    disagree = ok[ok["timers_disagree"].fillna(False).astype(bool)]
     if len(disagree):
         lines.append(f"  {len(disagree)} row(s) where the CUDA-event time and the kernel time disagree by more "
                      "than launch overhead explains (timers_disagree): see event_p50_us against p50_us")

@@ -123,7 +123,7 @@ class NoGpuWork(ValueError):
     """The timed call did no GPU work at all (its CUPTI time is 0): nothing to report a throughput of."""
 
 
-# A CUDA-event pair around one launch adds about 3 us to the kernel's own time (2.9-3.6 us on an
+# A CUDA-event pair around one launch adds about 3 us to the kernel's own time (2.7-3.6 us on an
 # H200 from 4 us to 0.7 ms kernels), and each further kernel of a call about 2 us of gap (eager softmax,
 # 5 kernels: 10.4 us over their sum). Beyond this allowance per kernel, and 2% for clock changes between
 # the two medians, the two timers disagree by more than launch overhead explains: the row is flagged.
@@ -186,9 +186,10 @@ def measured_fields(spec, trial: Trial, measurement, peaks: dict) -> dict:
 
 def _worker_main(conn, backend: str, kernel_name: str, spec_path: Optional[str], timing: dict, seed: int,
                  device_index: int):
-    # torch.compile baselines compile in this process, one small graph at a time, while the GPU waits:
-    # inductor's pool of compile processes (one per core) costs more to start than it saves on a graph
-    # of a few kernels. A value the user set is kept.
+    # torch.compile baselines compile in this process, one small graph at a time, while the GPU waits,
+    # beside our own compile pool: inductor's pool of compile processes (one per core) would compete
+    # with it. The gain is not established: the README sweep's first torch.compile call took 7.3 s with
+    # this on an H200 against 7.9 s without, one run each. A value the user set is kept.
     os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
     began = time.perf_counter()
     try:
