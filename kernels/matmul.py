@@ -113,7 +113,7 @@ def matmul_ref(a, b, bias=None, activation="none"):
 
 
 def _accumulation_bound(a, b, bias=None, activation_slope=1.0):
-    """sqrt(K) * 2**-23 * (|A| @ |B|): what fp32 accumulation of K products may cost (runners/check.py).
+    """sqrt(K) * 2**-23 * (|A| @ |B|): what fp32 accumulation of K products may cost (runners/measure/check.py).
     The epilogue keeps it: a bias shifts both sides alike, relu has slope <= 1, gelu_tanh <= 1.13."""
     return activation_slope * math.sqrt(a.shape[1]) * 2.0**-23 * (a.double().abs() @ b.double().abs())
 

@@ -14,7 +14,7 @@ A kernel module builds one `KernelSpec` named `SPEC`. The runner knows nothing e
   the inputs with floating-point tensors upcast to float64. Inputs may include plain numbers (a scale).
 - `accumulation_bound(*inputs)`, for kernels that sum long products (matmul, attention): the float64
   elementwise error a correct kernel may reach in its sums, from the inputs as made (not upcast); the
-  gate adds it to the absolute tolerance (see runners/check.py).
+  gate adds it to the absolute tolerance (see runners/measure/check.py).
 - `flops(shape)` and `bytes_moved(shape, dtype)`: the FLOP count and the fewest bytes the op must move
   (each input read once, each output written once). Throughput is computed from these, never from
   launching extra work.

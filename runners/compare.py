@@ -48,9 +48,9 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
-from runners.finalists import winner
-from runners.store import COLUMN_NAMES, ENV_KEY, ResultStore
-from runners.trials import TRITON_PROVIDER
+from runners.engine.finalists import winner
+from runners.results.store import COLUMN_NAMES, ENV_KEY, ResultStore
+from runners.engine.trials import TRITON_PROVIDER
 
 # Named when they differ between matched rows: the resume key, then what else a row says of where it ran.
 _RUN_ON = ("cuda_version", "python_version", "git_sha", "host")

@@ -8,7 +8,7 @@ not recorded, NULL, compares equal to itself), the newest row of each trial.
 
 A covering set per (GPU, dtype): the smallest list found such that at every measured shape the fastest
 config of the list that was ok there is within `tolerance` (default 3%) of the fastest config measured
-there. At a shape whose finalists were re-timed round-robin (runners/finalists.py), only the finalists'
+there. At a shape whose finalists were re-timed round-robin (runners/engine/finalists.py), only the finalists'
 re-timed p50s compete, so that every time compared was taken in the same rounds; elsewhere the p50s of
 screening. Greedy set cover: each step adds the config that covers the most shapes still uncovered;
 ties go to the config that is the winner (the finalists' choice, else the lowest p50) at more of those
@@ -21,7 +21,7 @@ Validity travels with each config: the shapes where it was ok, with its p50 ther
 (imports only triton) holds, for every GPU exported: the covering sets (COVER), the winner of each
 measured shape (BEST_BY_SHAPE), all their configs once (CONFIGS, for @triton.autotune), the map from the
 kernel's arguments to the sweep's dims (KEY, from --key or the config's export.key), a prune function
-for autotune and config_for() (nearest measured shape in log space; runners/export_runtime.py says how).
+for autotune and config_for() (nearest measured shape in log space; runners/results/export_runtime.py says how).
 
 One file pair per kernel for all GPUs: a GPU's section is replaced when it is exported again; the
 sections of GPUs not in this export are kept from the existing JSON (`--no-merge` / export.merge=false:
@@ -38,9 +38,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from runners.finalists import resource_key, winner
-from runners.store import ENV_KEY, ResultStore
-from runners.trials import TRITON_PROVIDER
+from runners.engine.finalists import resource_key, winner
+from runners.results.store import ENV_KEY, ResultStore
+from runners.engine.trials import TRITON_PROVIDER
 
 FORMAT = 2  # of the JSON; 1 was one file per GPU with CONFIGS = the configs ok at every shape
 LAUNCH_OPTIONS = ("num_warps", "num_stages")  # triton.Config keywords; every other key is a meta-parameter
@@ -48,7 +48,7 @@ LAUNCH_OPTIONS = ("num_warps", "num_stages")  # triton.Config keywords; every ot
 EXPORT_ENV = [name for name in ENV_KEY if name not in ("backend", "gpu_name")]
 WINNER_FIELDS = ("p50_us", "gbps", "tflops", "pct_copy_bw")  # of each shape's winner, in BEST_BY_SHAPE
 PROVENANCE = ("timing_method", "driver_version", "cuda_version", "torch_version", "triton_version", "kernel_hash")
-RUNTIME = Path(__file__).with_name("export_runtime.py")
+RUNTIME = Path(__file__).resolve().parent / "results" / "export_runtime.py"
 RUNTIME_MARKER = "# ---- generated modules copy everything below this line ----\n"
 
 
@@ -166,7 +166,7 @@ def gpu_section(rows: pd.DataFrame, tolerance: float) -> dict:
 def kernel_dims(kernel: str, rank: int) -> tuple[str, ...]:
     """The names of a built-in kernel's shape dims (its KernelSpec's), else d0, d1, ... (see --dims)."""
     from kernels import BUILTIN
-    from runners.trials import load_spec
+    from runners.engine.trials import load_spec
 
     if kernel in BUILTIN:
         dims = tuple(load_spec(kernel, None).dims)
@@ -226,7 +226,7 @@ def _identity(config: dict) -> str:
 
 
 def render_module(data: dict, json_name: str) -> str:
-    """The .py of an export: its data as literals, then the lookup code of runners/export_runtime.py."""
+    """The .py of an export: its data as literals, then the lookup code of runners/results/export_runtime.py."""
     kernel, gpus = data["kernel"], data["gpus"]
     configs = {}  # every config of the covering sets once, in GPU, dtype, list order
     for section in gpus.values():
@@ -356,7 +356,7 @@ def settings_from_config(cfg, kernel: str) -> dict:
     settings = {"tolerance": cfg.export.tolerance, "merge": cfg.export.merge,
                 "key": dict(cfg.export.key.get(kernel) or {}), "key_field": f"export.key.{kernel}"}
     if cfg.kernel.name == "external":  # not in kernels.BUILTIN: the dims come from its spec
-        from runners.trials import load_spec
+        from runners.engine.trials import load_spec
 
         spec = load_spec("external", cfg.kernel.spec)
         if spec.name == kernel:

@@ -3,7 +3,7 @@
     python -m runners.merge A.sqlite B.sqlite ... --into outputs/results.sqlite
 
 An SQLite file must not be shared over a network filesystem (its locks are unsafe there), so the jobs
-of a multirun whose launcher runs them apart (hydra/launcher=local, slurm, ray_gpus; runners/launch.py)
+of a multirun whose launcher runs them apart (hydra/launcher=local, slurm, ray_gpus; runners/engine/launch.py)
 each write a store of their own, `results.sqlite` in their job directory, and the multirun's end
 (runners.sweep.SweepEndCallback) merges them into the store of record. This command does the same by
 hand: after a multirun whose launching process died before its end, or to bring together the stores
@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 from typing import Iterable
 
-from runners.store import MergeCounts, ResultStore
+from runners.results.store import MergeCounts, ResultStore
 
 JOB_STORE = "results.sqlite"  # a job's own store, in its job directory
 PRIOR_STORE = "prior.sqlite"  # the store of record when the multirun started, in its sweep directory

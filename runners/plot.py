@@ -9,9 +9,9 @@
   (the best over the other meta-parameters); empty cells were pruned or failed. By default the two
   meta-parameters with the most distinct values; --x and --y choose.
 - speedup_<kernel>.png: the end-to-end speedup of our winner over each baseline per (dtype, shape), as
-  the end table quotes it (runners/report.py speedups; > 1: ours faster).
+  the end table quotes it (runners/results/report.py speedups; > 1: ours faster).
 
-Winners and baselines are taken as the end-of-sweep table takes them (runners/report.py): the chosen
+Winners and baselines are taken as the end-of-sweep table takes them (runners/results/report.py): the chosen
 finalist where finalists were re-timed, and each baseline's row from the same rounds. A plot that has
 nothing to show (no ok trial, no baseline, one meta-parameter) is skipped with a line saying why.
 
@@ -29,10 +29,10 @@ from typing import Callable, Optional
 
 import pandas as pd
 
-from runners.finalists import winner
-from runners.report import speedups
-from runners.store import ResultStore
-from runners.trials import TRITON_PROVIDER
+from runners.engine.finalists import winner
+from runners.results.report import speedups
+from runners.results.store import ResultStore
+from runners.engine.trials import TRITON_PROVIDER
 
 DPI = 110
 BASELINE_MARKERS = "osD^vP<>hX"

@@ -5,13 +5,13 @@ validates the config (no launch before that passes: a bad input stops them and i
 field) -> plan trials (prune with reasons) -> search picks the configs to run (grid, random, optuna;
 budgets) -> the other trial workers (one per GPU) start, the pool compiling the first batch meanwhile ->
 skip trials the store already holds -> each trial: compiled in the pool (or by the GPU worker itself
-when the pool cannot be sooner: runners/scheduler.py), then on a free GPU worker the correctness gate
+when the pool cannot be sooner: runners/engine/scheduler.py), then on a free GPU worker the correctness gate
 and timing, append to the store, queue a W&B run -> the top configs of each (shape, dtype) re-timed
 round-robin (finalists) -> at the end (of the job, or of the whole multirun through SweepEndCallback):
 parquet file, results table, triton.Config export here; plots and the W&B summary run in a process
-started with the workers, or once they are ready on a host of few cores (runners/finisher.py), waited
+started with the workers, or once they are ready on a host of few cores (runners/results/finisher.py), waited
 for a bounded time. Under a launcher that
-runs the jobs apart (hydra/launcher=local, slurm; runners/launch.py) each job writes a store of its own
+runs the jobs apart (hydra/launcher=local, slurm; runners/engine/launch.py) each job writes a store of its own
 in its job directory, resuming from a copy of the store of record, and the multirun's end merges them
 into the store of record first (runners/merge.py).
 
@@ -37,12 +37,12 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from runners.launch import runs_jobs_apart
-from runners.process import ForkServer, WorkerProcess, ask_to_stop, stop_all
+from runners.engine.launch import runs_jobs_apart
+from runners.engine.process import ForkServer, WorkerProcess, ask_to_stop, stop_all
 
 if TYPE_CHECKING:
-    from runners.scheduler import Scheduler
-    from runners.trials import Trial
+    from runners.engine.scheduler import Scheduler
+    from runners.engine.trials import Trial
 
 NO_GPU_MESSAGE = (
     "backend=cuda but no CUDA GPU is visible (torch.cuda.is_available() is False). To run the whole "
@@ -103,8 +103,8 @@ def job_store_paths(cfg: DictConfig) -> tuple[str, Optional[Path]]:
 
 def _check_stop_rule(group: str, rule: DictConfig, count_field: str) -> None:
     """The fields of a stopping rule (timing, finalists), each checked with its name and value."""
-    from runners.timing import MIN_SAMPLES_FOR_INTERVAL
-    from runners.trials import ConfigError
+    from runners.measure.timing import MIN_SAMPLES_FOR_INTERVAL
+    from runners.engine.trials import ConfigError
 
     count = rule[count_field]
     if count < MIN_SAMPLES_FOR_INTERVAL:
@@ -125,7 +125,7 @@ def _check_stop_rule(group: str, rule: DictConfig, count_field: str) -> None:
 def _check_export_settings(cfg: DictConfig, spec) -> None:
     """export.tolerance and the kernel's export.key, checked before the sweep rather than at its end."""
     from runners.export import ExportError, check_key
-    from runners.trials import ConfigError
+    from runners.engine.trials import ConfigError
 
     tolerance = cfg.export.tolerance
     if not 0 <= tolerance < 1:
@@ -140,8 +140,8 @@ def _check_export_settings(cfg: DictConfig, spec) -> None:
 def validate(cfg: DictConfig):
     """Everything that can be wrong with the input and that the schema does not catch at composition,
     checked before any launch. Returns (spec, trials, search, number of trial workers, compile workers)."""
-    from runners.search import Search
-    from runners.trials import TRITON_PROVIDER, ConfigError, load_spec, plan_trials
+    from runners.engine.search import Search
+    from runners.engine.trials import TRITON_PROVIDER, ConfigError, load_spec, plan_trials
 
     _check_stop_rule("timing", cfg.timing, "min_samples")
     _check_stop_rule("finalists", cfg.finalists, "min_rounds")
@@ -209,8 +209,8 @@ def start_early(cfg: DictConfig, timing: dict) -> tuple[Optional[WorkerProcess],
     of them does first, so the three import at once instead of one after another (a kernel library's
     module may take seconds). Starting a worker launches nothing; a ConfigError stops both at once,
     unready (run_job). None for what is not needed or cannot be named yet (an unknown kernel)."""
-    from runners.compile_pool import fork_server, kernel_module
-    from runners.worker import trial_worker
+    from runners.engine.compile_pool import fork_server, kernel_module
+    from runners.engine.worker import trial_worker
 
     if kernel_module(cfg.kernel.name, cfg.kernel.spec) is None:
         return None, None
@@ -228,10 +228,10 @@ def _start_workers(cfg: DictConfig, workers: int, compilers: int, timing: dict, 
     """Start the trial workers start_early did not (each imports torch and triton) and return once all
     are ready; the pool compiles the first batch meanwhile, its workers forked from the fork server as
     soon as it has imported the kernel's module. Keeps the trial workers of the first GPU's model."""
-    from runners import compile_pool
-    from runners.device import nvml_compile_target
-    from runners.scheduler import Scheduler, WorkerStartError
-    from runners.worker import trial_worker
+    from runners.engine import compile_pool
+    from runners.measure.device import nvml_compile_target
+    from runners.engine.scheduler import Scheduler, WorkerStartError
+    from runners.engine.worker import trial_worker
 
     first, server = early
     gpu = [first] if first is not None else []
@@ -291,8 +291,8 @@ def run_job(cfg: DictConfig, sweep_id: str, output_dir: Path, finish: bool) -> d
     def start_finisher() -> None:
         """Plots and the summary run: their process imports what they need while the job goes on."""
         nonlocal finisher
-        from runners.finisher import Finisher
-        from runners.wandb_logger import known_problem
+        from runners.results.finisher import Finisher
+        from runners.results.wandb_logger import known_problem
 
         wandb_on = logger_conf["mode"] != "disabled" and not known_problem(logger_conf)
         finisher = Finisher.start(warm_wandb=wandb_on)
@@ -315,9 +315,9 @@ def run_job(cfg: DictConfig, sweep_id: str, output_dir: Path, finish: bool) -> d
 
     from tqdm import tqdm
 
-    from runners.store import ResultStore
-    from runners.trials import TRITON_PROVIDER, kernel_source_hash
-    from runners.wandb_logger import TrialLogger
+    from runners.results.store import ResultStore
+    from runners.engine.trials import TRITON_PROVIDER, kernel_source_hash
+    from runners.results.wandb_logger import TrialLogger
 
     store_path, prior = job_store_paths(cfg)
     store = logger = progress = scheduler = None
@@ -474,8 +474,8 @@ def _run_finalists(cfg, store, sweep_id: str, scheduler: Scheduler, record, tria
     baselines that passed there (so that ours and theirs see the same clocks: screened minutes apart, a
     matmul finalist ran at 1335-1815 MHz on an H200 while cuBLAS had screened at 1980); returns how
     many groups."""
-    from runners.finalists import decide
-    from runners.trials import TRITON_PROVIDER
+    from runners.engine.finalists import decide
+    from runners.engine.trials import TRITON_PROVIDER
 
     top_k = cfg.finalists.top_k
     if top_k < 2 or not measured_groups:
@@ -521,15 +521,15 @@ def _run_finalists(cfg, store, sweep_id: str, scheduler: Scheduler, record, tria
 
 def finish_sweep(cfg: DictConfig, sweep_id: str, output_dir: Path, finisher=None, logger=None) -> dict:
     """After the last trial of a sweep. Here, the results: parquet, table, export. Beside them, in the
-    finishing process (runners/finisher.py; started now unless the job started it): the plots, drawn while this process writes the results, then the W&B summary run, once the
+    finishing process (runners/results/finisher.py; started now unless the job started it): the plots, drawn while this process writes the results, then the W&B summary run, once the
     trial runs are written (`logger.close()`, whose warnings decide whether there is a summary run);
     each waited for a bounded time. Returns what was written, and `finish_seconds`: where the finish's
     seconds went, in the order they were spent."""
     from runners.export import ExportError, export_kernel, settings_from_config
-    from runners.finisher import Finisher
-    from runners.report import best_table
-    from runners.store import ResultStore, write_parquet
-    from runners.wandb_logger import known_problem
+    from runners.results.finisher import Finisher
+    from runners.results.report import best_table
+    from runners.results.store import ResultStore, write_parquet
+    from runners.results.wandb_logger import known_problem
 
     seconds: dict[str, float] = {}
     clock = [time.perf_counter()]
@@ -577,7 +577,7 @@ def finish_sweep(cfg: DictConfig, sweep_id: str, output_dir: Path, finisher=None
 
 class SweepEndCallback(Callback):
     """At the end of a multirun: one table, parquet file, export and W&B summary for all its jobs; exit 1
-    if a job failed. Where the launcher runs the jobs apart (runners/launch.py), each with a store of its
+    if a job failed. Where the launcher runs the jobs apart (runners/engine/launch.py), each with a store of its
     own: at the start, the rows that an earlier run into the same sweep directory left in its job stores
     are merged into the store of record (its end may never have come), which is then copied into the
     sweep directory for the jobs to resume from; at the end, the job stores are merged into it first."""
@@ -623,7 +623,7 @@ def main(cfg: DictConfig) -> Optional[dict]:
     try:
         return run_job(cfg, sweep_id, output_dir, finish=not multirun)
     except Exception as error:  # bad input; or any other failure of one job of a multirun: keep the others'
-        from runners.trials import ConfigError  # (imported by the job: torch and triton are in by now)
+        from runners.engine.trials import ConfigError  # (imported by the job: torch and triton are in by now)
 
         if isinstance(error, ConfigError):
             print(f"error: {error}", file=sys.stderr)
@@ -656,7 +656,7 @@ def exit_now() -> None:
 
 
 if __name__ == "__main__":
-    from runners.schema import register_configs
+    from runners.engine.schema import register_configs
 
     register_configs()
     main()  # an error or a failed multirun leaves through SystemExit, with its status, never reaching this

@@ -10,7 +10,7 @@ nothing else in the project does, because that is what it simulates:
 - SLOW_IMPORT_MARKER: a file it appends this process's pid to, so a test can tell which processes
   imported the module, and how many times.
 - SLOW_IMPORT_UNTIL: a file it waits for before going on, so a test can hold a process inside this
-  import for as long as it needs to (runners/bench_speed.py uses none of these but the sleep).
+  import for as long as it needs to (runners/benchmarks/bench_speed.py uses none of these but the sleep).
 """
 import dataclasses
 import os

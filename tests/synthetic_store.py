@@ -9,8 +9,8 @@ from typing import Optional
 
 import numpy as np
 
-from runners.store import ResultStore
-from runners.trials import Trial
+from runners.results.store import ResultStore
+from runners.engine.trials import Trial
 
 ENV = {
     "backend": "cuda",

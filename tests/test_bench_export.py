@@ -1,4 +1,4 @@
-"""runners/bench_export.py without a GPU: its cases hold shapes out between and beyond the tuned ones,
+"""runners/benchmarks/bench_export.py without a GPU: its cases hold shapes out between and beyond the tuned ones,
 its options parse, and one held-out shape of each kernel goes through the same code as on the GPU
 (autotune over the export with its prune, config_for, autotune over the whole space, the check of
 every pick and its timing) on the interpreter, with tiny shapes, a host clock and an export written
@@ -12,10 +12,10 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from runners import bench_export
+from runners.benchmarks import bench_export
 from runners.export import export_kernel
-from runners.store import ResultStore
-from runners.trials import TRITON_PROVIDER, load_spec, plan_trials
+from runners.results.store import ResultStore
+from runners.engine.trials import TRITON_PROVIDER, load_spec, plan_trials
 
 REPO = Path(__file__).resolve().parent.parent
 GPU_ENV = {"backend": "cuda", "gpu_name": "NVIDIA H200", "driver_version": "580.159.04",
@@ -54,7 +54,7 @@ def test_without_a_gpu_it_says_so(capsys):
 
 
 class HostTimer:
-    """runners.device.cuda_timer's measure(fn).samples_s, by the host's clock (the interpreter)."""
+    """runners.measure.device.cuda_timer's measure(fn).samples_s, by the host's clock (the interpreter)."""
 
     def measure(self, fn):
         samples = []

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from runners import compare
-from runners.store import ResultStore
+from runners.results.store import ResultStore
 from tests.synthetic_store import SHAPES, SPACE, row, samples, softmax_sweep
 
 
@@ -173,8 +173,8 @@ def test_the_slower_softmax_revision_matches_softmax_trial_by_trial():
     import torch
 
     from kernels import softmax
-    from runners.check import TOLERANCES
-    from runners.trials import kernel_source_hash, plan_trials
+    from runners.measure.check import TOLERANCES
+    from runners.engine.trials import kernel_source_hash, plan_trials
     from tests import softmax_twice
 
     conf = {

@@ -7,7 +7,7 @@ from omegaconf import OmegaConf
 from hydra.errors import ConfigCompositionException
 from omegaconf.errors import ConfigKeyError
 
-from runners.schema import KernelConf, register_configs
+from runners.engine.schema import KernelConf, register_configs
 
 CONF = Path(__file__).resolve().parent.parent / "conf"
 
@@ -80,7 +80,7 @@ def test_wrong_type_fails_naming_the_field():
 ])
 def test_bad_values_fail_before_any_launch_naming_the_field(override, message):
     from runners.sweep import validate
-    from runners.trials import ConfigError
+    from runners.engine.trials import ConfigError
 
     cfg = compose("config", overrides=["backend=interpret", "kernel.shapes=[[4,100]]", override])
     with pytest.raises(ConfigError) as error:

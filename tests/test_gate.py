@@ -5,8 +5,8 @@ import json
 import pytest
 import torch
 
-from runners.check import compare
-from runners.store import ResultStore
+from runners.measure.check import compare
+from runners.results.store import ResultStore
 from tests.conftest import run_sweep
 
 

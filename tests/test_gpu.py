@@ -7,9 +7,9 @@ import torch
 import triton
 
 from kernels import softmax
-from runners.check import compare
-from runners.store import ResultStore
-from runners.timing import FLUSH_KERNEL_NAME
+from runners.measure.check import compare
+from runners.results.store import ResultStore
+from runners.measure.timing import FLUSH_KERNEL_NAME
 from tests.conftest import run_sweep
 
 pytestmark = pytest.mark.gpu

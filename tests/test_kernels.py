@@ -9,7 +9,7 @@ import torch
 import triton
 
 from kernels import attention, fused_gelu, layernorm, matmul, softmax, softmax_online, vector_add
-from runners.check import TOLERANCES, as_tuple, compare, compare_outputs, upcast
+from runners.measure.check import TOLERANCES, as_tuple, compare, compare_outputs, upcast
 from tests.conftest import HAS_CUDA
 
 CPU_DTYPES = ["float32", "float16"]

@@ -1,4 +1,4 @@
-"""Multiruns whose jobs run apart (hydra/launcher=local, slurm; runners/launch.py): the presets compose
+"""Multiruns whose jobs run apart (hydra/launcher=local, slurm; runners/engine/launch.py): the presets compose
 with their fields checked, the README's recipe is the preset's, and on the interpreter a 3-job
 submitit multirun ends with one merged store holding the rows one job would give, also after one of
 its jobs was killed mid-way and the multirun was run again.
@@ -26,10 +26,10 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import ConfigCompositionException, InstantiationException
 from omegaconf import OmegaConf
 
-from runners.launch import LauncherConfigError, take_gpus
-from runners.schema import register_configs
-from runners.store import ResultStore
-from runners.trials import load_spec, plan_trials
+from runners.engine.launch import LauncherConfigError, take_gpus
+from runners.engine.schema import register_configs
+from runners.results.store import ResultStore
+from runners.engine.trials import load_spec, plan_trials
 from tests.conftest import REPO, run_sweep
 
 CONF = REPO / "conf"
@@ -111,7 +111,7 @@ def test_readme_recipe_is_the_slurm_preset():
 
 def test_two_holders_never_share_a_gpu_and_a_third_waits(tmp_path):
     held = take_gpus(["0", "1"], 1, tmp_path)  # this process holds GPU 0 until the test ends
-    code = ("import sys; from pathlib import Path; from runners.launch import take_gpus; "
+    code = ("import sys; from pathlib import Path; from runners.engine.launch import take_gpus; "
             f"print(take_gpus(['0', '1'], 1, Path({str(tmp_path)!r})), flush=True); sys.stdin.read()")
 
     def holder():  # a process that takes a GPU and keeps it until its stdin closes

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from runners import export, merge
-from runners.store import ResultStore
+from runners.results.store import ResultStore
 
 H100, H200 = "NVIDIA H100 80GB HBM3", "NVIDIA H200"
 ENV = {"backend": "cuda", "timing_method": "cupti/read-flush", "gpu_name": H100, "driver_version": "570.86", "torch_version": "2.11.0",

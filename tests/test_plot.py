@@ -8,7 +8,7 @@ import pytest
 from matplotlib.image import imread
 
 from runners import plot
-from runners.store import ResultStore
+from runners.results.store import ResultStore
 from tests.synthetic_store import PEAKS, SHAPES, row, softmax_sweep
 
 

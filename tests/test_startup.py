@@ -1,17 +1,17 @@
 """Start-up and finish of a sweep on the CPU: the kernel's module imported once by the fork server, the
 GPU worker compiling a small list itself while the fork server still imports, workers started before
 validation stopped by a bad input, and the results written whatever the plots and the W&B summary
-run do (runners/process.py, runners/scheduler.py, runners/sweep.py, runners/finisher.py)."""
+run do (runners/engine/process.py, runners/engine/scheduler.py, runners/sweep.py, runners/results/finisher.py)."""
 import json
 
 import pandas as pd
 
-from runners import compile_pool
-from runners.finisher import Finisher
-from runners.process import WorkerProcess, stop_all
-from runners.scheduler import Scheduler
-from runners.store import ResultStore
-from runners.trials import Trial
+from runners.engine import compile_pool
+from runners.results.finisher import Finisher
+from runners.engine.process import WorkerProcess, stop_all
+from runners.engine.scheduler import Scheduler
+from runners.results.store import ResultStore
+from runners.engine.trials import Trial
 from tests.conftest import run_sweep
 from tests.synthetic_store import softmax_sweep
 
@@ -185,8 +185,8 @@ def test_a_summary_run_that_hangs_is_left_to_finish_on_its_own(tmp_path, monkeyp
 def test_the_benchmark_small_list_is_what_our_sweep_plans_at_four_shapes():
     """Both sides of bench_speed's slow_import row try, at each shape, the configs our sweep plans there
     (those the kernel's constraints keep), from a list of at most 50."""
-    from runners import bench_speed
-    from runners.trials import load_spec, plan_trials
+    from runners.benchmarks import bench_speed
+    from runners.engine.trials import load_spec, plan_trials
 
     case = bench_speed.CASES["slow_import"]
     tried = bench_speed.tried_configs(case)

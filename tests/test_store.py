@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from runners.store import ENV_KEY, ResultStore, write_parquet
+from runners.results.store import ENV_KEY, ResultStore, write_parquet
 
 ENV = {"backend": "cuda", "timing_method": "cupti/read-flush", "gpu_name": "NVIDIA H200", "driver_version": "580.1",
        "torch_version": "2.11", "triton_version": "3.6", "kernel_hash": "abc123"}

@@ -8,7 +8,7 @@ import time
 import pandas as pd
 import pytest
 
-from runners.store import ResultStore
+from runners.results.store import ResultStore
 from tests.conftest import HAS_CUDA, run_sweep
 
 SMALL_ADD = ["kernel=vector_add", "kernel.shapes=[300,1000]", "kernel.space.BLOCK_SIZE=[256,512]",

@@ -5,7 +5,7 @@ import textwrap
 
 import pytest
 
-from runners.trials import ConfigError, kernel_source_hash, load_spec, plan_trials
+from runners.engine.trials import ConfigError, kernel_source_hash, load_spec, plan_trials
 
 SOFTMAX = {"shapes": [[4, 1000]], "dtypes": ["float16"], "space": {"BLOCK_SIZE": [1024, 2048], "num_warps": [4]}}
 

@@ -6,8 +6,8 @@ logger.dir and online runs that cannot be created, each one warning line, trial 
 import pandas as pd
 import pytest
 
-from runners import wandb_logger
-from runners.store import ResultStore
+from runners.results import wandb_logger
+from runners.results.store import ResultStore
 from tests.conftest import run_sweep
 
 SMALL = [

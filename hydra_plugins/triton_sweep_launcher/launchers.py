@@ -10,7 +10,7 @@
   executor gives every job the same GPUs, 0..gpus_per_node-1.)
 - The parameters are checked when the launcher is made, before anything is submitted.
 
-Hydra imports this module at every start: it imports nothing heavy (runners.launch has the helpers).
+Hydra imports this module at every start: it imports nothing heavy (runners.engine.launch has the helpers).
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from hydra_plugins.hydra_submitit_launcher import submitit_launcher
 from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
 from omegaconf import DictConfig, open_dict
 
-from runners.launch import GPU_LOCKS, LauncherConfigError, check_params, host_gpus, take_gpus
+from runners.engine.launch import GPU_LOCKS, LauncherConfigError, check_params, host_gpus, take_gpus
 
 log = logging.getLogger(__name__)
 

@@ -6,8 +6,8 @@ from typing import Optional
 
 import pandas as pd
 
-from runners.finalists import winner
-from runners.trials import TRITON_PROVIDER
+from runners.engine.finalists import winner
+from runners.engine.trials import TRITON_PROVIDER
 
 
 def _fmt(value, spec: str) -> str:

@@ -2,7 +2,7 @@
 
 `shapes`, `dtypes` and the `space` values are typed Any on purpose: each may be one value (one job of a
 Hydra multirun, `-m kernel.space.num_warps=4,8`) or a list (expanded inside the job,
-`kernel.space.num_warps=[4,8]`); runners/trials.py validates them with messages naming the field.
+`kernel.space.num_warps=[4,8]`); runners/engine/trials.py validates them with messages naming the field.
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ class Backend(str, Enum):
 class SearchMethod(str, Enum):
     grid = "grid"  # every config of the space
     random = "random"  # a seeded random sample of the configs that pass the constraints
-    optuna = "optuna"  # Optuna's TPE sampler, ask-and-tell inside the job (runners/search.py says why)
+    optuna = "optuna"  # Optuna's TPE sampler, ask-and-tell inside the job (runners/engine/search.py says why)
 
 
 class LoggerMode(str, Enum):
@@ -45,7 +45,7 @@ class KernelConf:
 
 @dataclass
 class TimingConf:
-    # The stopping rule (runners/timing.py): at least min_samples and min_time_s of sampling, then stop
+    # The stopping rule (runners/measure/timing.py): at least min_samples and min_time_s of sampling, then stop
     # once the median is known to rel_precision (half-width of its 95% confidence interval, relative),
     # or at max_time_s whatever the precision. These defaults are conf/timing/default.yaml's; the
     # presets set every field.
@@ -85,7 +85,7 @@ class CompileConf:
 class FinalistsConf:
     # The top_k configs of each (shape, dtype) are re-timed round-robin on one GPU until the stopping
     # rule of the trials holds for each (at least min_rounds and min_time_s, then every median known to
-    # rel_precision, or max_time_s); ties and the choice follow runners/finalists.py. top_k 0 or 1:
+    # rel_precision, or max_time_s); ties and the choice follow runners/engine/finalists.py. top_k 0 or 1:
     # no finalists.
     top_k: int = 8
     min_rounds: int = 20

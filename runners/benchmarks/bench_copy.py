@@ -1,8 +1,8 @@
 """How much of the copy ceiling a copy itself reaches at smaller sizes (a benchmark, not a test).
 
-    python -m runners.bench_copy [--mib 8 32 64 128 256 1024]
+    python -m runners.benchmarks.bench_copy [--mib 8 32 64 128 256 1024]
 
-The ceiling (runners/device.py) is a 1 GiB device-to-device copy. A kernel that moves 64 MB each way
+The ceiling (runners/measure/device.py) is a 1 GiB device-to-device copy. A kernel that moves 64 MB each way
 cannot reach it, even at copy speed: launching, filling the GPU and draining the last wave cost a few
 microseconds whatever the size. This times torch's copy at each size (MiB each way), with the same
 timer and L2 flush as every trial, and prints its share of the 1 GiB figure: the reachable share at
@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import argparse
 
-from runners.device import COPY_BYTES, PEAK_RULE, cuda_timer, measure_copy
-from runners.timing import StopRule
+from runners.measure.device import COPY_BYTES, PEAK_RULE, cuda_timer, measure_copy
+from runners.measure.timing import StopRule
 
 
 def main(argv=None) -> None:

@@ -1,7 +1,7 @@
 """Benchmark (GPU): our timer next to Nsight Compute and triton.testing.do_bench, same kernels, same inputs.
 
-    python -m runners.bench_timer [--cases va20 sm4k1k ...] [--repeats 2] [--launches 20]
-    python -m runners.bench_timer --presets --cases va20 sm8k4k mm4k      # cost of each timing preset
+    python -m runners.benchmarks.bench_timer [--cases va20 sm4k1k ...] [--repeats 2] [--launches 20]
+    python -m runners.benchmarks.bench_timer --presets --cases va20 sm8k4k mm4k      # cost of each timing preset
 
 For each case, from ~4 us to ~1 ms: our p50 (CUPTI kernel time after the clean flush, the default
 preset's stopping rule) in `--repeats` runs back to back, then do_bench's median; the CUDA-event p50 of
@@ -25,8 +25,8 @@ from typing import Callable, Optional
 import triton
 import triton.language as tl
 
-from runners.timing import StopRule, summarize
-from runners.trials import load_spec
+from runners.measure.timing import StopRule, summarize
+from runners.engine.trials import load_spec
 
 # name -> (kernel, shape, dtype, config): small and large vector adds, softmax, layernorm, matmul and
 # attention, from ~4 us to ~1 ms on an H200.
@@ -44,7 +44,7 @@ CASES = {
 }
 EMPTY = "empty"  # the diagnostic kernel that does no work
 WARMUP_LAUNCHES = 5
-TIMING_PRESETS = Path(__file__).resolve().parent.parent / "conf" / "timing"
+TIMING_PRESETS = Path(__file__).resolve().parents[2] / "conf" / "timing"
 
 
 def preset_rule(name: str) -> tuple[StopRule, float]:
@@ -84,7 +84,7 @@ def child(case: str, launches: int, flush: bool) -> None:
     """The process ncu profiles: warm-up launches, then `launches` more (after our flush each, if asked)."""
     import torch
 
-    from runners.timing import L2Flush
+    from runners.measure.timing import L2Flush
 
     run, _ = _case_call(case)
     props = torch.cuda.get_device_properties(0)
@@ -103,7 +103,7 @@ def ncu_median(case: str, kernel_names: str, launches: int, cache_control: bool)
     command = ["ncu", "--cache-control", "all" if cache_control else "none", "--clock-control", "none",
                "--metrics", "gpu__time_duration.sum", "--print-units", "base", "--csv",
                "-k", f"regex:^({kernel_names})$", "--launch-skip", str(WARMUP_LAUNCHES), "--launch-count", str(launches),
-               sys.executable, "-m", "runners.bench_timer", "--child", case, "--launches", str(launches)]
+               sys.executable, "-m", "runners.benchmarks.bench_timer", "--child", case, "--launches", str(launches)]
     if not cache_control:
         command.append("--flush")
     try:
@@ -161,7 +161,7 @@ def main(argv=None) -> None:
 
     import torch
 
-    from runners.device import cuda_timer
+    from runners.measure.device import cuda_timer
 
     rule, warmup_s = preset_rule("default")  # as a sweep times every trial
     timer = cuda_timer(0, rule, warmup_s)

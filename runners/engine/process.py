@@ -1,7 +1,7 @@
 """A worker process with a pipe, a deadline on every request, and replacement on death; and the fork
 server the compile workers are forked from.
 
-Both the GPU trial workers (runners/worker.py) and the compile workers (runners/compile_pool.py) are
+Both the GPU trial workers (runners/engine/worker.py) and the compile workers (runners/engine/compile_pool.py) are
 these. The parent never blocks on one worker: the scheduler waits on all their pipes at once and on the
 nearest deadline, so a hang or a crash costs one task, never the sweep. A GPU worker is spawned (a fresh
 interpreter, never a fork of a process that may hold CUDA); a compile worker is forked from a
@@ -20,7 +20,7 @@ import traceback
 from multiprocessing import reduction
 from typing import Any, Callable, Optional, Union
 
-from runners import check
+from runners.measure import check
 
 READY_TIMEOUT_S = 600  # imports, CUDA context and the L2 flush buffer; generous for a cold file cache
 

@@ -1,14 +1,14 @@
 """Sweep speed on a GPU (a benchmark, not a test): prints the tables BENCHMARKS.md records.
 
-    python -m runners.bench_speed autotune [--kernel matmul|softmax|slow_import]   # ours vs @triton.autotune
-    python -m runners.bench_speed search                               # Optuna and random vs the grid
-    python -m runners.bench_speed gpus                                 # throughput on 1 GPU vs all visible
-    python -m runners.bench_speed startup [OVERRIDES...]               # where a sweep's start and finish go
+    python -m runners.benchmarks.bench_speed autotune [--kernel matmul|softmax|slow_import]   # ours vs @triton.autotune
+    python -m runners.benchmarks.bench_speed search                               # Optuna and random vs the grid
+    python -m runners.benchmarks.bench_speed gpus                                 # throughput on 1 GPU vs all visible
+    python -m runners.benchmarks.bench_speed startup [OVERRIDES...]               # where a sweep's start and finish go
 
 autotune: the same kernel, the same list of configs, each side with a fresh Triton cache of its own:
   theirs = the first call of @triton.autotune over triton.Configs of the same list, in a fresh process
   (compile + do_bench of every config, one after another).
-  Then an exhaustive careful re-measure of every config, round-robin on one GPU (runners/timing.py's
+  Then an exhaustive careful re-measure of every config, round-robin on one GPU (runners/measure/timing.py's
   interleaved timer, every median to 0.2% or 10 s), and each side's pick against the best there.
   Two large lists (96 matmul configs, 72 softmax configs, one shape each), and a small one of a kernel
   whose module imports slowly: slow_import, tests/slow_import_kernel.py (kernels/softmax.py's kernel
@@ -51,7 +51,7 @@ CASES = {
 }
 DTYPE = "float16"
 PHASES = ("start", "peaks", "trials", "finalists", "finish")  # a sweep's phase line, in order
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _configs(space: dict) -> list[dict]:
@@ -88,8 +88,8 @@ def our_sweep(kernel: str, shapes: list, space: dict, work: Path, extra: list[st
     cache_dir = tempfile.mkdtemp(prefix="triton-cache-ours-")
     seconds, result = _run(args, cache_dir)
     summary = json.loads((work / "run" / "summary.json").read_text())
-    from runners.finalists import winner
-    from runners.store import ResultStore
+    from runners.engine.finalists import winner
+    from runners.results.store import ResultStore
 
     store = ResultStore(work / "results.sqlite")
     rows = store.load(sweep_id=sweep_id)
@@ -161,7 +161,7 @@ def tried_configs(case: dict) -> list[list[dict]]:
     configs = _configs(case["space"])
     if not case.get("pruned"):
         return [configs for _ in case["shapes"]]
-    from runners.trials import load_spec
+    from runners.engine.trials import load_spec
 
     spec = load_spec(case["spec"], None)
     return [[c for c in configs if not spec.constraints(tuple(shape), DTYPE, c)] for shape in case["shapes"]]
@@ -184,9 +184,9 @@ def careful_remeasure(kernel: str, shape: list, configs: list[dict]) -> dict[str
     10 s."""
     import torch
 
-    from runners.device import cuda_timer
-    from runners.timing import StopRule
-    from runners.trials import load_spec
+    from runners.measure.device import cuda_timer
+    from runners.measure.timing import StopRule
+    from runners.engine.trials import load_spec
 
     spec = load_spec(kernel, None)
     inputs = spec.make_inputs(tuple(shape), torch.float16, 0, torch.device("cuda"))
@@ -291,7 +291,7 @@ def bench_gpus(counts=None) -> None:
     import pandas as pd
     import torch
 
-    from runners.store import ResultStore
+    from runners.results.store import ResultStore
 
     count = torch.cuda.device_count()
     overrides = ["kernel=softmax", "kernel.dtypes=[float16]", "kernel.baselines=[]", "logger.mode=disabled",

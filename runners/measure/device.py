@@ -1,7 +1,7 @@
 """What the trials run on: GPU, clocks, versions; and the device's measured ceilings.
 
 Ceilings are measured, not taken from a datasheet: a device-to-device copy (bytes read + written) and a
-cuBLAS matmul per dtype, timed as every trial is (runners/timing.py). They are measured once per (GPU,
+cuBLAS matmul per dtype, timed as every trial is (runners/measure/timing.py). They are measured once per (GPU,
 driver, torch, timing method) and cached in the results store.
 """
 from __future__ import annotations
@@ -65,7 +65,7 @@ def cuda_timer(device_index: int, rule, warmup_s: float):
     """A CudaTimer on the device, reading its SM clock through NVML."""
     import torch
 
-    from runners.timing import CudaTimer
+    from runners.measure.timing import CudaTimer
 
     read_clock, max_clock, _ = sm_clock_reader(torch, device_index)
     return CudaTimer(torch.device("cuda", device_index), rule, warmup_s, read_clock, max_clock)
@@ -121,7 +121,7 @@ def measure_peaks(timer, device) -> dict:
     """Measured ceilings: copy GB/s (read + write) and cuBLAS TFLOP/s per dtype, from p50 times."""
     import torch
 
-    from runners.timing import StopRule, summarize
+    from runners.measure.timing import StopRule, summarize
 
     rule = StopRule(**PEAK_RULE)
     peaks = {"copy_gbps": measure_copy(timer, device, COPY_BYTES, rule)[1]}
@@ -139,7 +139,7 @@ def measure_copy(timer, device, n_bytes: int, rule) -> tuple[float, float]:
     """(p50 us, GB/s counting bytes read + written) of a device-to-device copy of n_bytes."""
     import torch
 
-    from runners.timing import summarize
+    from runners.measure.timing import summarize
 
     source = torch.randn(n_bytes // 4, device=device)  # random data, never zeros
     destination = torch.empty_like(source)

@@ -1,5 +1,5 @@
 """The end of a sweep that its results need not wait for: the plots and the W&B summary run, made in a
-process of their own, `python -m runners.finisher`.
+process of their own, `python -m runners.results.finisher`.
 
 The sweep (runners/sweep.py) starts it with its workers, before it validates its input (a bad input
 closes its stdin, and it exits), or once they are ready on a host with fewer cores than processes
@@ -12,7 +12,7 @@ table and exports, which are its results and never wait for this process, then h
 run (`write_summary`: the exported files, the logger config) and waits (`wait`).
 
 This process loads the sweep's rows from the store, draws the plots into the directory
-(runners/plot.py), writes the summary run with them (runners/wandb_logger.py), and reports on the pipe
+(runners/plot.py), writes the summary run with them (runners/results/wandb_logger.py), and reports on the pipe
 given as its argument, one JSON line each: {"plots": [...]} once the plots are drawn, {"done": {...}}
 at the end. What it prints goes to finish.log in the directory, which the sweep relays to its own
 output. The sweep waits for the plots at most PLOTS_WAIT_S and for the summary run at most
@@ -38,7 +38,7 @@ PLOTS_WAIT_S = 60.0
 # as well: past this bound the sweep leaves it to this process.
 SUMMARY_WAIT_S = 30.0
 LOG_NAME = "finish.log"
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 class Finisher:
@@ -56,7 +56,7 @@ class Finisher:
         status_r, status_w = os.pipe()
         python_path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
         process = subprocess.Popen(
-            [sys.executable, "-m", "runners.finisher", str(status_w), "wandb" if warm_wandb else "-"],
+            [sys.executable, "-m", "runners.results.finisher", str(status_w), "wandb" if warm_wandb else "-"],
             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, pass_fds=(status_w,),
             start_new_session=True,  # outlives the sweep, out of reach of a Ctrl-C meant for it
             env={**os.environ, "PYTHONPATH": python_path}, text=True)
@@ -158,7 +158,7 @@ def _warm(wandb_too: bool) -> None:
     """Import what the end will need, while the sweep's trials run."""
     import pandas  # noqa: F401
 
-    from runners import plot  # noqa: F401  (pandas, numpy, torch and triton, through runners.report)
+    from runners import plot  # noqa: F401  (pandas, numpy, torch and triton, through runners.results.report)
 
     try:
         from matplotlib import colormaps  # noqa: F401
@@ -199,7 +199,7 @@ def main(argv=None) -> int:
     sys.stderr = os.fdopen(2, "w", buffering=1)
 
     from runners.plot import plots_for_sweep
-    from runners.store import ResultStore
+    from runners.results.store import ResultStore
 
     store = ResultStore(job["store"])
     frame = store.load(sweep_id=job["sweep_id"])
@@ -211,7 +211,7 @@ def main(argv=None) -> int:
     if line:
         summary = json.loads(line)
         if summary["logger"] is not None:
-            from runners.wandb_logger import log_sweep_summary
+            from runners.results.wandb_logger import log_sweep_summary
 
             seconds = log_sweep_summary(summary["logger"], job["sweep_id"], frame, summary["exports"], plots)
     _report(status, {"done": {"wandb_summary_seconds": seconds}})

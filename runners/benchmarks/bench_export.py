@@ -1,7 +1,7 @@
 """The export at shapes it was not tuned at, on a GPU (a benchmark, not a test): prints the table
 BENCHMARKS.md records.
 
-    python -m runners.bench_export [--kernels softmax layernorm matmul] [--no-first-call] [--work DIR]
+    python -m runners.benchmarks.bench_export [--kernels softmax layernorm matmul] [--no-first-call] [--work DIR]
 
 For each kernel, fp16:
 1. Tune: `python -m runners.sweep` at 3 shapes over the kernel's default space (timing=screen, the
@@ -14,7 +14,7 @@ For each kernel, fp16:
    The first call of each autotune (compile and autotune's timing of what it was given) in seconds,
    each with a fresh Triton cache and a fresh JIT function, in this process.
 4. Every distinct pick is checked against the float64 reference and timed with the project's timer
-   (runners.device.cuda_timer, L2 flushed before each sample) at that shape, one after the other;
+   (runners.measure.device.cuda_timer, L2 flushed before each sample) at that shape, one after the other;
    percentages are the exhaustive winner's p50 over the pick's, timed the same way.
 
 Sized to finish within 8 minutes on one H200 (6 sweeps at timing=screen, about 40 first calls; an
@@ -33,7 +33,7 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 DTYPE = "float16"
 # Tuned at the default sweep's shapes (conf/kernel/*.yaml), except matmul's smaller ones (time);
 # held out: between the tuned shapes and beyond them on either side, some not a power of 2.
@@ -48,14 +48,14 @@ CASES = {
 
 
 def _rule():
-    """The stopping rule for timing the picks: the one place to adapt to runners.timing's API."""
-    from runners.timing import StopRule
+    """The stopping rule for timing the picks: the one place to adapt to runners.measure.timing's API."""
+    from runners.measure.timing import StopRule
 
     return StopRule(min_samples=20, min_time_s=0.01, rel_precision=0.005, max_time_s=1.0)  # the default preset
 
 
 def _p50_us(timer, fn) -> float:
-    from runners.timing import summarize
+    from runners.measure.timing import summarize
 
     return summarize(timer.measure(fn).samples_s)["p50_us"]
 
@@ -72,10 +72,10 @@ def sweep(kernel: str, shapes: list, sweep_id: str, work: Path, export_dir: Path
 
 
 def winners(work: Path, kernel: str, sweep_id: str) -> dict[tuple, dict]:
-    """shape -> the exhaustive sweep's winning config there (runners/finalists.py's choice)."""
+    """shape -> the exhaustive sweep's winning config there (runners/engine/finalists.py's choice)."""
     from runners.export import select_rows
-    from runners.finalists import winner
-    from runners.store import ResultStore
+    from runners.engine.finalists import winner
+    from runners.results.store import ResultStore
 
     store = ResultStore(work / "results.sqlite")
     frame = store.load(sweep_id=sweep_id, kernel=kernel)
@@ -174,7 +174,7 @@ def bench_shape(kernel: str, spec, exported, shape: tuple, best: dict, timer, wi
     """The picks at one held-out shape, their check and their p50 (module doc, steps 3 and 4)."""
     import torch
 
-    from runners import check
+    from runners.measure import check
 
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     # The sizes the prune reads (KEY's dims; all dims when KEY is empty, as the prune falls back to),
@@ -265,7 +265,7 @@ def table(results: list[dict]) -> str:
 
 
 def bench_kernel(kernel: str, work: Path, timer, with_first_call: bool) -> dict:
-    from runners.trials import load_spec
+    from runners.engine.trials import load_spec
 
     case, began = CASES[kernel], time.perf_counter()
     sweep(kernel, case["tune"], f"tune_{kernel}", work, work / "exports")
@@ -302,14 +302,14 @@ def main(argv=None) -> int:
     if not torch.cuda.is_available():
         print("error: bench_export needs a CUDA GPU (it times the export's picks on it)", file=sys.stderr)
         return 2
-    from runners.device import cuda_timer
+    from runners.measure.device import cuda_timer
 
     work = Path(args.work or tempfile.mkdtemp(prefix="bench-export-"))
     began = time.perf_counter()
     timer = cuda_timer(0, _rule(), warmup_s=0.05)
     results = [bench_kernel(kernel, work, timer, not args.no_first_call) for kernel in args.kernels]
     print(f"\n{torch.cuda.get_device_name(0)}, {DTYPE}, exports tuned at timing=screen with finalists; "
-          f"picks timed by runners.device.cuda_timer (L2 flushed), p50\n")
+          f"picks timed by runners.measure.device.cuda_timer (L2 flushed), p50\n")
     print(table(results))
     for result in results:
         print(f"\n{result['kernel']} list: {result['list']}")

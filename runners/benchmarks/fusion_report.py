@@ -1,6 +1,6 @@
 """Report (GPU): is the kernel fused? GPU kernels launched per call, per provider, from torch.profiler.
 
-    python -m runners.fusion_report --kernel fused_gelu --shape 8192 8192 [--dtype float16]
+    python -m runners.benchmarks.fusion_report --kernel fused_gelu --shape 8192 8192 [--dtype float16]
 
 Ours should launch exactly one kernel per call; the eager chain launches one per op; torch.compile
 somewhere in between. Each provider runs once to warm up (torch.compile compiles there), then `--calls`
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 
-from runners.trials import TRITON_PROVIDER, load_spec
+from runners.engine.trials import TRITON_PROVIDER, load_spec
 
 
 def kernels_per_call(run, calls: int) -> float:

@@ -8,7 +8,7 @@ a fresh allocation are all Triton specializes on) and every @triton.jit launch i
 (JITFunction.run with warmup=True). The binary lands in the Triton cache (TRITON_CACHE_DIR), where the
 GPU worker's first call finds it and only loads it.
 
-The workers are forked from a fork server (runners/process.py) that imported torch, Triton and the
+The workers are forked from a fork server (runners/engine/process.py) that imported torch, Triton and the
 kernel's module once, before the first fork: a module that takes seconds to import costs them nothing.
 Each worker is the leader of its own process group: a compile past its timeout is killed with every
 child it started (ptxas). Outcomes: None (built, with the shared memory it needs), compile_error
@@ -23,11 +23,11 @@ import os
 import time
 from typing import TYPE_CHECKING, Optional
 
-from runners import check
-from runners.process import ForkServer, WorkerProcess
+from runners.measure import check
+from runners.engine.process import ForkServer, WorkerProcess
 
-if TYPE_CHECKING:  # runners.trials imports torch and triton: the sweep imports this module before them
-    from runners.trials import Trial
+if TYPE_CHECKING:  # runners.engine.trials imports torch and triton: the sweep imports this module before them
+    from runners.engine.trials import Trial
 
 BUILT = None  # the outcome of a successful compile
 DEFERRED = "deferred"  # not decided here; the GPU worker compiles it
@@ -58,7 +58,7 @@ def _compile_main(conn, kernel_name: str, spec_path: Optional[str]) -> None:
     from triton.runtime import driver
     from triton.runtime.jit import JITFunction
 
-    from runners.trials import load_spec
+    from runners.engine.trials import load_spec
 
     spec = load_spec(kernel_name, spec_path)
     launch = JITFunction.run
@@ -129,7 +129,7 @@ def fork_server(kernel_name: str, spec_path: Optional[str]) -> ForkServer:
     """A fork server (not started) that imports torch, Triton, this module and the kernel's module
     once: a kernel library whose import takes seconds is imported there, not again in every compile
     worker (17 processes importing one at once on a 16-core host made a sweep's start 22 s)."""
-    preload = ("torch", "triton", "runners.trials", "runners.compile_pool")
+    preload = ("torch", "triton", "runners.engine.trials", "runners.engine.compile_pool")
     module = kernel_module(kernel_name, spec_path)
     return ForkServer(preload + ((module,) if module else ()))
 
@@ -137,7 +137,7 @@ def fork_server(kernel_name: str, spec_path: Optional[str]) -> ForkServer:
 def compile_workers(count: int, kernel_name: str, spec_path: Optional[str],
                     server: Optional[ForkServer] = None) -> list[WorkerProcess]:
     """`count` compile workers, none started, all forked from `server` (a new one when None). The
-    scheduler forks them as the work needs them (runners/scheduler.py)."""
+    scheduler forks them as the work needs them (runners/engine/scheduler.py)."""
     server = server or fork_server(kernel_name, spec_path)
     return [WorkerProcess(f"compile worker {i}", _compile_main, (kernel_name, spec_path), new_session=True,
                           interpret=False,  # the real compiler, whatever the shell or backend says

@@ -1,7 +1,7 @@
 """The trial worker: one process per GPU (or one interpreter process) that runs trials one at a time.
 
 The sweep process never touches CUDA. It sends each trial to a worker and waits at most the trial's
-timeout (runners/process.py); a worker that hangs is killed (`timeout`), one that dies or hits a sticky
+timeout (runners/engine/process.py); a worker that hangs is killed (`timeout`), one that dies or hits a sticky
 CUDA error (illegal address, launch failure) is replaced (`crashed`), and the sweep goes on with a
 fresh worker.
 """
@@ -12,11 +12,11 @@ import os
 import time
 from typing import TYPE_CHECKING, Optional
 
-from runners import check
-from runners.process import WorkerProcess
+from runners.measure import check
+from runners.engine.process import WorkerProcess
 
-if TYPE_CHECKING:  # runners.trials imports torch and triton: the sweep starts a worker before them
-    from runners.trials import Trial
+if TYPE_CHECKING:  # runners.engine.trials imports torch and triton: the sweep starts a worker before them
+    from runners.engine.trials import Trial
 
 
 def input_seed(seed: int, trial: Trial) -> int:
@@ -60,7 +60,7 @@ def run_trial(spec, trial: Trial, cache: ShapeCache, timer, device, peaks: dict)
     """Gate then time one trial; every outcome is a row fragment with a status, never an exception."""
     import torch
 
-    from runners.trials import TRITON_PROVIDER
+    from runners.engine.trials import TRITON_PROVIDER
 
     first_launch_done = False
     try:
@@ -75,7 +75,7 @@ def run_trial(spec, trial: Trial, cache: ShapeCache, timer, device, peaks: dict)
         else:
             out = run()
             references = references[:1]  # a baseline returns the main output only (see kernels/spec.py)
-            normwise = True  # the user's code: rounding after every op (runners/check.py)
+            normwise = True  # the user's code: rounding after every op (runners/measure/check.py)
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         first_call_s = time.perf_counter() - began  # load (and compile, unless the pool did) + one run
@@ -92,7 +92,7 @@ def run_trial(spec, trial: Trial, cache: ShapeCache, timer, device, peaks: dict)
 def timed_call(spec, trial: Trial, inputs: tuple):
     """(the zero-argument call that is timed, the output it writes into): our kernel launches into an
     output allocated here; a baseline returns its output (None here)."""
-    from runners.trials import TRITON_PROVIDER
+    from runners.engine.trials import TRITON_PROVIDER
 
     if trial.provider == TRITON_PROVIDER:
         out = spec.output_like(inputs)
@@ -150,7 +150,7 @@ def measured_fields(spec, trial: Trial, measurement, peaks: dict) -> dict:
     gaps and the event pair included."""
     import torch
 
-    from runners.timing import summarize
+    from runners.measure.timing import summarize
 
     stats = summarize(measurement.samples_s)
     if stats["p50_us"] <= 0:
@@ -195,9 +195,9 @@ def _worker_main(conn, backend: str, kernel_name: str, spec_path: Optional[str],
     try:
         import torch
 
-        from runners import device as device_info
-        from runners.timing import METHOD_CUPTI, InterpreterTimer, StopRule
-        from runners.trials import load_spec
+        from runners.measure import device as device_info
+        from runners.measure.timing import METHOD_CUPTI, InterpreterTimer, StopRule
+        from runners.engine.trials import load_spec
 
         imported = time.perf_counter()
         spec = load_spec(kernel_name, spec_path)
@@ -255,4 +255,4 @@ def trial_worker(backend: str, kernel_name: str, spec_path: Optional[str], timin
     # A TRITON_INTERPRET=1 left in the shell (or by an interpret job) must not reach a CUDA worker:
     # it would time the interpreter. Its main by name: the parent starts it before importing torch.
     args = (backend, kernel_name, spec_path, timing, seed, device_index)
-    return WorkerProcess(name, "runners.worker:_worker_main", args, interpret=backend == "interpret")
+    return WorkerProcess(name, "runners.engine.worker:_worker_main", args, interpret=backend == "interpret")

@@ -15,7 +15,7 @@ kernel, provider, dtype, gpu_name, sweep_id, shape_label, so parallel-coordinate
 panels work without setup; define_metric marks latencies as minimized (summary min) and throughput
 as maximized (summary max).
 The summary run holds the trials table (with pct_of_best and a column per meta-parameter) and the
-sweep's plots as images; the sweep's finishing process writes it (runners/finisher.py), after the
+sweep's plots as images; the sweep's finishing process writes it (runners/results/finisher.py), after the
 results are out and the trial runs written, so that the sweep waits for it a bounded time only.
 
 W&B is never allowed to cost a result: wandb failing to import (an incomplete install raises anywhere
@@ -37,7 +37,7 @@ from typing import Iterable, Optional
 
 import pandas as pd
 
-from runners.store import SAMPLE_COLUMNS
+from runners.results.store import SAMPLE_COLUMNS
 
 CLOSE_TIMEOUT_S = 600  # a sweep's last runs may still be uploading in online mode
 LOGGING_PROCESSES = 4

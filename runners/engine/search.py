@@ -1,6 +1,6 @@
 """Which configs a job measures: the whole grid, a seeded random sample of it, or Optuna, under budgets.
 
-Search runs inside the job, on the trials runners/trials.py planned (constraints already applied, so a
+Search runs inside the job, on the trials runners/engine/trials.py planned (constraints already applied, so a
 pruned config never reaches a compiler), and feeds the same scheduler, store, W&B runs and export as
 a grid. Optuna's ask-and-tell is used rather than Hydra's Optuna sweeper: the sweeper makes every trial
 a Hydra job, which would start a GPU worker and a compile pool per config and could not compile the
@@ -23,7 +23,7 @@ import random
 from collections import defaultdict
 from typing import Optional
 
-from runners.trials import TRITON_PROVIDER, ConfigError, Trial
+from runners.engine.trials import TRITON_PROVIDER, ConfigError, Trial
 
 METHODS = ("grid", "random", "optuna")
 MAX_PROPOSALS_PER_TRIAL = 50  # optuna: proposals (pruned or repeated) allowed per trial of the budget

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
-from runners.timing import median_interval
+from runners.measure.timing import median_interval
 
 if TYPE_CHECKING:  # pandas is heavy, and every spawned worker imports this module through runners.sweep
     import pandas as pd
