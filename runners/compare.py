@@ -22,7 +22,8 @@ The rule (a difference must be both real and large enough to matter):
   keeps rows of one distribution SAME (the median of 10 samples at 1% noise moves about 0.4%, so a 2%
   ratio is out of its reach), while the level decides what a few noisy samples can show. With 10 samples
   a side, complete separation gives p = 0.0002, and one sample of the faster side above all of the
-  slower side (an outlier) p = 0.003; with 5 or fewer a side nothing reaches 0.01: such rows stay SAME. tests/test_compare.py checks both on seeded
+  slower side (an outlier) p = 0.003; with 5 or fewer a side nothing reaches 0.01: such rows stay SAME.
+  tests/test_compare.py checks both on seeded
   samples: no verdict on 200 pairs drawn from one distribution, every 5% shift found with 30 a side.
 - Rows timed by different methods (`timing_method`: the CUPTI kernel time against the CUDA-event time
   of older stores, which adds ~3 us a call) get no verdict: OTHER TIMER, outside the gate.

@@ -21,7 +21,8 @@ Validity travels with each config: the shapes where it was ok, with its p50 ther
 (imports only triton) holds, for every GPU exported: the covering sets (COVER), the winner of each
 measured shape (BEST_BY_SHAPE), all their configs once (CONFIGS, for @triton.autotune), the map from the
 kernel's arguments to the sweep's dims (KEY, from --key or the config's export.key), a prune function
-for autotune and config_for() (nearest measured shape in log space; runners/results/export_runtime.py says how).
+for autotune and config_for() (nearest measured shape in log space;
+runners/results/export_runtime.py says how).
 
 One file pair per kernel for all GPUs: a GPU's section is replaced when it is exported again; the
 sections of GPUs not in this export are kept from the existing JSON (`--no-merge` / export.merge=false:
@@ -47,7 +48,8 @@ LAUNCH_OPTIONS = ("num_warps", "num_stages")  # triton.Config keywords; every ot
 # Rows exported together share the resume environment; backend and GPU name are already fixed here.
 EXPORT_ENV = [name for name in ENV_KEY if name not in ("backend", "gpu_name")]
 WINNER_FIELDS = ("p50_us", "gbps", "tflops", "pct_copy_bw")  # of each shape's winner, in BEST_BY_SHAPE
-PROVENANCE = ("timing_method", "driver_version", "cuda_version", "torch_version", "triton_version", "kernel_hash")
+PROVENANCE = ("timing_method", "driver_version", "cuda_version", "torch_version", "triton_version",
+              "kernel_hash")
 RUNTIME = Path(__file__).resolve().parent / "results" / "export_runtime.py"
 RUNTIME_MARKER = "# ---- generated modules copy everything below this line ----\n"
 
@@ -226,7 +228,8 @@ def _identity(config: dict) -> str:
 
 
 def render_module(data: dict, json_name: str) -> str:
-    """The .py of an export: its data as literals, then the lookup code of runners/results/export_runtime.py."""
+    """The .py of an export: its data as literals, then the lookup code of
+    runners/results/export_runtime.py."""
     kernel, gpus = data["kernel"], data["gpus"]
     configs = {}  # every config of the covering sets once, in GPU, dtype, list order
     for section in gpus.values():
@@ -272,7 +275,8 @@ Generated from {json_name}: do not edit.
 
 COVER[gpu][dtype] is a covering set: at every measured shape, the fastest of its configs that was ok
 there is within {" / ".join(tolerances)} of the fastest config measured there (p50 of the kernel time of
-record, timed as each GPU's line above says; where finalists were re-timed round-robin, their re-timed p50s). Each config
+record, timed as each GPU's line above says; where finalists were re-timed round-robin, their re-timed \
+p50s). Each config
 comes with the shapes where it was verified (ok) and its p50 there, in us. Use:
 
     from {json_name[:-len(".json")]} import CONFIGS, prune_configs, make_prune, config_for

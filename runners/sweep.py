@@ -59,7 +59,8 @@ def git_sha() -> Optional[str]:
     """HEAD of the repository the runner lives in, '+dirty' when it has uncommitted changes."""
     root = Path(__file__).resolve().parent.parent
     try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True).stdout.strip()
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
+                             check=True).stdout.strip()
         dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
                                capture_output=True, text=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
@@ -111,7 +112,8 @@ def _check_stop_rule(group: str, rule: DictConfig, count_field: str) -> None:
         raise ConfigError(f"{group}.{count_field}: {count} must be >= {MIN_SAMPLES_FOR_INTERVAL} "
                           "(fewer samples give no 95% interval of the median)")
     if not 0 < rule.rel_precision < 1:
-        raise ConfigError(f"{group}.rel_precision: {rule.rel_precision} must be in (0, 1), e.g. 0.005 for 0.5%")
+        raise ConfigError(f"{group}.rel_precision: {rule.rel_precision} must be in (0, 1), "
+                          "e.g. 0.005 for 0.5%")
     if rule.max_time_s <= 0 or rule.min_time_s < 0:
         raise ConfigError(f"{group}: max_time_s ({rule.max_time_s}) must be > 0 and min_time_s "
                           f"({rule.min_time_s}) >= 0")
@@ -146,8 +148,8 @@ def validate(cfg: DictConfig):
     _check_stop_rule("timing", cfg.timing, "min_samples")
     _check_stop_rule("finalists", cfg.finalists, "min_rounds")
     if cfg.finalists.top_k < 0 or cfg.finalists.tie_floor < 0:
-        raise ConfigError(f"finalists: top_k ({cfg.finalists.top_k}) and tie_floor ({cfg.finalists.tie_floor}) "
-                          "must be >= 0")
+        raise ConfigError(f"finalists: top_k ({cfg.finalists.top_k}) and tie_floor "
+                          f"({cfg.finalists.tie_floor}) must be >= 0")
     if cfg.compile.timeout_s <= 0 or (cfg.compile.workers is not None and cfg.compile.workers < 0):
         raise ConfigError("compile: workers must be >= 0 (or null: one per CPU core) and timeout_s > 0")
     if cfg.search.budget_s is not None and cfg.search.budget_s <= 0:
@@ -157,7 +159,8 @@ def validate(cfg: DictConfig):
     spec = load_spec(cfg.kernel.name, cfg.kernel.spec)
     _check_export_settings(cfg, spec)
     trials = plan_trials(spec, OmegaConf.to_container(cfg.kernel, resolve=True), cfg.backend.value)
-    search = Search(cfg.search.method.value, trials, cfg.search.budget_trials, cfg.search.seed, cfg.search.batch)
+    search = Search(cfg.search.method.value, trials, cfg.search.budget_trials, cfg.search.seed,
+                    cfg.search.batch)
     available = 1
     if cfg.backend == "cuda":
         import torch
@@ -171,7 +174,8 @@ def validate(cfg: DictConfig):
     to_compile = sum(1 for t in trials if t.provider == TRITON_PROVIDER and not t.pruned_reason)
     compilers = 0
     if cfg.backend == "cuda":  # the interpreter has nothing to compile
-        compilers = min((os.cpu_count() or 1) if cfg.compile.workers is None else cfg.compile.workers, to_compile)
+        compilers = min((os.cpu_count() or 1) if cfg.compile.workers is None else cfg.compile.workers,
+                        to_compile)
     return spec, trials, search, workers, compilers
 
 
@@ -331,7 +335,8 @@ def run_job(cfg: DictConfig, sweep_id: str, output_dir: Path, finish: bool) -> d
 
     try:
         store = ResultStore(store_path)
-        print(f"sweep {sweep_id}: {spec.name}, {len(trials)} trials planned ({cfg.search.method.value} search); "
+        print(f"sweep {sweep_id}: {spec.name}, {len(trials)} trials planned "
+              f"({cfg.search.method.value} search); "
               f"starting {workers} {cfg.backend.value} worker(s) and {compilers} compile worker(s)")
         batch = search.next_batch()
         scheduler = _start_workers(cfg, workers, compilers, timing, batch, early)
@@ -356,21 +361,23 @@ def run_job(cfg: DictConfig, sweep_id: str, output_dir: Path, finish: bool) -> d
         lap("peaks")
         done = {} if cfg.force else store.measured(env)
         logger = TrialLogger(logger_conf, sweep_id)
-        common = {"sweep_id": sweep_id, "seed": cfg.seed, "git_sha": git_sha(), "kernel_hash": env["kernel_hash"]}
+        common = {"sweep_id": sweep_id, "seed": cfg.seed, "git_sha": git_sha(),
+                  "kernel_hash": env["kernel_hash"]}
         progress = tqdm(total=0, unit="trial", desc=spec.name, dynamic_ncols=True, mininterval=1.0)
 
         def record(worker, trial: Trial, result: dict, phase: str = "screen") -> None:
             info = (worker.info if worker is not None and worker.info else None) or env
-            row = {**common, **{k: info[k] for k in ENV_COLUMNS}, "trial_key": trial.key, "kernel": trial.kernel,
-                   "provider": trial.provider, "shape": trial.shape, "dtype": trial.dtype, "config": trial.config,
-                   "phase": phase, **result,
+            row = {**common, **{k: info[k] for k in ENV_COLUMNS}, "trial_key": trial.key,
+                   "kernel": trial.kernel, "provider": trial.provider, "shape": trial.shape,
+                   "dtype": trial.dtype, "config": trial.config, "phase": phase, **result,
                    "throttled": _is_throttled(result, info["sm_clock_max_mhz"], cfg.timing.throttle_ratio),
                    "timestamp": _now()}
             store.append(row)
             statuses[row["status"]] = statuses.get(row["status"], 0) + 1
             if row["status"] != "pruned":
                 label = trial.label + (" (finalist)" if phase == "final" else "")
-                logger.log(trial.kernel, label, _wandb_config(trial, spec, row, timing), {k: row.get(k) for k in SUMMARY_KEYS})
+                logger.log(trial.kernel, label, _wandb_config(trial, spec, row, timing),
+                           {k: row.get(k) for k in SUMMARY_KEYS})
             if phase == "screen":
                 search.tell(trial, result)
                 if row["status"] == "ok" and trial.provider == TRITON_PROVIDER:
@@ -399,7 +406,8 @@ def run_job(cfg: DictConfig, sweep_id: str, output_dir: Path, finish: bool) -> d
         lap("trials")
         budget_note = (f"; search budget of {budget_s:g} s reached, {scheduler.not_run} trials not run"
                        if scheduler.not_run else "")
-        print(f"{len(reused_ids)} trials reused from the store for this GPU and versions (force=true re-measures)"
+        print(f"{len(reused_ids)} trials reused from the store for this GPU and versions "
+              "(force=true re-measures)"
               + budget_note + compile_note)
         finalist_groups = _run_finalists(cfg, store, sweep_id, scheduler, record, trials, measured_groups)
         lap("finalists")
@@ -469,7 +477,8 @@ def _compile_note(scheduler: Scheduler) -> str:
             + (f" (median first call {statistics.median(gpu):.2f} s)" if gpu else ""))
 
 
-def _run_finalists(cfg, store, sweep_id: str, scheduler: Scheduler, record, trials: list[Trial], measured_groups: set) -> int:
+def _run_finalists(cfg, store, sweep_id: str, scheduler: Scheduler, record, trials: list[Trial],
+                   measured_groups: set) -> int:
     """Re-time the top_k configs of every (shape, dtype) this job measured, round-robin with the
     baselines that passed there (so that ours and theirs see the same clocks: screened minutes apart, a
     matmul finalist ran at 1335-1815 MHz on an H200 while cuBLAS had screened at 1980); returns how
@@ -493,9 +502,10 @@ def _run_finalists(cfg, store, sweep_id: str, scheduler: Scheduler, record, tria
     if not groups:
         return 0
     final = cfg.finalists
-    rule = {"min_samples": final.min_rounds, "min_time_s": final.min_time_s, "rel_precision": final.rel_precision,
-            "max_time_s": final.max_time_s}
-    print(f"re-timing the top {top_k} of {len(groups)} (shape, dtype) group(s) round-robin, with their baselines")
+    rule = {"min_samples": final.min_rounds, "min_time_s": final.min_time_s,
+            "rel_precision": final.rel_precision, "max_time_s": final.max_time_s}
+    print(f"re-timing the top {top_k} of {len(groups)} (shape, dtype) group(s) round-robin, "
+          "with their baselines")
 
     def on_result(worker, group: list[Trial], results: list[dict]) -> None:
         where = f"{group[0].kernel} {list(group[0].shape)} {group[0].dtype}"
@@ -504,12 +514,14 @@ def _run_finalists(cfg, store, sweep_id: str, scheduler: Scheduler, record, tria
                   "the screening results stand")
             return
         finalists = [(t, r) for t, r in zip(group, results) if t.provider == TRITON_PROVIDER]
-        decisions = decide([t.config for t, _ in finalists], [r["samples_us"] for _, r in finalists], final.tie_floor)
+        decisions = decide([t.config for t, _ in finalists], [r["samples_us"] for _, r in finalists],
+                           final.tie_floor)
         for (trial, result), decision in zip(finalists, decisions):
             record(worker, trial, {**result, **decision}, phase="final")
         for trial, result in zip(group, results):
             if trial.provider != TRITON_PROVIDER:
-                record(worker, trial, {**result, "message": "baseline re-timed round-robin with the finalists"},
+                record(worker, trial,
+                       {**result, "message": "baseline re-timed round-robin with the finalists"},
                        phase="final")
         chosen = next(t for (t, _), d in zip(finalists, decisions) if d["chosen"])
         tied = sum(d["tie"] for d in decisions)
@@ -521,7 +533,8 @@ def _run_finalists(cfg, store, sweep_id: str, scheduler: Scheduler, record, tria
 
 def finish_sweep(cfg: DictConfig, sweep_id: str, output_dir: Path, finisher=None, logger=None) -> dict:
     """After the last trial of a sweep. Here, the results: parquet, table, export. Beside them, in the
-    finishing process (runners/results/finisher.py; started now unless the job started it): the plots, drawn while this process writes the results, then the W&B summary run, once the
+    finishing process (runners/results/finisher.py; started now unless the job started it): the plots,
+    drawn while this process writes the results, then the W&B summary run, once the
     trial runs are written (`logger.close()`, whose warnings decide whether there is a summary run);
     each waited for a bounded time. Returns what was written, and `finish_seconds`: where the finish's
     seconds went, in the order they were spent."""
@@ -569,7 +582,8 @@ def finish_sweep(cfg: DictConfig, sweep_id: str, output_dir: Path, finisher=None
     done = finisher.wait()
     lap("plots_and_W&B_summary")
     if logger_conf["mode"] == "offline" and known_problem(logger_conf) is None:
-        print(f"W&B offline runs in {logger_conf['dir']}/wandb; upload with: wandb sync {logger_conf['dir']}/wandb/offline-run-*")
+        print(f"W&B offline runs in {logger_conf['dir']}/wandb; upload with: "
+              f"wandb sync {logger_conf['dir']}/wandb/offline-run-*")
     return {"parquet": str(parquet), "exports": [str(p) for p in exports],
             "plots": [str(p) for p in done["plots"]], "wandb_summary_seconds": done["wandb_summary_seconds"],
             "finish_in_background": done["background"], "finish_seconds": seconds}
@@ -577,10 +591,10 @@ def finish_sweep(cfg: DictConfig, sweep_id: str, output_dir: Path, finisher=None
 
 class SweepEndCallback(Callback):
     """At the end of a multirun: one table, parquet file, export and W&B summary for all its jobs; exit 1
-    if a job failed. Where the launcher runs the jobs apart (runners/engine/launch.py), each with a store of its
-    own: at the start, the rows that an earlier run into the same sweep directory left in its job stores
-    are merged into the store of record (its end may never have come), which is then copied into the
-    sweep directory for the jobs to resume from; at the end, the job stores are merged into it first."""
+    if a job failed. Where the launcher runs the jobs apart (runners/engine/launch.py), each with a store of
+    its own: at the start, the rows that an earlier run into the same sweep directory left in its job stores
+    are merged into the store of record (its end may never have come), which is then copied into the sweep
+    directory for the jobs to resume from; at the end, the job stores are merged into it first."""
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
         from runners.merge import gather, write_prior

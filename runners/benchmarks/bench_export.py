@@ -1,7 +1,8 @@
 """The export at shapes it was not tuned at, on a GPU (a benchmark, not a test): prints the table
 BENCHMARKS.md records.
 
-    python -m runners.benchmarks.bench_export [--kernels softmax layernorm matmul] [--no-first-call] [--work DIR]
+    python -m runners.benchmarks.bench_export [--kernels softmax layernorm matmul] [--no-first-call]
+        [--work DIR]
 
 For each kernel, fp16:
 1. Tune: `python -m runners.sweep` at 3 shapes over the kernel's default space (timing=screen, the
@@ -51,7 +52,8 @@ def _rule():
     """The stopping rule for timing the picks: the one place to adapt to runners.measure.timing's API."""
     from runners.measure.timing import StopRule
 
-    return StopRule(min_samples=20, min_time_s=0.01, rel_precision=0.005, max_time_s=1.0)  # the default preset
+    # the default preset
+    return StopRule(min_samples=20, min_time_s=0.01, rel_precision=0.005, max_time_s=1.0)
 
 
 def _p50_us(timer, fn) -> float:

@@ -1,9 +1,10 @@
 """Sweep speed on a GPU (a benchmark, not a test): prints the tables BENCHMARKS.md records.
 
-    python -m runners.benchmarks.bench_speed autotune [--kernel matmul|softmax|slow_import]   # ours vs @triton.autotune
-    python -m runners.benchmarks.bench_speed search                               # Optuna and random vs the grid
-    python -m runners.benchmarks.bench_speed gpus                                 # throughput on 1 GPU vs all visible
-    python -m runners.benchmarks.bench_speed startup [OVERRIDES...]               # where a sweep's start and finish go
+    python -m runners.benchmarks.bench_speed autotune [--kernel matmul|softmax|slow_import]
+                                                                     # ours vs @triton.autotune
+    python -m runners.benchmarks.bench_speed search                  # Optuna and random vs the grid
+    python -m runners.benchmarks.bench_speed gpus                    # throughput on 1 GPU vs all visible
+    python -m runners.benchmarks.bench_speed startup [OVERRIDES...]  # where a sweep's start and finish go
 
 autotune: the same kernel, the same list of configs, each side with a fresh Triton cache of its own:
   theirs = the first call of @triton.autotune over triton.Configs of the same list, in a fresh process
@@ -205,12 +206,14 @@ def careful_remeasure(kernel: str, shape: list, configs: list[dict]) -> dict[str
     measurements = timer.measure_interleaved(runs)
     import numpy as np
 
-    return {json.dumps(c, sort_keys=True): float(np.median(m.samples_s)) * 1e6 for c, m in zip(runnable, measurements)}
+    return {json.dumps(c, sort_keys=True): float(np.median(m.samples_s)) * 1e6
+            for c, m in zip(runnable, measurements)}
 
 
 def bench_autotune(kernels: list[str]) -> None:
-    lines = ["| kernel, shape | configs | ours: job s | @autotune first call s | speed-up, job vs call | ours: command s "
-             "| @autotune process s | speed-up, command vs process | ours pick vs best | autotune pick vs best |",
+    lines = ["| kernel, shape | configs | ours: job s | @autotune first call s | speed-up, job vs call | "
+             "ours: command s | @autotune process s | speed-up, command vs process | ours pick vs best | "
+             "autotune pick vs best |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for kernel in kernels:
         case = CASES[kernel]
@@ -232,7 +235,8 @@ def bench_autotune(kernels: list[str]) -> None:
             their.append(p50[json.dumps(their_pick, sort_keys=True)] / best)
             notes.append(f"{'x'.join(map(str, shape))}: ours {our_pick}, autotune {their_pick}, best "
                          f"re-measured {best:.2f} us ({min(p50, key=p50.get)}), {len(p50)} configs runnable")
-        print(f"{kernel}: ours {ours['seconds']:.1f} s (job {ours['job_seconds']:.1f} s: {ours['phases']}, {ours['statuses']}; "
+        print(f"{kernel}: ours {ours['seconds']:.1f} s (job {ours['job_seconds']:.1f} s: {ours['phases']}, "
+              f"{ours['statuses']}; "
               f"{ours['ready']}); autotune {theirs['seconds']:.1f} s; " + "; ".join(notes), flush=True)
         shapes = " ".join("x".join(map(str, shape)) for shape in case["shapes"])
         listed = len(_configs(case["space"]))
@@ -241,8 +245,9 @@ def bench_autotune(kernels: list[str]) -> None:
                                                 else "")
         tried_count = count if count == listed else f"{count} ({listed} listed)"
         lines.append(f"| {label} | {tried_count} | {ours['job_seconds']:.1f} | "
-                     f"{theirs['seconds']:.1f} | {theirs['seconds'] / ours['job_seconds']:.2f}x | {ours['seconds']:.1f} | "
-                     f"{theirs['process_seconds']:.1f} | {theirs['process_seconds'] / ours['seconds']:.2f}x | "
+                     f"{theirs['seconds']:.1f} | {theirs['seconds'] / ours['job_seconds']:.2f}x | "
+                     f"{ours['seconds']:.1f} | {theirs['process_seconds']:.1f} | "
+                     f"{theirs['process_seconds'] / ours['seconds']:.2f}x | "
                      f"{100 * (max(mine) - 1):+.2f}% | {100 * (max(their) - 1):+.2f}% |")
         print(lines[-1], flush=True)  # each kernel's row as soon as it is measured
     print("\n".join(lines))
@@ -258,7 +263,8 @@ def bench_search(seeds=(0, 1), spent=(8, 16, 32, 64)) -> None:
         work = Path(work)
         measure_peaks_once(work)
         runs = [("grid", ["finalists.top_k=0"])] + [
-            (f"{method} seed {seed}", [f"search={method}", f"search.seed={seed}", f"search.budget_trials={max(spent)}",
+            (f"{method} seed {seed}", [f"search={method}", f"search.seed={seed}",
+                                             f"search.budget_trials={max(spent)}",
                                              "finalists.top_k=0", "force=true"])
             for method in ("random", "optuna") for seed in seeds]
         for name, extra in runs:
@@ -273,14 +279,16 @@ def bench_search(seeds=(0, 1), spent=(8, 16, 32, 64)) -> None:
                     best = min(best, row["p50_us"])
                 best_so_far.append(best)
             curves[name] = best_so_far
-            print(f"{name}: {len(measured)} configs measured in {result['seconds']:.1f} s, best {min(ok['p50_us']):.1f} us", flush=True)
+            print(f"{name}: {len(measured)} configs measured in {result['seconds']:.1f} s, "
+                  f"best {min(ok['p50_us']):.1f} us", flush=True)
     grid_best = min(curves["grid"])
     header = "| search | " + " | ".join(f"after {n}" for n in spent) + " | configs measured |"
     lines = [header, "|" + "---|" * (len(spent) + 2)]
     for name, curve in curves.items():
         cells = [f"{curve[n - 1] / grid_best:.3f}" if len(curve) >= n else "-" for n in spent]
         lines.append(f"| {name} | " + " | ".join(cells) + f" | {len(curve)} |")
-    print(f"best p50 found / best of the full grid ({len(curves['grid'])} configs measured, best {grid_best:.1f} us):")
+    print(f"best p50 found / best of the full grid ({len(curves['grid'])} configs measured, "
+          f"best {grid_best:.1f} us):")
     print("\n".join(lines))
 
 
@@ -297,7 +305,8 @@ def bench_gpus(counts=None) -> None:
     overrides = ["kernel=softmax", "kernel.dtypes=[float16]", "kernel.baselines=[]", "logger.mode=disabled",
                  "timing=quick", "kernel.space.num_warps=[2,4,8,16]",
                  "kernel.shapes=[[4096,2048],[4096,4096],[8192,4096],[8192,8192],[16384,4096],[16384,8192]]"]
-    lines = ["| GPUs | trials timed | job wall s | trials/s, whole job | trials/s, measuring |", "|---|---|---|---|---|"]
+    lines = ["| GPUs | trials timed | job wall s | trials/s, whole job | trials/s, measuring |",
+             "|---|---|---|---|---|"]
     rates = {}
     for gpus in counts or sorted({1, count}):
         with tempfile.TemporaryDirectory() as work:
@@ -312,7 +321,8 @@ def bench_gpus(counts=None) -> None:
         stamps = pd.to_datetime(timed["timestamp"])
         measuring_s = (stamps.max() - stamps.min()).total_seconds()
         rates[gpus] = (len(timed) - 1) / measuring_s
-        lines.append(f"| {gpus} | {len(timed)} | {summary['wall_seconds']:.1f} | {len(timed) / summary['wall_seconds']:.2f} | "
+        lines.append(f"| {gpus} | {len(timed)} | {summary['wall_seconds']:.1f} | "
+                     f"{len(timed) / summary['wall_seconds']:.2f} | "
                      f"{rates[gpus]:.2f} |")
         print(lines[-1], flush=True)
     print("\n".join(lines))
@@ -349,7 +359,8 @@ def main(argv=None) -> None:
     parser.add_argument("what", choices=["autotune", "search", "gpus", "startup"])
     parser.add_argument("overrides", nargs="*", help="startup: the sweep's overrides (default: the README's)")
     parser.add_argument("--kernel", choices=sorted(CASES), action="append")
-    parser.add_argument("--gpus", type=int, action="append", help="gpus: these GPU counts only (default 1 and all)")
+    parser.add_argument("--gpus", type=int, action="append",
+                        help="gpus: these GPU counts only (default 1 and all)")
     args = parser.parse_args(argv)
     if args.overrides and args.what != "startup":
         parser.error(f"overrides: only the startup benchmark takes them, not {args.what}")

@@ -1,7 +1,7 @@
 """Benchmark (GPU): our timer next to Nsight Compute and triton.testing.do_bench, same kernels, same inputs.
 
     python -m runners.benchmarks.bench_timer [--cases va20 sm4k1k ...] [--repeats 2] [--launches 20]
-    python -m runners.benchmarks.bench_timer --presets --cases va20 sm8k4k mm4k      # cost of each timing preset
+    python -m runners.benchmarks.bench_timer --presets --cases va20 sm8k4k mm4k  # cost of each timing preset
 
 For each case, from ~4 us to ~1 ms: our p50 (CUPTI kernel time after the clean flush, the default
 preset's stopping rule) in `--repeats` runs back to back, then do_bench's median; the CUDA-event p50 of
@@ -52,7 +52,8 @@ def preset_rule(name: str) -> tuple[StopRule, float]:
     import yaml
 
     preset = yaml.safe_load((TIMING_PRESETS / f"{name}.yaml").read_text())
-    rule = StopRule(preset["min_samples"], preset["min_time_s"], preset["rel_precision"], preset["max_time_s"])
+    rule = StopRule(preset["min_samples"], preset["min_time_s"], preset["rel_precision"],
+                    preset["max_time_s"])
     return rule, preset["warmup_s"]
 
 
@@ -76,7 +77,8 @@ def _case_call(case: str) -> tuple[Callable[[], object], str]:
     out = spec.output_like(inputs)
     module = sys.modules[spec.launch.__module__]
     names = [name for name, value in vars(module).items()
-             if isinstance(value, triton.runtime.jit.JITFunction) and name.endswith("kernel") and name.startswith("_")]
+             if isinstance(value, triton.runtime.jit.JITFunction) and name.endswith("kernel")
+             and name.startswith("_")]
     return (lambda: spec.launch(inputs, out, config)), "|".join(names)
 
 
@@ -102,8 +104,10 @@ def ncu_median(case: str, kernel_names: str, launches: int, cache_control: bool)
     (with the reason printed) where ncu is missing or fails."""
     command = ["ncu", "--cache-control", "all" if cache_control else "none", "--clock-control", "none",
                "--metrics", "gpu__time_duration.sum", "--print-units", "base", "--csv",
-               "-k", f"regex:^({kernel_names})$", "--launch-skip", str(WARMUP_LAUNCHES), "--launch-count", str(launches),
-               sys.executable, "-m", "runners.benchmarks.bench_timer", "--child", case, "--launches", str(launches)]
+               "-k", f"regex:^({kernel_names})$", "--launch-skip", str(WARMUP_LAUNCHES),
+               "--launch-count", str(launches),
+               sys.executable, "-m", "runners.benchmarks.bench_timer", "--child", case,
+               "--launches", str(launches)]
     if not cache_control:
         command.append("--flush")
     try:
@@ -113,7 +117,8 @@ def ncu_median(case: str, kernel_names: str, launches: int, cache_control: bool)
         return None
     values = _ncu_durations_us(result.stdout)
     if not values:
-        print(f"ncu gave no durations for {case} (exit {result.returncode}):\n{result.stdout[-1500:]}\n{result.stderr[-1500:]}")
+        print(f"ncu gave no durations for {case} (exit {result.returncode}):\n{result.stdout[-1500:]}\n"
+              f"{result.stderr[-1500:]}")
         return None
     return statistics.median(values)
 
@@ -124,7 +129,8 @@ def _ncu_durations_us(stdout: str) -> list[float]:
     values = []
     for row in csv.DictReader(lines):
         if row.get("Metric Name") == "gpu__time_duration.sum":
-            scale = {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3}[row["Metric Unit"]]
+            scale = {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3,
+                     "msecond": 1e3}[row["Metric Unit"]]
             values.append(float(row["Metric Value"].replace(",", "")) * scale)
     return values
 
@@ -140,7 +146,8 @@ def preset_costs(timer, cases: list[str]) -> None:
             run, _ = _case_call(case)
             measurement = timer.measure(run, rule)
             stats = summarize(measurement.samples_s)
-            lines.append(f"| {name} | {case} | {stats['p50_us']:.2f} | {stats['n_samples']} | {measurement.stop_reason} "
+            lines.append(f"| {name} | {case} | {stats['p50_us']:.2f} | {stats['n_samples']} "
+                         f"| {measurement.stop_reason} "
                          f"| {100 * stats['p50_precision']:.2f}% | {measurement.measure_s:.3f} |")
             print(lines[-1], flush=True)
     print("\n" + "\n".join(lines))
@@ -151,7 +158,8 @@ def main(argv=None) -> None:
     parser.add_argument("--cases", nargs="+", default=[*CASES, EMPTY], choices=[*CASES, EMPTY])
     parser.add_argument("--repeats", type=int, default=3, help="runs of our timer, back to back")
     parser.add_argument("--launches", type=int, default=20, help="launches ncu profiles")
-    parser.add_argument("--presets", action="store_true", help="instead: what each timing preset costs per trial")
+    parser.add_argument("--presets", action="store_true",
+                        help="instead: what each timing preset costs per trial")
     parser.add_argument("--child", choices=[*CASES, EMPTY], help=argparse.SUPPRESS)
     parser.add_argument("--flush", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -171,8 +179,9 @@ def main(argv=None) -> None:
     print(f"{torch.cuda.get_device_name(0)}, torch {torch.__version__}, triton {triton.__version__}, "
           f"timing method {timer.method}; ours: p50 of the default preset's rule; ncu: median of "
           f"{args.launches} launches", flush=True)
-    header = ("| case | ours p50 µs, each run | runs' spread | SM MHz at each run's end | ncu µs | ours − ncu "
-              "| within 3% or 0.3 µs | CUDA events µs | do_bench µs | ncu after our flush µs | samples | stop |")
+    header = ("| case | ours p50 µs, each run | runs' spread | SM MHz at each run's end | ncu µs "
+              "| ours − ncu | within 3% or 0.3 µs | CUDA events µs | do_bench µs "
+              "| ncu after our flush µs | samples | stop |")
     rows = [header, "|" + "---|" * (header.count("|") - 1)]
     for case in args.cases:
         run, kernel_names = _case_call(case)
@@ -197,8 +206,10 @@ def main(argv=None) -> None:
         difference = None if ncu is None else p50 - ncu
         within = None if ncu is None else abs(difference) <= max(0.03 * ncu, 0.3)
         rows.append(
-            f"| {case} | {' / '.join(f'{v:.2f}' for v in ours)} | {100 * spread:.2f}% | {' / '.join(clocks)} | {fmt(ncu)} | "
-            f"{fmt(difference, '+.2f')} µs ({fmt(None if ncu is None else 100 * difference / ncu, '+.1f')}%) | "
+            f"| {case} | {' / '.join(f'{v:.2f}' for v in ours)} | {100 * spread:.2f}% | "
+            f"{' / '.join(clocks)} | {fmt(ncu)} | "
+            f"{fmt(difference, '+.2f')} µs "
+            f"({fmt(None if ncu is None else 100 * difference / ncu, '+.1f')}%) | "
             f"{'-' if within is None else ('yes' if within else '**no**')} | "
             f"{fmt(statistics.median(events) if events else None)} | {fmt(theirs)} | "
             f"{fmt(ncu_our_flush)} | {' / '.join(map(str, counts))} | {' / '.join(stops)} |")

@@ -34,7 +34,8 @@ def main(argv=None) -> None:
     parser.add_argument("--kernel", required=True)
     parser.add_argument("--shape", type=int, nargs="+", required=True)
     parser.add_argument("--dtype", default="float16")
-    parser.add_argument("--config", nargs="*", default=[], help="NAME=VALUE; default: the first of each SPEC.space list")
+    parser.add_argument("--config", nargs="*", default=[],
+                        help="NAME=VALUE; default: the first of each SPEC.space list")
     parser.add_argument("--calls", type=int, default=10)
     args = parser.parse_args(argv)
 

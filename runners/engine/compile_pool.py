@@ -1,7 +1,8 @@
 """The compile phase: every config's binary built by a pool of processes before the GPU worker needs it.
 
 Each compile worker runs Triton's real compiler for the GPU's target (sent by the scheduler: read
-through NVML while the GPU workers start, then confirmed by their report) through a driver that knows that target and nothing else: no CUDA context, no GPU
+through NVML while the GPU workers start, then confirmed by their report) through a driver that knows
+that target and nothing else: no CUDA context, no GPU
 memory, no launch, so compiling never disturbs the timing running beside it, and it also runs on a
 machine without a GPU. The launcher runs on meta tensors (shapes, dtypes and the 16-byte alignment of
 a fresh allocation are all Triton specializes on) and every @triton.jit launch in it becomes a compile
@@ -78,7 +79,8 @@ def _compile_main(conn, kernel_name: str, spec_path: Optional[str]) -> None:
             return
         _, trial, target = message
         if target != target_set:
-            driver.set_active(_CompileOnlyDriver(GPUTarget(*target), devices.setdefault(target, len(devices))))
+            driver.set_active(_CompileOnlyDriver(GPUTarget(*target),
+                                                 devices.setdefault(target, len(devices))))
             target_set = target
         compiled.clear()
         conn.send(("compiled", compile_trial(spec, trial, torch, compiled)))

@@ -1,8 +1,8 @@
 """A worker process with a pipe, a deadline on every request, and replacement on death; and the fork
 server the compile workers are forked from.
 
-Both the GPU trial workers (runners/engine/worker.py) and the compile workers (runners/engine/compile_pool.py) are
-these. The parent never blocks on one worker: the scheduler waits on all their pipes at once and on the
+Both the GPU trial workers (runners/engine/worker.py) and the compile workers (runners/engine/compile_pool.py)
+are these. The parent never blocks on one worker: the scheduler waits on all their pipes at once and on the
 nearest deadline, so a hang or a crash costs one task, never the sweep. A GPU worker is spawned (a fresh
 interpreter, never a fork of a process that may hold CUDA); a compile worker is forked from a
 ForkServer, which imported torch, Triton and the kernel's module once, before any fork.
@@ -168,7 +168,8 @@ class WorkerProcess:
             kind, payload = self.conn.recv()
         except (EOFError, ConnectionError):
             self.process.join(5)
-            self._lose(check.STATUS_CRASHED, f"{self.name} died (exit code {self.process.exitcode}) while {self.doing}")
+            self._lose(check.STATUS_CRASHED,
+                       f"{self.name} died (exit code {self.process.exitcode}) while {self.doing}")
         task, self.task, self.deadline = self.task, None, float("inf")
         if kind == "ready":
             self.info, self.ready_s = payload, time.monotonic() - self.started
@@ -179,7 +180,8 @@ class WorkerProcess:
 
     def expire(self) -> None:
         """Called when the deadline has passed: kill the child and raise WorkerLost(timeout)."""
-        self._lose(check.STATUS_TIMEOUT, f"no answer within {self.timeout_s:g} s while {self.doing}; {self.name} killed")
+        self._lose(check.STATUS_TIMEOUT,
+                   f"no answer within {self.timeout_s:g} s while {self.doing}; {self.name} killed")
 
     def _lose(self, status: str, message: str):
         self.stop()

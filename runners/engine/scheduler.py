@@ -39,8 +39,8 @@ class WorkerStartError(RuntimeError):
 
 
 class Scheduler:
-    def __init__(self, gpu_workers: list[WorkerProcess], compilers: list[WorkerProcess], trial_timeout_s: float,
-                 compile_timeout_s: float, target: Optional[tuple] = None):
+    def __init__(self, gpu_workers: list[WorkerProcess], compilers: list[WorkerProcess],
+                 trial_timeout_s: float, compile_timeout_s: float, target: Optional[tuple] = None):
         """`target`: what the pool compiles for until `set_device` gives the GPU's own (None: nothing
         is compiled before then)."""
         self.gpu_workers, self.compilers = gpu_workers, compilers
@@ -49,7 +49,8 @@ class Scheduler:
         self.server = next((w.server for w in compilers if w.server is not None), None)
         self.trial_timeout_s, self.compile_timeout_s = trial_timeout_s, compile_timeout_s
         self.target, self.max_shared_bytes = target, None
-        self.record: Callable[[Optional[WorkerProcess], Trial, dict], None] = lambda worker, trial, result: None
+        self.record: Callable[[Optional[WorkerProcess], Trial, dict], None] = (
+            lambda worker, trial, result: None)
         self.peaks: dict = {}
         self.to_compile: deque[Trial] = deque()
         self.compiling: set[str] = set()  # keys queued or in flight in the pool
@@ -229,7 +230,8 @@ class Scheduler:
             index = next((i for i, t in enumerate(self.ready) if (t.shape, t.dtype) == group), 0)
             trial = self.ready.pop(index)
             self.last_group[id(worker)] = (trial.shape, trial.dtype)
-            return ("trial", trial, self.peaks), ("trial", trial), self.trial_timeout_s, f"running {trial.label}"
+            return (("trial", trial, self.peaks), ("trial", trial), self.trial_timeout_s,
+                    f"running {trial.label}")
         trial = self._take_to_compile_on_gpu(worker)
         if trial is not None:
             self.last_group[id(worker)] = (trial.shape, trial.dtype)
@@ -267,14 +269,16 @@ class Scheduler:
                 worker.stop()
             self._on_finalists(worker, payload, results)
 
-    def _compiled(self, trial: Trial, target: tuple, outcome: Optional[dict], lost: Optional[WorkerLost]) -> None:
+    def _compiled(self, trial: Trial, target: tuple, outcome: Optional[dict],
+                  lost: Optional[WorkerLost]) -> None:
         self.compiling.discard(trial.key)
         if target != self.target:  # built for a guess the GPU workers did not confirm
             if trial.key in self.wanted:
                 self._queue_compile(trial)
             return
         if lost is not None:  # hung past the compile timeout, or the compiler process died
-            status = check.STATUS_TIMEOUT if lost.status == check.STATUS_TIMEOUT else check.STATUS_COMPILE_ERROR
+            status = (check.STATUS_TIMEOUT if lost.status == check.STATUS_TIMEOUT
+                      else check.STATUS_COMPILE_ERROR)
             outcome = {"status": status, "message": f"compile: {lost}", "compile_s": None}
         elif outcome.get("compile_s") is not None:
             self.pool_compile_s.append(outcome["compile_s"])
@@ -286,9 +290,11 @@ class Scheduler:
         """A wanted trial's compile outcome is in: on to a GPU worker, or recorded as a failure."""
         trial, outcome = self.wanted.pop(key), self.built.pop(key)
         shared = outcome.get("shared_bytes")
-        if outcome["status"] == compile_pool.BUILT and self.max_shared_bytes and shared and shared > self.max_shared_bytes:
+        if (outcome["status"] == compile_pool.BUILT and self.max_shared_bytes and shared
+                and shared > self.max_shared_bytes):
             outcome = {**outcome, "status": check.STATUS_OUT_OF_RESOURCES,
-                       "message": f"shared memory: {outcome['kernel_name']} needs {shared} bytes, the device has {self.max_shared_bytes}"}
+                       "message": f"shared memory: {outcome['kernel_name']} needs {shared} bytes, "
+                                  f"the device has {self.max_shared_bytes}"}
         if outcome["status"] in (compile_pool.BUILT, compile_pool.DEFERRED):
             self.compile_s[key] = outcome["compile_s"]
             self.ready.append(trial)

@@ -45,10 +45,10 @@ class KernelConf:
 
 @dataclass
 class TimingConf:
-    # The stopping rule (runners/measure/timing.py): at least min_samples and min_time_s of sampling, then stop
-    # once the median is known to rel_precision (half-width of its 95% confidence interval, relative),
-    # or at max_time_s whatever the precision. These defaults are conf/timing/default.yaml's; the
-    # presets set every field.
+    # The stopping rule (runners/measure/timing.py): at least min_samples and min_time_s of sampling, then
+    # stop once the median is known to rel_precision (half-width of its 95% confidence interval, relative), or
+    # at max_time_s whatever the precision. These defaults are conf/timing/default.yaml's; the presets set
+    # every field.
     min_samples: int = 20
     min_time_s: float = 0.01
     rel_precision: float = 0.005
@@ -77,7 +77,8 @@ class SearchConf:
 
 @dataclass
 class CompileConf:
-    workers: Optional[int] = None  # compile processes; None: one per CPU core; 0: no pool (the GPU worker compiles)
+    # compile processes; None: one per CPU core; 0: no pool (the GPU worker compiles)
+    workers: Optional[int] = None
     timeout_s: float = 60.0  # per config; past it the compiler's whole process group is killed
 
 

@@ -84,7 +84,8 @@ class Search:
         try:
             import optuna
         except ImportError as error:
-            raise ConfigError(f"search.method: optuna is not installed ({error}); pip install optuna") from error
+            raise ConfigError(f"search.method: optuna is not installed ({error}); "
+                              "pip install optuna") from error
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         for index, (key, trials) in enumerate(self.groups.items()):
             sampler = optuna.samplers.TPESampler(seed=self.seed + index, constant_liar=True)
@@ -109,7 +110,8 @@ class Search:
         while len(batch) < wanted and state["proposals"] < MAX_PROPOSALS_PER_TRIAL * limit:
             state["proposals"] += 1
             asked = state["study"].ask()
-            config = {name: asked.suggest_categorical(name, values) for name, values in state["space"].items()}
+            config = {name: asked.suggest_categorical(name, values)
+                      for name, values in state["space"].items()}
             trial = state["by_config"][self._config_key(config)]
             if trial.pruned_reason:
                 state["study"].tell(asked, state=TrialState.PRUNED)

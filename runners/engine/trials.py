@@ -82,7 +82,8 @@ def load_spec(name: str, spec_path: Optional[str]) -> KernelSpec:
         raise ConfigError(f"kernel.spec: cannot import {module_name!r}: {error}") from error
     spec = getattr(module, attr, None)
     if not isinstance(spec, KernelSpec):
-        raise ConfigError(f"kernel.spec: {target!r} is not a kernels.spec.KernelSpec (got {type(spec).__name__})")
+        raise ConfigError(f"kernel.spec: {target!r} is not a kernels.spec.KernelSpec "
+                          f"(got {type(spec).__name__})")
     return spec
 
 
@@ -146,7 +147,8 @@ def parse_dtypes(value: Any, supported: tuple[str, ...]) -> list[str]:
     dtypes = [str(v) for v in _as_list(value)]
     for dtype in dtypes:
         if dtype not in supported:
-            raise ConfigError(f"kernel.dtypes: {dtype!r} is not supported by this kernel; use one of {supported}")
+            raise ConfigError(f"kernel.dtypes: {dtype!r} is not supported by this kernel; "
+                              f"use one of {supported}")
     if not dtypes:
         raise ConfigError("kernel.dtypes: empty; give at least one dtype")
     return dtypes
@@ -160,7 +162,8 @@ def parse_space(overrides: dict, spec: KernelSpec) -> dict[str, list[int]]:
     overrides = {name: value for name, value in overrides.items() if value is not None}
     unknown = sorted(set(overrides) - set(spec.space))
     if unknown:
-        raise ConfigError(f"kernel.space.{unknown[0]}: not a parameter of {spec.name}; known: {sorted(spec.space)}")
+        raise ConfigError(f"kernel.space.{unknown[0]}: not a parameter of {spec.name}; "
+                          f"known: {sorted(spec.space)}")
     space = {name: list(values) for name, values in spec.space.items()}
     space.update({name: _as_list(value) for name, value in overrides.items()})
     for name, values in space.items():
@@ -191,7 +194,8 @@ def plan_trials(spec: KernelSpec, kernel_conf: dict, backend: str) -> list[Trial
     baselines = list(spec.baselines) if baselines is None else [str(b) for b in _as_list(baselines)]
     for name in baselines:
         if name not in spec.baselines:
-            raise ConfigError(f"kernel.baselines: {name!r} is not a baseline of {spec.name}; known: {sorted(spec.baselines)}")
+            raise ConfigError(f"kernel.baselines: {name!r} is not a baseline of {spec.name}; "
+                              f"known: {sorted(spec.baselines)}")
     if backend == "interpret":
         for shape in shapes:
             if math.prod(shape) > INTERPRET_MAX_ELEMENTS:

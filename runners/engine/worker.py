@@ -115,7 +115,8 @@ def run_finalists(spec, trials: list[Trial], cache: ShapeCache, timer, peaks: di
 
 
 def _failure(error: Exception, first_launch_done: bool) -> dict:
-    return {"status": check.classify(error, first_launch_done), "message": f"{type(error).__name__}: {error}"[:4000],
+    return {"status": check.classify(error, first_launch_done),
+            "message": f"{type(error).__name__}: {error}"[:4000],
             "sticky": check.is_sticky_cuda_error(error)}
 
 
@@ -131,7 +132,8 @@ LAUNCH_ALLOWANCE_US = 5.0
 TIMER_DISAGREE_RELATIVE = 0.02
 
 
-def timers_disagree(p50_us: float, event_p50_us: Optional[float], kernels_per_call: Optional[float]) -> Optional[bool]:
+def timers_disagree(p50_us: float, event_p50_us: Optional[float],
+                    kernels_per_call: Optional[float]) -> Optional[bool]:
     """Whether the CUDA-event time contradicts the kernel time of record: the window around the call
     shorter than the GPU work inside it, or longer by more than launch overhead explains. None when
     there is nothing to cross-check (one timer only)."""

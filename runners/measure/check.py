@@ -89,7 +89,8 @@ def compare(out, ref, normwise: bool = False, bound=None) -> Optional[str]:
     unwritten = torch.isnan(out64) & ~torch.isnan(ref)
     if unwritten.any():
         first = [int(i) for i in unwritten.nonzero()[0]]
-        return f"{int(unwritten.sum())} of {out.numel()} output elements never written (still NaN), first at {first}"
+        return (f"{int(unwritten.sum())} of {out.numel()} output elements never written (still NaN), "
+                f"first at {first}")
     rtol, atol = TOLERANCES[str(out.dtype).removeprefix("torch.")]
     if normwise:
         relative = float(torch.linalg.vector_norm(out64 - ref) / torch.linalg.vector_norm(ref))

@@ -44,7 +44,8 @@ def _nvml_handle(torch, device_index: int):
     return pynvml.nvmlDeviceGetHandleByIndex(device_index)
 
 
-def sm_clock_reader(torch, device_index: int) -> tuple[Callable[[], Optional[int]], Optional[int], Optional[str]]:
+def sm_clock_reader(torch,
+                    device_index: int) -> tuple[Callable[[], Optional[int]], Optional[int], Optional[str]]:
     """(read current SM clock in MHz, max SM clock in MHz, driver version); Nones where NVML is absent."""
     try:
         import pynvml
@@ -105,7 +106,8 @@ def describe(backend: str, device_index: int = 0) -> dict:
     }
     if backend == "interpret":
         env.update(gpu_name=INTERPRETER_DEVICE_NAME, driver_version=None, cuda_version=None,
-                   sm_count=None, l2_bytes=None, sm_clock_max_mhz=None, compile_target=None, max_shared_bytes=None)
+                   sm_count=None, l2_bytes=None, sm_clock_max_mhz=None, compile_target=None,
+                   max_shared_bytes=None)
         return env
     props = torch.cuda.get_device_properties(device_index)
     _, max_clock, driver = sm_clock_reader(torch, device_index)

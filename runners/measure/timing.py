@@ -130,7 +130,8 @@ def next_batch_rounds(rule: StopRule, samples: Sequence[Sequence[float]], elapse
     if taken == 0:
         return max(rule.min_samples, 1)
     worst = max(median_precision(s) for s in samples)
-    wanted = taken if not math.isfinite(worst) else math.ceil(1.2 * taken * (worst / rule.rel_precision) ** 2) - taken
+    wanted = (taken if not math.isfinite(worst)
+              else math.ceil(1.2 * taken * (worst / rule.rel_precision) ** 2) - taken)
     wanted = max(wanted, rule.min_samples - taken)
     seconds_per_round = max(elapsed_s, 1e-9) / taken
     if elapsed_s < rule.min_time_s:
@@ -212,7 +213,8 @@ class L2Flush:
 
     def __init__(self, torch, device, l2_bytes: Optional[int], sm_count: int):
         self.buffer = torch.ones(flush_elements(l2_bytes), dtype=torch.int32, device=device)
-        self.partials = torch.empty(max(1, sm_count) * FLUSH_PROGRAMS_PER_SM, dtype=torch.int32, device=device)
+        self.partials = torch.empty(max(1, sm_count) * FLUSH_PROGRAMS_PER_SM, dtype=torch.int32,
+                                    device=device)
 
     def __call__(self) -> None:
         _l2_flush_read_kernel[(self.partials.numel(),)](self.buffer, self.partials, self.buffer.numel(),
@@ -331,7 +333,8 @@ class CudaTimer:
         """Time fn until `rule` (default: the timer's own) says stop."""
         return self.measure_interleaved([fn], rule)[0]
 
-    def measure_interleaved(self, fns: Sequence[Callable[[], object]], rule: Optional[StopRule] = None) -> list[Measurement]:
+    def measure_interleaved(self, fns: Sequence[Callable[[], object]],
+                            rule: Optional[StopRule] = None) -> list[Measurement]:
         """Time several functions round-robin (finalists), one sample of each per round, until `rule`
         holds for every one of them. Interleaving exposes all of them to the same clocks, temperature
         and neighbours; the order rotates every round so that none always runs first after the hold."""
@@ -348,8 +351,8 @@ class CudaTimer:
         sampling_began = time.perf_counter()
         while True:
             rounds = next_batch_rounds(rule, samples, time.perf_counter() - sampling_began)
-            host_seconds_per_call = self._sample_batch(fns, rounds, host_seconds_per_call, samples, event_samples,
-                                                       activities)
+            host_seconds_per_call = self._sample_batch(fns, rounds, host_seconds_per_call, samples,
+                                                       event_samples, activities)
             reasons = _stop_reasons(rule, samples, time.perf_counter() - sampling_began)
             if reasons:
                 clock_end = self.read_sm_clock()
@@ -418,7 +421,8 @@ class InterpreterTimer:
     def measure(self, fn: Callable[[], object], rule: Optional[StopRule] = None) -> Measurement:
         return self.measure_interleaved([fn], rule)[0]
 
-    def measure_interleaved(self, fns: Sequence[Callable[[], object]], rule: Optional[StopRule] = None) -> list[Measurement]:
+    def measure_interleaved(self, fns: Sequence[Callable[[], object]],
+                            rule: Optional[StopRule] = None) -> list[Measurement]:
         rule = rule or self.rule
         began = time.perf_counter()
         for fn in fns:

@@ -41,7 +41,8 @@ def best_table(frame: pd.DataFrame) -> str:
     if ok.empty:
         lines.append("no ok trials")
         return "\n".join(lines)
-    header = (f"{'kernel':<12} {'dtype':<9} {'shape':<14} {'best config':<44} {'p50 us':>9} {'GB/s':>7} {'%copy':>6}  "
+    header = (f"{'kernel':<12} {'dtype':<9} {'shape':<14} {'best config':<44} {'p50 us':>9} {'GB/s':>7} "
+              f"{'%copy':>6}  "
               "baselines (p50 us; speedup end to end, GPU time)")
     lines += [header, "-" * len(header)]
     for (kernel, dtype, shape), group in ok.groupby(["kernel", "dtype", "shape"], sort=False):
@@ -69,7 +70,8 @@ def best_table(frame: pd.DataFrame) -> str:
         )
     disagree = ok[ok["timers_disagree"].fillna(False).astype(bool)]
     if len(disagree):
-        lines.append(f"  {len(disagree)} row(s) where the CUDA-event time and the kernel time disagree by more "
+        lines.append(f"  {len(disagree)} row(s) where the CUDA-event time and the kernel time "
+                     "disagree by more "
                      "than launch overhead explains (timers_disagree): see event_p50_us against p50_us")
     failed = frame[~frame["status"].isin(["ok", "pruned"])]
     for _, row in failed.head(5).iterrows():

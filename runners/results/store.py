@@ -5,8 +5,8 @@
 - Two writers on one node: WAL lets readers run beside a writer, and busy_timeout makes a second writer
   wait for the lock instead of failing.
 - Resumable: a trial already in the store for the same backend, timing method, GPU model, driver, torch,
-  triton and kernel source hash is not measured again (unless force=true; the newest row then wins), except after
-  a transient failure (timeout, crashed, oom). The seed and the timing preset are not part of that key.
+  triton and kernel source hash is not measured again (unless force=true; the newest row then wins), except
+  after a transient failure (timeout, crashed, oom). The seed and the timing preset are not part of that key.
 - A sweep's membership table lists every row the sweep used, measured now or reused from before, so a
   resumed sweep's table, parquet file and export cover all its trials.
 - Mergeable (`merge_from`, runners/merge.py): the stores that the jobs of a multirun wrote on several
@@ -45,7 +45,8 @@ COLUMNS = [
     ("gbps", "REAL"), ("tflops", "REAL"), ("pct_copy_bw", "REAL"), ("pct_matmul", "REAL"),
     ("sm_clock_start_mhz", "INTEGER"), ("sm_clock_end_mhz", "INTEGER"), ("sm_clock_max_mhz", "INTEGER"),
     ("throttled", "INTEGER"),
-    ("backend", "TEXT NOT NULL"), ("timing_method", "TEXT"), ("gpu_name", "TEXT NOT NULL"), ("driver_version", "TEXT"),
+    ("backend", "TEXT NOT NULL"), ("timing_method", "TEXT"), ("gpu_name", "TEXT NOT NULL"),
+    ("driver_version", "TEXT"),
     ("cuda_version", "TEXT"), ("torch_version", "TEXT NOT NULL"), ("triton_version", "TEXT NOT NULL"),
     ("python_version", "TEXT"), ("sm_count", "INTEGER"), ("l2_bytes", "INTEGER"), ("host", "TEXT"),
     ("kernel_hash", "TEXT NOT NULL"), ("git_sha", "TEXT"), ("seed", "INTEGER NOT NULL"),
@@ -55,7 +56,8 @@ COLUMN_NAMES = [name for name, _ in COLUMNS]
 # What makes two measurements of one trial comparable; resume matches on these and the trial key.
 # timing_method is in both keys: rows and ceilings timed another way (CUDA events after a writing
 # flush, before it was added: NULL) are measured again, never mixed with the kernel times of record.
-ENV_KEY = ("backend", "timing_method", "gpu_name", "driver_version", "torch_version", "triton_version", "kernel_hash")
+ENV_KEY = ("backend", "timing_method", "gpu_name", "driver_version", "torch_version", "triton_version",
+           "kernel_hash")
 PEAK_KEY = ("gpu_name", "driver_version", "torch_version", "timing_method")
 BOOLEAN_COLUMNS = ("throttled", "tie", "chosen", "timers_disagree")
 SAMPLE_COLUMNS = ("samples_us", "event_samples_us")  # float32 arrays, stored as bytes
@@ -65,7 +67,8 @@ TRANSIENT_STATUSES = ("timeout", "crashed", "oom")
 PEAK_COLUMNS = PEAK_KEY + ("peaks", "measured_at")
 
 _SCHEMA = f"""
-CREATE TABLE IF NOT EXISTS trials (id INTEGER PRIMARY KEY AUTOINCREMENT, {", ".join(f"{n} {t}" for n, t in COLUMNS)});
+CREATE TABLE IF NOT EXISTS trials (id INTEGER PRIMARY KEY AUTOINCREMENT, \
+{", ".join(f"{n} {t}" for n, t in COLUMNS)});
 CREATE INDEX IF NOT EXISTS trials_by_key ON trials (trial_key, {", ".join(ENV_KEY)});
 CREATE TABLE IF NOT EXISTS sweep_rows (sweep_id TEXT NOT NULL, row_id INTEGER NOT NULL REFERENCES trials(id),
                                        PRIMARY KEY (sweep_id, row_id));
@@ -107,7 +110,8 @@ class ResultStore:
             present = {row[1] for row in self._db.execute(f"PRAGMA table_info({table})")}
             for name, sql_type in columns:
                 if name not in present:
-                    self._db.execute(f"ALTER TABLE {table} ADD COLUMN {name} {sql_type.replace(' NOT NULL', '')}")
+                    self._db.execute(f"ALTER TABLE {table} ADD COLUMN {name} "
+                                     f"{sql_type.replace(' NOT NULL', '')}")
 
     def close(self) -> None:
         self._db.close()
@@ -117,14 +121,17 @@ class ResultStore:
         values = [_encode(name, row.get(name)) for name in COLUMN_NAMES]
         placeholders = ", ".join("?" for _ in COLUMN_NAMES)
         with self._transaction():
-            cursor = self._db.execute(f"INSERT INTO trials ({', '.join(COLUMN_NAMES)}) VALUES ({placeholders})", values)
-            self._db.execute("INSERT OR IGNORE INTO sweep_rows VALUES (?, ?)", (row["sweep_id"], cursor.lastrowid))
+            cursor = self._db.execute(f"INSERT INTO trials ({', '.join(COLUMN_NAMES)}) "
+                                      f"VALUES ({placeholders})", values)
+            self._db.execute("INSERT OR IGNORE INTO sweep_rows VALUES (?, ?)",
+                             (row["sweep_id"], cursor.lastrowid))
         return cursor.lastrowid
 
     def adopt(self, row_ids: Iterable[int], sweep_id: str) -> None:
         """Make rows measured earlier part of this sweep (resume)."""
         with self._transaction():
-            self._db.executemany("INSERT OR IGNORE INTO sweep_rows VALUES (?, ?)", [(sweep_id, i) for i in row_ids])
+            self._db.executemany("INSERT OR IGNORE INTO sweep_rows VALUES (?, ?)",
+                                 [(sweep_id, i) for i in row_ids])
 
     def measured(self, env: dict) -> dict[str, int]:
         """trial_key -> id of the newest row measured under this environment (ENV_KEY), leaving out
@@ -144,7 +151,8 @@ class ResultStore:
         found = {}
         for start in range(0, len(ids), 500):  # SQLite limits the number of parameters
             chunk = ids[start:start + 500]
-            rows = self._db.execute(f"SELECT id, status, p50_us FROM trials WHERE id IN ({', '.join('?' for _ in chunk)})", chunk)
+            rows = self._db.execute(f"SELECT id, status, p50_us FROM trials WHERE id IN "
+                                    f"({', '.join('?' for _ in chunk)})", chunk)
             found.update({i: {"status": status, "p50_us": p50} for i, status, p50 in rows})
         return found
 
@@ -171,7 +179,8 @@ class ResultStore:
     def peaks(self, env: dict) -> Optional[dict]:
         where = " AND ".join(f"{name} IS ?" for name in PEAK_KEY)
         row = self._db.execute(
-            f"SELECT peaks FROM device_peaks WHERE {where} ORDER BY rowid DESC LIMIT 1", [env[n] for n in PEAK_KEY]
+            f"SELECT peaks FROM device_peaks WHERE {where} ORDER BY rowid DESC LIMIT 1",
+            [env[n] for n in PEAK_KEY]
         ).fetchone()
         return json.loads(row[0]) if row else None
 
@@ -256,7 +265,8 @@ class ResultStore:
     def _add_memberships(self, row_id: int, sweeps: Iterable[str]) -> int:
         added = 0
         for sweep_id in sweeps:
-            added += self._db.execute("INSERT OR IGNORE INTO sweep_rows VALUES (?, ?)", (sweep_id, row_id)).rowcount
+            added += self._db.execute("INSERT OR IGNORE INTO sweep_rows VALUES (?, ?)",
+                                      (sweep_id, row_id)).rowcount
         return added
 
     def _insert_stored(self, row: dict) -> int:

@@ -232,7 +232,8 @@ def pct_of_best(frame: pd.DataFrame) -> pd.Series:
 def summary_table(frame: pd.DataFrame) -> pd.DataFrame:
     """The trials as the summary run's table: no samples, pct_of_best, and a column per meta-parameter
     (config.NAME where NAME is already a column), so the table's panels can group and plot by them."""
-    table = frame.drop(columns=list(SAMPLE_COLUMNS)).assign(pct_of_best=pct_of_best(frame))  # samples stay in the store
+    # samples stay in the store
+    table = frame.drop(columns=list(SAMPLE_COLUMNS)).assign(pct_of_best=pct_of_best(frame))
     configs = [json.loads(c) for c in frame["config"]]
     for name in dict.fromkeys(k for config in configs for k in config):
         column = f"config.{name}" if name in table.columns else name
@@ -269,7 +270,8 @@ def _write_summary_run(conf: dict, sweep_id: str, frame: pd.DataFrame, files: li
         if images:
             run.log({f"plots/{Path(path).stem}": wandb.Image(str(path)) for path in images})
         if files:
-            artifact = wandb.Artifact(re.sub(r"[^A-Za-z0-9_.-]", "_", f"triton-configs-{sweep_id}"), type="triton-configs")
+            artifact = wandb.Artifact(re.sub(r"[^A-Za-z0-9_.-]", "_", f"triton-configs-{sweep_id}"),
+                                      type="triton-configs")
             for path in files:
                 artifact.add_file(str(path))
             run.log_artifact(artifact)
