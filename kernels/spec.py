@@ -82,7 +82,8 @@ def looped_row_reason(config: Config, n_cols: int):
         return f"BLOCK_SIZE {block} >= 2x the {n_cols} columns: half of every load masked off"
     if block >= n_cols and config.get("num_stages", 1) > 1:
         # num_stages pipelines loads across loop iterations; the single pass has no loop.
-        return f"num_stages {config['num_stages']}: BLOCK_SIZE {block} holds the {n_cols} columns, no loop to pipeline"
+        return (f"num_stages {config['num_stages']}: BLOCK_SIZE {block} holds the {n_cols} columns,"
+                " no loop to pipeline")
     return None
 
 

@@ -1,4 +1,5 @@
-"""CPU tests run kernels through the Triton interpreter; GPU tests are marked `gpu` and skipped without CUDA."""
+"""CPU tests run kernels through the Triton interpreter; GPU tests are marked `gpu` and skipped
+without CUDA."""
 import os
 import subprocess
 import sys

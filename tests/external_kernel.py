@@ -1,5 +1,6 @@
 """A kernel that lives outside kernels/ and plugs in by import path:
-python -m runners.sweep kernel=external kernel.spec=tests.external_kernel:SPEC kernel.shapes=[[33,70]] kernel.dtypes=[float32]
+python -m runners.sweep kernel=external kernel.spec=tests.external_kernel:SPEC kernel.shapes=[[33,70]] \\
+    kernel.dtypes=[float32]
 """
 import torch
 import triton
@@ -9,7 +10,8 @@ from kernels.spec import KernelSpec, seeded_randn
 
 
 @triton.jit
-def _scale_rows_kernel(out_ptr, x_ptr, scale_ptr, n_cols, x_row_stride, out_row_stride, BLOCK_COLS: tl.constexpr):
+def _scale_rows_kernel(out_ptr, x_ptr, scale_ptr, n_cols, x_row_stride, out_row_stride,
+                       BLOCK_COLS: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     block = tl.program_id(1)
     cols = block * BLOCK_COLS + tl.arange(0, BLOCK_COLS)
@@ -45,7 +47,8 @@ SPEC = KernelSpec(
     launch=lambda inputs, out, config: scale_rows(*inputs, out=out, **config),
     reference=scale_rows_ref,
     flops=lambda shape: shape[0] * shape[1],
-    bytes_moved=lambda shape, dtype: (2 * shape[0] * shape[1] + shape[0]) * torch.empty((), dtype=dtype).element_size(),
+    bytes_moved=lambda shape, dtype: ((2 * shape[0] * shape[1] + shape[0])
+                                      * torch.empty((), dtype=dtype).element_size()),
     space={"BLOCK_COLS": [32, 64], "num_warps": [1, 2], "num_stages": [1]},
     baselines={"torch": lambda inputs: scale_rows_ref(*inputs)},
 )

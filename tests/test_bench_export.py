@@ -1,5 +1,5 @@
-"""runners/benchmarks/bench_export.py without a GPU: its cases hold shapes out between and beyond the tuned ones,
-its options parse, and one held-out shape of each kernel goes through the same code as on the GPU
+"""runners/benchmarks/bench_export.py without a GPU: its cases hold shapes out between and beyond the tuned
+ones, its options parse, and one held-out shape of each kernel goes through the same code as on the GPU
 (autotune over the export with its prune, config_for, autotune over the whole space, the check of
 every pick and its timing) on the interpreter, with tiny shapes, a host clock and an export written
 from made-up rows (the timings it prints here mean nothing)."""

@@ -29,7 +29,8 @@ def _hydra():
 def test_every_group_option_composes(kernel, timing, logger):
     overrides = [f"kernel={kernel}", f"timing={timing}", f"logger={logger}"]
     if kernel == "external":
-        overrides += ["kernel.spec=tests.bad_kernels:WRONG_VALUES", "kernel.shapes=[8]", "kernel.dtypes=[float32]"]
+        overrides += ["kernel.spec=tests.bad_kernels:WRONG_VALUES", "kernel.shapes=[8]",
+                      "kernel.dtypes=[float32]"]
     cfg = compose("config", overrides=overrides)
     resolved = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
     assert resolved["kernel"]["name"] == kernel
@@ -76,7 +77,8 @@ def test_wrong_type_fails_naming_the_field():
     ("timing.min_time_s=2", "timing.min_time_s: 2.0 is past max_time_s (1.0)"),
     ("finalists.min_rounds=2", "finalists.min_rounds: 2 must be >= 4"),
     ("export.tolerance=3", "export.tolerance: 3.0 must be a share in [0, 1)"),
-    ("export.key.softmax.n_cols=columns", "export.key.softmax: n_cols=columns: 'columns' is not a dim of softmax"),
+    ("export.key.softmax.n_cols=columns",
+     "export.key.softmax: n_cols=columns: 'columns' is not a dim of softmax"),
 ])
 def test_bad_values_fail_before_any_launch_naming_the_field(override, message):
     from runners.sweep import validate

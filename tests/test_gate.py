@@ -51,12 +51,14 @@ def test_bad_kernels_are_caught_never_timed(tmp_path, spec, status, message):
 
 @pytest.mark.parametrize("workers", [1, 2])
 def test_sticky_errors_hangs_and_dying_workers_do_not_stop_the_sweep(tmp_path, workers):
-    run_sweep(tmp_path, "kernel=external", "kernel.spec=tests.bad_kernels:HANG_OR_DIE", "kernel.shapes=[1000]",
-              "kernel.dtypes=[float32]", "+kernel.space.BLOCK_SIZE=[32,64,128,256,512]", "+kernel.space.num_warps=[4]",
+    run_sweep(tmp_path, "kernel=external", "kernel.spec=tests.bad_kernels:HANG_OR_DIE",
+              "kernel.shapes=[1000]", "kernel.dtypes=[float32]",
+              "+kernel.space.BLOCK_SIZE=[32,64,128,256,512]", "+kernel.space.num_warps=[4]",
               "trial_timeout_s=20", f"gpu_workers={workers}")
     rows = _rows(tmp_path)
     assert len(rows) == 5  # each trial recorded once, whichever worker ran it and however it ended
-    by_block = {json.loads(c)["BLOCK_SIZE"]: (s, m) for c, s, m in zip(rows["config"], rows["status"], rows["message"])}
+    by_block = {json.loads(c)["BLOCK_SIZE"]: (s, m)
+                for c, s, m in zip(rows["config"], rows["status"], rows["message"])}
     assert by_block[32][0] == "crashed" and "illegal memory access" in by_block[32][1]
     # The worker that hit the sticky error is replaced before the next trial: this one times out on
     # its own, not "worker died" on the way out of the old one.

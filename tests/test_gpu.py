@@ -18,7 +18,8 @@ pytestmark = pytest.mark.gpu
 def test_gpu_sweep_exports_configs_that_autotune_uses(tmp_path):
     result = run_sweep(tmp_path, "kernel=softmax", "kernel.shapes=[[1823,781],[4096,1024]]",
                        "kernel.dtypes=[bfloat16,float16]", "kernel.space.BLOCK_SIZE=[1024,2048]",
-                       "kernel.space.num_warps=[4,8]", "kernel.baselines=[torch]", "logger.mode=offline", "sweep_id=gpu_test", backend="cuda")
+                       "kernel.space.num_warps=[4,8]", "kernel.baselines=[torch]", "logger.mode=offline",
+                       "sweep_id=gpu_test", backend="cuda")
     store = ResultStore(tmp_path / "results.sqlite")
     rows = store.load(sweep_id="gpu_test")
     store.close()
@@ -41,8 +42,9 @@ def test_gpu_sweep_exports_configs_that_autotune_uses(tmp_path):
     gpu = torch.cuda.get_device_name(0)
     best = exported.BEST_BY_SHAPE[gpu][("float16", (4096, 1024))]
     # The prune finds the GPU from the tensors' device and the dtype from the first tensor argument.
-    tuned = triton.autotune(configs=exported.CONFIGS, key=["n_cols"],
-                            prune_configs_by={"early_config_prune": exported.prune_configs})(softmax._softmax_kernel)
+    tuned = triton.autotune(
+        configs=exported.CONFIGS, key=["n_cols"],
+        prune_configs_by={"early_config_prune": exported.prune_configs})(softmax._softmax_kernel)
     x = torch.randn(4096, 1024, device="cuda", dtype=torch.float16)
     out = torch.full_like(x, float("nan"))
     tuned[lambda meta: (x.shape[0],)](out, x, x.shape[1], x.stride(0), out.stride(0))
@@ -56,17 +58,20 @@ def test_gpu_sweep_exports_configs_that_autotune_uses(tmp_path):
 
 def test_illegal_memory_access_mid_sweep_is_crashed_and_nothing_is_lost(tmp_path, monkeypatch):
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton-cache"))
-    run_sweep(tmp_path, "kernel=external", "kernel.spec=tests.bad_kernels:ILLEGAL_ACCESS", "kernel.shapes=[1000000]",
-              "kernel.dtypes=[float16]", "+kernel.space.BLOCK_SIZE=[256,512,1024,2048]", "+kernel.space.num_warps=[4]",
+    run_sweep(tmp_path, "kernel=external", "kernel.spec=tests.bad_kernels:ILLEGAL_ACCESS",
+              "kernel.shapes=[1000000]", "kernel.dtypes=[float16]",
+              "+kernel.space.BLOCK_SIZE=[256,512,1024,2048]", "+kernel.space.num_warps=[4]",
               "kernel.baselines=[]", "sweep_id=illegal", backend="cuda")
     store = ResultStore(tmp_path / "results.sqlite")
     rows = store.load(sweep_id="illegal")
     store.close()
-    status = {json.loads(c)["BLOCK_SIZE"]: (s, m) for c, s, m in zip(rows["config"], rows["status"], rows["message"])}
+    status = {json.loads(c)["BLOCK_SIZE"]: (s, m)
+              for c, s, m in zip(rows["config"], rows["status"], rows["message"])}
     assert len(rows) == 4 and status[512][0] == "crashed" and "illegal" in status[512][1]
     assert all(status[block][0] == "ok" for block in (256, 1024, 2048))
     # The compile pool built every binary and the GPU worker only loaded them: one cache entry per
     # config (a worker that compiled again under another key would have made a second one).
-    built = [p.parent.name for p in (tmp_path / "triton-cache").glob("*/*.cubin") if p.stem != FLUSH_KERNEL_NAME]
+    built = [p.parent.name for p in (tmp_path / "triton-cache").glob("*/*.cubin")
+             if p.stem != FLUSH_KERNEL_NAME]
     assert len(built) == len(set(built)) == 4
     assert rows["compile_s"].notna().all()

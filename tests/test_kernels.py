@@ -59,14 +59,16 @@ def test_softmax_online_single_pass_and_looped(shape, block, dtype):
 
 
 @pytest.mark.parametrize("dtype", CPU_DTYPES)
-@pytest.mark.parametrize("shape, block_m, block_n", [((1823, 781), 4, 256), ((6, 42), 1, 64), ((37, 123), 8, 32)])
+@pytest.mark.parametrize("shape, block_m, block_n", [((1823, 781), 4, 256), ((6, 42), 1, 64),
+                                                     ((37, 123), 8, 32)])
 def test_fused_gelu(shape, block_m, block_n, dtype):
-    _check(fused_gelu.SPEC, shape, dtype, {"BLOCK_M": block_m, "BLOCK_N": block_n, "num_warps": 4, "num_stages": 1})
+    _check(fused_gelu.SPEC, shape, dtype,
+           {"BLOCK_M": block_m, "BLOCK_N": block_n, "num_warps": 4, "num_stages": 1})
 
 
 @pytest.mark.parametrize("dtype", CPU_DTYPES)
-@pytest.mark.parametrize("shape, block", [((37, 781), 1024), ((37, 781), 128), ((6, 42), 64), ((3, 1823), 256),
-                                          ((5, 1024), 256)])
+@pytest.mark.parametrize("shape, block", [((37, 781), 1024), ((37, 781), 128), ((6, 42), 64),
+                                          ((3, 1823), 256), ((5, 1024), 256)])
 def test_layernorm_single_pass_and_looped(shape, block, dtype):
     _check(layernorm.SPEC, shape, dtype, {"BLOCK_SIZE": block, "num_warps": 4, "num_stages": 1})
 
@@ -120,8 +122,8 @@ def test_attention_unmasked_and_masked_blocks(spec, seq, block_m, block_n, tma):
     the last program's ragged rows also go through unmasked blocks (and, with a bias, clamped offsets).
     Baselines are left to test_attention: eager fp16 with a bias misses its tolerance at seq 256 (1.01e-3
     against 1e-3, rounded logits as in test_gpu_kernels_all_dtypes), which says nothing of the kernel."""
-    _check(_forcing_tma(spec, tma), (1, 2, seq, 16), "float16", {"BLOCK_M": block_m, "BLOCK_N": block_n,
-                                                              "num_warps": 4, "num_stages": 2}, check_baselines=False)
+    _check(_forcing_tma(spec, tma), (1, 2, seq, 16), "float16",
+           {"BLOCK_M": block_m, "BLOCK_N": block_n, "num_warps": 4, "num_stages": 2}, check_baselines=False)
 
 
 def test_attention_bias_is_one_scalar_per_offset():
@@ -137,13 +139,15 @@ def test_matmul_int64_offset_path():
     matmul._matmul_kernel[grid](out, a, b, a, 67, 45, 71, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
                                 out.stride(0), out.stride(1), BLOCK_M=32, BLOCK_N=32, BLOCK_K=16, GROUP_M=4,
                                 HAS_BIAS=False, ACTIVATION=0, EXACT_FP32=False, INT64_OFFSETS=True)
-    assert compare(out, matmul.matmul_ref(a.double(), b.double()), bound=matmul.SPEC.accumulation_bound(a, b)) is None
+    assert compare(out, matmul.matmul_ref(a.double(), b.double()),
+                   bound=matmul.SPEC.accumulation_bound(a, b)) is None
 
 
 def test_matmul_prunes_configs_beyond_shared_memory():
     big = {"BLOCK_M": 256, "BLOCK_N": 256, "BLOCK_K": 128, "GROUP_M": 8, "num_warps": 8, "num_stages": 4}
     assert "shared memory" in matmul.SPEC.constraints((4096, 4096, 4096), "float16", big)
-    assert matmul.SPEC.constraints((4096, 4096, 4096), "float16", {**big, "BLOCK_K": 32, "num_stages": 3}) is None
+    assert matmul.SPEC.constraints((4096, 4096, 4096), "float16",
+                                   {**big, "BLOCK_K": 32, "num_stages": 3}) is None
 
 
 @pytest.mark.parametrize("block", [256, 1024])  # looped and single pass
@@ -173,11 +177,14 @@ def test_launchers_reject_bad_blocks_with_a_message():
 
 
 def test_constraints_prune_with_a_reason():
-    assert "one program must hold a whole row" in softmax.SPEC.constraints((8, 4096), "float16", {"BLOCK_SIZE": 1024})
+    assert "one program must hold a whole row" in softmax.SPEC.constraints((8, 4096), "float16",
+                                                                           {"BLOCK_SIZE": 1024})
     assert "masked off" in softmax.SPEC.constraints((8, 1000), "float16", {"BLOCK_SIZE": 4096})
     assert softmax.SPEC.constraints((8, 1000), "float16", {"BLOCK_SIZE": 1024}) is None
-    assert "spills out of registers" in softmax.SPEC.constraints((8, 16384), "float16", {"BLOCK_SIZE": 16384, "num_warps": 2})
-    assert softmax.SPEC.constraints((8, 16384), "float16", {"BLOCK_SIZE": 16384, "num_warps": 4}) is None  # 128 a thread
+    assert "spills out of registers" in softmax.SPEC.constraints((8, 16384), "float16",
+                                                                 {"BLOCK_SIZE": 16384, "num_warps": 2})
+    assert softmax.SPEC.constraints((8, 16384), "float16",
+                                    {"BLOCK_SIZE": 16384, "num_warps": 4}) is None  # 128 a thread
     for spec in (softmax_online.SPEC, layernorm.SPEC):  # looped row kernels: stages pipeline the loop only
         single, looped = {"BLOCK_SIZE": 1024, "num_stages": 2}, {"BLOCK_SIZE": 256, "num_stages": 2}
         assert "no loop to pipeline" in spec.constraints((8, 1000), "float16", single)
@@ -191,8 +198,10 @@ def test_byte_models_count_each_input_once_and_each_output_once():
     assert softmax.SPEC.bytes_moved((64, 100), torch.float32) == 2 * 64 * 100 * 4
     assert fused_gelu.SPEC.bytes_moved((64, 100), torch.float16) == (2 * 64 * 100 + 100) * 2
     assert layernorm.SPEC.bytes_moved((64, 100), torch.float16) == (2 * 64 * 100 + 2 * 100) * 2 + 2 * 64 * 4
-    assert matmul.BIAS_GELU.bytes_moved((64, 32, 16), torch.bfloat16) == (64 * 16 + 16 * 32 + 64 * 32 + 32) * 2
-    assert attention.CAUSAL_BIAS.bytes_moved((2, 3, 100, 64), torch.float16) == 4 * 2 * 3 * 100 * 64 * 2 + 199 * 2
+    assert (matmul.BIAS_GELU.bytes_moved((64, 32, 16), torch.bfloat16)
+            == (64 * 16 + 16 * 32 + 64 * 32 + 32) * 2)
+    assert (attention.CAUSAL_BIAS.bytes_moved((2, 3, 100, 64), torch.float16)
+            == 4 * 2 * 3 * 100 * 64 * 2 + 199 * 2)
     assert attention.CAUSAL.flops((2, 3, 100, 64)) == attention.SPEC.flops((2, 3, 100, 64)) / 2
 
 
@@ -203,7 +212,8 @@ def test_gpu_kernels_all_dtypes(dtype):
     _check(softmax.SPEC, (1823, 781), dtype, {"BLOCK_SIZE": 1024, "num_warps": 4, "num_stages": 1})
     _check(softmax_online.SPEC, (1823, 781), dtype, {"BLOCK_SIZE": 256, "num_warps": 4, "num_stages": 2})
     _check(softmax_online.SPEC, (1823, 781), dtype, {"BLOCK_SIZE": 1024, "num_warps": 4, "num_stages": 1})
-    _check(fused_gelu.SPEC, (1823, 781), dtype, {"BLOCK_M": 4, "BLOCK_N": 256, "num_warps": 4, "num_stages": 1})
+    _check(fused_gelu.SPEC, (1823, 781), dtype,
+           {"BLOCK_M": 4, "BLOCK_N": 256, "num_warps": 4, "num_stages": 1})
     _check(layernorm.SPEC, (1823, 781), dtype, {"BLOCK_SIZE": 1024, "num_warps": 4, "num_stages": 1})
     _check(layernorm.SPEC, (1823, 781), dtype, {"BLOCK_SIZE": 256, "num_warps": 4, "num_stages": 1})
     for spec in (matmul.SPEC, matmul.BIAS_RELU, matmul.BIAS_GELU):
@@ -219,7 +229,8 @@ def test_gpu_kernels_all_dtypes(dtype):
                 _check(spec, (2, 3, 1000, head_dim), dtype, config, check_baselines=spec not in (
                     attention.BIAS, attention.CAUSAL_BIAS))
                 # TMA on Hopper and later; the pointer loads older GPUs take, checked here as well
-                _check(_forcing_tma(spec, False), (2, 3, 1000, head_dim), dtype, config, check_baselines=False)
+                _check(_forcing_tma(spec, False), (2, 3, 1000, head_dim), dtype, config,
+                       check_baselines=False)
 
 
 @pytest.mark.gpu
@@ -230,7 +241,8 @@ def test_gpu_long_rows(dtype):
     _check(softmax_online.SPEC, (64, 30_001), dtype, {"BLOCK_SIZE": 32768, "num_warps": 32, "num_stages": 1})
     _check(layernorm.SPEC, (16, 65_537), dtype, {"BLOCK_SIZE": 4096, "num_warps": 8, "num_stages": 1})
     _check(layernorm.SPEC, (64, 8192), dtype, {"BLOCK_SIZE": 8192, "num_warps": 8, "num_stages": 1})
-    _check(fused_gelu.SPEC, (1823, 11008), dtype, {"BLOCK_M": 4, "BLOCK_N": 1024, "num_warps": 8, "num_stages": 1})
+    _check(fused_gelu.SPEC, (1823, 11008), dtype,
+           {"BLOCK_M": 4, "BLOCK_N": 1024, "num_warps": 8, "num_stages": 1})
 
 
 def test_tolerances_cover_every_supported_dtype():

@@ -80,7 +80,8 @@ def test_local_preset_composes():
 
 
 def test_ray_preset_composes():
-    pytest.importorskip("hydra_plugins.hydra_ray_launcher", reason="hydra-ray-launcher: pip install -e .[ray]")
+    pytest.importorskip("hydra_plugins.hydra_ray_launcher",
+                        reason="hydra-ray-launcher: pip install -e .[ray]")
     cfg = _compose("hydra/launcher=ray_gpus", "hydra.launcher.ray.remote.num_gpus=2")
     assert cfg.hydra.launcher._target_ == "hydra_plugins.hydra_ray_launcher.ray_launcher.RayLauncher"
     assert cfg.hydra.launcher.ray.remote.num_gpus == 2 and cfg.hydra.launcher.ray.init.address is None

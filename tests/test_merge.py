@@ -15,8 +15,8 @@ from runners import export, merge
 from runners.results.store import ResultStore
 
 H100, H200 = "NVIDIA H100 80GB HBM3", "NVIDIA H200"
-ENV = {"backend": "cuda", "timing_method": "cupti/read-flush", "gpu_name": H100, "driver_version": "570.86", "torch_version": "2.11.0",
-       "triton_version": "3.6.0", "kernel_hash": "abc123"}
+ENV = {"backend": "cuda", "timing_method": "cupti/read-flush", "gpu_name": H100, "driver_version": "570.86",
+       "torch_version": "2.11.0", "triton_version": "3.6.0", "kernel_hash": "abc123"}
 
 
 def _row(key: str, timestamp: str, p50: float, sweep: str = "s1", gpu: str = H100, block: int = 256) -> dict:

@@ -7,7 +7,8 @@ from runners.results.report import best_table, speedups
 def _row(provider, p50, event_p50, config="{}", **changes):
     return {"kernel": "softmax", "dtype": "float16", "shape": "[8192, 4096]", "provider": provider,
             "config": config, "status": "ok", "phase": "screen", "p50_us": p50, "event_p50_us": event_p50,
-            "gbps": 1.0, "pct_copy_bw": 1.0, "chosen": None, "timers_disagree": False, "message": None, **changes}
+            "gbps": 1.0, "pct_copy_bw": 1.0, "chosen": None, "timers_disagree": False, "message": None,
+            **changes}
 
 
 def test_speedups_divide_event_times_end_to_end_and_kernel_times_for_gpu_time():

@@ -119,7 +119,8 @@ def _matmul_trials():
     spec = load_spec("matmul", None)
     space = {"BLOCK_M": [32, 64, 128], "BLOCK_N": [32, 64, 128], "BLOCK_K": [32, 64], "num_warps": [2, 4, 8],
              "num_stages": [2, 3]}
-    return plan_trials(spec, {"shapes": [[128, 128, 128], [96, 200, 64]], "dtypes": ["float16"], "space": space},
+    return plan_trials(spec,
+                       {"shapes": [[128, 128, 128], [96, 200, 64]], "dtypes": ["float16"], "space": space},
                        "cuda")  # planning only: nothing runs
 
 
@@ -163,8 +164,9 @@ def test_optuna_and_time_budget_in_a_sweep(tmp_path):
     store = ResultStore(tmp_path / "results.sqlite")
     rows = store.load(sweep_id="opt")
     assert (rows["status"] == "ok").sum() == 4 and set(rows["phase"]) == {"screen"}
-    result = run_sweep(tmp_path, "kernel=vector_add", "kernel.shapes=[2000]", "search.budget_s=2", "kernel.baselines=[]",
-              "timing.min_time_s=0.5", "timing.max_time_s=1", "sweep_id=timed")
+    result = run_sweep(tmp_path, "kernel=vector_add", "kernel.shapes=[2000]", "search.budget_s=2",
+                       "kernel.baselines=[]", "timing.min_time_s=0.5", "timing.max_time_s=1",
+                       "sweep_id=timed")
     timed = store.load(sweep_id="timed")
     store.close()
     # 15 configs at ~1 s each: the budget stops the job after about 2 of them.
@@ -190,9 +192,10 @@ def test_tie_rule_prefers_fewer_resources_within_the_noise():
 
 
 def test_finalists_and_baselines_are_retimed_together_and_the_report_uses_them(tmp_path):
-    result = run_sweep(tmp_path, "kernel=vector_add", "kernel.shapes=[1000,3000]", "kernel.space.num_warps=[2,4]",
-                       "kernel.space.BLOCK_SIZE=[1024,2048,4096]", "finalists.top_k=3", "finalists.min_rounds=5",
-                       "finalists.min_time_s=0", "finalists.max_time_s=0.2", "sweep_id=fin", "kernel.baselines=[torch]")
+    result = run_sweep(tmp_path, "kernel=vector_add", "kernel.shapes=[1000,3000]",
+                       "kernel.space.num_warps=[2,4]", "kernel.space.BLOCK_SIZE=[1024,2048,4096]",
+                       "finalists.top_k=3", "finalists.min_rounds=5", "finalists.min_time_s=0",
+                       "finalists.max_time_s=0.2", "sweep_id=fin", "kernel.baselines=[torch]")
     store = ResultStore(tmp_path / "results.sqlite")
     rows = store.load(sweep_id="fin")
     store.close()

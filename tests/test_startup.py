@@ -1,7 +1,8 @@
 """Start-up and finish of a sweep on the CPU: the kernel's module imported once by the fork server, the
 GPU worker compiling a small list itself while the fork server still imports, workers started before
 validation stopped by a bad input, and the results written whatever the plots and the W&B summary
-run do (runners/engine/process.py, runners/engine/scheduler.py, runners/sweep.py, runners/results/finisher.py)."""
+run do (runners/engine/process.py, runners/engine/scheduler.py, runners/sweep.py,
+runners/results/finisher.py)."""
 import json
 
 import pandas as pd

@@ -8,15 +8,15 @@ import pytest
 
 from runners.results.store import ENV_KEY, ResultStore, write_parquet
 
-ENV = {"backend": "cuda", "timing_method": "cupti/read-flush", "gpu_name": "NVIDIA H200", "driver_version": "580.1",
-       "torch_version": "2.11", "triton_version": "3.6", "kernel_hash": "abc123"}
+ENV = {"backend": "cuda", "timing_method": "cupti/read-flush", "gpu_name": "NVIDIA H200",
+       "driver_version": "580.1", "torch_version": "2.11", "triton_version": "3.6", "kernel_hash": "abc123"}
 
 
 def _row(index: int, **changes) -> dict:
     return {**ENV, "trial_key": f"key{index}", "sweep_id": "s1", "kernel": "softmax", "provider": "triton",
-            "shape": (4, 8), "dtype": "float16", "config": {"BLOCK_SIZE": 8, "num_warps": index}, "status": "ok",
-            "p50_us": 10.0 + index, "samples_us": [10.0 + index, 11.0], "throttled": False, "seed": 0,
-            "timestamp": "2026-11-22T00:00:00", **changes}
+            "shape": (4, 8), "dtype": "float16", "config": {"BLOCK_SIZE": 8, "num_warps": index},
+            "status": "ok", "p50_us": 10.0 + index, "samples_us": [10.0 + index, 11.0], "throttled": False,
+            "seed": 0, "timestamp": "2026-11-22T00:00:00", **changes}
 
 
 def test_round_trip_keeps_every_field(tmp_path):
@@ -39,8 +39,8 @@ def test_a_store_from_before_the_timing_method_measures_everything_again(tmp_pat
     db.execute("DROP INDEX trials_by_key")
     for table in ("trials", "device_peaks"):
         db.execute(f"ALTER TABLE {table} DROP COLUMN timing_method")
-    db.execute("CREATE INDEX trials_by_key ON trials (trial_key, backend, gpu_name, driver_version, torch_version, "
-               "triton_version, kernel_hash)")  # the old index, without the column
+    db.execute("CREATE INDEX trials_by_key ON trials (trial_key, backend, gpu_name, driver_version, "
+               "torch_version, triton_version, kernel_hash)")  # the old index, without the column
     db.execute("INSERT INTO device_peaks (gpu_name, driver_version, torch_version, peaks, measured_at) "
                "VALUES ('NVIDIA H200', '580.1', '2.11', '{\"copy_gbps\": 4226}', 'then')")
     db.commit()
@@ -132,5 +132,5 @@ def test_resume_retries_transient_failures_only(tmp_path):
     kept = {status: store.append(_row(i, status=status)) for i, status in
             enumerate(["ok", "incorrect", "compile_error", "pruned", "timeout", "crashed", "oom"])}
     later = store.append(_row(4, status="ok"))  # the timed-out trial measured fine on a later run
-    assert store.measured(ENV) == {"key0": kept["ok"], "key1": kept["incorrect"], "key2": kept["compile_error"],
-                                   "key3": kept["pruned"], "key4": later}
+    assert store.measured(ENV) == {"key0": kept["ok"], "key1": kept["incorrect"],
+                                   "key2": kept["compile_error"], "key3": kept["pruned"], "key4": later}

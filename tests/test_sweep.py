@@ -1,4 +1,5 @@
-"""The sweep CLI end to end on the interpreter: bad input, in-job vs multirun, failing jobs, resume, plugins."""
+"""The sweep CLI end to end on the interpreter: bad input, in-job vs multirun, failing jobs, resume,
+plugins."""
 import json
 import os
 import signal

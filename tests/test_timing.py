@@ -6,10 +6,11 @@ import numpy as np
 import pytest
 import torch
 
-from runners.measure.timing import (FLUSH_BLOCK, FLUSH_KERNEL_NAME, FLUSH_MIN_BYTES, STOP_CONVERGED, STOP_TIMEOUT,
-                            GpuRecord, InterpreterTimer, METHOD_WALL, RecordMismatch, StopRule, _l2_flush_read_kernel,
-                            busy_ns, calls_from_records, flush_elements, median_interval, median_precision,
-                            next_batch_rounds, relative_noise, summarize)
+from runners.measure.timing import (FLUSH_BLOCK, FLUSH_KERNEL_NAME, FLUSH_MIN_BYTES, STOP_CONVERGED,
+                                    STOP_TIMEOUT, GpuRecord, InterpreterTimer, METHOD_WALL, RecordMismatch,
+                                    StopRule, _l2_flush_read_kernel, busy_ns, calls_from_records,
+                                    flush_elements, median_interval, median_precision, next_batch_rounds,
+                                    relative_noise, summarize)
 from runners.measure.timing import METHOD_CUPTI, Measurement
 from runners.engine.trials import Trial
 from runners.engine.worker import NoGpuWork, measured_fields, timers_disagree
@@ -116,8 +117,8 @@ def test_cupti_records_become_one_sample_per_call():
         _record("spin_kernel", 0, 500),  # the hold before the batch: no call's
         _record(FLUSH_KERNEL_NAME, 500, 530), _record("_softmax_kernel", 531, 561),
         _record(FLUSH_KERNEL_NAME, 570, 600),  # an eager call: three kernels and a memset
-        _record("reduce_kernel", 601, 611), _record("Memset (Device)", 612, 613), _record("elementwise", 615, 625),
-        _record("exp_kernel", 626, 636),
+        _record("reduce_kernel", 601, 611), _record("Memset (Device)", 612, 613),
+        _record("elementwise", 615, 625), _record("exp_kernel", 626, 636),
         _record(FLUSH_KERNEL_NAME, 640, 670), _record("_softmax_kernel", 671, 702),
     ]
     calls = calls_from_records(list(reversed(records)), calls=3)  # records arrive in any order
@@ -164,7 +165,8 @@ def test_timers_disagree_beyond_launch_overhead_only():
 
 def test_interpreter_timer_keeps_every_sample_and_its_wall_clock():
     calls = []
-    any_precision = StopRule(10, 0.0, rel_precision=1e9, max_time_s=5.0)  # stop at min_samples, whatever the jitter
+    # stop at min_samples, whatever the jitter
+    any_precision = StopRule(10, 0.0, rel_precision=1e9, max_time_s=5.0)
     measurement = InterpreterTimer(any_precision, warmup_s=0).measure(lambda: calls.append(1))
     assert measurement.stop_reason == STOP_CONVERGED and measurement.method == METHOD_WALL
     assert len(measurement.samples_s) == 10 and measurement.event_samples_s is None

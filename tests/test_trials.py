@@ -7,11 +7,13 @@ import pytest
 
 from runners.engine.trials import ConfigError, kernel_source_hash, load_spec, plan_trials
 
-SOFTMAX = {"shapes": [[4, 1000]], "dtypes": ["float16"], "space": {"BLOCK_SIZE": [1024, 2048], "num_warps": [4]}}
+SOFTMAX = {"shapes": [[4, 1000]], "dtypes": ["float16"],
+           "space": {"BLOCK_SIZE": [1024, 2048], "num_warps": [4]}}
 
 
 def test_unknown_kernel_name_and_bad_import_path():
-    with pytest.raises(ConfigError, match="kernel.name: unknown kernel 'nope'; known: attention, .*softmax, .*external"):
+    with pytest.raises(ConfigError,
+                       match="kernel.name: unknown kernel 'nope'; known: attention, .*softmax, .*external"):
         load_spec("nope", None)
     with pytest.raises(ConfigError, match="kernel.spec: cannot import 'no_such_module'"):
         load_spec("external", "no_such_module:SPEC")
@@ -64,7 +66,8 @@ def test_source_hash_covers_modules_the_launcher_reaches(tmp_path, monkeypatch):
     import hashpkg.outer
 
     before = kernel_source_hash(hashpkg.outer.SPEC)
-    partial_spec = hashpkg.outer.SPEC.__class__(**{**vars(hashpkg.outer.SPEC), "launch": functools.partial(hashpkg.outer.launch)})
+    partial_spec = hashpkg.outer.SPEC.__class__(**{**vars(hashpkg.outer.SPEC),
+                                                   "launch": functools.partial(hashpkg.outer.launch)})
     assert kernel_source_hash(partial_spec) == before  # a partial hashes its function's module
     (package / "inner.py").write_text("VALUE = 2\n")  # a module the launcher's module imports
     sys.modules.pop("hashpkg.inner")

@@ -54,7 +54,8 @@ def read_run(path) -> dict:
         kind = record.WhichOneof("record_type")
         if kind == "run":
             run.update(group=record.run.run_group, job_type=record.run.job_type, name=record.run.display_name)
-            run["config"].update({_key(item): json.loads(item.value_json) for item in record.run.config.update})
+            run["config"].update({_key(item): json.loads(item.value_json)
+                                  for item in record.run.config.update})
         elif kind == "config":
             run["config"].update({_key(item): json.loads(item.value_json) for item in record.config.update})
         elif kind == "summary":
