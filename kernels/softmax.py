@@ -116,7 +116,6 @@ SPEC = KernelSpec(
         "num_stages": [1],
     },
     constraints=_constraints,
-    baselines={"eager": lambda inputs: softmax_ref(*inputs),
-               "torch": lambda inputs: torch.softmax(inputs[0], dim=-1),
+    baselines={"eager": lambda inputs: softmax_ref(*inputs), "torch": lambda inputs: torch.softmax(inputs[0], dim=-1),
                "compile": compiled(softmax_ref)},
 )

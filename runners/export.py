@@ -275,8 +275,9 @@ Generated from {json_name}: do not edit.
 
 COVER[gpu][dtype] is a covering set: at every measured shape, the fastest of its configs that was ok
 there is within {" / ".join(tolerances)} of the fastest config measured there (p50 of the kernel time of
-record, timed as each GPU's line above says; where finalists were re-timed round-robin, their re-timed
-p50s). Each config comes with the shapes where it was verified (ok) and its p50 there, in us. Use:
+record, timed as each GPU's line above says; where finalists were re-timed round-robin, their re-timed \
+p50s). Each config
+comes with the shapes where it was verified (ok) and its p50 there, in us. Use:
 
     from {json_name[:-len(".json")]} import CONFIGS, prune_configs, make_prune, config_for
 

@@ -1,5 +1,6 @@
-"""runners.plot from synthetic stores: the PNGs exist and are real images, the ceilings, the choice of the
-heatmap's axes, and the sweeps a plot cannot be drawn for (skipped with a reason, never a traceback)."""
+"""runners.results.plots and the runners.plot command from synthetic stores: the PNGs exist and are real
+images, the ceilings, the choice of the heatmap's axes, and the sweeps a plot cannot be drawn for (skipped
+with a reason, never a traceback)."""
 
 import sys
 
@@ -8,6 +9,7 @@ import pytest
 from matplotlib.image import imread
 
 from runners import plot
+from runners.results import plots
 from runners.results.store import ResultStore
 from tests.synthetic_store import PEAKS, SHAPES, row, softmax_sweep
 
@@ -45,13 +47,13 @@ def test_every_plot_of_a_full_sweep_is_a_readable_image(tmp_path, capsys):
 def test_ceilings_come_from_the_store_else_from_the_rows(tmp_path):
     store = _store(tmp_path)
     frame = store.load(sweep_id="s")
-    assert plot.ceilings(frame, store) == PEAKS
+    assert plots.ceilings(frame, store) == PEAKS
     store.close()
-    derived = plot.ceilings(frame, None)  # rows carry % of peak: gbps / pct_copy_bw gives the ceiling back
+    derived = plots.ceilings(frame, None)  # rows carry % of peak: gbps / pct_copy_bw gives the ceiling back
     assert derived == pytest.approx(
         {"copy_gbps": PEAKS["copy_gbps"], "matmul_tflops_float16": PEAKS["matmul_tflops_float16"]}
     )
-    assert plot.ceilings(frame.assign(backend="interpret"), None) == {}
+    assert plots.ceilings(frame.assign(backend="interpret"), None) == {}
 
 
 def test_heatmap_axes_default_to_the_most_varied_and_can_be_chosen(tmp_path):
@@ -60,11 +62,11 @@ def test_heatmap_axes_default_to_the_most_varied_and_can_be_chosen(tmp_path):
     )
     ours = store.load(sweep_id="s").query("provider == 'triton'")
     store.close()
-    assert plot.meta_axes(ours, None, None, "softmax") == ("num_warps", "BLOCK_SIZE")
-    assert plot.meta_axes(ours, "num_stages", None, "softmax") == ("num_stages", "num_warps")
-    assert plot.meta_axes(ours, None, "num_stages", "softmax") == ("num_warps", "num_stages")
-    with pytest.raises(plot.PlotError, match="--y: 'BLOCK_M' is not a meta-parameter of softmax"):
-        plot.meta_axes(ours, "num_warps", "BLOCK_M", "softmax")
+    assert plots.meta_axes(ours, None, None, "softmax") == ("num_warps", "BLOCK_SIZE")
+    assert plots.meta_axes(ours, "num_stages", None, "softmax") == ("num_stages", "num_warps")
+    assert plots.meta_axes(ours, None, "num_stages", "softmax") == ("num_warps", "num_stages")
+    with pytest.raises(plots.PlotError, match="--y: 'BLOCK_M' is not a meta-parameter of softmax"):
+        plots.meta_axes(ours, "num_warps", "BLOCK_M", "softmax")
 
 
 def test_an_unknown_axis_or_sweep_is_an_error_naming_the_argument(tmp_path, capsys):
@@ -136,6 +138,6 @@ def test_plots_for_sweep_without_matplotlib_costs_the_plots_only(tmp_path, capsy
     frame = store.load(sweep_id="s")
     store.close()
     monkeypatch.setitem(sys.modules, "matplotlib.figure", None)  # import fails as if absent
-    assert plot.plots_for_sweep(tmp_path / "r.sqlite", frame, tmp_path / "run") == []
+    assert plots.plots_for_sweep(tmp_path / "r.sqlite", frame, tmp_path / "run") == []
     out = capsys.readouterr().out
     assert out.count("\n") == 1 and out.startswith("warning: plots skipped:") and "matplotlib" in out

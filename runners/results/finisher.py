@@ -4,7 +4,7 @@ process of their own, `python -m runners.results.finisher`.
 The sweep (runners/sweep.py) starts it with its workers, before it validates its input (a bad input
 closes its stdin, and it exits), or once they are ready on a host with fewer cores than processes
 importing at the start; in a session of its own. It imports what the plots and the summary
-run need (pandas, matplotlib, runners.plot and with it torch and Triton; wandb, whose service it
+run need (pandas, matplotlib, runners.results.plots and with it torch and Triton; wandb, whose service it
 starts) while the workers start and the trials run, instead of after them (1.7 s on this CPU-only
 host; the service's start makes the summary run 0.25 s shorter). At the end the sweep hands it the
 plots at once (`draw`: the store, the sweep id, the directory), writes the parquet file, prints the
@@ -12,13 +12,12 @@ table and exports, which are its results and never wait for this process, then h
 run (`write_summary`: the exported files, the logger config) and waits (`wait`).
 
 This process loads the sweep's rows from the store, draws the plots into the directory
-(runners/plot.py), writes the summary run with them (runners/results/wandb_logger.py), and reports on the pipe
-given as its argument, one JSON line each: {"plots": [...]} once the plots are drawn, {"done": {...}}
-at the end. What it prints goes to finish.log in the directory, which the sweep relays to its own
-output. The sweep waits for the plots at most PLOTS_WAIT_S and for the summary run at most
-SUMMARY_WAIT_S more, then says where the rest will land and goes on: this process finishes on its
-own (in online mode an upload may take a while). The sweep's exit status and printed results never
-depend on it.
+(runners/results/plots.py), writes the summary run with them (runners/results/wandb_logger.py), and
+reports on the pipe given as its argument, one JSON line each: {"plots": [...]} once the plots are drawn,
+{"done": {...}} at the end. What it prints goes to finish.log in the directory, which the sweep relays to
+its own output. The sweep waits for the plots at most PLOTS_WAIT_S and for the summary run at most
+SUMMARY_WAIT_S more, then says where the rest will land and goes on: this process finishes on its own (in
+online mode an upload may take a while). The sweep's exit status and printed results never depend on it.
 """
 from __future__ import annotations
 
@@ -158,14 +157,14 @@ def _warm(wandb_too: bool) -> None:
     """Import what the end will need, while the sweep's trials run."""
     import pandas  # noqa: F401
 
-    from runners import plot  # noqa: F401  (pandas, numpy, torch and triton, through runners.results.report)
+    from runners.results import plots  # noqa: F401  (pandas, numpy, torch and triton, through its report)
 
     try:
         from matplotlib import colormaps  # noqa: F401
         from matplotlib.backends import backend_agg  # noqa: F401
         from matplotlib.figure import Figure  # noqa: F401
         from matplotlib.patches import Rectangle  # noqa: F401
-    except Exception:  # a missing or broken install: runners.plot says which, in one line, when asked to draw
+    except Exception:  # a missing or broken install: plots_for_sweep says which, in one line
         pass
     if wandb_too:
         try:
@@ -198,7 +197,7 @@ def main(argv=None) -> int:
     sys.stdout = os.fdopen(1, "w", buffering=1)
     sys.stderr = os.fdopen(2, "w", buffering=1)
 
-    from runners.plot import plots_for_sweep
+    from runners.results.plots import plots_for_sweep
     from runners.results.store import ResultStore
 
     store = ResultStore(job["store"])
