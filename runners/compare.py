@@ -18,13 +18,13 @@ The rule (a difference must be both real and large enough to matter):
 - Why a minimum effect as well: with thousands of samples the test finds shifts of a few tenths of a
   percent that are real between two runs but are not the kernel's (BENCHMARKS.md: a kernel's own
   run-to-run spread is 1-3% at 20-70 us on an H200). Lower it for long kernels re-timed as finalists.
-- Why p < 0.01 and not smaller although hundreds of rows are compared: the minimum effect is what
-  keeps rows of one distribution SAME (the median of 10 samples at 1% noise moves about 0.4%, so a 2%
-  ratio is out of its reach), while the level decides what a few noisy samples can show. With 10 samples
-  a side, complete separation gives p = 0.0002, and one sample of the faster side above all of the
-  slower side (an outlier) p = 0.003; with 5 or fewer a side nothing reaches 0.01: such rows stay SAME.
-  tests/test_compare.py checks both on seeded
-  samples: no verdict on 200 pairs drawn from one distribution, every 5% shift found with 30 a side.
+- Why p < 0.01 and not smaller although hundreds of rows are compared: the minimum effect is what keeps
+  rows of one distribution SAME (the median of 10 samples at 1% noise moves about 0.4%, so a 2% ratio is
+  out of its reach), while the level decides what a few noisy samples can show. With 10 samples a side,
+  complete separation gives p = 0.0002, and one sample of the faster side above all of the slower side (an
+  outlier) p = 0.003; with 5 or fewer a side nothing reaches 0.01: such rows stay SAME.
+  tests/test_compare.py checks both on seeded samples: no verdict on 200 pairs drawn from one
+  distribution, every 5% shift found with 30 a side.
 - Rows timed by different methods (`timing_method`: the CUPTI kernel time against the CUDA-event time
   of older stores, which adds ~3 us a call) get no verdict: OTHER TIMER, outside the gate.
 - Samples are per-sample microseconds of each row (screening, or the finalists' round-robin).
@@ -50,8 +50,8 @@ import numpy as np
 import pandas as pd
 
 from runners.engine.finalists import winner
-from runners.results.store import COLUMN_NAMES, ENV_KEY, ResultStore
 from runners.engine.trials import TRITON_PROVIDER
+from runners.results.store import COLUMN_NAMES, ENV_KEY, ResultStore
 
 # Named when they differ between matched rows: the resume key, then what else a row says of where it ran.
 _RUN_ON = ("cuda_version", "python_version", "git_sha", "host")

@@ -40,8 +40,8 @@ from pathlib import Path
 import pandas as pd
 
 from runners.engine.finalists import resource_key, winner
-from runners.results.store import ENV_KEY, ResultStore
 from runners.engine.trials import TRITON_PROVIDER
+from runners.results.store import ENV_KEY, ResultStore
 
 FORMAT = 2  # of the JSON; 1 was one file per GPU with CONFIGS = the configs ok at every shape
 LAUNCH_OPTIONS = ("num_warps", "num_stages")  # triton.Config keywords; every other key is a meta-parameter

@@ -104,8 +104,8 @@ def job_store_paths(cfg: DictConfig) -> tuple[str, Optional[Path]]:
 
 def _check_stop_rule(group: str, rule: DictConfig, count_field: str) -> None:
     """The fields of a stopping rule (timing, finalists), each checked with its name and value."""
-    from runners.measure.timing import MIN_SAMPLES_FOR_INTERVAL
     from runners.engine.trials import ConfigError
+    from runners.measure.timing import MIN_SAMPLES_FOR_INTERVAL
 
     count = rule[count_field]
     if count < MIN_SAMPLES_FOR_INTERVAL:
@@ -126,8 +126,8 @@ def _check_stop_rule(group: str, rule: DictConfig, count_field: str) -> None:
 
 def _check_export_settings(cfg: DictConfig, spec) -> None:
     """export.tolerance and the kernel's export.key, checked before the sweep rather than at its end."""
-    from runners.export import ExportError, check_key
     from runners.engine.trials import ConfigError
+    from runners.export import ExportError, check_key
 
     tolerance = cfg.export.tolerance
     if not 0 <= tolerance < 1:
@@ -233,9 +233,9 @@ def _start_workers(cfg: DictConfig, workers: int, compilers: int, timing: dict, 
     are ready; the pool compiles the first batch meanwhile, its workers forked from the fork server as
     soon as it has imported the kernel's module. Keeps the trial workers of the first GPU's model."""
     from runners.engine import compile_pool
-    from runners.measure.device import nvml_compile_target
     from runners.engine.scheduler import Scheduler, WorkerStartError
     from runners.engine.worker import trial_worker
+    from runners.measure.device import nvml_compile_target
 
     first, server = early
     gpu = [first] if first is not None else []
@@ -319,8 +319,8 @@ def run_job(cfg: DictConfig, sweep_id: str, output_dir: Path, finish: bool) -> d
 
     from tqdm import tqdm
 
-    from runners.results.store import ResultStore
     from runners.engine.trials import TRITON_PROVIDER, kernel_source_hash
+    from runners.results.store import ResultStore
     from runners.results.wandb_logger import TrialLogger
 
     store_path, prior = job_store_paths(cfg)
@@ -534,10 +534,10 @@ def _run_finalists(cfg, store, sweep_id: str, scheduler: Scheduler, record, tria
 def finish_sweep(cfg: DictConfig, sweep_id: str, output_dir: Path, finisher=None, logger=None) -> dict:
     """After the last trial of a sweep. Here, the results: parquet, table, export. Beside them, in the
     finishing process (runners/results/finisher.py; started now unless the job started it): the plots,
-    drawn while this process writes the results, then the W&B summary run, once the
-    trial runs are written (`logger.close()`, whose warnings decide whether there is a summary run);
-    each waited for a bounded time. Returns what was written, and `finish_seconds`: where the finish's
-    seconds went, in the order they were spent."""
+    drawn while this process writes the results, then the W&B summary run, once the trial runs are written
+    (`logger.close()`, whose warnings decide whether there is a summary run); each waited for a bounded
+    time. Returns what was written, and `finish_seconds`: where the finish's seconds went, in the order
+    they were spent."""
     from runners.export import ExportError, export_kernel, settings_from_config
     from runners.results.finisher import Finisher
     from runners.results.report import best_table

@@ -9,8 +9,8 @@ from typing import Optional
 
 import numpy as np
 
-from runners.results.store import ResultStore
 from runners.engine.trials import Trial
+from runners.results.store import ResultStore
 
 ENV = {
     "backend": "cuda",

@@ -13,9 +13,9 @@ import torch
 from omegaconf import OmegaConf
 
 from runners.benchmarks import bench_export
+from runners.engine.trials import TRITON_PROVIDER, load_spec, plan_trials
 from runners.export import export_kernel
 from runners.results.store import ResultStore
-from runners.engine.trials import TRITON_PROVIDER, load_spec, plan_trials
 
 REPO = Path(__file__).resolve().parent.parent
 GPU_ENV = {"backend": "cuda", "gpu_name": "NVIDIA H200", "driver_version": "580.159.04",

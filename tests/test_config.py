@@ -81,8 +81,8 @@ def test_wrong_type_fails_naming_the_field():
      "export.key.softmax: n_cols=columns: 'columns' is not a dim of softmax"),
 ])
 def test_bad_values_fail_before_any_launch_naming_the_field(override, message):
-    from runners.sweep import validate
     from runners.engine.trials import ConfigError
+    from runners.sweep import validate
 
     cfg = compose("config", overrides=["backend=interpret", "kernel.shapes=[[4,100]]", override])
     with pytest.raises(ConfigError) as error:

@@ -22,12 +22,12 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from kernels import softmax
-from runners.measure.check import compare
+from runners.engine.schema import register_configs
+from runners.engine.trials import TRITON_PROVIDER, load_spec, plan_trials
 from runners.export import main as export_main
 from runners.export import export_kernel, settings_from_config
-from runners.engine.schema import register_configs
+from runners.measure.check import compare
 from runners.results.store import ResultStore
-from runners.engine.trials import TRITON_PROVIDER, load_spec, plan_trials
 
 REPO = Path(__file__).resolve().parent.parent
 GPU_ENV = {"backend": "cuda", "gpu_name": "NVIDIA H200", "driver_version": "580.159.04",

@@ -27,8 +27,8 @@ import pytest
 import torch
 import triton
 
-from runners.measure.check import compare
 from runners.export import main as export_main
+from runners.measure.check import compare
 from runners.results.store import ResultStore
 
 H200 = {"backend": "cuda", "gpu_name": "NVIDIA H200", "driver_version": "580.159.04", "cuda_version": "13.0",

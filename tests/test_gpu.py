@@ -8,8 +8,8 @@ import triton
 
 from kernels import softmax
 from runners.measure.check import compare
-from runners.results.store import ResultStore
 from runners.measure.timing import FLUSH_KERNEL_NAME
+from runners.results.store import ResultStore
 from tests.conftest import run_sweep
 
 pytestmark = pytest.mark.gpu

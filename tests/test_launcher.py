@@ -28,8 +28,8 @@ from omegaconf import OmegaConf
 
 from runners.engine.launch import LauncherConfigError, take_gpus
 from runners.engine.schema import register_configs
-from runners.results.store import ResultStore
 from runners.engine.trials import load_spec, plan_trials
+from runners.results.store import ResultStore
 from tests.conftest import REPO, run_sweep
 
 CONF = REPO / "conf"

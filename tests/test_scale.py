@@ -5,14 +5,14 @@ import json
 import numpy as np
 import pytest
 
-from runners.measure import check
 from runners.engine import compile_pool
 from runners.engine.finalists import decide
 from runners.engine.process import WorkerProcess, stop_all
 from runners.engine.scheduler import Scheduler
 from runners.engine.search import Search
-from runners.results.store import ResultStore
 from runners.engine.trials import Trial, load_spec, plan_trials
+from runners.measure import check
+from runners.results.store import ResultStore
 from tests.conftest import run_sweep
 
 H100_TARGET = ("cuda", 90, 32)

@@ -8,11 +8,11 @@ import json
 import pandas as pd
 
 from runners.engine import compile_pool
-from runners.results.finisher import Finisher
 from runners.engine.process import WorkerProcess, stop_all
 from runners.engine.scheduler import Scheduler
-from runners.results.store import ResultStore
 from runners.engine.trials import Trial
+from runners.results.finisher import Finisher
+from runners.results.store import ResultStore
 from tests.conftest import run_sweep
 from tests.synthetic_store import softmax_sweep
 

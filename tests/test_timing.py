@@ -11,9 +11,9 @@ from runners.measure.timing import (FLUSH_BLOCK, FLUSH_KERNEL_NAME, FLUSH_MIN_BY
                                     StopRule, _l2_flush_read_kernel, busy_ns, calls_from_records,
                                     flush_elements, median_interval, median_precision, next_batch_rounds,
                                     relative_noise, summarize)
-from runners.measure.timing import METHOD_CUPTI, Measurement
 from runners.engine.trials import Trial
 from runners.engine.worker import NoGpuWork, measured_fields, timers_disagree
+from runners.measure.timing import METHOD_CUPTI, Measurement
 
 RULE = StopRule(min_samples=20, min_time_s=0.01, rel_precision=0.005, max_time_s=1.0)
 

@@ -75,8 +75,8 @@ def sweep(kernel: str, shapes: list, sweep_id: str, work: Path, export_dir: Path
 
 def winners(work: Path, kernel: str, sweep_id: str) -> dict[tuple, dict]:
     """shape -> the exhaustive sweep's winning config there (runners/engine/finalists.py's choice)."""
-    from runners.export import select_rows
     from runners.engine.finalists import winner
+    from runners.export import select_rows
     from runners.results.store import ResultStore
 
     store = ResultStore(work / "results.sqlite")

@@ -185,9 +185,9 @@ def careful_remeasure(kernel: str, shape: list, configs: list[dict]) -> dict[str
     10 s."""
     import torch
 
+    from runners.engine.trials import load_spec
     from runners.measure.device import cuda_timer
     from runners.measure.timing import StopRule
-    from runners.engine.trials import load_spec
 
     spec = load_spec(kernel, None)
     inputs = spec.make_inputs(tuple(shape), torch.float16, 0, torch.device("cuda"))

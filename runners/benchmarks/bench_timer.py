@@ -25,8 +25,8 @@ from typing import Callable, Optional
 import triton
 import triton.language as tl
 
-from runners.measure.timing import StopRule, summarize
 from runners.engine.trials import load_spec
+from runners.measure.timing import StopRule, summarize
 
 # name -> (kernel, shape, dtype, config): small and large vector adds, softmax, layernorm, matmul and
 # attention, from ~4 us to ~1 ms on an H200.

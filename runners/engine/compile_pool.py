@@ -1,13 +1,12 @@
 """The compile phase: every config's binary built by a pool of processes before the GPU worker needs it.
 
-Each compile worker runs Triton's real compiler for the GPU's target (sent by the scheduler: read
-through NVML while the GPU workers start, then confirmed by their report) through a driver that knows
-that target and nothing else: no CUDA context, no GPU
-memory, no launch, so compiling never disturbs the timing running beside it, and it also runs on a
-machine without a GPU. The launcher runs on meta tensors (shapes, dtypes and the 16-byte alignment of
-a fresh allocation are all Triton specializes on) and every @triton.jit launch in it becomes a compile
-(JITFunction.run with warmup=True). The binary lands in the Triton cache (TRITON_CACHE_DIR), where the
-GPU worker's first call finds it and only loads it.
+Each compile worker runs Triton's real compiler for the GPU's target (sent by the scheduler: read through
+NVML while the GPU workers start, then confirmed by their report) through a driver that knows that target
+and nothing else: no CUDA context, no GPU memory, no launch, so compiling never disturbs the timing
+running beside it, and it also runs on a machine without a GPU. The launcher runs on meta tensors (shapes,
+dtypes and the 16-byte alignment of a fresh allocation are all Triton specializes on) and every
+@triton.jit launch in it becomes a compile (JITFunction.run with warmup=True). The binary lands in the
+Triton cache (TRITON_CACHE_DIR), where the GPU worker's first call finds it and only loads it.
 
 The workers are forked from a fork server (runners/engine/process.py) that imported torch, Triton and the
 kernel's module once, before the first fork: a module that takes seconds to import costs them nothing.
@@ -24,8 +23,8 @@ import os
 import time
 from typing import TYPE_CHECKING, Optional
 
-from runners.measure import check
 from runners.engine.process import ForkServer, WorkerProcess
+from runners.measure import check
 
 if TYPE_CHECKING:  # runners.engine.trials imports torch and triton: the sweep imports this module before them
     from runners.engine.trials import Trial

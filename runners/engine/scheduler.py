@@ -28,10 +28,10 @@ import time
 from collections import deque
 from typing import Callable, Optional
 
-from runners.measure import check
 from runners.engine import compile_pool
 from runners.engine.process import WorkerLost, WorkerProcess, drive, stop_all
 from runners.engine.trials import TRITON_PROVIDER, Trial
+from runners.measure import check
 
 
 class WorkerStartError(RuntimeError):

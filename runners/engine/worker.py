@@ -12,8 +12,8 @@ import os
 import time
 from typing import TYPE_CHECKING, Optional
 
-from runners.measure import check
 from runners.engine.process import WorkerProcess
+from runners.measure import check
 
 if TYPE_CHECKING:  # runners.engine.trials imports torch and triton: the sweep starts a worker before them
     from runners.engine.trials import Trial
@@ -197,9 +197,9 @@ def _worker_main(conn, backend: str, kernel_name: str, spec_path: Optional[str],
     try:
         import torch
 
+        from runners.engine.trials import load_spec
         from runners.measure import device as device_info
         from runners.measure.timing import METHOD_CUPTI, InterpreterTimer, StopRule
-        from runners.engine.trials import load_spec
 
         imported = time.perf_counter()
         spec = load_spec(kernel_name, spec_path)

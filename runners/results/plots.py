@@ -29,9 +29,9 @@ from typing import Callable, Optional
 import pandas as pd
 
 from runners.engine.finalists import winner
+from runners.engine.trials import TRITON_PROVIDER
 from runners.results.report import speedups
 from runners.results.store import ResultStore
-from runners.engine.trials import TRITON_PROVIDER
 
 DPI = 110
 BASELINE_MARKERS = "osD^vP<>hX"
