@@ -211,22 +211,31 @@ def _worker_main(conn, backend: str, kernel_name: str, spec_path: Optional[str],
             timer = InterpreterTimer(rule, timing["warmup_s"])
         else:
             device = torch.device("cuda", device_index)
-            torch.cuda.set_device(device)
+            torch.cuda.set_device(device)  # CUDA 12 creates the context here (older ones: at the flush)
+            context = time.perf_counter()
             timer = device_info.cuda_timer(device_index, rule, timing["warmup_s"])
             if timer.method != METHOD_CUPTI:
                 print(f"note: GPU {device_index}: CUPTI kernel records unavailable "
                       f"({timer.kernel_clock.reason}); rows are timed with CUDA events, launch overhead "
                       "included")
+        described = time.perf_counter()
         info = {**device_info.describe(backend, device_index), "timing_method": timer.method}
     except Exception as error:
         # Said to the parent, not printed: the sweep starts this worker before it has validated its
         # input, and a bad input (no GPU, an unknown kernel) is reported there, naming the field.
         conn.send(("failed", f"{type(error).__name__}: {error}"[:4000]))
         return
-    # Where the start went (seconds): imports, the kernel's module, the device and timer (CUDA
-    # context, L2 flush buffer and kernel, CUPTI probe).
-    info["start_seconds"] = {"imports": imported - began, "kernel_module": loaded - imported,
-                             "device": time.perf_counter() - loaded}
+    # Where the start went (seconds): imports, the kernel's module, then on a GPU the CUDA context, the
+    # L2 flush buffer and kernel, the CUPTI probe, the SM clock reader, and the device's description
+    # (NVML, versions), so that the parts add up to the worker's start.
+    seconds = {"imports": imported - began, "kernel_module": loaded - imported}
+    if backend == "interpret":
+        seconds["device"] = time.perf_counter() - loaded
+    else:
+        timer_rest = described - context - sum(timer.start_seconds.values())  # NVML's clock reader
+        seconds.update(cuda_context=context - loaded, **timer.start_seconds, nvml=timer_rest,
+                       describe=time.perf_counter() - described)
+    info["start_seconds"] = seconds
     cache = ShapeCache(spec, seed, device)
     conn.send(("ready", info))
     while True:

@@ -323,11 +323,17 @@ class CudaTimer:
         self.warmup_s = warmup_s
         self.read_sm_clock = read_sm_clock
         self.clock_hz = (max_clock_mhz or 2000) * 1e6
+        began = time.perf_counter()
         props = torch.cuda.get_device_properties(device)
         self.flush = L2Flush(torch, device, props.L2_cache_size, props.multi_processor_count)
         self.flush()  # compiles and loads the flush kernel outside any measurement
+        torch.cuda.synchronize(device)
+        flushed = time.perf_counter()
         self.kernel_clock = KernelClock(torch, self.flush)
         self.method = METHOD_CUPTI if self.kernel_clock.available else METHOD_EVENTS
+        # What the timer's own start cost (seconds), for the worker's start line: the flush buffer and
+        # kernel (a compile on a cold Triton cache), then the CUPTI probe (the profiler's first session).
+        self.start_seconds = {"flush": flushed - began, "cupti_probe": time.perf_counter() - flushed}
 
     def measure(self, fn: Callable[[], object], rule: Optional[StopRule] = None) -> Measurement:
         """Time fn until `rule` (default: the timer's own) says stop."""
