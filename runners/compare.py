@@ -51,7 +51,7 @@ import pandas as pd
 
 from runners.engine.finalists import winner
 from runners.engine.trials import TRITON_PROVIDER
-from runners.results.store import COLUMN_NAMES, ENV_KEY, ResultStore
+from runners.results.store import COLUMN_NAMES, ENV_KEY, DamagedStore, ResultStore
 
 # Named when they differ between matched rows: the resume key, then what else a row says of where it ran.
 _RUN_ON = ("cuda_version", "python_version", "git_sha", "host")
@@ -140,11 +140,13 @@ def load_side(argument: str, store_path: str, label: str) -> Side:
                                "as a sweep id does not exist")
     try:
         store = ResultStore(path)
+        frame = store.load(sweep_id=sweep_id or None)
+        everything = store.load() if frame.empty and sweep_id else None
+        store.close()
+    except DamagedStore as error:
+        raise CompareError(f"{label}: {error}") from None
     except sqlite3.DatabaseError as error:
         raise CompareError(f"{label}: {path} is not a results store ({error})") from None
-    frame = store.load(sweep_id=sweep_id or None)
-    everything = store.load() if frame.empty and sweep_id else None
-    store.close()
     if frame.empty:
         if sweep_id:
             known = ", ".join(sorted(everything["sweep_id"].unique())) or "none"

@@ -12,6 +12,12 @@ and timestamp) is skipped; every other row is copied, with the sweeps it belongs
 ceilings, and the newest row of a trial and environment wins wherever one is chosen (resume, export);
 nothing is overwritten (ResultStore.merge_from). It prints, per source, what it kept and skipped.
 
+A damaged store (its header overwritten, or cut short by a full disk or an interrupted copy) is
+refused, by this command as by every other, with one line that names it; `--recover` copies the rows
+SQLite can still read from such a file into the target, and says how many were lost:
+
+    python -m runners.merge --recover outputs/results.sqlite --into outputs/recovered.sqlite
+
 A multirun's jobs resume from the store of record as it was when the multirun started: the same
 callback copies it then to `prior.sqlite` in the sweep directory, which every job reads (a file nobody
 writes while they run, on the filesystem the jobs share), and the rows a job reuses are copied into
@@ -25,7 +31,7 @@ import sys
 from pathlib import Path
 from typing import Iterable
 
-from runners.results.store import MergeCounts, ResultStore
+from runners.results.store import DamagedStore, MergeCounts, ResultStore
 
 JOB_STORE = "results.sqlite"  # a job's own store, in its job directory
 PRIOR_STORE = "prior.sqlite"  # the store of record when the multirun started, in its sweep directory
@@ -40,24 +46,29 @@ def describe(source: str | Path, counts: MergeCounts) -> str:
     if counts.moved:
         text += (f"; {counts.moved} rows of the target inserted again after older arrivals of their trial "
                  "(new ids, same content: the newest row of a trial keeps the largest id)")
+    if counts.unreadable:
+        text += f"; {counts.unreadable} rows SQLite could not read (lost)"
     if counts.unknown_columns:
         text += ("; warning: columns this version does not know, not copied: "
                  f"{', '.join(counts.unknown_columns)} (merge with the version that wrote them)")
     return text
 
 
-def merge_stores(sources: Iterable[str | Path], into: str | Path) -> tuple[list[MergeCounts], list[str]]:
+def merge_stores(sources: Iterable[str | Path], into: str | Path,
+                 recover: bool = False) -> tuple[list[MergeCounts], list[str]]:
     """Merge each source into `into`, one transaction per source, printing what each gave; a source
-    that cannot be read is reported and left out, the others are merged. Returns the counts and the
-    sources left out."""
+    that cannot be read is reported and left out, the others are merged. recover: the sources are
+    damaged stores, of which the rows SQLite can read are copied. Returns the counts and the sources
+    left out. A damaged target raises DamagedStore before anything is written."""
     store = ResultStore(into)
     results, failed = [], []
     try:
         for source in sources:
             try:
-                counts = store.merge_from(source)
+                counts = store.merge_from(source, recover=recover)
             except (OSError, ValueError, sqlite3.DatabaseError) as error:
-                print(f"error: {source}: not merged: {error}", file=sys.stderr)
+                detail = error.detail if isinstance(error, DamagedStore) else error
+                print(f"error: {source}: not merged: {detail}", file=sys.stderr)
                 failed.append(str(source))
                 continue
             print(describe(source, counts))
@@ -110,8 +121,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m runners.merge", description=__doc__.split("\n\n")[0])
     parser.add_argument("sources", nargs="+", help="store files to merge (a job's results.sqlite, ...)")
     parser.add_argument("--into", required=True, help="the store that receives them (created if missing)")
+    parser.add_argument("--recover", action="store_true",
+                        help="the sources are damaged stores: copy the rows SQLite can still read")
     args = parser.parse_args(argv)
-    results, failed = merge_stores(args.sources, args.into)
+    try:
+        results, failed = merge_stores(args.sources, args.into, args.recover)
+    except DamagedStore as error:  # the target: nothing was written to it
+        print(f"error: --into: {error}", file=sys.stderr)
+        return 2
     print(f"{args.into}: kept {sum(c.kept for c in results)} rows, skipped {sum(c.skipped for c in results)} "
           f"(already held), from {len(results)} of {len(args.sources)} source(s)")
     if failed:

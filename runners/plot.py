@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from runners.results.plots import PlotError, ceilings, render
-from runners.results.store import ResultStore
+from runners.results.store import DamagedStore, ResultStore
 
 
 def main(argv=None) -> int:
@@ -27,11 +27,15 @@ def main(argv=None) -> int:
     if not Path(args.store).is_file():
         print(f"error: --store: {args.store} does not exist; run a sweep first", file=sys.stderr)
         return 2
-    store = ResultStore(args.store)
-    frame = store.load(sweep_id=args.sweep_id, kernel=args.kernel)
-    peaks = ceilings(frame, store) if not frame.empty else {}
-    known = sorted(store.load()["sweep_id"].unique()) if frame.empty else []
-    store.close()
+    try:
+        store = ResultStore(args.store)
+        frame = store.load(sweep_id=args.sweep_id, kernel=args.kernel)
+        peaks = ceilings(frame, store) if not frame.empty else {}
+        known = sorted(store.load()["sweep_id"].unique()) if frame.empty else []
+        store.close()
+    except DamagedStore as error:
+        print(f"error: --store: {error}", file=sys.stderr)
+        return 2
     if frame.empty:
         which = f"sweep {args.sweep_id!r}" + (f" and kernel {args.kernel!r}" if args.kernel else "")
         print(f"error: --sweep-id: no trials of {which} in {args.store} "

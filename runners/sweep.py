@@ -285,10 +285,16 @@ def _server_note(server: Optional[ForkServer]) -> str:
 
 def run_job(cfg: DictConfig, sweep_id: str, output_dir: Path, finish: bool) -> dict:
     """Measure every trial of one job; returns the job summary (also written to output_dir/summary.json)."""
+    from runners.results.store import DamagedStore, damage_of
+
     began = time.perf_counter()
     before_job_s = process_age_s() if HydraConfig.get().mode != RunMode.MULTIRUN else None
     timing = OmegaConf.to_container(cfg.timing, resolve=True)
     logger_conf = OmegaConf.to_container(cfg.logger, resolve=True, enum_to_str=True)
+    store_path, prior = job_store_paths(cfg)
+    damage = damage_of(store_path)
+    if damage:  # before any worker starts; the file is left as it is
+        raise DamagedStore(store_path, damage)
     early = start_early(cfg, timing)
     finisher = None
 
@@ -323,7 +329,6 @@ def run_job(cfg: DictConfig, sweep_id: str, output_dir: Path, finish: bool) -> d
     from runners.results.store import ResultStore
     from runners.results.wandb_logger import TrialLogger
 
-    store_path, prior = job_store_paths(cfg)
     store = logger = progress = scheduler = None
     statuses: dict[str, int] = {}
     measured_groups: set = set()  # (shape, dtype) where this job measured a config of the kernel
@@ -598,7 +603,12 @@ class SweepEndCallback(Callback):
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
         from runners.merge import gather, write_prior
+        from runners.results.store import DamagedStore, damage_of
 
+        damage = damage_of(config.store)
+        if damage:  # every job would stop on it: none is started
+            print(f"error: {DamagedStore(config.store, damage)}", file=sys.stderr)
+            sys.exit(2)
         if not runs_jobs_apart(config.hydra):
             return
         sweep_dir = Path(config.hydra.sweep.dir)
@@ -638,8 +648,9 @@ def main(cfg: DictConfig) -> Optional[dict]:
         return run_job(cfg, sweep_id, output_dir, finish=not multirun)
     except Exception as error:  # bad input; or any other failure of one job of a multirun: keep the others'
         from runners.engine.trials import ConfigError  # (imported by the job: torch and triton are in by now)
+        from runners.results.store import DamagedStore
 
-        if isinstance(error, ConfigError):
+        if isinstance(error, (ConfigError, DamagedStore)):
             print(f"error: {error}", file=sys.stderr)
             if not multirun:
                 sys.exit(2)
@@ -647,7 +658,8 @@ def main(cfg: DictConfig) -> Optional[dict]:
             raise
         else:
             traceback.print_exc()
-        failure = str(error) if isinstance(error, ConfigError) else f"{type(error).__name__}: {error}"
+        failure = (str(error) if isinstance(error, (ConfigError, DamagedStore))
+                   else f"{type(error).__name__}: {error}")
     # The other jobs go on; the end-of-sweep callback still writes the sweep's results, reports this
     # job and exits 1.
     (output_dir / "summary.json").write_text(json.dumps({"sweep_id": sweep_id, "error": failure}))

@@ -13,19 +13,25 @@
   machines land in one; a row the target already holds is skipped, the others are copied with their
   sweep memberships, and within one trial and environment ids keep following timestamps, so "the
   newest row wins" (the largest id) still holds after a merge.
+- A damaged file (its header overwritten, or cut short by a full disk or an interrupted copy) is
+  refused before anything is read from or written to it (DamagedStore, one line saying what to do);
+  `merge_from(..., recover=True)` copies out the rows SQLite can still read.
 """
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import sqlite3
+import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import TYPE_CHECKING, Iterable, Optional
 from urllib.parse import quote
 
-import numpy as np
-import pandas as pd
+if TYPE_CHECKING:  # imported where used: the sweep opens its store before its workers start (0.45 s)
+    import pandas as pd
 
 # (name, SQL type). Every row is self-describing: trial, outcome, timing, throughput, device, provenance.
 COLUMNS = [
@@ -90,19 +96,84 @@ class MergeCounts:
     kept_by_kernel: dict = field(default_factory=dict)
     sweeps: set = field(default_factory=set)  # sweep ids of the rows read from the source
     unknown_columns: list = field(default_factory=list)  # columns of the source this version does not know
+    unreadable: int = 0  # rows of a damaged source that SQLite could not read (merge --recover)
+
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+class DamagedStore(ValueError):
+    """A store file SQLite cannot read whole. The file is left as it is; the message names it, says what
+    is wrong and what to do."""
+
+    def __init__(self, path: str | Path, problem: str, advice: Optional[str] = None):
+        self.path, self.problem = Path(path), problem
+        advice = advice or (f"Move it aside (mv {path} {path}.damaged) to start a new store there, or copy "
+                            f"out the rows SQLite can still read: python -m runners.merge --recover {path} "
+                            "--into RECOVERED.sqlite")
+        self.detail = f"a damaged results store: {problem}. It is left untouched. {advice}"
+        super().__init__(f"{path}: {self.detail}")
+
+
+def damage_of(path: str | Path) -> Optional[str]:
+    """What is wrong with a store file, from its SQLite header alone (a few bytes read, whatever the
+    store's size): None for a missing or empty file (a new store) or a header that holds. Finds a header
+    overwritten and a file cut short of the pages its header records; damage inside an intact file
+    shows when its pages are read (DamagedStore from the store's methods)."""
+    path = Path(path)
+    if not path.is_file() or path.stat().st_size == 0:
+        return None
+    size = path.stat().st_size
+    with path.open("rb") as file:
+        header = file.read(100)
+    if len(header) < 100 or not header.startswith(SQLITE_MAGIC):
+        return "its first bytes are not an SQLite header (overwritten, or the file is no store)"
+    page_size = int.from_bytes(header[16:18], "big")
+    page_size = 65536 if page_size == 1 else page_size
+    if page_size < 512 or page_size & (page_size - 1):
+        return f"its header is damaged (page size {page_size})"
+    pages = int.from_bytes(header[28:32], "big")
+    # The page count in the header holds only where SQLite marked it valid (offset 92 = change counter).
+    if pages and header[92:96] == header[24:28] and size < pages * page_size:
+        return f"it is cut short: {size} bytes of the {pages * page_size} its header records"
+    return None
+
+
+def _is_damage(error: sqlite3.DatabaseError) -> bool:
+    """A read that failed because the file is damaged (not a lock, a full disk or a bad query)."""
+    name = getattr(error, "sqlite_errorname", "")
+    if name:
+        return name in ("SQLITE_CORRUPT", "SQLITE_NOTADB") or name.startswith("SQLITE_CORRUPT")
+    text = str(error)
+    return "malformed" in text or "not a database" in text
+
+
+@contextmanager
+def _reading(path: Path):
+    """Turns SQLite's word for a damaged file into a DamagedStore naming the file."""
+    try:
+        yield
+    except sqlite3.DatabaseError as error:
+        if _is_damage(error):
+            raise DamagedStore(path, f"SQLite says: {error}") from None
+        raise
 
 
 class ResultStore:
     def __init__(self, path: str | Path):
         self.path = Path(path)
+        problem = damage_of(self.path)
+        if problem:
+            raise DamagedStore(self.path, problem)  # before anything is written to it
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        # isolation_level=None: autocommit, each statement its own transaction unless BEGIN is issued.
-        self._db = sqlite3.connect(self.path, timeout=60, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=FULL")  # the commit is on disk before append() returns
-        self._db.execute("PRAGMA busy_timeout=60000")
-        self._db.executescript(_SCHEMA)
-        self._add_new_columns()
+        with _reading(self.path):
+            # isolation_level=None: autocommit, each statement its own transaction unless BEGIN is issued.
+            self._db = sqlite3.connect(self.path, timeout=60, isolation_level=None)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=FULL")  # the commit is on disk before append() returns
+            self._db.execute("PRAGMA busy_timeout=60000")
+            self._db.executescript(_SCHEMA)
+            self._add_new_columns()
 
     def _add_new_columns(self) -> None:
         """A store written by an older version gains the columns added since (left NULL there)."""
@@ -136,52 +207,61 @@ class ResultStore:
     def measured(self, env: dict) -> dict[str, int]:
         """trial_key -> id of the newest row measured under this environment (ENV_KEY), leaving out
         trials whose newest row has a transient status."""
-        where = " AND ".join(f"{name} IS ?" for name in ENV_KEY)
-        transient = ", ".join("?" for _ in TRANSIENT_STATUSES)
-        rows = self._db.execute(
-            f"SELECT trial_key, id FROM trials WHERE id IN (SELECT MAX(id) FROM trials WHERE {where} "
-            f"GROUP BY trial_key) AND status NOT IN ({transient})",
-            [env[n] for n in ENV_KEY] + list(TRANSIENT_STATUSES),
-        )
-        return dict(rows.fetchall())
+        with _reading(self.path):
+            where = " AND ".join(f"{name} IS ?" for name in ENV_KEY)
+            transient = ", ".join("?" for _ in TRANSIENT_STATUSES)
+            rows = self._db.execute(
+                f"SELECT trial_key, id FROM trials WHERE id IN (SELECT MAX(id) FROM trials WHERE {where} "
+                f"GROUP BY trial_key) AND status NOT IN ({transient})",
+                [env[n] for n in ENV_KEY] + list(TRANSIENT_STATUSES),
+            )
+            return dict(rows.fetchall())
 
     def outcomes(self, row_ids: Iterable[int]) -> dict[int, dict]:
         """row id -> its status and p50 (what a search learns from a trial reused from the store)."""
-        ids = list(row_ids)
-        found = {}
-        for start in range(0, len(ids), 500):  # SQLite limits the number of parameters
-            chunk = ids[start:start + 500]
-            rows = self._db.execute(f"SELECT id, status, p50_us FROM trials WHERE id IN "
-                                    f"({', '.join('?' for _ in chunk)})", chunk)
-            found.update({i: {"status": status, "p50_us": p50} for i, status, p50 in rows})
-        return found
+        with _reading(self.path):
+            ids = list(row_ids)
+            found = {}
+            for start in range(0, len(ids), 500):  # SQLite limits the number of parameters
+                chunk = ids[start:start + 500]
+                rows = self._db.execute(f"SELECT id, status, p50_us FROM trials WHERE id IN "
+                                        f"({', '.join('?' for _ in chunk)})", chunk)
+                found.update({i: {"status": status, "p50_us": p50} for i, status, p50 in rows})
+            return found
 
     def load(self, sweep_id: Optional[str] = None, kernel: Optional[str] = None) -> pd.DataFrame:
         """All rows (or a sweep's rows) as a DataFrame; samples_us decoded to float32 arrays."""
-        query = "SELECT trials.* FROM trials"
-        clauses, params = [], []
-        if sweep_id is not None:
-            query += " JOIN sweep_rows ON sweep_rows.row_id = trials.id"
-            clauses.append("sweep_rows.sweep_id = ?")
-            params.append(sweep_id)
-        if kernel is not None:
-            clauses.append("trials.kernel = ?")
-            params.append(kernel)
-        if clauses:
-            query += " WHERE " + " AND ".join(clauses)
-        frame = pd.read_sql_query(query + " ORDER BY trials.id", self._db, params=params)
-        for name in SAMPLE_COLUMNS:
-            frame[name] = [None if b is None else np.frombuffer(b, dtype=np.float32) for b in frame[name]]
-        for name in BOOLEAN_COLUMNS:
-            frame[name] = frame[name].map(lambda v: None if pd.isna(v) else bool(v))
-        return frame
+        import numpy as np
+        import pandas as pd
+
+        with _reading(self.path):
+            query = "SELECT trials.* FROM trials"
+            clauses, params = [], []
+            if sweep_id is not None:
+                query += " JOIN sweep_rows ON sweep_rows.row_id = trials.id"
+                clauses.append("sweep_rows.sweep_id = ?")
+                params.append(sweep_id)
+            if kernel is not None:
+                clauses.append("trials.kernel = ?")
+                params.append(kernel)
+            if clauses:
+                query += " WHERE " + " AND ".join(clauses)
+            cursor = self._db.execute(query + " ORDER BY trials.id", params)  # SQLite's own errors, unwrapped
+            frame = pd.DataFrame.from_records(cursor.fetchall(), columns=[d[0] for d in cursor.description],
+                                              coerce_float=True)
+            for name in SAMPLE_COLUMNS:
+                frame[name] = [None if b is None else np.frombuffer(b, dtype=np.float32) for b in frame[name]]
+            for name in BOOLEAN_COLUMNS:
+                frame[name] = frame[name].map(lambda v: None if pd.isna(v) else bool(v))
+            return frame
 
     def peaks(self, env: dict) -> Optional[dict]:
         where = " AND ".join(f"{name} IS ?" for name in PEAK_KEY)
-        row = self._db.execute(
-            f"SELECT peaks FROM device_peaks WHERE {where} ORDER BY rowid DESC LIMIT 1",
-            [env[n] for n in PEAK_KEY]
-        ).fetchone()
+        with _reading(self.path):
+            row = self._db.execute(
+                f"SELECT peaks FROM device_peaks WHERE {where} ORDER BY rowid DESC LIMIT 1",
+                [env[n] for n in PEAK_KEY]
+            ).fetchone()
         return json.loads(row[0]) if row else None
 
     def save_peaks(self, env: dict, peaks: dict, measured_at: str) -> None:
@@ -209,7 +289,7 @@ class ResultStore:
         return path
 
     def merge_from(self, source: str | Path, env: Optional[dict] = None, trial_keys: Optional[set] = None,
-                   immutable: bool = False) -> MergeCounts:
+                   immutable: bool = False, recover: bool = False) -> MergeCounts:
         """Copy into this store the rows, sweep memberships and device ceilings of another store file that
         it does not hold yet, in one transaction. A row is held already when every column is equal (the
         trial key, environment and timestamp make it one measurement): it is skipped, and only the sweeps
@@ -218,16 +298,22 @@ class ResultStore:
         them, with its memberships, so the newest measurement keeps the largest id (resume, finalists,
         report and export take the largest). env: only the rows of this environment (ENV_KEY) and the
         ceilings of its device (PEAK_KEY); trial_keys: only these trials. immutable: the source is a file
-        nobody writes while it is read (a snapshot), read without locks."""
+        nobody writes while it is read (a snapshot), read without locks. recover: the source is damaged;
+        copy the rows, memberships and ceilings SQLite can still read (counts.unreadable: rows lost)."""
         source = Path(source)
         if source.resolve() == self.path.resolve():
             raise ValueError(f"{source}: a store cannot be merged into itself")
         counts = MergeCounts()
-        src = _open_source(source, immutable)
-        try:
-            rows, sweeps_of, peaks, counts.unknown_columns = _read_source(src, source, env, trial_keys)
-        finally:
-            src.close()
+        if recover:
+            rows, sweeps_of, peaks, counts.unreadable = _recover_source(source)
+        else:
+            src = _open_source(source, immutable)
+            try:
+                with _reading(source):
+                    rows, sweeps_of, peaks, counts.unknown_columns = _read_source(src, source, env,
+                                                                                  trial_keys)
+            finally:
+                src.close()
         with self._transaction():
             new, arriving = [], set()
             for source_id, row in rows:
@@ -323,13 +409,14 @@ class ResultStore:
     @contextmanager
     def _transaction(self):
         """BEGIN IMMEDIATE takes the write lock up front, so two writers queue instead of deadlocking."""
-        self._db.execute("BEGIN IMMEDIATE")
-        try:
-            yield
-        except BaseException:
-            self._db.execute("ROLLBACK")
-            raise
-        self._db.execute("COMMIT")
+        with _reading(self.path):
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
 
 
 def _encode(name: str, value):
@@ -338,6 +425,8 @@ def _encode(name: str, value):
     if name in ("shape", "config"):
         return json.dumps(list(value) if name == "shape" else dict(value))
     if name in SAMPLE_COLUMNS:
+        import numpy as np
+
         return np.asarray(value, dtype=np.float32).tobytes()
     if name in BOOLEAN_COLUMNS:
         return int(bool(value))
@@ -350,6 +439,9 @@ def _open_source(path: Path, immutable: bool) -> sqlite3.Connection:
     cleaned up on close) as that job's own connection would have."""
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such store file")
+    problem = damage_of(path)
+    if problem:
+        raise DamagedStore(path, problem)
     if immutable:
         return sqlite3.connect(f"file:{quote(str(path.resolve()))}?immutable=1", uri=True)
     connection = sqlite3.connect(path, timeout=60)
@@ -390,6 +482,112 @@ def _read_source(src: sqlite3.Connection, path: Path, env: Optional[dict], trial
         query = f"SELECT {', '.join(PEAK_COLUMNS)} FROM device_peaks{where} ORDER BY measured_at, rowid"
         peaks = src.execute(query, params).fetchall()
     return rows, sweeps_of, peaks, unknown
+
+
+RECOVER_CHUNK = 256  # rows read at once from a damaged store; a chunk that fails is split in two
+
+
+def _read_rows(src: sqlite3.Connection, select: str, first: int, last: int, lost: list) -> list:
+    """The rows of `select ... WHERE rowid BETWEEN ? AND ?` SQLite can read in [first, last]: a range
+    that fails is split until single rows; the rowids that still fail are appended to `lost`."""
+    try:
+        return src.execute(select, (first, last)).fetchall()
+    except sqlite3.DatabaseError:
+        if first == last:
+            lost.append(first)
+            return []
+    middle = (first + last) // 2
+    return _read_rows(src, select, first, middle, lost) + _read_rows(src, select, middle + 1, last, lost)
+
+
+def _last_rowid(src: sqlite3.Connection, table: str, fallback: int) -> int:
+    queries = (f"SELECT seq FROM sqlite_sequence WHERE name = '{table}'", f"SELECT MAX(rowid) FROM {table}")
+    for query in queries:
+        try:
+            found = src.execute(query).fetchone()
+        except sqlite3.DatabaseError:
+            continue
+        if found and found[0]:
+            return int(found[0])
+    return fallback  # both pages unreadable: try every rowid the file could hold
+
+
+def _recover_source(path: Path):
+    """What SQLite can still read of a damaged store, in _read_source's form: (source id, row) pairs in
+    timestamp order, source id -> sweep ids, device ceilings, and the number of rows lost. A row whose
+    samples sit on a lost page is kept without them."""
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such store file")
+    with tempfile.TemporaryDirectory() as scratch:
+        # Read from a copy, never the file itself. A file cut short is padded back to the size its
+        # header records: SQLite refuses to load the schema of a file shorter than that, while the
+        # padding's pages (zeros) fail alone, when a row on them is read.
+        copy = Path(scratch) / path.name
+        shutil.copyfile(path, copy)
+        wal = path.with_name(path.name + "-wal")
+        if wal.exists():  # a killed writer's committed rows
+            shutil.copyfile(wal, copy.with_name(copy.name + "-wal"))
+        with copy.open("rb") as file:
+            header = file.read(100)
+        recorded = int.from_bytes(header[28:32], "big") * int.from_bytes(header[16:18], "big")
+        if header.startswith(SQLITE_MAGIC) and copy.stat().st_size < recorded:
+            os.truncate(copy, recorded)
+        return _recover_copy(copy, path)
+
+
+def _recover_copy(copy: Path, path: Path):
+    """_recover_source's reading, from the copy of `path`."""
+    src = sqlite3.connect(copy, timeout=60)
+    try:
+        try:
+            present = [info[1] for info in src.execute("PRAGMA table_info(trials)")]
+        except sqlite3.DatabaseError as error:
+            raise DamagedStore(path, f"SQLite cannot read its list of tables ({error})",
+                               "None of its rows can be read by SQLite: only a copy of the file brings "
+                               "them back") from None
+        if not present:
+            raise DamagedStore(path, "SQLite finds no trials table in it",
+                               "No rows can be recovered from it: only a copy of the file brings them back")
+        columns = [name for name in COLUMN_NAMES if name in present]
+        bound = path.stat().st_size // 64  # a row takes more than 64 bytes: no rowid lies beyond this
+        lost: list[int] = []
+        full = f"SELECT id, {', '.join(columns)} FROM trials WHERE id BETWEEN ? AND ?"
+        by_id = {}
+        last = _last_rowid(src, "trials", bound)
+        for first in range(1, last + 1, RECOVER_CHUNK):
+            for values in _read_rows(src, full, first, min(first + RECOVER_CHUNK - 1, last), lost):
+                by_id[values[0]] = dict(zip(columns, values[1:]))
+        without_samples = [name for name in columns if name not in SAMPLE_COLUMNS]
+        short = f"SELECT id, {', '.join(without_samples)} FROM trials WHERE id BETWEEN ? AND ?"
+        unreadable = 0
+        for row_id in lost:  # the row's own page may be whole while its samples' overflow pages are lost
+            found = _read_rows(src, short, row_id, row_id, [])
+            if found:
+                by_id[row_id] = dict(zip(without_samples, found[0][1:]))
+            else:
+                unreadable += 1
+        rows = []
+        for row_id, values in by_id.items():
+            row = dict.fromkeys(COLUMN_NAMES)
+            row.update(values)
+            if row["trial_key"] is not None and row["timestamp"] is not None:
+                rows.append((row_id, row))
+        rows.sort(key=lambda pair: (pair[1]["timestamp"], pair[0]))
+        sweeps_of: dict[int, list[str]] = {}
+        memberships = "SELECT rowid, sweep_id, row_id FROM sweep_rows WHERE rowid BETWEEN ? AND ?"
+        last = _last_rowid(src, "sweep_rows", bound)
+        for first in range(1, last + 1, RECOVER_CHUNK * 16):
+            for _, sweep_id, row_id in _read_rows(src, memberships, first,
+                                                  min(first + RECOVER_CHUNK * 16 - 1, last), []):
+                sweeps_of.setdefault(row_id, []).append(sweep_id)
+        try:
+            peaks = src.execute(f"SELECT {', '.join(PEAK_COLUMNS)} FROM device_peaks "
+                                "ORDER BY measured_at, rowid").fetchall()
+        except sqlite3.DatabaseError:
+            peaks = []  # measured again by the next sweep on that device
+    finally:
+        src.close()
+    return rows, sweeps_of, peaks, unreadable
 
 
 def write_parquet(frame: pd.DataFrame, path: str | Path) -> Path:
