@@ -2,6 +2,10 @@
 
     python -m runners.export --kernel softmax [--key n_cols=cols] [--tolerance 0.03] [--sweep-id ID]
 
+The command takes its settings from the sweep's own config (conf/config.yaml's export section: the
+built-in kernels' keys, the tolerance, merge), so that it writes the files the end of a sweep writes;
+--key, --tolerance and --no-merge override them.
+
 Only ok trials of the kernel itself (not baselines) timed on a GPU are exported; interpreter timings
 are refused. Per GPU, the rows measured with its newest kernel source and versions (a version that was
 not recorded, NULL, compares equal to itself), the newest row of each trial.
@@ -41,7 +45,7 @@ import pandas as pd
 
 from runners.engine.finalists import resource_key, winner
 from runners.engine.trials import TRITON_PROVIDER
-from runners.results.store import ENV_KEY, ResultStore
+from runners.results.store import ENV_KEY, DamagedStore, ResultStore
 
 FORMAT = 2  # of the JSON; 1 was one file per GPU with CONFIGS = the configs ok at every shape
 LAUNCH_OPTIONS = ("num_warps", "num_stages")  # triton.Config keywords; every other key is a meta-parameter
@@ -51,6 +55,7 @@ WINNER_FIELDS = ("p50_us", "gbps", "tflops", "pct_copy_bw")  # of each shape's w
 PROVENANCE = ("timing_method", "driver_version", "cuda_version", "torch_version", "triton_version",
               "kernel_hash")
 RUNTIME = Path(__file__).resolve().parent / "results" / "export_runtime.py"
+CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 RUNTIME_MARKER = "# ---- generated modules copy everything below this line ----\n"
 
 
@@ -357,12 +362,29 @@ def export_kernel(frame: pd.DataFrame, kernel: str, out_dir: str | Path, *, tole
 
 def settings_from_config(cfg, kernel: str) -> dict:
     """export_kernel's settings from a sweep's config (conf/config.yaml's export section)."""
-    settings = {"tolerance": cfg.export.tolerance, "merge": cfg.export.merge,
-                "key": dict(cfg.export.key.get(kernel) or {}), "key_field": f"export.key.{kernel}"}
-    if cfg.kernel.name == "external":  # not in kernels.BUILTIN: the dims come from its spec
+    spec_path = cfg.kernel.spec if cfg.kernel.name == "external" else None
+    return _settings(cfg.export, kernel, spec_path)
+
+
+def default_settings(kernel: str) -> dict:
+    """The settings the end of a sweep exports `kernel` with when no override is given: the export
+    section of conf/config.yaml over its schema (the section is the primary config's own, no group
+    changes it), so that the command writes what the sweep writes."""
+    from omegaconf import OmegaConf
+
+    from runners.engine.schema import ExportConf
+
+    primary = OmegaConf.load(CONF_DIR / "config.yaml")
+    return _settings(OmegaConf.merge(OmegaConf.structured(ExportConf), primary.export), kernel, None)
+
+
+def _settings(export_conf, kernel: str, spec_path) -> dict:
+    settings = {"tolerance": export_conf.tolerance, "merge": export_conf.merge,
+                "key": dict(export_conf.key.get(kernel) or {}), "key_field": f"export.key.{kernel}"}
+    if spec_path:  # an external kernel, not in kernels.BUILTIN: the dims come from its spec
         from runners.engine.trials import load_spec
 
-        spec = load_spec("external", cfg.kernel.spec)
+        spec = load_spec("external", spec_path)
         if spec.name == kernel:
             settings["dims"] = tuple(spec.dims)
     return settings
@@ -375,9 +397,11 @@ def main(argv=None) -> int:
     parser.add_argument("--sweep-id", help="only this sweep's trials (measured or reused by it)")
     parser.add_argument("--out-dir", default="outputs/exports")
     parser.add_argument("--key", nargs="+", default=[], metavar="ARG=DIM",
-                        help="the kernel's argument that gives each dim, stored for the prune: n_cols=cols")
-    parser.add_argument("--tolerance", type=float, default=0.03,
-                        help="share of the best p50 the covering set may lose at a measured shape (0.03)")
+                        help="the kernel's argument that gives each dim, stored for the prune: n_cols=cols "
+                             "(default: the sweep's export.key of the kernel)")
+    parser.add_argument("--tolerance", type=float,
+                        help="share of the best p50 the covering set may lose at a measured shape "
+                             "(default: the sweep's export.tolerance)")
     parser.add_argument("--dims", help="names of the shape dims, comma-separated, for a kernel not built in")
     parser.add_argument("--no-merge", action="store_true",
                         help="rewrite the files from this export alone (default: keep other GPUs' sections)")
@@ -388,9 +412,13 @@ def main(argv=None) -> int:
     if args.key and not args.kernel:
         print("error: --key: name the kernel it belongs to with --kernel", file=sys.stderr)
         return 2
-    store = ResultStore(args.store)
-    frame = store.load(sweep_id=args.sweep_id, kernel=args.kernel)
-    store.close()
+    try:
+        store = ResultStore(args.store)
+        frame = store.load(sweep_id=args.sweep_id, kernel=args.kernel)
+        store.close()
+    except DamagedStore as error:
+        print(f"error: --store: {error}", file=sys.stderr)
+        return 2
     kernels = [args.kernel] if args.kernel else sorted(frame["kernel"].unique())
     if not kernels:
         print("error: no trials in the store for that selection", file=sys.stderr)
@@ -399,9 +427,14 @@ def main(argv=None) -> int:
     status = 0
     for kernel in kernels:
         try:
-            key = parse_key(args.key)
-            for path in export_kernel(frame, kernel, args.out_dir, tolerance=args.tolerance, key=key,
-                                      dims=dims, merge=not args.no_merge):
+            settings = default_settings(kernel)  # what the end of a sweep exports with
+            if args.key:
+                settings.update(key=parse_key(args.key), key_field="--key")
+            if args.tolerance is not None:
+                settings["tolerance"] = args.tolerance
+            if args.no_merge:
+                settings["merge"] = False
+            for path in export_kernel(frame, kernel, args.out_dir, dims=dims, **settings):
                 print(path)
         except ExportError as error:
             print(f"error: {error}", file=sys.stderr)

@@ -322,3 +322,28 @@ def test_readme_example_runs(default_config, tmp_path):
                             cwd=tmp_path, env=env, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "README OK" in result.stdout
+
+
+def test_the_export_command_writes_what_the_end_of_the_sweep_writes(default_config, tmp_path):
+    """Issue 24: `python -m runners.export --kernel softmax` by hand takes the sweep's defaults (the
+    built-in key, the tolerance): the files of the two exports of one store differ in their timestamps
+    only."""
+    plain = compose("config")  # in default_config's Hydra context: the sweep's config, no override
+    _write_default_sweep(tmp_path / "results.sqlite", plain)
+    store = ResultStore(tmp_path / "results.sqlite")
+    frame = store.load(sweep_id="readme")
+    store.close()
+    export_kernel(frame, "softmax", tmp_path / "sweep", **settings_from_config(plain, "softmax"))
+    assert export_main(["--store", str(tmp_path / "results.sqlite"), "--kernel", "softmax",
+                        "--out-dir", str(tmp_path / "command")]) == 0
+    stamp = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00")
+    for name in ("softmax_configs.json", "softmax_configs.py"):
+        by_sweep = (tmp_path / "sweep" / name).read_text()
+        by_command = (tmp_path / "command" / name).read_text()
+        assert stamp.search(by_sweep) and ("'n_cols': 'cols'" in by_command or name.endswith(".json"))
+        assert stamp.sub("T", by_sweep) == stamp.sub("T", by_command)
+    # --key and --tolerance still override the defaults.
+    assert export_main(["--store", str(tmp_path / "results.sqlite"), "--kernel", "softmax", "--key",
+                        "cols_arg=cols", "--tolerance", "0.5", "--out-dir", str(tmp_path / "over")]) == 0
+    data = json.loads((tmp_path / "over" / "softmax_configs.json").read_text())
+    assert data["key"] == {"cols_arg": "cols"} and data["gpus"]["NVIDIA H200"]["tolerance"] == 0.5
