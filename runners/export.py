@@ -109,16 +109,25 @@ def _number(value):
     return None if value is None or pd.isna(value) else float(value)
 
 
+def _noise(row: pd.Series) -> dict:
+    """A row's repetitions and the spread of their medians, where it was timed in several: what
+    `runners.compare` judges a later measurement of the export against."""
+    repetitions = row.get("repetitions")
+    if repetitions is None or pd.isna(repetitions) or repetitions < 2:
+        return {}
+    return {"repetitions": int(repetitions), "rep_noise": _number(row.get("rep_noise"))}
+
+
 def covering_set(rows: pd.DataFrame, tolerance: float) -> dict:
     """The covering set and the winner of each shape, from one (GPU, dtype)'s rows (module doc: how)."""
     rows = rows.sort_values("id")
     shapes = list(dict.fromkeys(_shape(s) for s in rows["shape"]))
-    configs: dict[str, dict] = {}  # canonical config -> the config, its first row id, {shape: p50} where ok
-    for config_json, shape_json, p50, row_id in zip(rows["config"], rows["shape"], rows["p50_us"],
-                                                     rows["id"]):
-        entry = configs.setdefault(_canonical(config_json),
-                                   {"config": json.loads(config_json), "first_id": row_id, "ok_at": {}})
-        entry["ok_at"][_shape(shape_json)] = float(p50)
+    # canonical config -> the config, its first row id, {shape: its figures there} where ok
+    configs: dict[str, dict] = {}
+    for (_, row) in rows.iterrows():
+        entry = configs.setdefault(_canonical(row["config"]),
+                                   {"config": json.loads(row["config"]), "first_id": row["id"], "ok_at": {}})
+        entry["ok_at"][_shape(row["shape"])] = {"p50_us": float(row["p50_us"]), **_noise(row)}
     best, timed, winners = {}, {}, {}
     for shape_json, group in rows.groupby("shape", sort=False):
         shape = _shape(shape_json)
@@ -147,11 +156,12 @@ def covering_set(rows: pd.DataFrame, tolerance: float) -> dict:
 
     return {
         "configs": [{"config": configs[key]["config"],
-                     "ok_at": [{"shape": list(s), "p50_us": configs[key]["ok_at"][s]} for s in shapes
+                     "ok_at": [{"shape": list(s), **configs[key]["ok_at"][s]} for s in shapes
                                if s in configs[key]["ok_at"]],
                      "covers": [list(s) for s in shapes if s in covers[key]]} for key in chosen],
         "best_by_shape": [{"shape": list(s), "config": json.loads(winners[s]["config"]),
                            **{name: _number(winners[s][name]) for name in WINNER_FIELDS},
+                           **_noise(winners[s]),
                            "fastest_p50_us": best[s], "list_p50_us": fastest_of_list(s)[0],
                            "list_config": json.loads(fastest_of_list(s)[1])} for s in shapes],
     }
@@ -366,16 +376,21 @@ def settings_from_config(cfg, kernel: str) -> dict:
     return _settings(cfg.export, kernel, spec_path)
 
 
-def default_settings(kernel: str) -> dict:
-    """The settings the end of a sweep exports `kernel` with when no override is given: the export
-    section of conf/config.yaml over its schema (the section is the primary config's own, no group
-    changes it), so that the command writes what the sweep writes."""
+def sweep_export_conf():
+    """The sweep's export settings when no override is given: the export section of conf/config.yaml
+    over its schema (the section is the primary config's own; no group changes it)."""
     from omegaconf import OmegaConf
 
     from runners.engine.schema import ExportConf
 
     primary = OmegaConf.load(CONF_DIR / "config.yaml")
-    return _settings(OmegaConf.merge(OmegaConf.structured(ExportConf), primary.export), kernel, None)
+    return OmegaConf.merge(OmegaConf.structured(ExportConf), primary.export)
+
+
+def default_settings(kernel: str) -> dict:
+    """The settings the end of a sweep exports `kernel` with when no override is given, so that the
+    command writes what the sweep writes."""
+    return _settings(sweep_export_conf(), kernel, None)
 
 
 def _settings(export_conf, kernel: str, spec_path) -> dict:

@@ -122,6 +122,8 @@ def _check_stop_rule(group: str, rule: DictConfig, count_field: str) -> None:
                           "every trial would stop at the cap")
     if "warmup_s" in rule and rule.warmup_s < 0:
         raise ConfigError(f"{group}.warmup_s: {rule.warmup_s} must be >= 0")
+    if rule.repetitions < 1:
+        raise ConfigError(f"{group}.repetitions: {rule.repetitions} must be >= 1")
 
 
 def _check_export_settings(cfg: DictConfig, spec) -> None:
@@ -202,7 +204,7 @@ def _wandb_config(trial: Trial, spec, row: dict, timing: dict) -> dict:
 SUMMARY_KEYS = ("status", "message", "stop_reason", "p20_us", "p50_us", "p80_us", "min_us", "noise",
                 "p50_precision", "n_samples", "event_p50_us", "kernels_per_call", "timers_disagree", "gbps",
                 "tflops", "pct_copy_bw", "pct_matmul", "throttled", "rank", "tie", "chosen", "compile_s",
-                "first_call_s", "measure_s")
+                "first_call_s", "measure_s", "repetitions", "rep_noise")
 ENV_COLUMNS = ("backend", "timing_method", "gpu_name", "driver_version", "cuda_version", "torch_version",
                "triton_version", "python_version", "sm_count", "l2_bytes", "host", "sm_clock_max_mhz")
 
@@ -508,7 +510,8 @@ def _run_finalists(cfg, store, sweep_id: str, scheduler: Scheduler, record, tria
         return 0
     final = cfg.finalists
     rule = {"min_samples": final.min_rounds, "min_time_s": final.min_time_s,
-            "rel_precision": final.rel_precision, "max_time_s": final.max_time_s}
+            "rel_precision": final.rel_precision, "max_time_s": final.max_time_s,
+            "repetitions": final.repetitions}
     print(f"re-timing the top {top_k} of {len(groups)} (shape, dtype) group(s) round-robin, "
           "with their baselines")
 

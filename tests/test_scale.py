@@ -206,6 +206,10 @@ def test_finalists_and_baselines_are_retimed_together_and_the_report_uses_them(t
         assert ours["chosen"].sum() == 1 and sorted(ours["rank"]) == [1, 2, 3]
         assert len(baseline) == 1 and baseline["chosen"].isna().all()  # timed beside them, never ranked
         assert group["n_samples"].nunique() == 1  # round-robin: as many samples of each
+        # in the default 5 repetitions, each on buffers placed anew, with each one's median kept
+        assert (group["repetitions"] == 5).all() and group["rep_noise"].notna().all()
+        assert all(len(p50s) == 5 and min(p50s) <= p50 <= max(p50s)
+                   for p50s, p50 in zip(group["rep_p50s_us"], group["p50_us"]))
         chosen = ours[ours["chosen"].astype(bool)].iloc[0]
         assert chosen["tie"]  # the fastest, or within the noise of it
         config = " ".join(f"{k}={v}" for k, v in json.loads(chosen["config"]).items())

@@ -181,3 +181,68 @@ def test_a_call_without_gpu_work_is_an_error_with_its_cause():
     trial = Trial("vector_add", "torch", (1024,), "float16", {})
     with pytest.raises(NoGpuWork, match="no GPU activity was recorded"):
         measured_fields(vector_add.SPEC, trial, empty, peaks={})
+
+
+def test_a_repetition_takes_its_share_of_the_rule():
+    rule = StopRule(min_samples=20, min_time_s=0.02, rel_precision=0.005, max_time_s=0.5, repetitions=4)
+    block = rule.per_repetition()
+    assert block.repetitions == 1 and block.min_samples == 8  # 20 / 4 = 5, raised to the minimum
+    assert block.min_time_s == pytest.approx(0.005) and block.max_time_s == pytest.approx(0.125)
+    # four blocks at twice the half-width pool into a median known to the rule's precision
+    assert block.rel_precision == pytest.approx(0.01)
+    assert RULE.per_repetition() is RULE
+
+
+def test_repetitions_pool_their_samples_and_keep_each_median():
+    from runners.measure.timing import pooled, repetition_noise
+
+    blocks = [Measurement([1.0, 1.1, 0.9], STOP_CONVERGED, METHOD_WALL, measure_s=0.1),
+              Measurement([2.0, 2.2, 1.8, 2.1], STOP_TIMEOUT, METHOD_WALL, measure_s=0.2)]
+    both = pooled(blocks)
+    assert both.samples_s == [1.0, 1.1, 0.9, 2.0, 2.2, 1.8, 2.1] and both.stop_reason == STOP_TIMEOUT
+    assert both.repetition_p50s_s == [1.0, 2.05] and both.measure_s == pytest.approx(0.3)
+    assert repetition_noise(both.repetition_p50s_s) == pytest.approx(math.log(2.05) / math.sqrt(2))
+    assert repetition_noise([1.0]) is None
+
+
+def test_placements_copy_the_values_elsewhere_at_allocator_aligned_offsets():
+    from runners.engine.worker import PLACEMENT_ALIGN_BYTES, Placements
+
+    placements = Placements(torch.device("cpu"))
+    x = torch.randn(37, 53, dtype=torch.float16)[:, 3:]  # a view: strides and offset kept
+    seen = set()
+    for _ in range(20):
+        placed = placements.place(x)
+        assert torch.equal(placed, x) and placed.stride() == x.stride()
+        assert (placed.data_ptr() - placed.untyped_storage().data_ptr() - 2 * x.storage_offset()) \
+            % PLACEMENT_ALIGN_BYTES == 0
+        seen.add(placed.data_ptr())
+    assert len(seen) == 20 and len(placements.held) == 20  # each elsewhere, all held until released
+    assert placements.place(2.5) == 2.5  # a plain number passes
+    out = placements.place(torch.empty(4, 4), copy=False)
+    assert out.shape == (4, 4)
+    placements.release()
+    assert not placements.held
+
+
+def test_measured_in_repetitions_on_the_interpreter(monkeypatch):
+    """measure_repetitions: the first block on the checked buffers, each later one on buffers placed anew;
+    one pooled measurement per call with every block's median."""
+    from runners.engine.worker import Placements, measure_repetitions
+
+    timer = InterpreterTimer(StopRule(4, 0.0, 0.5, 0.05), warmup_s=0.0)
+    rule = StopRule(min_samples=16, min_time_s=0.0, rel_precision=0.5, max_time_s=0.2, repetitions=3)
+    placements = Placements(torch.device("cpu"))
+    x = torch.randn(1000)
+    used = []
+
+    def calls_at(repetition):
+        inputs = x if repetition == 0 else placements.place(x)
+        used.append(inputs.data_ptr())
+        return [lambda: inputs.sum(), lambda: inputs.max()]
+
+    measured = measure_repetitions(timer, calls_at, rule, placements)
+    assert len(measured) == 2 and len(set(used)) == 3 and used[0] == x.data_ptr()
+    for m in measured:
+        assert len(m.repetition_p50s_s) == 3 and len(m.samples_s) >= 3 * 8
+    assert not placements.held  # released after the last block

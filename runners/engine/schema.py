@@ -56,6 +56,9 @@ class TimingConf:
     warmup_s: float = 0.02
     # A sample is flagged throttled when the SM clock read around it is below this share of max clock.
     throttle_ratio: float = 0.9
+    # Blocks of samples, each on buffers placed anew in device memory: their spread is the noise a second
+    # run meets (runners/measure/timing.py). 1 here: the finalists, which decide, take several.
+    repetitions: int = 1
 
 
 @dataclass
@@ -94,6 +97,9 @@ class FinalistsConf:
     rel_precision: float = 0.005
     max_time_s: float = 0.5
     tie_floor: float = 0.005  # differences below this share of the fastest p50 are ties
+    # Blocks of rounds, each on buffers placed anew: the winners' and baselines' between-run noise, which
+    # runners/compare.py judges a change by (the blocks share the rule's samples and seconds).
+    repetitions: int = 5
 
 
 @dataclass

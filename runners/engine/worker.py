@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+import random
 import time
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 from runners.engine.process import WorkerProcess
 from runners.measure import check
@@ -56,6 +57,73 @@ class ShapeCache:
         return self.inputs, self.references, (self.bound if with_bound else None)
 
 
+# A repetition's buffers start at a random offset below PLACEMENT_SPAN_BYTES in an allocation of their
+# own, in steps of the caching allocator's 512 bytes (so every pointer keeps the alignment Triton
+# specializes on); earlier repetitions' buffers stay allocated, so that later ones land elsewhere,
+# while they take at most HELD_SHARE of the free device memory.
+PLACEMENT_SPAN_BYTES = 1 << 20
+PLACEMENT_ALIGN_BYTES = 512
+HELD_SHARE = 0.25
+
+
+class Placements:
+    """Copies of a call's tensors placed anew in device memory, one set per repetition (timing.py's
+    docstring: why). The offsets are drawn from the system's entropy, not the sweep's seed: each run
+    meets placements of its own, as two runs of a program do."""
+
+    def __init__(self, device):
+        self.device = device
+        self.random = random.Random()
+        self.held: list = []
+
+    def place(self, tensor, copy: bool = True):
+        import torch
+
+        if not isinstance(tensor, torch.Tensor):
+            return tensor  # a plain number (a scale)
+        item = tensor.element_size()
+        offset = self.random.randrange(0, PLACEMENT_SPAN_BYTES, PLACEMENT_ALIGN_BYTES) // item
+        extent = tensor.untyped_storage().nbytes() // item
+        storage = torch.empty(extent + offset, dtype=tensor.dtype, device=tensor.device)
+        placed = storage.as_strided(tensor.shape, tensor.stride(), offset + tensor.storage_offset())
+        if copy:
+            placed.copy_(tensor)
+        self.held.append(storage)
+        return placed
+
+    def keep_or_release(self) -> None:
+        """After a repetition: keep its buffers (the next set lands elsewhere) while they fit in
+        HELD_SHARE of the free memory, else let them go."""
+        import torch
+
+        if self.device.type == "cuda":
+            free, _ = torch.cuda.mem_get_info(self.device)
+            if sum(s.untyped_storage().nbytes() for s in self.held) > HELD_SHARE * free:
+                self.held.clear()
+
+    def release(self) -> None:
+        self.held.clear()
+
+
+def measure_repetitions(timer, calls_at: Callable[[int], list], rule, placements: Placements) -> list:
+    """Time calls_at(r)'s calls round-robin in rule.repetitions blocks, r = 0 on the buffers the gate
+    checked, each later one on buffers placed anew; one pooled Measurement a call (timing.pooled)."""
+    from runners.measure.timing import pooled
+
+    if rule.repetitions <= 1:
+        return timer.measure_interleaved(calls_at(0), rule)
+    block = rule.per_repetition()
+    blocks = []
+    try:
+        for r in range(rule.repetitions):
+            # Repetitions after the first: binaries loaded, one call each touches the new buffers.
+            blocks.append(timer.measure_interleaved(calls_at(r), block, warmup_s=None if r == 0 else 0.0))
+            placements.keep_or_release()
+    finally:
+        placements.release()
+    return [pooled([measured[i] for measured in blocks]) for i in range(len(blocks[0]))]
+
+
 def run_trial(spec, trial: Trial, cache: ShapeCache, timer, device, peaks: dict) -> dict:
     """Gate then time one trial; every outcome is a row fragment with a status, never an exception."""
     import torch
@@ -83,19 +151,31 @@ def run_trial(spec, trial: Trial, cache: ShapeCache, timer, device, peaks: dict)
         problem = check.compare_outputs(check.as_tuple(out), references, normwise, bound)
         if problem:
             return {"status": check.STATUS_INCORRECT, "message": problem, "first_call_s": first_call_s}
-        fields = measured_fields(spec, trial, timer.measure(run), peaks)
+        placements = Placements(device)
+
+        def calls_at(repetition: int) -> list:
+            if repetition == 0:
+                return [run]
+            return [timed_call(spec, trial, tuple(placements.place(x) for x in inputs), placements)[0]]
+
+        (measurement,) = measure_repetitions(timer, calls_at, timer.rule, placements)
+        fields = measured_fields(spec, trial, measurement, peaks)
     except Exception as error:  # classified and recorded: a failing trial never stops the sweep
         return _failure(error, first_launch_done)
     return {**fields, "first_call_s": first_call_s}
 
 
-def timed_call(spec, trial: Trial, inputs: tuple):
+def timed_call(spec, trial: Trial, inputs: tuple, placements: Optional[Placements] = None):
     """(the zero-argument call that is timed, the output it writes into): our kernel launches into an
-    output allocated here; a baseline returns its output (None here)."""
+    output allocated here (placed anew by `placements`, if given); a baseline returns its output (None
+    here)."""
     from runners.engine.trials import TRITON_PROVIDER
 
     if trial.provider == TRITON_PROVIDER:
         out = spec.output_like(inputs)
+        if placements is not None:
+            out = (tuple(placements.place(o, copy=False) for o in out) if isinstance(out, tuple)
+                   else placements.place(out, copy=False))
         return (lambda: spec.launch(inputs, out, trial.config)), out
     baseline = spec.baselines[trial.provider]
     return (lambda: baseline(inputs)), None
@@ -107,8 +187,15 @@ def run_finalists(spec, trials: list[Trial], cache: ShapeCache, timer, peaks: di
     fragment per trial (or one failure for all)."""
     try:
         inputs, _, _ = cache.get(trials[0], with_bound=False)
-        runs = [timed_call(spec, trial, inputs)[0] for trial in trials]
-        measurements = timer.measure_interleaved(runs, rule)
+        placements = Placements(cache.device)
+
+        def calls_at(repetition: int) -> list:
+            if repetition == 0:
+                return [timed_call(spec, trial, inputs)[0] for trial in trials]
+            placed = tuple(placements.place(x) for x in inputs)  # one placement for the whole round
+            return [timed_call(spec, trial, placed, placements)[0] for trial in trials]
+
+        measurements = measure_repetitions(timer, calls_at, rule, placements)
         return [measured_fields(spec, trial, m, peaks) for trial, m in zip(trials, measurements)]
     except Exception as error:
         return [_failure(error, first_launch_done=True)]
@@ -152,7 +239,7 @@ def measured_fields(spec, trial: Trial, measurement, peaks: dict) -> dict:
     gaps and the event pair included."""
     import torch
 
-    from runners.measure.timing import summarize
+    from runners.measure.timing import repetition_noise, summarize
 
     stats = summarize(measurement.samples_s)
     if stats["p50_us"] <= 0:
@@ -165,6 +252,7 @@ def measured_fields(spec, trial: Trial, measurement, peaks: dict) -> dict:
     matmul_tflops = peaks.get(f"matmul_tflops_{trial.dtype}")
     events = measurement.event_samples_s
     event_p50_us = summarize(events)["p50_us"] if events else None
+    repetition_p50s = measurement.repetition_p50s_s or []
     kernels = measurement.kernels_per_call
     return {
         "status": check.STATUS_OK,
@@ -177,6 +265,9 @@ def measured_fields(spec, trial: Trial, measurement, peaks: dict) -> dict:
         "kernels_per_call": kernels,
         "timers_disagree": timers_disagree(stats["p50_us"], event_p50_us, kernels),
         "measure_s": measurement.measure_s,
+        "repetitions": max(len(repetition_p50s), 1),
+        "rep_p50s_us": [s * 1e6 for s in repetition_p50s] or None,
+        "rep_noise": repetition_noise(repetition_p50s),
         "gbps": gbps,
         "tflops": tflops,
         "pct_copy_bw": 100 * gbps / copy_gbps if copy_gbps else None,
@@ -205,7 +296,7 @@ def _worker_main(conn, backend: str, kernel_name: str, spec_path: Optional[str],
         spec = load_spec(kernel_name, spec_path)
         loaded = time.perf_counter()
         rule = StopRule(timing["min_samples"], timing["min_time_s"], timing["rel_precision"],
-                        timing["max_time_s"])
+                        timing["max_time_s"], timing.get("repetitions", 1))
         if backend == "interpret":
             device = torch.device("cpu")
             timer = InterpreterTimer(rule, timing["warmup_s"])

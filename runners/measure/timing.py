@@ -18,6 +18,12 @@ each measured on an H200 (BENCHMARKS.md, "timer of record"):
 - StopRule stops on the precision of the reported figure, the 95% confidence interval of the median,
   not on the spread of single samples (a few outliers make that spread large while the median is
   already known to 0.1%).
+- Repetitions (StopRule.repetitions > 1): the samples are taken in that many blocks, each on buffers
+  placed anew in device memory (runners/engine/worker.py), each to the rule's share (per_repetition),
+  and the median of each block is kept. Samples of one run share where its buffers landed: on an H200
+  a 5 us softmax moved by 1.7-2.2% (sd) from one placement to the next and by 0.2-0.6% inside one,
+  so the blocks' spread is what a second run of the same code may differ by (BENCHMARKS.md, "noise
+  between runs"); runners/compare.py judges changes by it.
 """
 from __future__ import annotations
 
@@ -46,12 +52,28 @@ Z_95 = 1.959964
 MIN_SAMPLES_FOR_INTERVAL = 4
 
 
+# A repetition takes at least this many samples, so that its median is a median of something.
+MIN_SAMPLES_PER_REPETITION = 8
+
+
 @dataclass(frozen=True)
 class StopRule:
     min_samples: int
     min_time_s: float  # wall time spent sampling, flushes and enqueueing included
     rel_precision: float  # half-width of the median's 95% confidence interval, relative to the median
     max_time_s: float
+    repetitions: int = 1  # blocks of samples, each on freshly placed buffers (module docstring)
+
+    def per_repetition(self) -> "StopRule":
+        """The rule of one of `repetitions` blocks: its share of the samples and seconds, and the
+        precision that the pooled median of all blocks then reaches (the interval shrinks as
+        1/sqrt(samples)); one block: the rule itself."""
+        if self.repetitions <= 1:
+            return self
+        share = self.repetitions
+        return StopRule(max(math.ceil(self.min_samples / share), MIN_SAMPLES_PER_REPETITION),
+                        self.min_time_s / share, min(self.rel_precision * math.sqrt(share), 0.5),
+                        self.max_time_s / share)
 
     def check(self, samples_s: Sequence[float], elapsed_s: float) -> Optional[str]:
         """None while more samples are needed, else why to stop: max_time_s whatever the precision;
@@ -150,6 +172,30 @@ class Measurement:
     measure_s: float = 0.0  # wall time of warm-up and sampling
     sm_clock_start_mhz: Optional[int] = None
     sm_clock_end_mhz: Optional[int] = None
+    repetition_p50s_s: Optional[list[float]] = None  # the median of each repetition, in order
+
+
+def pooled(blocks: Sequence[Measurement]) -> Measurement:
+    """One measurement of a call from its repetitions: every sample kept, the median of each block
+    beside them; converged only if every block converged; clocks from the first and the last."""
+    events = [e for m in blocks for e in (m.event_samples_s or [])]
+    counts = [m.kernels_per_call for m in blocks if m.kernels_per_call is not None]
+    return Measurement(
+        samples_s=[s for m in blocks for s in m.samples_s],
+        stop_reason=STOP_CONVERGED if all(m.stop_reason == STOP_CONVERGED for m in blocks) else STOP_TIMEOUT,
+        method=blocks[0].method, event_samples_s=events or None,
+        kernels_per_call=float(np.median(counts)) if counts else None,
+        measure_s=sum(m.measure_s for m in blocks), sm_clock_start_mhz=blocks[0].sm_clock_start_mhz,
+        sm_clock_end_mhz=blocks[-1].sm_clock_end_mhz,
+        repetition_p50s_s=[float(np.median(m.samples_s)) for m in blocks])
+
+
+def repetition_noise(p50s: Optional[Sequence[float]]) -> Optional[float]:
+    """Standard deviation of the log of the repetitions' medians (0.02: about 2% from one placement
+    of the buffers to the next); None with fewer than two repetitions."""
+    if p50s is None or len(p50s) < 2:
+        return None
+    return float(np.std(np.log(np.asarray(p50s, dtype=np.float64)), ddof=1))
 
 
 def _warm_up(fn: Callable[[], object], sync: Callable[[], None], warmup_s: float) -> None:
@@ -339,16 +385,17 @@ class CudaTimer:
         """Time fn until `rule` (default: the timer's own) says stop."""
         return self.measure_interleaved([fn], rule)[0]
 
-    def measure_interleaved(self, fns: Sequence[Callable[[], object]],
-                            rule: Optional[StopRule] = None) -> list[Measurement]:
+    def measure_interleaved(self, fns: Sequence[Callable[[], object]], rule: Optional[StopRule] = None,
+                            warmup_s: Optional[float] = None) -> list[Measurement]:
         """Time several functions round-robin (finalists), one sample of each per round, until `rule`
         holds for every one of them. Interleaving exposes all of them to the same clocks, temperature
-        and neighbours; the order rotates every round so that none always runs first after the hold."""
+        and neighbours; the order rotates every round so that none always runs first after the hold.
+        warmup_s: instead of the timer's (0: one call each, for a repetition whose binaries are loaded)."""
         torch = self._torch
         rule = rule or self.rule
         began = time.perf_counter()
         for fn in fns:
-            _warm_up(fn, torch.cuda.synchronize, self.warmup_s)
+            _warm_up(fn, torch.cuda.synchronize, self.warmup_s if warmup_s is None else warmup_s)
         samples: list[list[float]] = [[] for _ in fns]
         event_samples: list[list[float]] = [[] for _ in fns]
         activities: list[list[int]] = [[] for _ in fns]
@@ -427,12 +474,12 @@ class InterpreterTimer:
     def measure(self, fn: Callable[[], object], rule: Optional[StopRule] = None) -> Measurement:
         return self.measure_interleaved([fn], rule)[0]
 
-    def measure_interleaved(self, fns: Sequence[Callable[[], object]],
-                            rule: Optional[StopRule] = None) -> list[Measurement]:
+    def measure_interleaved(self, fns: Sequence[Callable[[], object]], rule: Optional[StopRule] = None,
+                            warmup_s: Optional[float] = None) -> list[Measurement]:
         rule = rule or self.rule
         began = time.perf_counter()
         for fn in fns:
-            _warm_up(fn, lambda: None, self.warmup_s)
+            _warm_up(fn, lambda: None, self.warmup_s if warmup_s is None else warmup_s)
         samples: list[list[float]] = [[] for _ in fns]
         sampling_began = time.perf_counter()
         while True:  # in batches, as the GPU timer: at least min_samples, whatever the cap

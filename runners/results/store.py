@@ -20,7 +20,6 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import sqlite3
 import tempfile
@@ -48,6 +47,9 @@ COLUMNS = [
     ("noise", "REAL"), ("p50_precision", "REAL"), ("n_samples", "INTEGER"), ("samples_us", "BLOB"),
     ("event_p50_us", "REAL"), ("event_samples_us", "BLOB"), ("kernels_per_call", "REAL"),
     ("timers_disagree", "INTEGER"), ("measure_s", "REAL"),
+    # Repetitions: blocks of samples on buffers placed anew (runners/measure/timing.py), the median of
+    # each, and the standard deviation of their logs (what compare judges a change by).
+    ("repetitions", "INTEGER"), ("rep_p50s_us", "BLOB"), ("rep_noise", "REAL"),
     ("gbps", "REAL"), ("tflops", "REAL"), ("pct_copy_bw", "REAL"), ("pct_matmul", "REAL"),
     ("sm_clock_start_mhz", "INTEGER"), ("sm_clock_end_mhz", "INTEGER"), ("sm_clock_max_mhz", "INTEGER"),
     ("throttled", "INTEGER"),
@@ -66,7 +68,7 @@ ENV_KEY = ("backend", "timing_method", "gpu_name", "driver_version", "torch_vers
            "kernel_hash")
 PEAK_KEY = ("gpu_name", "driver_version", "torch_version", "timing_method")
 BOOLEAN_COLUMNS = ("throttled", "tie", "chosen", "timers_disagree")
-SAMPLE_COLUMNS = ("samples_us", "event_samples_us")  # float32 arrays, stored as bytes
+SAMPLE_COLUMNS = ("samples_us", "event_samples_us", "rep_p50s_us")  # float32 arrays, stored as bytes
 # Outcomes that may not repeat (a hang, a dead worker, memory taken by another process): resume measures
 # these trials again. Every other status is a property of the trial and is kept.
 TRANSIENT_STATUSES = ("timeout", "crashed", "oom")
@@ -500,6 +502,29 @@ def _read_rows(src: sqlite3.Connection, select: str, first: int, last: int, lost
     return _read_rows(src, select, first, middle, lost) + _read_rows(src, select, middle + 1, last, lost)
 
 
+STATUSES = ("ok", "pruned", "compile_error", "out_of_resources", "timeout", "crashed", "incorrect", "oom")
+
+
+def _plausible(row: dict) -> bool:
+    """Whether a row read from a damaged store is one a sweep wrote (a page that SQLite read whole may
+    still hold another page's bytes): its keys are text without NULs, its shape and config JSON, its
+    status one a trial ends in, its sample arrays whole float32s."""
+    required = ("trial_key", "sweep_id", "kernel", "provider", "dtype", "status", "backend", "gpu_name",
+                "torch_version", "triton_version", "kernel_hash", "timestamp")
+    if not all(isinstance(row[name], str) and row[name] and "\x00" not in row[name] for name in required):
+        return False
+    if row["status"] not in STATUSES or row["phase"] not in (None, "screen", "final"):
+        return False
+    try:
+        shape, config = json.loads(row["shape"]), json.loads(row["config"])
+    except (TypeError, ValueError):
+        return False
+    if not isinstance(shape, list) or not isinstance(config, dict):
+        return False
+    return all(row[name] is None or (isinstance(row[name], bytes) and len(row[name]) % 4 == 0)
+               for name in SAMPLE_COLUMNS)
+
+
 def _last_rowid(src: sqlite3.Connection, table: str, fallback: int) -> int:
     queries = (f"SELECT seq FROM sqlite_sequence WHERE name = '{table}'", f"SELECT MAX(rowid) FROM {table}")
     for query in queries:
@@ -519,19 +544,23 @@ def _recover_source(path: Path):
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such store file")
     with tempfile.TemporaryDirectory() as scratch:
-        # Read from a copy, never the file itself. A file cut short is padded back to the size its
-        # header records: SQLite refuses to load the schema of a file shorter than that, while the
-        # padding's pages (zeros) fail alone, when a row on them is read.
+        # Read from a copy, never the file itself. A file cut short is cut to its whole pages and its
+        # header told their number: SQLite refuses to load the schema of a file shorter than its header
+        # says, and would read a missing page as zeros; told, it fails each read that needs one.
         copy = Path(scratch) / path.name
         shutil.copyfile(path, copy)
         wal = path.with_name(path.name + "-wal")
         if wal.exists():  # a killed writer's committed rows
             shutil.copyfile(wal, copy.with_name(copy.name + "-wal"))
-        with copy.open("rb") as file:
+        with copy.open("r+b") as file:
             header = file.read(100)
-        recorded = int.from_bytes(header[28:32], "big") * int.from_bytes(header[16:18], "big")
-        if header.startswith(SQLITE_MAGIC) and copy.stat().st_size < recorded:
-            os.truncate(copy, recorded)
+            page_size = int.from_bytes(header[16:18], "big")
+            page_size = 65536 if page_size == 1 else page_size
+            pages = copy.stat().st_size // page_size if page_size else 0
+            if header.startswith(SQLITE_MAGIC) and 0 < pages < int.from_bytes(header[28:32], "big"):
+                file.truncate(pages * page_size)
+                file.seek(28)
+                file.write(pages.to_bytes(4, "big"))
         return _recover_copy(copy, path)
 
 
@@ -570,8 +599,10 @@ def _recover_copy(copy: Path, path: Path):
         for row_id, values in by_id.items():
             row = dict.fromkeys(COLUMN_NAMES)
             row.update(values)
-            if row["trial_key"] is not None and row["timestamp"] is not None:
+            if _plausible(row):
                 rows.append((row_id, row))
+            else:
+                unreadable += 1
         rows.sort(key=lambda pair: (pair[1]["timestamp"], pair[0]))
         sweeps_of: dict[int, list[str]] = {}
         memberships = "SELECT rowid, sweep_id, row_id FROM sweep_rows WHERE rowid BETWEEN ? AND ?"
