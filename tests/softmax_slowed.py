@@ -1,12 +1,13 @@
-"""Softmax made slower by a known share, inside the kernel: the gate's test of a real regression on the
-GPU (runners/benchmarks/bench_gate.py). Every program reads its SM's cycle counter when it starts and
-after its store, then spins for SOFTMAX_SLOWDOWN_PERCENT (an environment variable, 0 by default) % of
-the cycles it took: every program holds its SM that much longer, so the kernel takes about that much
-longer. The figure is only what is asked: bench_gate measures what each setting gives, the slowed and
-the unslowed kernels interleaved in one process. Its name, space and baselines are softmax's, so its
-trials match softmax's trial by trial:
+"""Softmax made slower inside the kernel: the gate's test of a real regression on the GPU
+(runners/benchmarks/bench_gate.py). Every program reads its SM's cycle counter when it starts and after
+its store, then spins for a share of the cycles it took: it holds its SM that much longer, so the
+kernel takes longer. The share, in per mille, comes from SOFTMAX_SPIN_PER_MILLE (an environment variable,
+read at each launch): one number for every row length, or `n_cols:per_mille` pairs (`1024:72,4096:310`),
+0 where a row length is not named. How much slower a share makes a kernel depends on its shape and
+config (waves, occupancy), so bench_gate measures it and picks the share that gives the slowdown asked.
+Its name, space and baselines are softmax's, so its trials match softmax's trial by trial:
 
-    SOFTMAX_SLOWDOWN_PERCENT=5 python -m runners.sweep kernel=external kernel.spec=tests.softmax_slowed:SPEC
+    SOFTMAX_SPIN_PER_MILLE=50 python -m runners.sweep kernel=external kernel.spec=tests.softmax_slowed:SPEC
 
 At 0 the spin is not compiled in (a constexpr branch), and the kernel is softmax's, which the
 interpreter runs (tests/test_compare.py); the cycle counter exists on the GPU only.
@@ -20,7 +21,7 @@ import triton.language as tl
 
 from kernels import softmax
 
-SLOWDOWN_VARIABLE = "SOFTMAX_SLOWDOWN_PERCENT"
+SPIN_VARIABLE = "SOFTMAX_SPIN_PER_MILLE"
 
 
 @triton.jit
@@ -49,15 +50,20 @@ def _softmax_slowed_kernel(out_ptr, in_ptr, n_cols, in_row_stride, out_row_strid
             pass
 
 
-def slowdown_per_mille() -> int:
-    return round(10 * float(os.environ.get(SLOWDOWN_VARIABLE, "0")))
+def spin_per_mille(n_cols: int) -> int:
+    """The share of its own cycles every program spins at this row length (SOFTMAX_SPIN_PER_MILLE)."""
+    setting = os.environ.get(SPIN_VARIABLE, "0").strip()
+    if ":" not in setting:
+        return int(setting or 0)
+    shares = dict(item.split(":") for item in setting.split(","))
+    return int(shares.get(str(n_cols), 0))
 
 
 def _launch(inputs, out, config):
     (x,) = inputs
     n_rows, n_cols = x.shape
     _softmax_slowed_kernel[(n_rows,)](out, x, n_cols, x.stride(0), out.stride(0),
-                                      SLOWDOWN_PER_MILLE=slowdown_per_mille(), **config)
+                                      SLOWDOWN_PER_MILLE=spin_per_mille(n_cols), **config)
 
 
 SPEC = dataclasses.replace(softmax.SPEC, launch=_launch)

@@ -12,9 +12,10 @@ other: each is a run, the unit the gate's rule is about.
   the standard deviation of ln p50 across runs of the finalists' rows, and the share of it that their
   repetitions do not explain: what compare's --run-noise stands for); then the first sweep with
   `finalists.repetitions=1` beside the others, for what the repetitions cost.
-- slowdown: softmax at the README's shapes (tests/softmax_slowed.py) at 0%, then `--tries` runs at each
-  of `--percents`, each compared with the 0% run: how often the gate fails. First, the slowdown each
-  setting really gives, the slowed and the unslowed kernels timed interleaved in this process.
+- slowdown: softmax at the README's shapes (tests/softmax_slowed.py) with no spin, the base; then, for
+  each of `--percents`, the spin share of each shape that slows the base's winner there by that much
+  (measured: the slowed and unslowed kernels timed interleaved in this process), and `--tries` runs
+  with it, each compared with the base: how often the gate fails.
 - against: this machine's runs of the sweeps compared with the first run of each in OTHER.sqlite (the
   store `reruns` left on another machine of the same kind).
 """
@@ -37,7 +38,8 @@ SWEEPS = {  # name -> overrides of `python -m runners.sweep`
     "matmul": ["kernel=matmul", "timing=quick", "kernel.dtypes=[float16]",
                "kernel.shapes=[[4096,4096,4096],[8192,8192,8192]]"],
 }
-SLOWED = ["kernel=external", "kernel.spec=tests.softmax_slowed:SPEC", "timing=quick",
+SLOWED = ["kernel=external", "kernel.spec=tests.softmax_slowed:SPEC",
+          "kernel.shapes=[[4096,1024],[4096,4096],[2048,16384]]", "kernel.dtypes=[float16]", "timing=screen",
           "kernel.baselines=[torch]"]
 GATE = 0.02
 
@@ -156,54 +158,81 @@ def reruns(args) -> None:
                      f"{single['phase_seconds']['finalists']:.1f} s"]))
 
 
-def slowdown_measured(percents: list[float]) -> list[str]:
-    """The slowdown each setting really gives: the base config of each README shape, slowed and not,
-    timed interleaved (CUPTI kernel time, L2 flushed), on the same buffers."""
+def _winners(store: str, sweep_id: str) -> dict[tuple, dict]:
+    """(rows, cols) -> the config the sweep chose there."""
+    from runners.engine.finalists import winner
+
+    (frame,) = frames(store, sweep_id)
+    ours = frame[(frame["provider"] == "triton") & (frame["status"] == "ok")]
+    return {tuple(json.loads(shape)): json.loads(rows.loc[winner(rows), "config"])
+            for shape, rows in ours.groupby("shape")}
+
+
+def spin_shares(winners: dict, percents: list[float]) -> tuple[dict, list[str]]:
+    """For each slowdown asked, the spin share (per mille) of each shape that slows the shape's winner by
+    that much (bisection, the slowed and the unslowed kernel timed interleaved: CUPTI kernel time, L2
+    flushed, the median to 0.2%); and a table of what each share gives."""
     import torch
 
     from runners.measure import device as device_info
     from runners.measure.timing import StopRule, summarize
     from tests import softmax_slowed
 
-    rule = StopRule(min_samples=200, min_time_s=0.2, rel_precision=0.002, max_time_s=5.0)
+    rule = StopRule(min_samples=100, min_time_s=0.1, rel_precision=0.002, max_time_s=3.0)
     timer = device_info.cuda_timer(0, rule, 0.05)
-    asked = " | ".join(f"{p:g}% asked: measured" for p in percents)
-    lines = [f"| shape | config | 0% p50 us | {asked} |",
-             "|---|---|---|" + "---|" * len(percents)]
-    for shape, block, warps in (((4096, 1024), 1024, 2), ((4096, 4096), 4096, 4), ((2048, 16384), 16384, 32)):
+    shares = {p: {} for p in percents}
+    lines = ["| shape | winner | 0% p50 us | " + " | ".join(f"{p:g}%: share, measured" for p in percents)
+             + " |", "|---|---|---|" + "---|" * len(percents)]
+    for shape, config in sorted(winners.items()):
         (x,) = softmax_slowed.SPEC.make_inputs(shape, torch.float16, 0, "cuda")
         out = torch.empty_like(x)
 
         def call(per_mille):
             return lambda: softmax_slowed._softmax_slowed_kernel[(shape[0],)](
-                out, x, shape[1], x.stride(0), out.stride(0), SLOWDOWN_PER_MILLE=per_mille,
-                BLOCK_SIZE=block, num_warps=warps)
+                out, x, shape[1], x.stride(0), out.stride(0), SLOWDOWN_PER_MILLE=per_mille, **config)
 
-        measured = timer.measure_interleaved([call(0)] + [call(round(10 * p)) for p in percents])
-        p50s = [summarize(m.samples_s)["p50_us"] for m in measured]
-        lines.append(f"| {shape[0]}x{shape[1]} | BLOCK_SIZE={block} num_warps={warps} | {p50s[0]:.2f} | "
-                     + " | ".join(f"{100 * (p / p50s[0] - 1):+.1f}%" for p in p50s[1:]) + " |")
-    return lines
+        def slowdown(per_mille):
+            base, slowed = timer.measure_interleaved([call(0), call(per_mille)])
+            return summarize(slowed.samples_s)["p50_us"] / summarize(base.samples_s)["p50_us"] - 1
+
+        cells = []
+        for percent in percents:
+            low, high, found = 0, 2000, None
+            for _ in range(10):  # per mille: to within 2 of the share that gives the slowdown asked
+                middle = (low + high) // 2
+                got = slowdown(middle)
+                found = (middle, got)
+                if abs(got - percent / 100) < 0.002 or high - low <= 2:
+                    break
+                low, high = (middle, high) if got < percent / 100 else (low, middle)
+            shares[percent][shape[1]] = found[0]
+            cells.append(f"{found[0]}, {100 * found[1]:+.1f}%")
+        p50 = summarize(timer.measure(call(0)).samples_s)["p50_us"]
+        settings = " ".join(f"{k}={v}" for k, v in config.items())
+        lines.append(f"| {shape[0]}x{shape[1]} | {settings} | {p50:.2f} | " + " | ".join(cells) + " |")
+    return shares, lines
 
 
 def slowdown(args) -> None:
-    from tests.softmax_slowed import SLOWDOWN_VARIABLE
+    from tests.softmax_slowed import SPIN_VARIABLE
 
-    measured = slowdown_measured(args.percents)
+    sweep(SLOWED, "slowed_base", args.store, **{SPIN_VARIABLE: "0"})
+    shares, measured = spin_shares(_winners(args.store, "slowed_base"), args.percents)
     print("\n".join(measured), flush=True)
-    sweep(SLOWED, "slowed_base", args.store, **{SLOWDOWN_VARIABLE: "0"})
     table = ["| slowdown asked | tries | gate failures at 2% | judged rows SLOW | judged NEW/BASE (median) |",
              "|---|---|---|---|---|"]
     for percent, tries in zip(args.percents, args.tries):
+        setting = ",".join(f"{cols}:{share}" for cols, share in shares[percent].items())
         results = []
         for index in range(tries):
             sweep_id = f"slowed_{percent:g}_{index}"
-            sweep(SLOWED, sweep_id, args.store, **{SLOWDOWN_VARIABLE: f"{percent:g}"})
+            sweep(SLOWED, sweep_id, args.store, **{SPIN_VARIABLE: setting})
             base, new = frames(args.store, "slowed_base", sweep_id)
             results.append(gate(base, new))
         judged = [r for result in results for r in result["unlisted"] if r["judged"]]
-        table.append(f"| {percent:g}% | {tries} | {sum(r['failed'] for r in results)} | "
-                     f"{sum(r['verdict'] == 'SLOW' for r in judged)} of {len(judged)} | "
+        failures = sum(r["failed"] for r in results)
+        table.append(f"| {percent:g}% ({SPIN_VARIABLE}={setting}) | {tries} | {failures} "
+                     f"| {sum(r['verdict'] == 'SLOW' for r in judged)} of {len(judged)} | "
                      f"{statistics.median(r['ratio'] for r in judged):.3f} |")
     print("\n".join(["", *measured, "", *table]))
 
