@@ -292,8 +292,8 @@ def test_the_slower_softmax_revision_matches_softmax_trial_by_trial():
 
 
 def test_the_slowed_softmax_at_zero_is_softmax_trial_by_trial(monkeypatch):
-    """tests/softmax_slowed.py, the regression bench_gate puts into the kernel on the GPU: at 0% it is
-    softmax (the spin is not compiled in), with softmax's trials; the share is read at each launch."""
+    """tests/softmax_slowed.py, the regression bench_gate puts into the kernel on the GPU: unset, it is
+    softmax (no spin compiled in), with softmax's trials; the share is read at each launch."""
     import torch
 
     from kernels import softmax
@@ -306,10 +306,12 @@ def test_the_slowed_softmax_at_zero_is_softmax_trial_by_trial(monkeypatch):
         [t.key for t in plan_trials(softmax_slowed.SPEC, conf, "interpret")]
     (x,) = softmax.SPEC.make_inputs((6, 123), torch.float16, 0, "cpu")
     out = torch.full_like(x, float("nan"))
-    monkeypatch.setenv(softmax_slowed.SPIN_VARIABLE, "1024:40")  # 123 columns: not named, no spin
+    monkeypatch.delenv(softmax_slowed.SPIN_VARIABLE, raising=False)
+    assert softmax_slowed.spin_per_mille(123) == -1  # unset: no counter read (the GPU alone has one)
     softmax_slowed.SPEC.launch((x,), out, {"BLOCK_SIZE": 128, "num_warps": 2, "num_stages": 1})
     rtol, atol = TOLERANCES["float16"]
     torch.testing.assert_close(out.double(), softmax.softmax_ref(x.double()), rtol=rtol, atol=atol)
+    monkeypatch.setenv(softmax_slowed.SPIN_VARIABLE, "1024:40")
     assert softmax_slowed.spin_per_mille(1024) == 40 and softmax_slowed.spin_per_mille(123) == 0
     monkeypatch.setenv(softmax_slowed.SPIN_VARIABLE, "25")
     assert softmax_slowed.spin_per_mille(4096) == 25

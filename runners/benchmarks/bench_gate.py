@@ -221,6 +221,8 @@ def slowdown(args) -> None:
     print("\n".join(measured), flush=True)
     table = ["| slowdown asked | tries | gate failures at 2% | judged rows SLOW | judged NEW/BASE (median) |",
              "|---|---|---|---|---|"]
+    by_shape = ["| slowdown asked | shape | tries its judged rows alone fail | its judged rows SLOW | "
+                "their NEW/BASE (median) |", "|---|---|---|---|---|"]
     for percent, tries in zip(args.percents, args.tries):
         setting = ",".join(f"{cols}:{share}" for cols, share in shares[percent].items())
         results = []
@@ -230,11 +232,18 @@ def slowdown(args) -> None:
             base, new = frames(args.store, "slowed_base", sweep_id)
             results.append(gate(base, new))
         judged = [r for result in results for r in result["unlisted"] if r["judged"]]
+        for shape in sorted({r["row"][3] for r in judged}):
+            alone = sum(any(r["judged"] and r["row"][3] == shape and r["verdict"] == "SLOW"
+                            and r["ratio"] > 1 + GATE for r in result["unlisted"]) for result in results)
+            rows = [r for r in judged if r["row"][3] == shape]
+            by_shape.append(f"| {percent:g}% | {shape} | {alone} of {tries} | "
+                            f"{sum(r['verdict'] == 'SLOW' for r in rows)} of {len(rows)} | "
+                            f"{statistics.median(r['ratio'] for r in rows):.3f} |")
         failures = sum(r["failed"] for r in results)
         table.append(f"| {percent:g}% ({SPIN_VARIABLE}={setting}) | {tries} | {failures} "
                      f"| {sum(r['verdict'] == 'SLOW' for r in judged)} of {len(judged)} | "
                      f"{statistics.median(r['ratio'] for r in judged):.3f} |")
-    print("\n".join(["", *measured, "", *table]))
+    print("\n".join(["", *measured, "", *table, "", *by_shape]))
 
 
 def against(args) -> None:
