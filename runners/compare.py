@@ -24,8 +24,7 @@ timing.py), the median of each kept in the store. The rule, per compared pair of
   row are not the whole evidence (a row's screening has one).
 - The two p50s then differ by chance with a standard deviation of sqrt(s^2/R_base + s^2/R_new +
   2 r^2): R the repetitions of each row, r what every repetition of a run shares, which repetitions
-  cannot show (the process, the machine, a clock state): `--run-noise`, RUN_NOISE by default, measured
-  between runs and machines on an H200 (BENCHMARKS.md, "noise between runs").
+  cannot show (the process, the machine, a clock state): `--run-noise`, RUN_NOISE by default.
 - SLOW when d exceeds the threshold, FAST when d is below minus it, SAME otherwise. The threshold is
   that standard deviation times the two-sided quantile of alpha / K (Student's t where s rests on few
   repetitions), and at least ln(1 + `--min-effect`) (1%). K is the number of rows of the row's family:
@@ -34,6 +33,15 @@ timing.py), the median of each kept in the store. The rule, per compared pair of
   a sweep has. The report gives each row's threshold and where its noise came from.
 Rows timed by different methods (the CUPTI kernel time against the CUDA-event time of older stores, ~3 us
 a call more) get no verdict: OTHER TIMER.
+
+Why repetitions and a stated r, and no calibration stored per GPU (BENCHMARKS.md, "2026-11-24"): on an
+H200 what moves a small kernel between runs is where its buffers land (a 5 us softmax: 1.7-2.2% from
+one allocation to the next, 0.2-0.6% on the same buffers), which repetitions on buffers placed anew
+measure in every row at 0.3-0.4 s of GPU time a sweep; what every repetition of a run shares came to
+0.03-0.31% across six runs on one machine. A calibration from runs on one machine would set r there,
+but a second machine moved a matmul by 1.6% where one machine's runs moved it by 0.2-0.9%: r from one
+machine would fail a gate run on another. RUN_NOISE, 0.5%, is above every run-level share measured,
+and each row's repetitions carry the rest (a matmul's 1.2% clock spread is in its s).
 
 The gate judges what is shipped: every winner, and BASE's exported configs at the shapes they are
 exported for (the covering set of runners/export.py at `--tolerance`, or the configs of a BASE export);
@@ -67,11 +75,11 @@ _RUN_ON = ("cuda_version", "python_version", "git_sha", "host")
 ENVIRONMENT = tuple(name for name in dict.fromkeys((*ENV_KEY, *_RUN_ON)) if name in COLUMN_NAMES)
 DEFAULT_MIN_EFFECT = 0.01
 DEFAULT_ALPHA = 0.01
-# What every repetition of one run shares, as a standard deviation of ln(p50): measured between runs
-# (fresh processes, and two fresh machines) on an H200, BENCHMARKS.md "noise between runs".
+# What every repetition of one run shares, as a standard deviation of ln(p50): above the 0.03-0.31%
+# measured across six runs on an H200 (BENCHMARKS.md, 2026-11-24; the module docstring: why not lower).
 RUN_NOISE = 0.005
 # The repetition noise assumed for a row whose class has no repetitions (stores written before them):
-# the largest placement noise measured on an H200 for kernels under 1 ms (a 5 us softmax, 2.2%).
+# about the largest placement noise measured on an H200 for kernels under 1 ms (a 5 us softmax, 2.2%).
 ASSUMED_NOISE = 0.02
 SIZE_CLASSES = ((10.0, "<10us"), (100.0, "10-100us"), (1000.0, "0.1-1ms"), (math.inf, ">=1ms"))
 LISTED = 20  # trials listed per only-in / failing list unless --all

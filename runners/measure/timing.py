@@ -21,9 +21,10 @@ each measured on an H200 (BENCHMARKS.md, "timer of record"):
 - Repetitions (StopRule.repetitions > 1): the samples are taken in that many blocks, each on buffers
   placed anew in device memory (runners/engine/worker.py), each to the rule's share (per_repetition),
   and the median of each block is kept. Samples of one run share where its buffers landed: on an H200
-  a 5 us softmax moved by 1.7-2.2% (sd) from one placement to the next and by 0.2-0.6% inside one,
-  so the blocks' spread is what a second run of the same code may differ by (BENCHMARKS.md, "noise
-  between runs"); runners/compare.py judges changes by it.
+  a 5 us softmax moved by 1.7-2.2% (sd) from one allocation to the next and by 0.2-0.6% on the same
+  buffers, while its samples' median was known to 0.02-0.07%; so the blocks' spread, not the samples',
+  is what a second run of the same code may differ by (BENCHMARKS.md, 2026-11-24). runners/compare.py
+  judges changes by it.
 """
 from __future__ import annotations
 
