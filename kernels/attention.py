@@ -119,7 +119,8 @@ def _attention_fwd_kernel(
         v_src += base
         out_dst += base
     # Ragged rows load zeros: their logits stay finite (0 plus a bias) and they are never stored.
-    q = _load_tile(q_src, batch_head, start_m * BLOCK_M, rows, seq_len, stride_n, HEAD_DIM, BLOCK_M, True, TMA)
+    q = _load_tile(q_src, batch_head, start_m * BLOCK_M, rows, seq_len, stride_n, HEAD_DIM, BLOCK_M, True,
+                   TMA)
     running_max = tl.full([BLOCK_M], -float("inf"), dtype=tl.float32)
     running_sum = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
@@ -189,7 +190,8 @@ def attention(q, k, v, bias=None, *, causal=False, BLOCK_M=128, BLOCK_N=64, num_
 
         def tiles(tensor, block):  # (batch·heads, seq, head_dim): a tile never crosses into the next head
             return TensorDescriptor(tensor, shape=[batch * heads, seq_len, head_dim],
-                                    strides=[seq_len * head_dim, head_dim, 1], block_shape=[1, block, head_dim])
+                                    strides=[seq_len * head_dim, head_dim, 1],
+                                    block_shape=[1, block, head_dim])
 
         operands = (tiles(out, BLOCK_M), tiles(q, BLOCK_M), tiles(k, BLOCK_N), tiles(v, BLOCK_N))
     else:
@@ -198,8 +200,8 @@ def attention(q, k, v, bias=None, *, causal=False, BLOCK_M=128, BLOCK_N=64, num_
     _attention_fwd_kernel[grid](
         *operands, bias if bias is not None else q,  # an unused pointer when HAS_BIAS is False
         seq_len, 1.0 / math.sqrt(head_dim), q.stride(1), q.stride(2),
-        HEAD_DIM=head_dim, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, CAUSAL=causal, HAS_BIAS=bias is not None, TMA=tma,
-        num_warps=num_warps, num_stages=num_stages,
+        HEAD_DIM=head_dim, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, CAUSAL=causal, HAS_BIAS=bias is not None,
+        TMA=tma, num_warps=num_warps, num_stages=num_stages,
     )
     return out
 
@@ -304,7 +306,8 @@ def _spec(name, causal, has_bias):
         bias_bytes = (2 * seq_len - 1) * element_size(dtype) if has_bias else 0
         return 4 * batch * heads * seq_len * head_dim * element_size(dtype) + bias_bytes
 
-    baselines = {"eager": lambda inputs: eager(*inputs), "sdpa": _sdpa_baseline(causal), "compile": compiled(eager)}
+    baselines = {"eager": lambda inputs: eager(*inputs), "sdpa": _sdpa_baseline(causal),
+                 "compile": compiled(eager)}
     if not has_bias:  # cuDNN and FlashAttention-2 in SDPA take no float mask
         baselines["sdpa_cudnn"] = _sdpa_baseline(causal, "CUDNN_ATTENTION")
         baselines["sdpa_flash"] = _sdpa_baseline(causal, "FLASH_ATTENTION")
@@ -322,6 +325,9 @@ def _spec(name, causal, has_bias):
         constraints=_constraints,
         baselines=baselines,
         accumulation_bound=lambda q, k, v, bias=None: _accumulation_bound(q, k, v, bias, causal),
+        export_key={"seq_len": "seq"},
+        default_shapes=((4, 16, 4096, 64), (4, 16, 4096, 128), (1, 16, 16384, 128)),
+        default_dtypes=("float16", "bfloat16"),
     )
 
 

@@ -34,7 +34,8 @@ def _fused_gelu_kernel(
     inner = 0.7978845608 * (x + 0.044715 * x * x * x)
     tanh_inner = 2.0 * tl.sigmoid(2.0 * inner) - 1.0  # tanh(u) = 2*sigmoid(2u) - 1, exact in fp32 range
     y = (0.5 * x * (1.0 + tanh_inner) + bias[None, :]) * scale
-    tl.store(out_ptr + rows64[:, None] * out_row_stride + cols[None, :], y.to(out_ptr.dtype.element_ty), mask=mask)
+    tl.store(out_ptr + rows64[:, None] * out_row_stride + cols[None, :], y.to(out_ptr.dtype.element_ty),
+             mask=mask)
 
 
 def fused_gelu(x, bias, scale, *, BLOCK_M=4, BLOCK_N=1024, num_warps=4, num_stages=1, out=None):
@@ -98,4 +99,6 @@ SPEC = KernelSpec(
     constraints=_constraints,
     baselines={"eager": lambda inputs: fused_gelu_ref(*inputs), "torch": _native,
                "compile": compiled(fused_gelu_ref)},
+    export_key={"n_rows": "rows", "n_cols": "cols"},
+    default_shapes=((4096, 4096), (8192, 8192), (16384, 11008)),
 )

@@ -46,7 +46,8 @@ def _layernorm_kernel(
         total_sq = tl.zeros([BLOCK_SIZE], dtype=tl.float32)
         for start in range(0, n_cols, BLOCK_SIZE):
             mask = start + cols < n_cols
-            d = tl.where(mask, tl.load(x_row + start + cols, mask=mask, other=0.0).to(tl.float32) - shift, 0.0)
+            x = tl.load(x_row + start + cols, mask=mask, other=0.0).to(tl.float32)
+            d = tl.where(mask, x - shift, 0.0)
             total += d
             total_sq += d * d
         mean_shifted = tl.sum(total, axis=0) / n_cols
@@ -73,7 +74,8 @@ def _layernorm_kernel(
 def layernorm(x, weight, bias, *, eps=EPS, BLOCK_SIZE=1024, num_warps=4, num_stages=1, out=None):
     """Returns (out, mean, rstd); mean and rstd are fp32, one per row."""
     if x.ndim != 2 or weight.shape != (x.shape[1],) or bias.shape != (x.shape[1],):
-        raise ValueError(f"expects x (M, N), weight and bias (N,); got {tuple(x.shape)}, {tuple(weight.shape)}, {tuple(bias.shape)}")
+        raise ValueError(f"expects x (M, N), weight and bias (N,); got {tuple(x.shape)}, "
+                         f"{tuple(weight.shape)}, {tuple(bias.shape)}")
     if x.stride(1) != 1 or not (weight.is_contiguous() and bias.is_contiguous()):
         raise ValueError("layernorm needs unit stride along the rows of x, contiguous weight and bias")
     n_rows, n_cols = x.shape
@@ -138,7 +140,10 @@ SPEC = KernelSpec(
     # a baseline with the reference's first output.
     baselines={
         "eager": lambda inputs: layernorm_ref(*inputs)[0],
-        "torch": lambda inputs: torch.nn.functional.layer_norm(inputs[0], inputs[0].shape[1:], *inputs[1:], eps=EPS),
+        "torch": lambda inputs: torch.nn.functional.layer_norm(inputs[0], inputs[0].shape[1:], *inputs[1:],
+                                                               eps=EPS),
         "compile": compiled(lambda x, weight, bias: layernorm_ref(x, weight, bias)[0]),
     },
+    export_key={"n_cols": "cols"},
+    default_shapes=((16384, 4096), (8192, 8192), (2048, 65536)),
 )

@@ -94,7 +94,8 @@ def matmul(a, b, bias=None, *, activation="none", BLOCK_M=128, BLOCK_N=128, BLOC
         a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0), out.stride(1),
         BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, GROUP_M=GROUP_M,
         HAS_BIAS=bias is not None, ACTIVATION=ACTIVATIONS[activation], EXACT_FP32=a.dtype == torch.float32,
-        # Only where needed: 64-bit offsets everywhere cost 3-6% at 4096^3 on an H200 (0.92x cuBLAS, from 0.98x).
+        # Only where needed: 64-bit offsets everywhere cost 3-6% at 4096^3 on an H200 (0.92x cuBLAS, from
+        # 0.98x).
         INT64_OFFSETS=max(a.numel(), b.numel(), out.numel()) >= 2**31,
         num_warps=num_warps, num_stages=num_stages,
     )
@@ -113,8 +114,9 @@ def matmul_ref(a, b, bias=None, activation="none"):
 
 
 def _accumulation_bound(a, b, bias=None, activation_slope=1.0):
-    """sqrt(K) * 2**-23 * (|A| @ |B|): what fp32 accumulation of K products may cost (runners/check.py).
-    The epilogue keeps it: a bias shifts both sides alike, relu has slope <= 1, gelu_tanh <= 1.13."""
+    """sqrt(K) * 2**-23 * (|A| @ |B|): what fp32 accumulation of K products may cost
+    (runners/measure/check.py). The epilogue keeps it: a bias shifts both sides alike, relu has slope
+    <= 1, gelu_tanh <= 1.13."""
     return activation_slope * math.sqrt(a.shape[1]) * 2.0**-23 * (a.double().abs() @ b.double().abs())
 
 
@@ -137,7 +139,8 @@ def _constraints(shape, dtype, config):
     tiles = config["num_stages"] * (config["BLOCK_M"] + config["BLOCK_N"]) * config["BLOCK_K"]
     shared = tiles * element_size(getattr(torch, dtype))
     if shared > SHARED_MEMORY_BYTES:
-        return f"{config['num_stages']} stages of A and B tiles need {shared} B of shared memory > {SHARED_MEMORY_BYTES}"
+        return (f"{config['num_stages']} stages of A and B tiles need {shared} B of shared memory > "
+                f"{SHARED_MEMORY_BYTES}")
     for block, size, name in ((config["BLOCK_M"], M, "M"), (config["BLOCK_N"], N, "N")):
         if block >= 4 * max(triton.next_power_of_2(size), 16):
             return f"BLOCK_{name} {block} >= 4x {name}={size}: most of every tile masked off"
@@ -165,22 +168,26 @@ SPEC = KernelSpec(
     constraints=_constraints,
     baselines={"torch": lambda inputs: torch.matmul(*inputs)},  # cuBLAS
     accumulation_bound=_accumulation_bound,
+    # no export_key: the kernel's arguments are named like the dims (M, N, K)
+    default_shapes=((4096, 4096, 4096), (8192, 8192, 8192), (4096, 4096, 11008)),
+    default_dtypes=("float16", "bfloat16"),
 )
 
 
-def _epilogue_spec(activation):
+def _epilogue_spec(name, activation):
     eager = lambda a, b, bias: matmul_ref(a, b, bias, activation)
     return dataclasses.replace(
         SPEC,
-        name=f"matmul_bias_{activation}",
+        name=name,
         make_inputs=_with_bias(_make_inputs),
         launch=lambda inputs, out, config: matmul(*inputs, activation=activation, out=out, **config),
         reference=eager,
         bytes_moved=lambda shape, dtype: _bytes_moved(shape, dtype, True),
         baselines={"eager": lambda inputs: eager(*inputs), "compile": compiled(eager)},
-        accumulation_bound=lambda a, b, bias: _accumulation_bound(a, b, bias, 1.13 if activation == "gelu" else 1.0),
+        accumulation_bound=lambda a, b, bias: _accumulation_bound(a, b, bias,
+                                                                  1.13 if activation == "gelu" else 1.0),
     )
 
 
-BIAS_RELU = _epilogue_spec("relu")
-BIAS_GELU = _epilogue_spec("gelu")
+BIAS_RELU = _epilogue_spec("matmul_bias_relu", "relu")
+BIAS_GELU = _epilogue_spec("matmul_bias_gelu", "gelu")

@@ -116,6 +116,9 @@ SPEC = KernelSpec(
         "num_stages": [1],
     },
     constraints=_constraints,
-    baselines={"eager": lambda inputs: softmax_ref(*inputs), "torch": lambda inputs: torch.softmax(inputs[0], dim=-1),
+    baselines={"eager": lambda inputs: softmax_ref(*inputs),
+               "torch": lambda inputs: torch.softmax(inputs[0], dim=-1),
                "compile": compiled(softmax_ref)},
+    export_key={"n_cols": "cols"},
+    default_shapes=((4096, 1024), (4096, 4096), (2048, 16384)),
 )

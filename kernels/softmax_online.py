@@ -65,14 +65,16 @@ def _softmax_online_kernel(
         for block in range(n_blocks):
             start = (n_blocks - 1 - block) * BLOCK_SIZE  # the first block seen is the ragged last one
             mask = start + cols < n_cols
-            x = tl.load(in_row + start + cols, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
+            x = tl.load(in_row + start + cols, mask=mask, other=0.0,
+                        eviction_policy="evict_first").to(tl.float32)
             y = tl.exp(x - row_max) * inverse_sum
             tl.store(out_row + start + cols, y.to(out_ptr.dtype.element_ty), mask=mask, cache_modifier=".cs")
 
 
 def softmax_online(x, *, BLOCK_SIZE=4096, num_warps=8, num_stages=2, out=None):
     if x.ndim != 2 or x.stride(1) != 1:
-        raise ValueError(f"softmax_online expects a 2-D tensor with unit stride along rows, got {tuple(x.shape)}")
+        raise ValueError("softmax_online expects a 2-D tensor with unit stride along rows, got "
+                         f"{tuple(x.shape)}")
     out = torch.empty_like(x) if out is None else out
     n_rows, n_cols = x.shape
     grid = lambda meta: (n_rows,)
@@ -98,6 +100,9 @@ SPEC = KernelSpec(
     space={"BLOCK_SIZE": [1024, 2048, 4096, 8192, 16384, 32768], "num_warps": [4, 8, 16, 32],
            "num_stages": [1, 2, 3]},
     constraints=lambda shape, dtype, config: looped_row_reason(config, shape[1]),
-    baselines={"eager": lambda inputs: softmax_ref(*inputs), "torch": lambda inputs: torch.softmax(inputs[0], dim=-1),
+    baselines={"eager": lambda inputs: softmax_ref(*inputs),
+               "torch": lambda inputs: torch.softmax(inputs[0], dim=-1),
                "compile": compiled(softmax_ref)},
+    export_key={"n_cols": "cols"},
+    default_shapes=((4096, 16384), (1024, 131072), (256, 262144)),
 )

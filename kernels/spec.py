@@ -24,8 +24,16 @@ A kernel module builds one `KernelSpec` named `SPEC`. The runner knows nothing e
 - `baselines`: name -> callable(inputs) -> output, the same result computed the way a user otherwise
   would (e.g. torch.softmax); measured in the same sweep so speedups come from one run. A baseline
   returns the main output only; it is checked against the reference's first output.
+- `export_key`: argument of the kernel's @triton.jit function -> the dim it gives (softmax: n_cols ->
+  cols), stored in its export: what `@triton.autotune(key=...)` and the export's prune read the call's
+  sizes from. Empty where the arguments are named like the dims (matmul's M, N, K).
+- `default_shapes`, `default_dtypes`: what `python -m runners.sweep kernel=<name>` sweeps when
+  kernel.shapes / kernel.dtypes are not given.
 
 `dims` names the shape's dimensions (e.g. ("rows", "cols")); shapes have exactly len(dims) entries.
+
+A module of kernels/ is found by its assignment of a spec to an UPPER_CASE name (kernels/__init__.py):
+a kernel there is one file, with no list to add it to.
 """
 from __future__ import annotations
 
@@ -55,6 +63,9 @@ class KernelSpec:
         default_factory=dict
     )
     accumulation_bound: Optional[Callable[..., torch.Tensor]] = None
+    export_key: Mapping[str, str] = field(default_factory=dict)
+    default_shapes: tuple = ()
+    default_dtypes: tuple = ("float16",)
 
 
 def is_power_of_two(value: int) -> bool:

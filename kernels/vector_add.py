@@ -68,4 +68,6 @@ SPEC = KernelSpec(
     constraints=_constraints,
     # x + y is both the eager code and the native op: one baseline, plus torch.compile of it.
     baselines={"torch": lambda inputs: vector_add_ref(*inputs), "compile": compiled(vector_add_ref)},
+    export_key={"n_elements": "n"},
+    default_shapes=((1 << 20,), (1 << 24,), (1 << 28,)),
 )

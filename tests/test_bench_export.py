@@ -10,14 +10,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from omegaconf import OmegaConf
 
 from runners.benchmarks import bench_export
 from runners.engine.trials import TRITON_PROVIDER, load_spec, plan_trials
-from runners.export import export_kernel
+from runners.results.export import export_kernel
 from runners.results.store import ResultStore
 
-REPO = Path(__file__).resolve().parent.parent
 GPU_ENV = {"backend": "cuda", "gpu_name": "NVIDIA H200", "driver_version": "580.159.04",
            "cuda_version": "13.0", "torch_version": "2.11.0", "triton_version": "3.6.0",
            "kernel_hash": "feedbeef0003"}
@@ -91,8 +89,7 @@ def _export(kernel, tmp_path):
                       "seed": 0, "timestamp": "2026-11-22T00:00:00"})
     frame = store.load()
     store.close()
-    key = OmegaConf.load(REPO / "conf" / "config.yaml").export.key.get(kernel)
-    (path, _) = export_kernel(frame, kernel, tmp_path / "exports", key=dict(key or {}))
+    (path, _) = export_kernel(frame, kernel, tmp_path / "exports", key=dict(spec.export_key))
     return spec, bench_export.load_export(path)
 
 

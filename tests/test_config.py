@@ -7,6 +7,7 @@ from omegaconf import OmegaConf
 from hydra.errors import ConfigCompositionException
 from omegaconf.errors import ConfigKeyError
 
+from kernels import builtin
 from runners.engine.schema import KernelConf, register_configs
 
 CONF = Path(__file__).resolve().parent.parent / "conf"
@@ -16,6 +17,11 @@ def _options(group: str) -> list[str]:
     return sorted(p.stem for p in (CONF / group).glob("*.yaml"))
 
 
+def _kernels() -> list[str]:
+    """Every built-in kernel (found in kernels/, with or without a conf/kernel YAML), and external."""
+    return sorted(set(builtin()) | set(_options("kernel")))
+
+
 @pytest.fixture(scope="module", autouse=True)
 def _hydra():
     register_configs()
@@ -23,7 +29,7 @@ def _hydra():
         yield
 
 
-@pytest.mark.parametrize("kernel", _options("kernel"))
+@pytest.mark.parametrize("kernel", _kernels())
 @pytest.mark.parametrize("timing", _options("timing"))
 @pytest.mark.parametrize("logger", _options("logger"))
 def test_every_group_option_composes(kernel, timing, logger):
@@ -39,9 +45,13 @@ def test_every_group_option_composes(kernel, timing, logger):
 
 
 @pytest.mark.parametrize("sweep", _options("sweep"))
-def test_every_sweep_file_composes(sweep):
+def test_every_sweep_file_composes_and_plans_trials(sweep):
+    from runners.engine.trials import load_spec, plan_trials
+
     cfg = compose("config", overrides=[f"+sweep={sweep}"])
-    assert OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)["kernel"]["shapes"]
+    kernel = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)["kernel"]
+    trials = plan_trials(load_spec(kernel["name"], kernel["spec"]), kernel, "cuda")
+    assert any(t.pruned_reason is None for t in trials)  # its shapes (or the kernel's defaults) plan
     text = (CONF / "sweep" / f"{sweep}.yaml").read_text()
     assert text.startswith("# @package _global_") and "# to run:" in text
 
@@ -75,14 +85,17 @@ def test_wrong_type_fails_naming_the_field():
     ("timing.rel_precision=0", "timing.rel_precision: 0.0 must be in (0, 1)"),
     ("timing.min_samples=3", "timing.min_samples: 3 must be >= 4"),
     ("timing.min_time_s=2", "timing.min_time_s: 2.0 is past max_time_s (1.0)"),
-    ("finalists.min_rounds=2", "finalists.min_rounds: 2 must be >= 4"),
+    ("finalists.min_samples=2", "finalists.min_samples: 2 must be >= 4"),
+    ("finalists.repetitions=0", "finalists.repetitions: 0 must be >= 1"),
+    ("finalists.top_k=-1", "finalists.top_k: -1 and tie_floor: 0.005 must be >= 0"),
+    ("timing.warmup_s=-1", "timing.warmup_s: -1.0 must be >= 0"),
     ("export.tolerance=3", "export.tolerance: 3.0 must be a share in [0, 1)"),
-    ("export.key.softmax.n_cols=columns",
+    ("+export.key.softmax.n_cols=columns",
      "export.key.softmax: n_cols=columns: 'columns' is not a dim of softmax"),
 ])
 def test_bad_values_fail_before_any_launch_naming_the_field(override, message):
     from runners.engine.trials import ConfigError
-    from runners.sweep import validate
+    from runners.engine.plan import validate
 
     cfg = compose("config", overrides=["backend=interpret", "kernel.shapes=[[4,100]]", override])
     with pytest.raises(ConfigError) as error:

@@ -3,12 +3,15 @@
 CPU: the Triton interpreter, fp16 and fp32. GPU (marked): bf16 too, and long rows.
 """
 import dataclasses
+import itertools
+import math
 
 import pytest
 import torch
 import triton
 
-from kernels import attention, fused_gelu, layernorm, matmul, softmax, softmax_online, vector_add
+from kernels import attention, builtin, fused_gelu, layernorm, matmul, softmax, softmax_online, vector_add
+from runners.engine.trials import check_key, load_spec, plan_trials
 from runners.measure.check import TOLERANCES, as_tuple, compare, compare_outputs, upcast
 from tests.conftest import HAS_CUDA
 
@@ -247,3 +250,64 @@ def test_gpu_long_rows(dtype):
 
 def test_tolerances_cover_every_supported_dtype():
     assert set(vector_add.SPEC.dtypes) | set(softmax.SPEC.dtypes) <= set(TOLERANCES)
+
+
+# --- every built-in kernel, found in kernels/ (a new kernel is in these tests without a line here) ---------
+SMALL_ELEMENTS = 1 << 15  # the interpreter runs every program in Python
+
+
+def _valid_configs(spec, shape, dtype):
+    names = list(spec.space)
+    configs = [dict(zip(names, values)) for values in itertools.product(*(spec.space[n] for n in names))]
+    return [c for c in configs if spec.constraints(shape, dtype, c) is None]
+
+
+def _small_case(spec, dtype):
+    """A shape for the interpreter, from the kernel's first default shape: each dim halved (left to
+    right) while its default space keeps a valid config, until the shape holds SMALL_ELEMENTS or fewer,
+    then each dim made one smaller (odd, not a multiple of any block) where a config stays valid; and
+    the valid config with the smallest blocks."""
+    shape = list(spec.default_shapes[0])
+    while math.prod(shape) > SMALL_ELEMENTS:
+        for index in range(len(shape)):
+            smaller = shape[:index] + [shape[index] // 2] + shape[index + 1:]
+            if smaller[index] >= 2 and _valid_configs(spec, tuple(smaller), dtype):
+                shape = smaller
+                break
+        else:
+            break
+    for index in range(len(shape)):
+        odd = shape[:index] + [shape[index] - 1] + shape[index + 1:]
+        if odd[index] >= 3 and _valid_configs(spec, tuple(odd), dtype):
+            shape = odd
+    configs = _valid_configs(spec, tuple(shape), dtype)
+    assert configs, f"{spec.name}: no config of its default space is valid at a shape under {SMALL_ELEMENTS}"
+    blocks = lambda c: math.prod(v for k, v in c.items() if k.startswith("BLOCK"))
+    smallest = min(configs, key=lambda c: (blocks(c), c.get("num_stages", 1), c.get("num_warps", 4)))
+    return tuple(shape), smallest
+
+
+@pytest.mark.parametrize("name", sorted(builtin()))
+def test_every_builtin_kernel_describes_itself(name):
+    """Found by its name; its default shapes and dtypes plan trials; its export key names its dims; its
+    FLOP and byte models count; its inputs can be made on the meta device (the compile pool's)."""
+    spec = load_spec(name, None)
+    assert spec.name == name and spec.default_shapes and set(spec.default_dtypes) <= set(spec.dtypes)
+    trials = plan_trials(spec, {"shapes": None, "dtypes": None, "space": {}, "baselines": []}, "cuda")
+    for shape in spec.default_shapes:
+        assert any(t.shape == tuple(shape) and t.pruned_reason is None for t in trials), shape
+        assert spec.flops(shape) > 0 and spec.bytes_moved(shape, torch.float16) > 0
+    check_key(dict(spec.export_key), tuple(spec.dims), name, "export_key")
+    dtype = getattr(torch, spec.default_dtypes[0])
+    inputs = spec.make_inputs(spec.default_shapes[0], dtype, 0, torch.device("meta"))
+    assert all(x.device.type == "meta" for x in inputs if isinstance(x, torch.Tensor))
+
+
+@pytest.mark.parametrize("dtype", CPU_DTYPES)
+@pytest.mark.parametrize("name", sorted(builtin()))
+def test_every_builtin_kernel_matches_its_reference_at_a_small_shape(name, dtype):
+    spec = load_spec(name, None)
+    if dtype not in spec.dtypes:
+        pytest.skip(f"{name} takes {spec.dtypes}")
+    shape, config = _small_case(spec, dtype)
+    _check(spec, shape, dtype, config, check_baselines=False)

@@ -117,11 +117,12 @@ def _outcome(status: Optional[str], message: Optional[str], began: float) -> dic
 
 def kernel_module(kernel_name: str, spec_path: Optional[str]) -> Optional[str]:
     """The module that defines the kernel's KernelSpec, named without importing anything heavy: a
-    builtin's from kernels.BUILTIN, an external kernel's from kernel.spec ("pkg.mod:SPEC" -> "pkg.mod").
-    None where neither names one (validation says what is wrong)."""
-    from kernels import BUILTIN
+    builtin's from kernels.builtin() (read from the source, not imported), an external kernel's from
+    kernel.spec ("pkg.mod:SPEC" -> "pkg.mod"). None where neither names one (validation says what is
+    wrong)."""
+    from kernels import builtin
 
-    target = spec_path if kernel_name == "external" else BUILTIN.get(kernel_name)
+    target = spec_path if kernel_name == "external" else builtin().get(kernel_name)
     module, colon, attr = (target or "").partition(":")
     return module if module and colon and attr else None
 

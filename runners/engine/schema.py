@@ -8,10 +8,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
+from pathlib import Path
 from typing import Any, Dict, Optional
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
+
+from runners.measure.stop_rule import StopRule, StopRuleError
 
 
 class Backend(str, Enum):
@@ -35,30 +38,31 @@ class LoggerMode(str, Enum):
 
 @dataclass
 class KernelConf:
-    name: str = MISSING  # a kernel of kernels/__init__.py BUILTIN, or "external" with `spec`
+    name: str = MISSING  # a built-in kernel (kernels/__init__.py finds them), or "external" with `spec`
     spec: Optional[str] = None  # "pkg.module:ATTR" of a KernelSpec living in another package
-    shapes: Any = MISSING  # one shape or a list of shapes; a shape is an int (1-D) or a list of ints
-    dtypes: Any = MISSING  # one dtype name or a list: float16 | bfloat16 | float32
+    # One shape or a list of shapes (a shape is an int for 1-D, or a list of ints); None: the kernel's
+    # default_shapes.
+    shapes: Any = None
+    dtypes: Any = None  # one dtype name or a list: float16 | bfloat16 | float32; None: its default_dtypes
     space: Dict[str, Any] = field(default_factory=dict)  # overrides of the kernel's default space
     baselines: Any = None  # None: all the kernel declares; [] none; or a list of names
 
 
 @dataclass
-class TimingConf:
-    # The stopping rule (runners/measure/timing.py): at least min_samples and min_time_s of sampling, then
-    # stop once the median is known to rel_precision (half-width of its 95% confidence interval, relative), or
-    # at max_time_s whatever the precision. These defaults are conf/timing/default.yaml's; the presets set
-    # every field.
-    min_samples: int = 20
-    min_time_s: float = 0.01
-    rel_precision: float = 0.005
-    max_time_s: float = 1.0
+class TimingConf(StopRule):
+    """Screening: the stopping rule (runners/measure/stop_rule.py: min_samples, min_time_s, rel_precision,
+    max_time_s, repetitions, checked there when a node is made) and the timer's own settings. The
+    defaults are conf/timing/default.yaml's; the presets set every field. repetitions is 1 here: the
+    finalists, which decide, take several."""
+
     warmup_s: float = 0.02
     # A sample is flagged throttled when the SM clock read around it is below this share of max clock.
     throttle_ratio: float = 0.9
-    # Blocks of samples, each on buffers placed anew in device memory: their spread is the noise a second
-    # run meets (runners/measure/timing.py). 1 here: the finalists, which decide, take several.
-    repetitions: int = 1
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.warmup_s < 0:
+            raise StopRuleError(f"warmup_s: {self.warmup_s} must be >= 0")
 
 
 @dataclass
@@ -86,29 +90,32 @@ class CompileConf:
 
 
 @dataclass
-class FinalistsConf:
-    # The top_k configs of each (shape, dtype) are re-timed round-robin on one GPU until the stopping
-    # rule of the trials holds for each (at least min_rounds and min_time_s, then every median known to
-    # rel_precision, or max_time_s); ties and the choice follow runners/engine/finalists.py. top_k 0 or 1:
-    # no finalists.
-    top_k: int = 8
-    min_rounds: int = 20
+class FinalistsConf(StopRule):
+    """The top_k configs of each (shape, dtype) re-timed round-robin on one GPU until the stopping rule
+    holds for each (min_samples is rounds: one sample of each finalist a round); ties and the choice
+    follow runners/engine/finalists.py. top_k 0 or 1: no finalists. The rounds are taken in
+    `repetitions` blocks, each on buffers placed anew: the winners' and baselines' between-run noise,
+    which runners/compare.py judges a change by."""
+
     min_time_s: float = 0.02
-    rel_precision: float = 0.005
     max_time_s: float = 0.5
-    tie_floor: float = 0.005  # differences below this share of the fastest p50 are ties
-    # Blocks of rounds, each on buffers placed anew: the winners' and baselines' between-run noise, which
-    # runners/compare.py judges a change by (the blocks share the rule's samples and seconds).
     repetitions: int = 5
+    top_k: int = 8
+    tie_floor: float = 0.005  # differences below this share of the fastest p50 are ties
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.top_k < 0 or self.tie_floor < 0:
+            raise StopRuleError(f"top_k: {self.top_k} and tie_floor: {self.tie_floor} must be >= 0")
 
 
 @dataclass
 class ExportConf:
     # A covering set per (kernel, GPU, dtype): at every measured shape the fastest config of the list
-    # that was ok there is within this share of the fastest measured there (runners/export.py).
+    # that was ok there is within this share of the fastest measured there (runners/results/export.py).
     tolerance: float = 0.03
     # kernel -> {argument of its @triton.jit kernel: dim of its shapes}, stored in the export: the prune
-    # function reads the call's sizes from these arguments.
+    # function reads the call's sizes from these arguments. Replaces the kernel's own KernelSpec.export_key.
     key: Dict[str, Dict[str, str]] = field(default_factory=dict)
     merge: bool = True  # keep other GPUs' sections already in <export_dir>/<kernel>_configs.json
 
@@ -122,6 +129,8 @@ class SweepConf:
     compile: CompileConf = field(default_factory=CompileConf)
     finalists: FinalistsConf = field(default_factory=FinalistsConf)
     export: ExportConf = field(default_factory=ExportConf)
+    # name -> an output (conf/output/<name>.yaml: `_target_` and its settings), written in this order
+    output: Dict[str, Any] = field(default_factory=dict)
     backend: Backend = Backend.cuda
     # Trial workers: None = one per visible GPU (CUDA_VISIBLE_DEVICES) of the first GPU's model;
     # with backend=interpret, the number of interpreter processes (None = 1).
@@ -134,5 +143,17 @@ class SweepConf:
     trial_timeout_s: float = 300.0  # wall clock for one trial (load or compile, check, timing) in a worker
 
 
+KERNEL_CONF = Path(__file__).resolve().parents[2] / "conf" / "kernel"
+
+
 def register_configs() -> None:
-    ConfigStore.instance().store(name="sweep_schema", node=SweepConf)
+    """The schema, and `kernel=<name>` for every built-in kernel without a conf/kernel/<name>.yaml: its
+    shapes and dtypes are then its KernelSpec's defaults (a YAML, where there is one, sets others)."""
+    from kernels import builtin, space_names  # read from kernels/*.py, none of them imported
+
+    store = ConfigStore.instance()
+    store.store(name="sweep_schema", node=SweepConf)
+    for name in builtin():
+        if not (KERNEL_CONF / f"{name}.yaml").exists():
+            space = dict.fromkeys(space_names(name))  # None: the kernel's default values
+            store.store(group="kernel", name=name, node=KernelConf(name=name, space=space))

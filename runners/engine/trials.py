@@ -21,7 +21,7 @@ from typing import Any, Optional
 from triton.runtime.interpreter import InterpretedFunction
 from triton.runtime.jit import JITFunction
 
-from kernels import BUILTIN
+from kernels import builtin
 from kernels.spec import KernelSpec, is_power_of_two
 
 DTYPES = ("float16", "bfloat16", "float32")
@@ -66,12 +66,12 @@ def load_spec(name: str, spec_path: Optional[str]) -> KernelSpec:
         if not spec_path:
             raise ConfigError("kernel.spec: an external kernel needs an import path, e.g. pkg.module:SPEC")
         target = spec_path
-    elif name in BUILTIN:
+    elif name in builtin():
         if spec_path:
             raise ConfigError(f"kernel.spec: only kernel=external takes an import path (kernel is {name})")
-        target = BUILTIN[name]
+        target = builtin()[name]
     else:
-        known = ", ".join(sorted(BUILTIN) + ["external"])
+        known = ", ".join(sorted(builtin()) + ["external"])
         raise ConfigError(f"kernel.name: unknown kernel {name!r}; known: {known}")
     module_name, _, attr = target.partition(":")
     if not attr:
@@ -85,6 +85,11 @@ def load_spec(name: str, spec_path: Optional[str]) -> KernelSpec:
         raise ConfigError(f"kernel.spec: {target!r} is not a kernels.spec.KernelSpec "
                           f"(got {type(spec).__name__})")
     return spec
+
+
+def builtin_spec(name: str) -> Optional[KernelSpec]:
+    """The KernelSpec of a built-in kernel of that name (its module imported), None for any other name."""
+    return load_spec(name, None) if name in builtin() else None
 
 
 def kernel_source_hash(spec: KernelSpec) -> str:
@@ -187,8 +192,15 @@ def plan_trials(spec: KernelSpec, kernel_conf: dict, backend: str) -> list[Trial
 
     Raises ConfigError for bad input; configs the kernel cannot run at a shape come back pruned.
     """
-    shapes = parse_shapes(kernel_conf["shapes"], len(spec.dims))
-    dtypes = parse_dtypes(kernel_conf["dtypes"], spec.dtypes)
+    shapes = kernel_conf.get("shapes")
+    if shapes is None:
+        if not spec.default_shapes:
+            raise ConfigError(f"kernel.shapes: give the shapes to sweep ({spec.name} declares no "
+                              "default_shapes)")
+        shapes = [list(shape) for shape in spec.default_shapes]
+    shapes = parse_shapes(shapes, len(spec.dims))
+    dtypes = kernel_conf.get("dtypes")
+    dtypes = parse_dtypes(list(spec.default_dtypes) if dtypes is None else dtypes, spec.dtypes)
     space = parse_space(dict(kernel_conf.get("space") or {}), spec)
     baselines = kernel_conf.get("baselines")
     baselines = list(spec.baselines) if baselines is None else [str(b) for b in _as_list(baselines)]
@@ -217,3 +229,16 @@ def plan_trials(spec: KernelSpec, kernel_conf: dict, backend: str) -> list[Trial
         for name in baselines:
             trials.append(Trial(spec.name, name, shape, dtype, {}))
     return trials
+
+
+def check_key(key: dict, dims: tuple, kernel: str, field: str) -> dict[str, str]:
+    """An export key ({argument of the kernel: dim}) checked against the kernel's dims; `field` names
+    where it was given (export.key.<kernel>, --key)."""
+    for argument, dim in key.items():
+        if not str(argument).isidentifier():
+            raise ConfigError(f"{field}: {argument!r} is not a Python name (an argument of {kernel}'s "
+                              "kernel)")
+        if dim not in dims:
+            raise ConfigError(f"{field}: {argument}={dim}: {dim!r} is not a dim of {kernel} "
+                              f"({', '.join(dims)})")
+    return {str(argument): str(dim) for argument, dim in key.items()}

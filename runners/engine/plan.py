@@ -1,0 +1,102 @@
+"""What a job will run, checked before anything is launched: the stopping rules, the kernel and its
+trials, the search, the workers; every bad input a ConfigError naming its field.
+
+The stopping rules are checked first and alone (stop_rules), before the job starts any worker; the rest
+(validate) after the first trial worker and the fork server have started, since it imports torch and
+the kernel's module as they do (runners/engine/job.py: why at once).
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from omegaconf import DictConfig, OmegaConf
+
+NO_GPU_MESSAGE = (
+    "backend=cuda but no CUDA GPU is visible (torch.cuda.is_available() is False). To run the whole "
+    "pipeline on the CPU through the Triton interpreter, add backend=interpret (use small shapes; its "
+    "timings are marked as interpreter timings and never exported)."
+)
+
+
+def stop_rules(cfg: DictConfig):
+    """The screening and the finalists' schema objects (each a StopRule with fields of its own), which
+    check their fields as they are made (runners/measure/stop_rule.py); a wrong one named with its
+    group."""
+    from runners.measure.stop_rule import StopRuleError
+
+    made = []
+    for group in ("timing", "finalists"):
+        try:
+            made.append(OmegaConf.to_object(cfg[group]))
+        except StopRuleError as error:
+            from runners.engine.trials import ConfigError  # imports Triton: only on the way out
+
+            raise ConfigError(f"{group}.{error}") from None
+    return tuple(made)
+
+
+@dataclass
+class Plan:
+    spec: object  # the KernelSpec
+    trials: list  # every trial of the job, pruned ones included
+    search: object  # runners/engine/search.py: which configs run, batch by batch
+    workers: int  # trial workers (GPUs, or interpreter processes)
+    compilers: int  # compile workers
+
+
+def _check_export_settings(cfg: DictConfig, spec) -> None:
+    """export.tolerance and the kernel's export.key, checked before the sweep rather than at its end."""
+    from runners.engine.trials import ConfigError, check_key
+
+    tolerance = cfg.export.tolerance
+    if not 0 <= tolerance < 1:
+        raise ConfigError(f"export.tolerance: {tolerance!r} must be a share in [0, 1), e.g. 0.03 for 3%")
+    key = OmegaConf.to_container(cfg.export.key, resolve=True).get(spec.name)
+    if key:
+        check_key(key, tuple(spec.dims), spec.name, f"export.key.{spec.name}")
+    else:  # the kernel's own: a mistake of its author, found before the sweep
+        check_key(dict(spec.export_key), tuple(spec.dims), spec.name, f"{spec.name}'s KernelSpec.export_key")
+
+
+def _workers(cfg: DictConfig) -> int:
+    from runners.engine.trials import ConfigError
+
+    available = 1
+    if cfg.backend == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ConfigError(NO_GPU_MESSAGE)
+        available = torch.cuda.device_count()  # the GPUs CUDA_VISIBLE_DEVICES leaves visible
+    workers = cfg.gpu_workers if cfg.gpu_workers is not None else available
+    if workers < 1 or (cfg.backend == "cuda" and workers > available):
+        raise ConfigError(f"gpu_workers: {workers} must be between 1 and the {available} visible GPU(s)")
+    return workers
+
+
+def validate(cfg: DictConfig) -> Plan:
+    """Everything that can be wrong with the input and that the schema does not catch at composition,
+    checked before any launch (the stopping rules first)."""
+    from runners.engine.search import Search
+    from runners.engine.trials import TRITON_PROVIDER, ConfigError, load_spec, plan_trials
+
+    stop_rules(cfg)
+    if cfg.compile.timeout_s <= 0 or (cfg.compile.workers is not None and cfg.compile.workers < 0):
+        raise ConfigError("compile: workers must be >= 0 (or null: one per CPU core) and timeout_s > 0")
+    if cfg.search.budget_s is not None and cfg.search.budget_s <= 0:
+        raise ConfigError(f"search.budget_s: {cfg.search.budget_s} must be > 0 (or null: no limit)")
+    if cfg.backend == "interpret":
+        os.environ["TRITON_INTERPRET"] = "1"  # before any kernel module is imported
+    spec = load_spec(cfg.kernel.name, cfg.kernel.spec)
+    _check_export_settings(cfg, spec)
+    trials = plan_trials(spec, OmegaConf.to_container(cfg.kernel, resolve=True), cfg.backend.value)
+    search = Search(cfg.search.method.value, trials, cfg.search.budget_trials, cfg.search.seed,
+                    cfg.search.batch)
+    workers = _workers(cfg)
+    to_compile = sum(1 for t in trials if t.provider == TRITON_PROVIDER and not t.pruned_reason)
+    compilers = 0
+    if cfg.backend == "cuda":  # the interpreter has nothing to compile
+        compilers = min((os.cpu_count() or 1) if cfg.compile.workers is None else cfg.compile.workers,
+                        to_compile)
+    return Plan(spec, trials, search, workers, compilers)
