@@ -67,12 +67,10 @@ import pandas as pd
 
 from runners.engine.finalists import winner
 from runners.engine.trials import TRITON_PROVIDER, Trial
-from runners.export import FORMAT, covering_set, sweep_export_conf
-from runners.results.store import COLUMN_NAMES, ENV_KEY, DamagedStore, ResultStore
-
-# Named when they differ between matched rows: the resume key, then what else a row says of where it ran.
-_RUN_ON = ("cuda_version", "python_version", "git_sha", "host")
-ENVIRONMENT = tuple(name for name in dict.fromkeys((*ENV_KEY, *_RUN_ON)) if name in COLUMN_NAMES)
+from runners.export import sweep_export_conf
+from runners.results.export import FORMAT, covering_set
+from runners.engine.row import COLUMN_NAMES, NAMED
+from runners.results.store import DamagedStore, ResultStore
 DEFAULT_MIN_EFFECT = 0.01
 DEFAULT_ALPHA = 0.01
 # What every repetition of one run shares, as a standard deviation of ln(p50): above the 0.03-0.31%
@@ -163,7 +161,7 @@ def _export_side(path: Path, label: str) -> Side:
     def add(gpu, section, dtype, config, shape, figures, chosen):
         trial = Trial(kernel, TRITON_PROVIDER, tuple(shape), dtype, config)
         entry = rows.setdefault((trial.key, gpu), {
-            **{name: None for name in COLUMN_NAMES}, **{name: section.get(name) for name in ENVIRONMENT
+            **{name: None for name in COLUMN_NAMES}, **{name: section.get(name) for name in NAMED
                                                          if name in section},
             "trial_key": trial.key, "sweep_id": ",".join(section.get("sweep_ids", [])), "kernel": kernel,
             "provider": TRITON_PROVIDER, "shape": json.dumps(list(shape)), "dtype": dtype,
@@ -336,7 +334,7 @@ def compare(base: pd.DataFrame, new: pd.DataFrame, rule: Rule = Rule(), shipped:
     pairs, status_changes, env_diffs = [], [], {}
     for key in sorted(base_by_key.keys() & new_by_key.keys()):
         base_row, new_row = _pick(base_by_key[key], new_by_key[key])
-        for name in ENVIRONMENT:
+        for name in NAMED:
             if EXPORT_PHASE in (base_row["phase"], new_row["phase"]) and (
                     pd.isna(base_row[name]) or pd.isna(new_row[name])):
                 continue  # an export records fewer of them: what it lacks is not a difference
@@ -447,7 +445,7 @@ def report(result: dict, base: Side, new: Side, rule: Rule, fail_on_slow: Option
         differences = sorted(result["env_diffs"].items())
         lines += [f"  {name}: {b} -> {n} ({count})" for (name, b, n), count in differences]
     else:
-        lines.append("environment: the same for every matched row (" + ", ".join(ENVIRONMENT) + ")")
+        lines.append("environment: the same for every matched row (" + ", ".join(NAMED) + ")")
     classes = [f"{' '.join(map(str, c))} {_percent(s)} ({freedom} df)" for c, (s, freedom) in
                result["classes"].items() if s is not None and len(c) == 4]
     lines.append("repetition noise by shape (kernel provider dtype shape: s): " + ("; ".join(classes) or

@@ -12,7 +12,8 @@ import json
 import numpy as np
 import pytest
 
-from runners import compare, export
+from runners import compare
+from runners.results import export
 from runners.results.store import ResultStore
 from tests.synthetic_store import SHAPES, SPACE, noisy_run, row
 

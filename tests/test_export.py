@@ -25,7 +25,7 @@ from kernels import softmax
 from runners.engine.schema import register_configs
 from runners.engine.trials import TRITON_PROVIDER, load_spec, plan_trials
 from runners.export import main as export_main
-from runners.export import export_kernel, settings_from_config
+from runners.results.export import export_kernel, settings_from_config
 from runners.measure.check import compare
 from runners.results.store import ResultStore
 
@@ -274,14 +274,14 @@ def test_default_sweep_exports_a_list_for_every_shape(default_config, tmp_path):
     for trial in trials:
         if trial.provider == TRITON_PROVIDER and trial.pruned_reason is None:
             ok_at.setdefault(json.dumps(trial.config, sort_keys=True), set()).add(trial.shape)
-    shapes = {tuple(s) for s in default_config.kernel.shapes}
+    shapes = {trial.shape for trial in trials}  # softmax's default shapes (KernelSpec.default_shapes)
     assert len(shapes) == 3 and not any(at == shapes for at in ok_at.values())  # no config is ok everywhere
     store = ResultStore(tmp_path / "results.sqlite")
     frame = store.load(sweep_id="readme")
     store.close()
     export_kernel(frame, "softmax", tmp_path / "exports", **settings_from_config(default_config, "softmax"))
     module = _load(tmp_path / "exports" / "softmax_configs.py")
-    assert module["KEY"] == {"n_cols": "cols"}  # conf/config.yaml's export.key.softmax
+    assert module["KEY"] == {"n_cols": "cols"}  # softmax.SPEC.export_key
     cover = module["COVER"]["NVIDIA H200"]["float16"]
     assert module["CONFIGS"] and {shape for _, verified in cover for shape in verified} >= shapes
     for shape in shapes:  # the list's best where it was ok is within 3% of the best there

@@ -134,8 +134,9 @@ def test_results_and_the_finish_breakdown_do_not_depend_on_the_plots(tmp_path, m
     assert len(pd.read_parquet(tmp_path / "run" / "results.parquet")) == 3
     assert not list((tmp_path / "run").glob("*.png"))
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
-    assert list(summary["finish_seconds"]) == ["load", "parquet", "table", "export", "plots_and_W&B_summary"]
-    assert summary["before_job_seconds"] > 0 and summary["plots"] == []
+    # the outputs in their order, their trial-time work closed, then the background ones waited for
+    assert list(summary["finish_seconds"]) == ["load", "parquet", "table", "export", "closing", "background"]
+    assert summary["before_job_seconds"] > 0 and summary["written"]["plots"] == []
     assert "finish load " in result.stdout and "before the job " in result.stdout
 
 
@@ -164,19 +165,22 @@ def test_a_summary_run_that_hangs_is_left_to_finish_on_its_own(tmp_path, monkeyp
     out = tmp_path / "run"
     out.mkdir()
     said = []
-    finisher = Finisher.start(warm_wandb=True)
+    logger = {"mode": "offline", "project": "p", "entity": None, "dir": str(tmp_path)}
+    plots = {"name": "plots", "target": "runners.results.outputs.plots:Plots", "settings": {}}
+    wandb = {"name": "wandb", "target": "runners.results.outputs.wandb:Wandb", "settings": {"logger": logger}}
+    finisher = Finisher.start([plots, wandb])
     try:
-        finisher.draw(str(tmp_path / "r.sqlite"), "s", out)
-        finisher.write_summary({"mode": "offline", "project": "p", "entity": None, "dir": str(tmp_path)}, [])
-        outcome = finisher.wait(say=said.append, summary_wait_s=0.5)
+        finisher.begin(str(tmp_path / "r.sqlite"), "s", out, [{**plots, "handover": {}}])
+        finisher.then({"export": []}, [{**wandb, "handover": {"summary": True}}])
+        outcome = finisher.wait(say=said.append, then_wait_s=0.5)
         left_running = finisher.process.poll() is None
     finally:
         release.touch()
-    assert left_running and outcome["background"] and outcome["wandb_summary_seconds"] is None
+    assert left_running and outcome["background"] and "wandb" not in outcome["seconds"]
     names = ["heatmap_softmax.png", "roofline.png", "speedup_softmax.png"]
-    assert sorted(p.name for p in outcome["plots"]) == names
-    assert all(p.stat().st_size > 0 for p in outcome["plots"])
-    note = f"note: the W&B summary run is still being made by process {finisher.process.pid}"
+    assert sorted(p.name for p in outcome["files"]["plots"]) == names
+    assert all(p.stat().st_size > 0 for p in outcome["files"]["plots"])
+    note = f"note: output(s) wandb not written yet: process {finisher.process.pid} goes on in the background"
     assert said[0].startswith("plots: ") and said[-1].startswith(note)
     assert finisher.process.wait(timeout=60) == 0  # it goes on once released, and says what happened
     log = (out / "finish.log").read_text()

@@ -6,7 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from runners.results.store import ENV_KEY, ResultStore, write_parquet
+from runners.engine.row import ENV_KEY
+from runners.results.store import ResultStore, write_parquet
 
 ENV = {"backend": "cuda", "timing_method": "cupti/read-flush", "gpu_name": "NVIDIA H200",
        "driver_version": "580.1", "torch_version": "2.11", "triton_version": "3.6", "kernel_hash": "abc123"}
@@ -134,3 +135,18 @@ def test_resume_retries_transient_failures_only(tmp_path):
     later = store.append(_row(4, status="ok"))  # the timed-out trial measured fine on a later run
     assert store.measured(ENV) == {"key0": kept["ok"], "key1": kept["incorrect"],
                                    "key2": kept["compile_error"], "key3": kept["pruned"], "key4": later}
+
+
+def test_a_field_the_row_record_does_not_declare_is_an_error_not_dropped(tmp_path):
+    from runners.engine.row import UnknownField
+
+    store = ResultStore(tmp_path / "r.sqlite")
+    row = {"trial_key": "k", "sweep_id": "s", "kernel": "softmax", "provider": "triton", "shape": [4, 4],
+           "dtype": "float16", "config": {}, "status": "ok", "backend": "cuda", "gpu_name": "g",
+           "torch_version": "t", "triton_version": "t", "kernel_hash": "h", "seed": 0, "timestamp": "now"}
+    with pytest.raises(UnknownField, match="p99_us, sticky"):
+        store.append({**row, "p99_us": 1.0, "sticky": True})
+    assert store.load().empty  # nothing half-written
+    store.append(row)
+    assert len(store.load()) == 1
+    store.close()

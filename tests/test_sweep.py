@@ -133,3 +133,21 @@ def test_an_external_kernel_plugs_in_by_import_path(tmp_path):
     assert len(trials) == 2 * (2 * 2 + 1)  # 2 dtypes x (2 BLOCK_COLS x 2 num_warps + torch baseline)
     assert "scale_rows" in result.stdout  # the end table
     assert (tmp_path / "run" / "results.parquet").exists()
+
+
+def test_a_new_output_is_a_module_and_a_config_node(tmp_path):
+    """tests/rows_output.py is an output the project does not know: named on the command line (as a
+    conf/output/<name>.yaml would name it), it is made, sees every row and writes its file beside the
+    built-in ones; `output=[...]` leaves the others out."""
+    result = run_sweep(tmp_path, *SMALL_ADD, "sweep_id=with_csv",
+                       "+output.rows_csv._target_=tests.rows_output.RowsCsv")
+    lines = (tmp_path / "run" / "rows.csv").read_text().splitlines()
+    assert lines[0] == "kernel,provider,shape,config,p50_us"
+    assert len(lines) == 1 + len(_trials(tmp_path / "results.sqlite"))
+    assert f"({len(lines) - 1} recorded while the sweep ran)" in result.stdout
+    assert (tmp_path / "run" / "results.parquet").exists()
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["written"]["rows_csv"] == [str(tmp_path / "run" / "rows.csv")]
+    result = run_sweep(tmp_path, *SMALL_ADD, "sweep_id=only_table", "force=true", "output=[table]",
+                       f"hydra.run.dir={tmp_path}/run2")
+    assert not (tmp_path / "run2" / "results.parquet").exists() and "trials: " in result.stdout

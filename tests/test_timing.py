@@ -1,16 +1,18 @@
 """The stopping rule, the statistics, CUPTI record parsing and the flush, on synthetic data (no GPU)."""
 import math
 import random
+import time
 
 import numpy as np
 import pytest
 import torch
 
-from runners.measure.timing import (FLUSH_BLOCK, FLUSH_KERNEL_NAME, FLUSH_MIN_BYTES, STOP_CONVERGED,
-                                    STOP_TIMEOUT, GpuRecord, InterpreterTimer, METHOD_WALL, RecordMismatch,
-                                    StopRule, _l2_flush_read_kernel, busy_ns, calls_from_records,
-                                    flush_elements, median_interval, median_precision, next_batch_rounds,
-                                    relative_noise, summarize)
+from runners.measure.stop_rule import (STOP_CONVERGED, STOP_TIMEOUT, StopRule, median_interval,
+                                       median_precision)
+from runners.measure.timing import (FLUSH_BLOCK, FLUSH_KERNEL_NAME, FLUSH_MIN_BYTES, METHOD_WALL, GpuRecord,
+                                    InterpreterTimer, RecordMismatch, _l2_flush_read_kernel, busy_ns,
+                                    calls_from_records, flush_elements, next_batch_rounds, relative_noise,
+                                    summarize)
 from runners.engine.trials import Trial
 from runners.engine.worker import NoGpuWork, measured_fields, timers_disagree
 from runners.measure.timing import METHOD_CUPTI, Measurement
@@ -165,9 +167,9 @@ def test_timers_disagree_beyond_launch_overhead_only():
 
 def test_interpreter_timer_keeps_every_sample_and_its_wall_clock():
     calls = []
-    # stop at min_samples, whatever the jitter
-    any_precision = StopRule(10, 0.0, rel_precision=1e9, max_time_s=5.0)
-    measurement = InterpreterTimer(any_precision, warmup_s=0).measure(lambda: calls.append(1))
+    # 1 ms sleeps: the median is known to far better than 50% at min_samples, so the rule stops there
+    loose = StopRule(10, 0.0, rel_precision=0.5, max_time_s=5.0)
+    measurement = InterpreterTimer(loose, warmup_s=0).measure(lambda: (calls.append(1), time.sleep(0.001)))
     assert measurement.stop_reason == STOP_CONVERGED and measurement.method == METHOD_WALL
     assert len(measurement.samples_s) == 10 and measurement.event_samples_s is None
     assert len(calls) == 11  # one warm-up call, never a sample

@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 
 from runners.measure.device import COPY_BYTES, PEAK_RULE, cuda_timer, measure_copy
-from runners.measure.timing import StopRule
+from runners.measure.stop_rule import StopRule
 
 
 def main(argv=None) -> None:

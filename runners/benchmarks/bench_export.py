@@ -50,7 +50,7 @@ CASES = {
 
 def _rule():
     """The stopping rule for timing the picks: the one place to adapt to runners.measure.timing's API."""
-    from runners.measure.timing import StopRule
+    from runners.measure.stop_rule import StopRule
 
     # the default preset
     return StopRule(min_samples=20, min_time_s=0.01, rel_precision=0.005, max_time_s=1.0)
@@ -76,7 +76,7 @@ def sweep(kernel: str, shapes: list, sweep_id: str, work: Path, export_dir: Path
 def winners(work: Path, kernel: str, sweep_id: str) -> dict[tuple, dict]:
     """shape -> the exhaustive sweep's winning config there (runners/engine/finalists.py's choice)."""
     from runners.engine.finalists import winner
-    from runners.export import select_rows
+    from runners.results.export import select_rows
     from runners.results.store import ResultStore
 
     store = ResultStore(work / "results.sqlite")

@@ -175,7 +175,8 @@ def spin_shares(winners: dict, percents: list[float]) -> tuple[dict, list[str]]:
     import torch
 
     from runners.measure import device as device_info
-    from runners.measure.timing import StopRule, summarize
+    from runners.measure.stop_rule import StopRule
+    from runners.measure.timing import summarize
     from tests import softmax_slowed
 
     rule = StopRule(min_samples=100, min_time_s=0.1, rel_precision=0.002, max_time_s=3.0)

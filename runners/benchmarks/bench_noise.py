@@ -74,7 +74,8 @@ def child(reps: int, out: Path) -> None:
 
     from runners.engine.trials import load_spec
     from runners.measure import device as device_info
-    from runners.measure.timing import StopRule, summarize
+    from runners.measure.stop_rule import StopRule
+    from runners.measure.timing import summarize
 
     torch.cuda.set_device(0)
     rule = StopRule(min_samples=20, min_time_s=0.01, rel_precision=0.005, max_time_s=1.0)  # default preset

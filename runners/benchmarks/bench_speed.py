@@ -187,7 +187,7 @@ def careful_remeasure(kernel: str, shape: list, configs: list[dict]) -> dict[str
 
     from runners.engine.trials import load_spec
     from runners.measure.device import cuda_timer
-    from runners.measure.timing import StopRule
+    from runners.measure.stop_rule import StopRule
 
     spec = load_spec(kernel, None)
     inputs = spec.make_inputs(tuple(shape), torch.float16, 0, torch.device("cuda"))

@@ -26,7 +26,8 @@ import triton
 import triton.language as tl
 
 from runners.engine.trials import load_spec
-from runners.measure.timing import StopRule, summarize
+from runners.measure.stop_rule import StopRule
+from runners.measure.timing import summarize
 
 # name -> (kernel, shape, dtype, config): small and large vector adds, softmax, layernorm, matmul and
 # attention, from ~4 us to ~1 ms on an H200.

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
-from runners.measure.timing import median_interval
+from runners.measure.stop_rule import median_interval
 
 if TYPE_CHECKING:  # pandas is heavy, and every spawned worker imports this module through runners.sweep
     import pandas as pd
@@ -72,3 +72,50 @@ def winner(rows: pd.DataFrame):
     if not chosen.empty:
         return chosen["id"].idxmax()
     return rows["p50_us"].idxmin()
+
+
+def finalist_groups(frame: pd.DataFrame, trials: list, measured_groups: set, top_k: int) -> list[list]:
+    """The trials to re-time, one group a (shape, dtype) this job measured: the top_k configs of ours by
+    screened p50 (each trial's newest ok row of the job's rows in `frame`), then the baselines that were
+    ok there. None where top_k < 2 or a group would have fewer than 2 configs."""
+    from runners.engine.trials import TRITON_PROVIDER
+
+    if top_k < 2 or not measured_groups:
+        return []
+    by_key = {t.key: t for t in trials}
+    ok = frame[frame["status"] == "ok"].sort_values("id").groupby("trial_key").tail(1)  # a trial's newest row
+    ours = ok[ok["provider"] == TRITON_PROVIDER]
+    groups = []
+    for (shape, dtype), rows in ours.groupby(["shape", "dtype"], sort=False):
+        finalists = [by_key[k] for k in rows.nsmallest(top_k, "p50_us")["trial_key"] if k in by_key]
+        if len(finalists) >= 2 and (finalists[0].shape, finalists[0].dtype) in measured_groups:
+            beside = ok[(ok["provider"] != TRITON_PROVIDER) & (ok["shape"] == shape) & (ok["dtype"] == dtype)]
+            groups.append(finalists + [by_key[k] for k in beside["trial_key"] if k in by_key])
+    return groups
+
+
+def on_finalists(record, tie_floor: float):
+    """What to do with a group's re-timed results: rank, tie and choose ours (decide), record every row
+    (phase final), and say which was chosen; a group that failed leaves the screening results standing."""
+    from runners.engine.trials import TRITON_PROVIDER
+
+    def on_result(worker, group: list, results: list[dict]) -> None:
+        where = f"{group[0].kernel} {list(group[0].shape)} {group[0].dtype}"
+        if len(results) != len(group):
+            print(f"warning: finalists of {where} failed ({results[0]['status']}: {results[0]['message']}); "
+                  "the screening results stand")
+            return
+        finalists = [(t, r) for t, r in zip(group, results) if t.provider == TRITON_PROVIDER]
+        decisions = decide([t.config for t, _ in finalists], [r["samples_us"] for _, r in finalists],
+                           tie_floor)
+        for (trial, result), decision in zip(finalists, decisions):
+            record(worker, trial, {**result, **decision}, phase="final")
+        for trial, result in zip(group, results):
+            if trial.provider != TRITON_PROVIDER:
+                message = "baseline re-timed round-robin with the finalists"
+                record(worker, trial, {**result, "message": message}, phase="final")
+        chosen = next(t for (t, _), d in zip(finalists, decisions) if d["chosen"])
+        tied = sum(d["tie"] for d in decisions)
+        print(f"finalists {where}: chosen {chosen.config} ({tied} of {len(finalists)} tied with the fastest)")
+
+    return on_result

@@ -64,7 +64,7 @@ class Scheduler:
         self.not_run = 0  # trials dropped at the deadline
         self._starting = False
         self._on_finalists: Optional[Callable] = None
-        self._final_rule: dict = {}
+        self._final_rule = None  # the finalists' StopRule
         self.pool_compile_s: list[float] = []  # seconds of each compile in the pool, this job
         self.gpu_compile_s: list[float] = []  # first-call seconds of each config a GPU worker compiled
         self.gpu_compiled: set[str] = set()  # keys of the configs GPU workers compiled themselves
@@ -132,9 +132,9 @@ class Scheduler:
         self.compiling.difference_update(t.key for t in dropped)
         self._drive()
 
-    def run_finalists(self, groups: list[list[Trial]], rule: dict, on_result: Callable) -> None:
+    def run_finalists(self, groups: list[list[Trial]], rule, on_result: Callable) -> None:
         """Re-time each group (the finalists of one (shape, dtype)) interleaved on one GPU worker
-        until `rule` (StopRule fields) holds; on_result(worker, trials, results) for each group."""
+        until `rule` (a StopRule) holds; on_result(worker, trials, results) for each group."""
         self.deadline = float("inf")
         self.finalist_groups.extend(groups)
         self._final_rule, self._on_finalists = rule, on_result

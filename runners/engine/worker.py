@@ -277,8 +277,8 @@ def measured_fields(spec, trial: Trial, measurement, peaks: dict) -> dict:
     }
 
 
-def _worker_main(conn, backend: str, kernel_name: str, spec_path: Optional[str], timing: dict, seed: int,
-                 device_index: int):
+def _worker_main(conn, backend: str, kernel_name: str, spec_path: Optional[str], rule, warmup_s: float,
+                 seed: int, device_index: int):
     # torch.compile baselines compile in this process, one small graph at a time, while the GPU waits,
     # beside our own compile pool: inductor's pool of compile processes (one per core) would compete
     # with it. The gain is not established: the README sweep's first torch.compile call took 7.3 s with
@@ -290,21 +290,19 @@ def _worker_main(conn, backend: str, kernel_name: str, spec_path: Optional[str],
 
         from runners.engine.trials import load_spec
         from runners.measure import device as device_info
-        from runners.measure.timing import METHOD_CUPTI, InterpreterTimer, StopRule
+        from runners.measure.timing import METHOD_CUPTI, InterpreterTimer
 
         imported = time.perf_counter()
         spec = load_spec(kernel_name, spec_path)
         loaded = time.perf_counter()
-        rule = StopRule(timing["min_samples"], timing["min_time_s"], timing["rel_precision"],
-                        timing["max_time_s"], timing.get("repetitions", 1))
         if backend == "interpret":
             device = torch.device("cpu")
-            timer = InterpreterTimer(rule, timing["warmup_s"])
+            timer = InterpreterTimer(rule, warmup_s)
         else:
             device = torch.device("cuda", device_index)
             torch.cuda.set_device(device)  # CUDA 12 creates the context here (older ones: at the flush)
             context = time.perf_counter()
-            timer = device_info.cuda_timer(device_index, rule, timing["warmup_s"])
+            timer = device_info.cuda_timer(device_index, rule, warmup_s)
             if timer.method != METHOD_CUPTI:
                 print(f"note: GPU {device_index}: CUPTI kernel records unavailable "
                       f"({timer.kernel_clock.reason}); rows are timed with CUDA events, launch overhead "
@@ -344,17 +342,17 @@ def _worker_main(conn, backend: str, kernel_name: str, spec_path: Optional[str],
                 return  # the CUDA context is unusable; the parent replaces this worker
         elif kind == "finalists":
             trials, peaks, final_rule = payload
-            results = run_finalists(spec, trials, cache, timer, peaks, StopRule(**final_rule))
+            results = run_finalists(spec, trials, cache, timer, peaks, final_rule)
             conn.send(("finalists", results))
             if results[0].get("sticky"):
                 return
 
 
-def trial_worker(backend: str, kernel_name: str, spec_path: Optional[str], timing: dict, seed: int,
+def trial_worker(backend: str, kernel_name: str, spec_path: Optional[str], rule, warmup_s: float, seed: int,
                  device_index: int = 0) -> WorkerProcess:
     """A worker for one GPU (its index among the visible ones) or for the interpreter."""
     name = f"worker on GPU {device_index}" if backend == "cuda" else f"interpreter worker {device_index}"
     # A TRITON_INTERPRET=1 left in the shell (or by an interpret job) must not reach a CUDA worker:
     # it would time the interpreter. Its main by name: the parent starts it before importing torch.
-    args = (backend, kernel_name, spec_path, timing, seed, device_index)
+    args = (backend, kernel_name, spec_path, rule, warmup_s, seed, device_index)
     return WorkerProcess(name, "runners.engine.worker:_worker_main", args, interpret=backend == "interpret")

@@ -36,6 +36,8 @@ STATUS_OUT_OF_RESOURCES = "out_of_resources"
 STATUS_OOM = "oom"
 STATUS_TIMEOUT = "timeout"
 STATUS_CRASHED = "crashed"
+STATUSES = (STATUS_OK, STATUS_PRUNED, STATUS_COMPILE_ERROR, STATUS_OUT_OF_RESOURCES, STATUS_TIMEOUT,
+            STATUS_CRASHED, STATUS_INCORRECT, STATUS_OOM)  # every trial ends in exactly one
 
 # CUDA errors after which the context is unusable: the worker process must be replaced.
 STICKY_CUDA_ERRORS = (

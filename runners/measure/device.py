@@ -123,7 +123,8 @@ def measure_peaks(timer, device) -> dict:
     """Measured ceilings: copy GB/s (read + write) and cuBLAS TFLOP/s per dtype, from p50 times."""
     import torch
 
-    from runners.measure.timing import StopRule, summarize
+    from runners.measure.stop_rule import StopRule
+    from runners.measure.timing import summarize
 
     rule = StopRule(**PEAK_RULE)
     peaks = {"copy_gbps": measure_copy(timer, device, COPY_BYTES, rule)[1]}

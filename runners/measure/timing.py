@@ -15,9 +15,8 @@ each measured on an H200 (BENCHMARKS.md, "timer of record"):
 - Warm-up first, so compilation, module load and first-touch never land in a sample.
 - Samples are taken in batches, the GPU held by a spin kernel while the host enqueues each part of
   a batch (MAX_CALLS_PER_HOLD calls), so that no sample waits for the host; every sample is kept.
-- StopRule stops on the precision of the reported figure, the 95% confidence interval of the median,
-  not on the spread of single samples (a few outliers make that spread large while the median is
-  already known to 0.1%).
+- The rule of when to stop (runners/measure/stop_rule.py) is the precision of the reported figure, the
+  95% confidence interval of the median, not the spread of single samples.
 - Repetitions (StopRule.repetitions > 1): the samples are taken in that many blocks, each on buffers
   placed anew in device memory (runners/engine/worker.py), each to the rule's share (per_repetition),
   and the median of each block is kept. Samples of one run share where its buffers landed: on an H200
@@ -37,8 +36,8 @@ import numpy as np
 import triton
 import triton.language as tl
 
-STOP_CONVERGED = "converged"
-STOP_TIMEOUT = "timeout"
+from runners.measure.stop_rule import STOP_CONVERGED, STOP_TIMEOUT, StopRule, median_precision
+
 
 # What produced a row's samples (the store's `timing_method`, part of the resume key): the kernel's
 # GPU time from CUPTI records; the CUDA-event time, where CUPTI cannot be used (another profiler such
@@ -46,69 +45,6 @@ STOP_TIMEOUT = "timeout"
 METHOD_CUPTI = "cupti/read-flush"
 METHOD_EVENTS = "cuda-events/read-flush"
 METHOD_WALL = "wall"
-
-Z_95 = 1.959964
-# The order-statistic interval of the median exists from 4 values on (n - 1.96 sqrt(n) >= 0); up to
-# 7 values it spans the whole sample, min to max.
-MIN_SAMPLES_FOR_INTERVAL = 4
-
-
-# A repetition takes at least this many samples, so that its median is a median of something.
-MIN_SAMPLES_PER_REPETITION = 8
-
-
-@dataclass(frozen=True)
-class StopRule:
-    min_samples: int
-    min_time_s: float  # wall time spent sampling, flushes and enqueueing included
-    rel_precision: float  # half-width of the median's 95% confidence interval, relative to the median
-    max_time_s: float
-    repetitions: int = 1  # blocks of samples, each on freshly placed buffers (module docstring)
-
-    def per_repetition(self) -> "StopRule":
-        """The rule of one of `repetitions` blocks: its share of the samples and seconds, and the
-        precision that the pooled median of all blocks then reaches (the interval shrinks as
-        1/sqrt(samples)); one block: the rule itself."""
-        if self.repetitions <= 1:
-            return self
-        share = self.repetitions
-        return StopRule(max(math.ceil(self.min_samples / share), MIN_SAMPLES_PER_REPETITION),
-                        self.min_time_s / share, min(self.rel_precision * math.sqrt(share), 0.5),
-                        self.max_time_s / share)
-
-    def check(self, samples_s: Sequence[float], elapsed_s: float) -> Optional[str]:
-        """None while more samples are needed, else why to stop: max_time_s whatever the precision;
-        else, once min_samples are taken and min_time_s has passed, when the median is known to
-        rel_precision."""
-        if elapsed_s >= self.max_time_s:
-            return STOP_TIMEOUT
-        if len(samples_s) < self.min_samples or elapsed_s < self.min_time_s:
-            return None
-        if median_precision(samples_s) <= self.rel_precision:
-            return STOP_CONVERGED
-        return None
-
-
-def median_interval(values: Sequence[float]) -> tuple[float, float]:
-    """95% confidence interval of the median from the order statistics (the sign-test interval: no
-    assumption on the distribution, so rare outliers widen it by one rank, not by their size).
-    Too few values: the whole real line."""
-    ordered = np.sort(np.asarray(values, dtype=np.float64))
-    n = len(ordered)
-    k = math.floor((n - Z_95 * math.sqrt(n)) / 2)
-    if k < 0:
-        return -math.inf, math.inf
-    return float(ordered[k]), float(ordered[n - 1 - k])
-
-
-def median_precision(samples: Sequence[float]) -> float:
-    """The larger distance from the median to an end of its 95% interval, relative to the median."""
-    low, high = median_interval(samples)
-    median = float(np.median(samples))
-    if not math.isfinite(low) or median <= 0:
-        return math.inf
-    return max(median - low, high - median) / median
-
 
 def relative_noise(samples: Sequence[float]) -> float:
     """Sample standard deviation over the mean (nvbench's "Noise"): reported, not a stopping rule."""

@@ -1,10 +1,5 @@
-"""Export the tuned configs as `<kernel>_configs.json` (the data of record) and `<kernel>_configs.py`.
-
-    python -m runners.export --kernel softmax [--key n_cols=cols] [--tolerance 0.03] [--sweep-id ID]
-
-The command takes its settings from the sweep's own config (conf/config.yaml's export section: the
-built-in kernels' keys, the tolerance, merge), so that it writes the files the end of a sweep writes;
---key, --tolerance and --no-merge override them.
+"""The export of tuned configs: `<kernel>_configs.json` (the data of record) and `<kernel>_configs.py`,
+written at the end of a sweep (runners/results/outputs/export.py) and by `python -m runners.export`.
 
 Only ok trials of the kernel itself (not baselines) timed on a GPU are exported; interpreter timings
 are refused. Per GPU, the rows measured with its newest kernel source and versions (a version that was
@@ -34,18 +29,16 @@ rewrite from this export alone). The .py is generated from the merged JSON.
 """
 from __future__ import annotations
 
-import argparse
 import datetime
 import json
 import math
-import sys
 from pathlib import Path
 
 import pandas as pd
 
 from runners.engine.finalists import resource_key, winner
-from runners.engine.trials import TRITON_PROVIDER
-from runners.results.store import ENV_KEY, DamagedStore, ResultStore
+from runners.engine.trials import TRITON_PROVIDER, ConfigError, check_key
+from runners.engine.row import ENV_KEY
 
 FORMAT = 2  # of the JSON; 1 was one file per GPU with CONFIGS = the configs ok at every shape
 LAUNCH_OPTIONS = ("num_warps", "num_stages")  # triton.Config keywords; every other key is a meta-parameter
@@ -54,8 +47,7 @@ EXPORT_ENV = [name for name in ENV_KEY if name not in ("backend", "gpu_name")]
 WINNER_FIELDS = ("p50_us", "gbps", "tflops", "pct_copy_bw")  # of each shape's winner, in BEST_BY_SHAPE
 PROVENANCE = ("timing_method", "driver_version", "cuda_version", "torch_version", "triton_version",
               "kernel_hash")
-RUNTIME = Path(__file__).resolve().parent / "results" / "export_runtime.py"
-CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+RUNTIME = Path(__file__).resolve().parent / "export_runtime.py"
 RUNTIME_MARKER = "# ---- generated modules copy everything below this line ----\n"
 
 
@@ -182,13 +174,11 @@ def gpu_section(rows: pd.DataFrame, tolerance: float) -> dict:
 
 def kernel_dims(kernel: str, rank: int) -> tuple[str, ...]:
     """The names of a built-in kernel's shape dims (its KernelSpec's), else d0, d1, ... (see --dims)."""
-    from kernels import BUILTIN
-    from runners.engine.trials import load_spec
+    from runners.engine.trials import builtin_spec
 
-    if kernel in BUILTIN:
-        dims = tuple(load_spec(kernel, None).dims)
-        if len(dims) == rank:
-            return dims
+    spec = builtin_spec(kernel)
+    if spec is not None and len(spec.dims) == rank:
+        return tuple(spec.dims)
     return tuple(f"d{i}" for i in range(rank))
 
 
@@ -201,17 +191,6 @@ def parse_key(items: list[str]) -> dict[str, str]:
             raise ExportError(f"--key: {item!r} must look like ARGUMENT=DIM, e.g. n_cols=cols")
         key[argument.strip()] = dim.strip()
     return key
-
-
-def check_key(key: dict, dims: tuple, kernel: str, field: str) -> dict[str, str]:
-    for argument, dim in key.items():
-        if not str(argument).isidentifier():
-            raise ExportError(f"{field}: {argument!r} is not a Python name (an argument of {kernel}'s "
-                              "kernel)")
-        if dim not in dims:
-            raise ExportError(f"{field}: {argument}={dim}: {dim!r} is not a dim of {kernel} "
-                              f"({', '.join(dims)})")
-    return {str(argument): str(dim) for argument, dim in key.items()}
 
 
 def _merged(path: Path, kernel: str, dims: tuple, merge: bool) -> dict:
@@ -242,22 +221,8 @@ def _identity(config: dict) -> str:
     return json.dumps(config, sort_keys=True)
 
 
-def render_module(data: dict, json_name: str) -> str:
-    """The .py of an export: its data as literals, then the lookup code of
-    runners/results/export_runtime.py."""
-    kernel, gpus = data["kernel"], data["gpus"]
-    configs = {}  # every config of the covering sets once, in GPU, dtype, list order
-    for section in gpus.values():
-        for dtype_data in section["dtypes"].values():
-            for entry in dtype_data["configs"]:
-                configs.setdefault(_identity(entry["config"]), (len(configs), entry["config"]))
-    provenance = "\n".join(
-        f"- {gpu}: driver {s['driver_version'] or 'not recorded'}, CUDA {s['cuda_version'] or 'not recorded'}"
-        f",\n  torch {s['torch_version']}, triton {s['triton_version']}, kernel source {s['kernel_hash']};"
-        f"\n  timed by {s.get('timing_method') or 'CUDA events (before timing_method was recorded)'};"
-        f"\n  {s['trials']} ok trials of sweeps {', '.join(s['sweep_ids'])}; within "
-        f"{100 * s['tolerance']:g}%; exported {s['exported_at']}" for gpu, s in gpus.items())
-    key_args = list(data["key"]) or [d for d in data["dims"]]
+def _literal_lines(gpus: dict, configs: dict) -> tuple[list[str], list[str]]:
+    """The lines of the COVER and BEST_BY_SHAPE literals."""
     cover_lines, best_lines = [], []
     for gpu, section in gpus.items():
         cover_lines.append(f"    {gpu!r}: {{")
@@ -279,6 +244,26 @@ def render_module(data: dict, json_name: str) -> str:
                                   f"{_config_source(shape['config'])},")
         cover_lines.append("    },")
         best_lines.append("    },")
+    return cover_lines, best_lines
+
+
+def render_module(data: dict, json_name: str) -> str:
+    """The .py of an export: its data as literals, then the lookup code of
+    runners/results/export_runtime.py."""
+    kernel, gpus = data["kernel"], data["gpus"]
+    configs = {}  # every config of the covering sets once, in GPU, dtype, list order
+    for section in gpus.values():
+        for dtype_data in section["dtypes"].values():
+            for entry in dtype_data["configs"]:
+                configs.setdefault(_identity(entry["config"]), (len(configs), entry["config"]))
+    provenance = "\n".join(
+        f"- {gpu}: driver {s['driver_version'] or 'not recorded'}, CUDA {s['cuda_version'] or 'not recorded'}"
+        f",\n  torch {s['torch_version']}, triton {s['triton_version']}, kernel source {s['kernel_hash']};"
+        f"\n  timed by {s.get('timing_method') or 'CUDA events (before timing_method was recorded)'};"
+        f"\n  {s['trials']} ok trials of sweeps {', '.join(s['sweep_ids'])}; within "
+        f"{100 * s['tolerance']:g}%; exported {s['exported_at']}" for gpu, s in gpus.items())
+    key_args = list(data["key"]) or [d for d in data["dims"]]
+    cover_lines, best_lines = _literal_lines(gpus, configs)
     config_lines = "\n".join(f"    {_config_source(config)}," for _, config in configs.values())
     rules = RUNTIME.read_text().split('"""')[1].split("Lookups, ", 1)[1].strip()
     runtime = RUNTIME.read_text().split(RUNTIME_MARKER, 1)[1].lstrip("\n")
@@ -365,7 +350,10 @@ def export_kernel(frame: pd.DataFrame, kernel: str, out_dir: str | Path, *, tole
         dims = kernel_dims(kernel, rank)
     elif len(dims) != rank:
         raise ExportError(f"--dims: {', '.join(dims)} names {len(dims)} dims; {kernel}'s shapes have {rank}")
-    key = check_key(key or {}, dims, kernel, key_field)
+    try:
+        key = check_key(key or {}, dims, kernel, key_field)
+    except ConfigError as error:
+        raise ExportError(str(error)) from None
     sections = {gpu: gpu_section(rows, tolerance) for gpu, rows in by_gpu.items()}
     return write_export(kernel, sections, out_dir, dims, key, merge)
 
@@ -376,86 +364,18 @@ def settings_from_config(cfg, kernel: str) -> dict:
     return _settings(cfg.export, kernel, spec_path)
 
 
-def sweep_export_conf():
-    """The sweep's export settings when no override is given: the export section of conf/config.yaml
-    over its schema (the section is the primary config's own; no group changes it)."""
-    from omegaconf import OmegaConf
-
-    from runners.engine.schema import ExportConf
-
-    primary = OmegaConf.load(CONF_DIR / "config.yaml")
-    return OmegaConf.merge(OmegaConf.structured(ExportConf), primary.export)
-
-
-def default_settings(kernel: str) -> dict:
-    """The settings the end of a sweep exports `kernel` with when no override is given, so that the
-    command writes what the sweep writes."""
-    return _settings(sweep_export_conf(), kernel, None)
-
-
 def _settings(export_conf, kernel: str, spec_path) -> dict:
+    """The export's settings: the tolerance and merge of the export section, the key the section gives
+    the kernel (export.key.<kernel>), else the one the kernel declares (KernelSpec.export_key); an
+    external kernel's dims from its spec."""
+    from runners.engine.trials import builtin_spec, load_spec
+
+    spec = load_spec("external", spec_path) if spec_path else builtin_spec(kernel)
+    spec = spec if spec is not None and spec.name == kernel else None
+    key = export_conf.key.get(kernel)
     settings = {"tolerance": export_conf.tolerance, "merge": export_conf.merge,
-                "key": dict(export_conf.key.get(kernel) or {}), "key_field": f"export.key.{kernel}"}
-    if spec_path:  # an external kernel, not in kernels.BUILTIN: the dims come from its spec
-        from runners.engine.trials import load_spec
-
-        spec = load_spec("external", spec_path)
-        if spec.name == kernel:
-            settings["dims"] = tuple(spec.dims)
+                "key": dict(key) if key else dict(spec.export_key if spec else {}),
+                "key_field": f"export.key.{kernel}" if key else f"{kernel}'s KernelSpec.export_key"}
+    if spec_path and spec is not None:  # not a built-in kernel: its dims come from its spec
+        settings["dims"] = tuple(spec.dims)
     return settings
-
-
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--store", default="outputs/results.sqlite")
-    parser.add_argument("--kernel", help="kernel name; default: every kernel with ok GPU trials")
-    parser.add_argument("--sweep-id", help="only this sweep's trials (measured or reused by it)")
-    parser.add_argument("--out-dir", default="outputs/exports")
-    parser.add_argument("--key", nargs="+", default=[], metavar="ARG=DIM",
-                        help="the kernel's argument that gives each dim, stored for the prune: n_cols=cols "
-                             "(default: the sweep's export.key of the kernel)")
-    parser.add_argument("--tolerance", type=float,
-                        help="share of the best p50 the covering set may lose at a measured shape "
-                             "(default: the sweep's export.tolerance)")
-    parser.add_argument("--dims", help="names of the shape dims, comma-separated, for a kernel not built in")
-    parser.add_argument("--no-merge", action="store_true",
-                        help="rewrite the files from this export alone (default: keep other GPUs' sections)")
-    args = parser.parse_args(argv)
-    if not Path(args.store).exists():
-        print(f"error: --store: {args.store} does not exist; run a sweep first", file=sys.stderr)
-        return 2
-    if args.key and not args.kernel:
-        print("error: --key: name the kernel it belongs to with --kernel", file=sys.stderr)
-        return 2
-    try:
-        store = ResultStore(args.store)
-        frame = store.load(sweep_id=args.sweep_id, kernel=args.kernel)
-        store.close()
-    except DamagedStore as error:
-        print(f"error: --store: {error}", file=sys.stderr)
-        return 2
-    kernels = [args.kernel] if args.kernel else sorted(frame["kernel"].unique())
-    if not kernels:
-        print("error: no trials in the store for that selection", file=sys.stderr)
-        return 2
-    dims = tuple(d.strip() for d in args.dims.split(",")) if args.dims else None
-    status = 0
-    for kernel in kernels:
-        try:
-            settings = default_settings(kernel)  # what the end of a sweep exports with
-            if args.key:
-                settings.update(key=parse_key(args.key), key_field="--key")
-            if args.tolerance is not None:
-                settings["tolerance"] = args.tolerance
-            if args.no_merge:
-                settings["merge"] = False
-            for path in export_kernel(frame, kernel, args.out_dir, dims=dims, **settings):
-                print(path)
-        except ExportError as error:
-            print(f"error: {error}", file=sys.stderr)
-            status = 2
-    return status
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -29,46 +29,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Optional
 from urllib.parse import quote
 
+from runners.engine.row import (BOOLEAN_COLUMNS, COLUMN_NAMES, COLUMNS, ENV_KEY, SAMPLE_COLUMNS,
+                                unknown_fields)
+from runners.measure.check import STATUSES
+
 if TYPE_CHECKING:  # imported where used: the sweep opens its store before its workers start (0.45 s)
     import pandas as pd
 
-# (name, SQL type). Every row is self-describing: trial, outcome, timing, throughput, device, provenance.
-COLUMNS = [
-    ("trial_key", "TEXT NOT NULL"), ("sweep_id", "TEXT NOT NULL"),
-    ("kernel", "TEXT NOT NULL"), ("provider", "TEXT NOT NULL"),
-    ("shape", "TEXT NOT NULL"), ("dtype", "TEXT NOT NULL"), ("config", "TEXT NOT NULL"),
-    ("status", "TEXT NOT NULL"), ("message", "TEXT"), ("stop_reason", "TEXT"),
-    # screen: the trial's own measurement; final: re-timed among the finalists (rank, tie, chosen).
-    ("phase", "TEXT"), ("rank", "INTEGER"), ("tie", "INTEGER"), ("chosen", "INTEGER"),
-    ("compile_s", "REAL"), ("first_call_s", "REAL"),
-    # Timing: p50_us is the figure of record (GPU time per call under timing_method "cupti/...");
-    # p50_precision the half-width of its 95% interval, relative; event_* the CUDA-event cross-check.
-    ("p20_us", "REAL"), ("p50_us", "REAL"), ("p80_us", "REAL"), ("min_us", "REAL"), ("mean_us", "REAL"),
-    ("noise", "REAL"), ("p50_precision", "REAL"), ("n_samples", "INTEGER"), ("samples_us", "BLOB"),
-    ("event_p50_us", "REAL"), ("event_samples_us", "BLOB"), ("kernels_per_call", "REAL"),
-    ("timers_disagree", "INTEGER"), ("measure_s", "REAL"),
-    # Repetitions: blocks of samples on buffers placed anew (runners/measure/timing.py), the median of
-    # each, and the standard deviation of their logs (what compare judges a change by).
-    ("repetitions", "INTEGER"), ("rep_p50s_us", "BLOB"), ("rep_noise", "REAL"),
-    ("gbps", "REAL"), ("tflops", "REAL"), ("pct_copy_bw", "REAL"), ("pct_matmul", "REAL"),
-    ("sm_clock_start_mhz", "INTEGER"), ("sm_clock_end_mhz", "INTEGER"), ("sm_clock_max_mhz", "INTEGER"),
-    ("throttled", "INTEGER"),
-    ("backend", "TEXT NOT NULL"), ("timing_method", "TEXT"), ("gpu_name", "TEXT NOT NULL"),
-    ("driver_version", "TEXT"),
-    ("cuda_version", "TEXT"), ("torch_version", "TEXT NOT NULL"), ("triton_version", "TEXT NOT NULL"),
-    ("python_version", "TEXT"), ("sm_count", "INTEGER"), ("l2_bytes", "INTEGER"), ("host", "TEXT"),
-    ("kernel_hash", "TEXT NOT NULL"), ("git_sha", "TEXT"), ("seed", "INTEGER NOT NULL"),
-    ("timestamp", "TEXT NOT NULL"),
-]
-COLUMN_NAMES = [name for name, _ in COLUMNS]
-# What makes two measurements of one trial comparable; resume matches on these and the trial key.
-# timing_method is in both keys: rows and ceilings timed another way (CUDA events after a writing
-# flush, before it was added: NULL) are measured again, never mixed with the kernel times of record.
-ENV_KEY = ("backend", "timing_method", "gpu_name", "driver_version", "torch_version", "triton_version",
-           "kernel_hash")
+# The row's fields are declared in runners/engine/row.py; the ceilings' key (a device's copy bandwidth and
+# matmul rate) is the part of the resume key that says which device and timer measured them.
 PEAK_KEY = ("gpu_name", "driver_version", "torch_version", "timing_method")
-BOOLEAN_COLUMNS = ("throttled", "tie", "chosen", "timers_disagree")
-SAMPLE_COLUMNS = ("samples_us", "event_samples_us", "rep_p50s_us")  # float32 arrays, stored as bytes
 # Outcomes that may not repeat (a hang, a dead worker, memory taken by another process): resume measures
 # these trials again. Every other status is a property of the trial and is kept.
 TRANSIENT_STATUSES = ("timeout", "crashed", "oom")
@@ -76,7 +46,7 @@ PEAK_COLUMNS = PEAK_KEY + ("peaks", "measured_at")
 
 _SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS trials (id INTEGER PRIMARY KEY AUTOINCREMENT, \
-{", ".join(f"{n} {t}" for n, t in COLUMNS)});
+{", ".join(f"{c.name} {c.sql}" for c in COLUMNS)});
 CREATE INDEX IF NOT EXISTS trials_by_key ON trials (trial_key, {", ".join(ENV_KEY)});
 CREATE TABLE IF NOT EXISTS sweep_rows (sweep_id TEXT NOT NULL, row_id INTEGER NOT NULL REFERENCES trials(id),
                                        PRIMARY KEY (sweep_id, row_id));
@@ -179,7 +149,8 @@ class ResultStore:
 
     def _add_new_columns(self) -> None:
         """A store written by an older version gains the columns added since (left NULL there)."""
-        for table, columns in (("trials", COLUMNS), ("device_peaks", [(name, "TEXT") for name in PEAK_KEY])):
+        trials = [(c.name, c.sql) for c in COLUMNS]
+        for table, columns in (("trials", trials), ("device_peaks", [(name, "TEXT") for name in PEAK_KEY])):
             present = {row[1] for row in self._db.execute(f"PRAGMA table_info({table})")}
             for name, sql_type in columns:
                 if name not in present:
@@ -190,7 +161,9 @@ class ResultStore:
         self._db.close()
 
     def append(self, row: dict) -> int:
-        """Insert one trial row and its membership of row["sweep_id"] in one transaction; returns the id."""
+        """Insert one trial row and its membership of row["sweep_id"] in one transaction; returns the id.
+        A field runners/engine/row.py does not declare is an error, not dropped."""
+        unknown_fields(row)
         values = [_encode(name, row.get(name)) for name in COLUMN_NAMES]
         placeholders = ", ".join("?" for _ in COLUMN_NAMES)
         with self._transaction():
@@ -500,9 +473,6 @@ def _read_rows(src: sqlite3.Connection, select: str, first: int, last: int, lost
             return []
     middle = (first + last) // 2
     return _read_rows(src, select, first, middle, lost) + _read_rows(src, select, middle + 1, last, lost)
-
-
-STATUSES = ("ok", "pruned", "compile_error", "out_of_resources", "timeout", "crashed", "incorrect", "oom")
 
 
 def _plausible(row: dict) -> bool:

@@ -37,7 +37,7 @@ from typing import Iterable, Optional
 
 import pandas as pd
 
-from runners.results.store import SAMPLE_COLUMNS
+from runners.engine.row import SAMPLE_COLUMNS
 
 CLOSE_TIMEOUT_S = 600  # a sweep's last runs may still be uploading in online mode
 LOGGING_PROCESSES = 4
@@ -149,7 +149,7 @@ class TrialLogger:
         self.seconds = 0.0  # time the sweep process spent on logging
         self.runs = 0
         self._conf, self._sweep_id = conf, sweep_id
-        self._closed = False
+        self.closed = False
         if not self.enabled:
             return
         began = time.perf_counter()
@@ -182,9 +182,9 @@ class TrialLogger:
     def close(self) -> None:
         """Wait for every queued run to be written; one warning line for whatever went wrong. Once: the
         sweep closes it before its summary run, and again (doing nothing) on its way out."""
-        if not self.enabled or self._closed:
+        if not self.enabled or self.closed:
             return
-        self._closed = True
+        self.closed = True
         began = time.perf_counter()
         for _ in self._processes:
             self._queue.put(None)  # one stop sign each

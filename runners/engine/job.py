@@ -1,0 +1,290 @@
+"""One job of a sweep, in phases: start -> ceilings -> trials -> finalists -> finish, each timed.
+
+- start: the first trial worker and the compile pool's fork server start at once, while this process
+  validates the config (runners/engine/plan.py; no launch before that passes: a bad input stops them
+  and is reported, naming the field); then the other trial workers (one per GPU), the pool compiling
+  the first batch meanwhile; the process of the background outputs with them where every process
+  importing at once has a core (runners/results/finisher.py).
+- ceilings: this GPU's measured copy bandwidth and matmul rate, from the store or measured once.
+- trials: search picks the configs (grid, random, optuna; budgets); trials the store already holds are
+  reused; each other one is compiled in the pool (or by the GPU worker itself when the pool cannot be
+  sooner: runners/engine/scheduler.py), checked and timed on a free GPU worker, recorded in the store
+  and handed to the outputs (W&B trial runs).
+- finalists: the top configs of each (shape, dtype) re-timed round-robin with their baselines.
+- finish: the outputs (runners/results/outputs: parquet, table, export; plots and the W&B summary
+  off the critical path).
+Whatever ends the job, one ExitStack closes what it opened, in reverse order: workers, the finishing
+process, the progress bar, the outputs' trial-time work, the store.
+
+The job is given the store to write (`open_store`, a callable: the store of record, or a job's own
+under a launcher that runs jobs apart) and the outputs (an Outputs): the engine imports nothing of
+runners/results/ (tests/test_layout.py), the command composes them (runners/sweep.py).
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import subprocess
+import time
+from contextlib import ExitStack
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Optional
+
+from omegaconf import DictConfig
+
+from runners.engine.process import ask_to_stop, stop_all
+from runners.engine.row import DEVICE_COLUMNS
+from runners.measure.stop_rule import StopRule
+
+if TYPE_CHECKING:
+    from runners.engine.trials import Trial
+
+
+def now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds")
+
+
+def git_sha() -> Optional[str]:
+    """HEAD of the repository the runner lives in, '+dirty' when it has uncommitted changes."""
+    root = Path(__file__).resolve().parents[2]
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
+                             check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None  # not a git checkout (e.g. a copied tree)
+    return sha + ("+dirty" if dirty else "")
+
+
+def _is_throttled(result: dict, max_clock: Optional[int], ratio: float) -> Optional[bool]:
+    clocks = [result.get("sm_clock_start_mhz"), result.get("sm_clock_end_mhz")]
+    if max_clock is None or None in clocks:
+        return None
+    return min(clocks) < ratio * max_clock
+
+
+class Job:
+    """One job (the module docstring). `run()` measures every trial and returns the job's summary, also
+    written to output_dir/summary.json."""
+
+    def __init__(self, cfg: DictConfig, sweep_id: str, output_dir: Path, store_path: str,
+                 prior: Optional[Path], open_store: Callable, outputs, before_job_s: Optional[float] = None):
+        self.cfg, self.sweep_id, self.output_dir = cfg, sweep_id, Path(output_dir)
+        self.store_path, self.prior, self.open_store = store_path, prior, open_store
+        self.outputs, self.before_job_s = outputs, before_job_s
+        self.began = time.perf_counter()
+        self.phases: dict[str, float] = {}  # seconds: start, peaks, trials, finalists, finish
+        self.statuses: dict[str, int] = {}
+        self.measured_groups: set = set()  # (shape, dtype) where this job measured a config of the kernel
+        self.reused_ids: list[int] = []
+        # the first trial worker and the fork server, until the scheduler takes them
+        self.early: list = [None, None]
+        self.plan = self.store = self.scheduler = self.progress = self.env = None
+        self.peaks: dict = {}
+        self.batch: list = []
+        self.common: dict = {}  # what every row of the job carries (sweep, seed, git sha, kernel hash)
+
+    def lap(self, name: str) -> None:
+        self.phases[name] = time.perf_counter() - self.began - sum(self.phases.values())
+
+    def run(self, finish: bool) -> dict:
+        with ExitStack() as cleanup:
+            cleanup.callback(self._stop_workers)
+            cleanup.callback(self.outputs.abandon)  # a no-op once the finish has waited for them
+            cleanup.callback(self.outputs.close)  # the trial-time work (W&B trial runs); once only
+            self.start(finish, cleanup)
+            self.lap("start")
+            self.ceilings()
+            self.lap("peaks")
+            self.trials()
+            self.lap("trials")
+            finalist_groups = self.finalists()
+            self.lap("finalists")
+            self.store.close()
+            # Told to stop now, reaped at the end: a GPU worker takes up to a second to exit with CUDA
+            # loaded, and the finish does not need it.
+            ask_to_stop(self.scheduler.gpu_workers)
+            summary = self._summary(finalist_groups)
+            if finish:
+                summary.update(self.outputs.finish(self.cfg, self.sweep_id, self.output_dir))
+        summary.update(self.outputs_seconds(summary))
+        self.lap("finish")
+        return self._report(summary)
+
+    def _stop_workers(self) -> None:
+        for worker in self.early:  # unready ones are killed, not asked (a start takes seconds, a kill none)
+            if worker is not None:
+                worker.stop()
+        if self.scheduler is not None:
+            stop_all(self.scheduler.gpu_workers + self.scheduler.compilers)
+
+    # --- start ---------------------------------------------------------------------------------------
+
+    def start(self, finish: bool, cleanup: ExitStack) -> None:
+        from runners.engine.plan import stop_rules, validate
+        from runners.engine.startup import start_early, start_workers
+
+        cfg = self.cfg
+        screening, _ = stop_rules(cfg)  # a wrong field stops the job before any worker starts
+        rule = StopRule.of(screening)
+        self.early = list(start_early(cfg, rule))
+        # The background outputs' process with the workers where every process importing at once has a
+        # core of its own (this one, the trial worker, the fork server, it); else once the workers are
+        # ready, not to slow their start (2-core host, interpreter: start 1.5 s, 2.5 s beside it).
+        importers = 3 + (self.early[1] is not None)
+        if finish and (os.cpu_count() or 1) >= importers:
+            self.outputs.start_finisher()
+        self.plan = validate(cfg)
+        self.store = self.open_store(self.store_path)
+        cleanup.callback(self.store.close)
+        plan = self.plan
+        print(f"sweep {self.sweep_id}: {plan.spec.name}, {len(plan.trials)} trials planned "
+              f"({cfg.search.method.value} search); "
+              f"starting {plan.workers} {cfg.backend.value} worker(s) and {plan.compilers} compile worker(s)")
+        self.batch = plan.search.next_batch()
+        self.scheduler = start_workers(cfg, plan.workers, plan.compilers, rule, self.batch, tuple(self.early))
+        self.early = [None, None]  # the scheduler's now
+        if finish:
+            self.outputs.start_finisher()  # a no-op where it started with the workers
+
+    # --- ceilings ------------------------------------------------------------------------------------
+
+    def ceilings(self) -> None:
+        """The environment every row carries, the prior store's rows (jobs run apart), and the device's
+        measured ceilings (from the store, else measured now and kept)."""
+        from runners.engine.trials import kernel_source_hash
+
+        cfg, store = self.cfg, self.store
+        info = self.scheduler.gpu_workers[0].info
+        self.env = env = dict(info, kernel_hash=kernel_source_hash(self.plan.spec))
+        if self.prior is not None:  # this GPU's ceilings, and the rows of this job's trials (none with force)
+            keys = set() if cfg.force else {t.key for t in self.plan.trials}
+            copied = store.merge_from(self.prior, env=env, trial_keys=keys, immutable=True)
+            print(f"{copied.kept} rows of these trials on this GPU and versions copied from {self.prior} "
+                  f"(the store of record when the multirun started) into this job's store {self.store_path}")
+        if cfg.backend == "cuda":
+            self.peaks = store.peaks(env)
+            if self.peaks is None:
+                print(f"measuring the ceilings of {env['gpu_name']} (copy bandwidth, cuBLAS matmul); "
+                      f"cached in {self.store_path}")
+                self.peaks = self.scheduler.gpu_workers[0].request(("peaks",), cfg.trial_timeout_s,
+                                                                   "measuring peaks")
+                store.save_peaks(env, self.peaks, now())
+
+    # --- trials --------------------------------------------------------------------------------------
+
+    def record(self, worker, trial: Trial, result: dict, phase: str = "screen") -> None:
+        """A trial's outcome as a row: into the store, to the outputs, and told to the search."""
+        from runners.engine.trials import TRITON_PROVIDER
+
+        info = (worker.info if worker is not None and worker.info else None) or self.env
+        row = {**self.common, **{k: info[k] for k in DEVICE_COLUMNS}, "trial_key": trial.key,
+               "kernel": trial.kernel, "provider": trial.provider, "shape": trial.shape, "dtype": trial.dtype,
+               "config": trial.config, "phase": phase, **result,
+               "throttled": _is_throttled(result, info["sm_clock_max_mhz"], self.cfg.timing.throttle_ratio),
+               "timestamp": now()}
+        self.store.append(row)
+        self.statuses[row["status"]] = self.statuses.get(row["status"], 0) + 1
+        self.outputs.row(trial, row, trial.label + (" (finalist)" if phase == "final" else ""))
+        if phase == "screen":
+            self.plan.search.tell(trial, result)
+            if row["status"] == "ok" and trial.provider == TRITON_PROVIDER:
+                self.measured_groups.add((trial.shape, trial.dtype))
+            self.progress.update()
+            self.progress.set_postfix_str(f"{row['status']} {row.get('p50_us') or 0:.1f}us", refresh=False)
+
+    def trials(self) -> None:
+        """Every trial the search hands out, batch by batch, until none is left or the budget is spent;
+        trials the store holds for this GPU and versions are reused (force=true re-measures)."""
+        from tqdm import tqdm
+
+        from runners.engine.startup import compile_note
+
+        cfg, store, scheduler, search = self.cfg, self.store, self.scheduler, self.plan.search
+        done = {} if cfg.force else store.measured(self.env)
+        self.outputs.start(cfg, self.sweep_id, tuple(self.plan.spec.dims))
+        self.common = {"sweep_id": self.sweep_id, "seed": cfg.seed, "git_sha": git_sha(),
+                       "kernel_hash": self.env["kernel_hash"]}
+        self.progress = tqdm(total=0, unit="trial", desc=self.plan.spec.name, dynamic_ncols=True,
+                             mininterval=1.0)
+        scheduler.set_device(self.env["compile_target"], self.env["max_shared_bytes"], self.peaks)
+        budget_s = cfg.search.budget_s
+        deadline = time.monotonic() + budget_s if budget_s else float("inf")
+        batch = self.batch
+        try:
+            while batch and time.monotonic() < deadline:
+                reused = [t for t in batch if t.key in done]
+                outcomes = store.outcomes(done[t.key] for t in reused)
+                for trial in reused:
+                    search.tell(trial, outcomes[done[trial.key]])
+                self.reused_ids += [done[t.key] for t in reused]
+                todo = [t for t in batch if t.key not in done]
+                self.progress.total += len(todo)
+                self.progress.refresh()
+                scheduler.run(todo, self.record, deadline)
+                batch = search.next_batch() if time.monotonic() < deadline else []
+        finally:
+            self.progress.close()
+        note = compile_note(scheduler)
+        scheduler.stop_compilers()  # the finalists need no compile
+        store.adopt(self.reused_ids, self.sweep_id)
+        budget_note = (f"; search budget of {budget_s:g} s reached, {scheduler.not_run} trials not run"
+                       if scheduler.not_run else "")
+        print(f"{len(self.reused_ids)} trials reused from the store for this GPU and versions "
+              "(force=true re-measures)" + budget_note + note)
+
+    # --- finalists -----------------------------------------------------------------------------------
+
+    def finalists(self) -> int:
+        """Re-time the top_k configs of every (shape, dtype) this job measured, round-robin with the
+        baselines that passed there (so that ours and theirs see the same clocks: screened minutes apart,
+        a matmul finalist ran at 1335-1815 MHz on an H200 while cuBLAS had screened at 1980); returns how
+        many groups."""
+        from runners.engine.finalists import finalist_groups, on_finalists
+
+        final = self.cfg.finalists
+        groups = finalist_groups(self.store.load(sweep_id=self.sweep_id, kernel=self.plan.trials[0].kernel),
+                                 self.plan.trials, self.measured_groups, final.top_k)
+        if not groups:
+            return 0
+        print(f"re-timing the top {final.top_k} of {len(groups)} (shape, dtype) group(s) round-robin, "
+              "with their baselines")
+        self.scheduler.run_finalists(groups, StopRule.of(final), on_finalists(self.record, final.tie_floor))
+        return len(groups)
+
+    # --- finish --------------------------------------------------------------------------------------
+
+    def _summary(self, finalist_groups: int) -> dict:
+        scheduler = self.scheduler
+        return {"sweep_id": self.sweep_id, "kernel": self.plan.spec.name, "planned": len(self.plan.trials),
+                "reused": len(self.reused_ids), "statuses": self.statuses, "not_run": scheduler.not_run,
+                "finalist_groups": finalist_groups, "gpu_workers": len(scheduler.gpu_workers),
+                "compile_workers": self.plan.compilers,
+                "worker_restarts": sum(w.starts - 1 for w in scheduler.gpu_workers)}
+
+    def outputs_seconds(self, summary: dict) -> dict:
+        """What the outputs report of themselves (W&B runs and seconds), where the finish did not."""
+        return {key: value for output in self.outputs.all for key, value in output.seconds().items()
+                if key not in summary}
+
+    def _report(self, summary: dict) -> dict:
+        """The job's time by phase, the share W&B took, where the finish went; summary.json."""
+        summary["wall_seconds"] = time.perf_counter() - self.began
+        summary["phase_seconds"] = self.phases
+        summary["before_job_seconds"] = self.before_job_s
+        logging_seconds = (summary.get("wandb_seconds") or 0.0) + (
+            summary.get("background_seconds", {}).get("wandb") or 0.0)
+        share = 100 * logging_seconds / summary["wall_seconds"]
+        print(f"wall time {summary['wall_seconds']:.1f} s ("
+              + ", ".join(f"{name} {seconds:.1f}" for name, seconds in self.phases.items())
+              + f"); W&B logging {logging_seconds:.2f} s of it ({share:.1f}%)")
+        if "finish_seconds" in summary or self.before_job_s is not None:
+            parts = summary.get("finish_seconds", {})
+            where = ", ".join(f"{name.replace('_', ' ')} {value:.2f}" for name, value in parts.items())
+            print(f"finish {where}"
+                  + (f"; before the job {self.before_job_s:.1f} s (Python, imports, Hydra's composition)"
+                     if self.before_job_s is not None else ""))
+        (self.output_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+        return summary

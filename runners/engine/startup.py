@@ -1,0 +1,109 @@
+"""The start of a job's processes: the first trial worker and the compile pool's fork server before the
+input is validated (start_early: the three processes import torch, Triton and the kernel's module at
+once), the other trial workers and the compile workers after (start_workers), and what the job says of
+them (the `ready after` line, who compiled)."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Optional
+
+from omegaconf import DictConfig
+
+from runners.engine.process import ForkServer, WorkerProcess, stop_all
+
+if TYPE_CHECKING:
+    from runners.engine.scheduler import Scheduler
+    from runners.engine.trials import Trial
+
+
+def start_early(cfg: DictConfig, rule) -> tuple[Optional[WorkerProcess], Optional[ForkServer]]:
+    """The first trial worker (GPU 0, or the interpreter) and the compile pool's fork server, started
+    before this process validates the input: validation imports torch and the kernel's module, as each
+    of them does first, so the three import at once instead of one after another (a kernel library's
+    module may take seconds). Starting a worker launches nothing; a ConfigError stops both at once,
+    unready (runners/engine/job.py). None for what is not needed or cannot be named yet (an unknown
+    kernel)."""
+    from runners.engine.compile_pool import fork_server, kernel_module
+    from runners.engine.worker import trial_worker
+
+    if kernel_module(cfg.kernel.name, cfg.kernel.spec) is None:
+        return None, None
+    gpu = trial_worker(cfg.backend.value, cfg.kernel.name, cfg.kernel.spec, rule, cfg.timing.warmup_s,
+                       cfg.seed, 0)
+    gpu.start()
+    server = None
+    if cfg.backend == "cuda" and cfg.compile.workers != 0:  # the interpreter has nothing to compile
+        server = fork_server(cfg.kernel.name, cfg.kernel.spec)
+        server.start()
+    return gpu, server
+
+
+def start_workers(cfg: DictConfig, workers: int, compilers: int, rule, first_batch: list[Trial],
+                   early: tuple[Optional[WorkerProcess], Optional[ForkServer]]) -> Scheduler:
+    """Start the trial workers start_early did not (each imports torch and triton) and return once all
+    are ready; the pool compiles the first batch meanwhile, its workers forked from the fork server as
+    soon as it has imported the kernel's module. Keeps the trial workers of the first GPU's model."""
+    from runners.engine import compile_pool
+    from runners.engine.scheduler import Scheduler, WorkerStartError
+    from runners.engine.worker import trial_worker
+    from runners.measure.device import nvml_compile_target
+
+    first, server = early
+    gpu = [first] if first is not None else []
+    gpu += [trial_worker(cfg.backend.value, cfg.kernel.name, cfg.kernel.spec, rule, cfg.timing.warmup_s,
+                         cfg.seed, i)
+            for i in range(len(gpu), workers)]
+    if not compilers and server is not None:
+        server.stop()  # nothing of this job to compile
+        server = None
+    pool = []
+    if compilers:
+        pool = compile_pool.compile_workers(compilers, cfg.kernel.name, cfg.kernel.spec, server)
+    target = nvml_compile_target() if cfg.backend == "cuda" else None
+    scheduler = Scheduler(gpu, pool, cfg.trial_timeout_s, cfg.compile.timeout_s, target)
+    try:
+        scheduler.start(first_batch)
+    except WorkerStartError:
+        stop_all(gpu + pool)
+        raise
+    first_model = gpu[0].info["gpu_name"]
+    others = [w for w in gpu if w.info["gpu_name"] != first_model]
+    if others:  # one result set never mixes GPU models
+        print(f"note: using the {len(gpu) - len(others)} {first_model} GPU(s) only; not "
+              + ", ".join(f"{w.name} ({w.info['gpu_name']})" for w in others))
+        scheduler.keep_gpu_workers([w for w in gpu if w not in others])
+    ready = [f"{w.name} {w.ready_s:.1f} s{_start_parts(w.info)}" for w in scheduler.gpu_workers]
+    print("ready after " + ", ".join(ready)
+          + (f"; {_server_note(scheduler.server)}; the compile pool has compiled {len(scheduler.built)} "
+             "configs meanwhile" if pool else ""))
+    return scheduler
+
+
+def _start_parts(info: dict) -> str:
+    parts = info.get("start_seconds")
+    if not parts:
+        return ""
+    return " (" + ", ".join(f"{name.replace('_', ' ')} {value:.1f}" for name, value in parts.items()) + ")"
+
+
+def _server_note(server: Optional[ForkServer]) -> str:
+    if server is None or not server.ready:
+        return "the fork server is still importing"
+    modules = ", ".join(server.info["preload"][-1:])  # the kernel's module; torch and triton before it
+    failed = f"; could not import {', '.join(server.info['failed'])}" if server.info["failed"] else ""
+    return (f"fork server {server.ready_s:.1f} s ({server.info['seconds']:.1f} importing torch, triton, "
+            f"{modules}{failed})")
+
+
+
+def compile_note(scheduler: Scheduler) -> str:
+    """Who compiled the job's configs: the pool (forked workers, median seconds) and the GPU workers."""
+    import statistics
+
+    forked = sum(w.starts > 0 for w in scheduler.compilers)
+    if not scheduler.compilers:
+        return ""
+    pool, gpu = scheduler.pool_compile_s, scheduler.gpu_compile_s
+    return (f"; compiled: {len(pool)} in the pool ({forked} of {len(scheduler.compilers)} compile workers "
+            "forked" + (f", median {statistics.median(pool):.2f} s" if pool else "")
+            + f"), {len(scheduler.gpu_compiled)} by the GPU workers themselves"
+            + (f" (median first call {statistics.median(gpu):.2f} s)" if gpu else ""))

@@ -1,0 +1,175 @@
+"""What a sweep writes besides its store: one module an output, chosen by the config group `output`.
+
+Each `conf/output/<name>.yaml` names an Output class (`_target_`) and its settings under the key <name>;
+conf/config.yaml selects `output: [parquet, table, export, plots, wandb]`, in that order, and
+`python -m runners.sweep 'output=[parquet,table]'` selects others. A new output is a module here with an
+Output subclass and a YAML beside the others: the job calls it (runners/engine/job.py), whatever it is.
+
+An output may act at three moments: `start` before the trials (the W&B output checks wandb there and
+starts its trial runs), `row` for every row the job records, and `write` at the end, with the sweep's
+rows. Outputs marked `background` are written by the finishing process (runners/results/finisher.py),
+off the critical path: the plots, drawn while the foreground outputs write; the W&B summary run, once
+the foreground outputs' files exist (`needs_foreground`). The store, and so every result, never depends
+on an output: a failing output says so in a line and the others go on.
+"""
+from __future__ import annotations
+
+import importlib
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Optional
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+@dataclass
+class Finished:
+    """What an output's `write` is given at the end of a sweep."""
+
+    cfg: Any  # the sweep's config (its logger, export and export_dir sections)
+    sweep_id: str
+    output_dir: Path
+    store: str  # the store's path
+    frame: Optional["pd.DataFrame"] = None  # the sweep's rows
+    files: dict = field(default_factory=dict)  # output name -> the files it wrote, for later outputs
+
+
+class Output:
+    """An output of the sweep (module docstring). `name` is its key under `output`."""
+
+    background = False  # written by the finishing process
+    needs_foreground = False  # (background) only once the foreground outputs have written
+
+    def __init__(self, **settings):
+        self.name = ""
+        self.settings = settings
+
+    def start(self, cfg, sweep_id: str, dims: tuple) -> None:
+        """Before the trials."""
+
+    def row(self, trial, row: dict, label: str) -> None:
+        """Every row the job records (pruned ones included)."""
+
+    def close(self) -> None:
+        """Once the last row is recorded; may be called twice."""
+
+    def handover(self) -> dict:
+        """(background) What the finishing process's instance needs to know of this one."""
+        return {}
+
+    def warm(self) -> None:
+        """(background) Import what `write` needs, in the finishing process while the trials run."""
+
+    def write(self, done: Finished, handover: Optional[dict] = None) -> list[Path]:
+        """The output's files (or nothing: a printed table)."""
+        return []
+
+    def seconds(self) -> dict:
+        """Figures for the job's summary.json."""
+        return {}
+
+
+def target(output: Output) -> str:
+    return f"{type(output).__module__}:{type(output).__qualname__}"
+
+
+def made(spec: str, name: str, settings: dict) -> Output:
+    """An Output from "module:Class" and its settings (in the finishing process)."""
+    module, _, qualname = spec.partition(":")
+    output = getattr(importlib.import_module(module), qualname)(**settings)
+    output.name = name
+    return output
+
+
+class Outputs:
+    """The sweep's outputs in their configured order, and the finishing process that writes the
+    background ones."""
+
+    def __init__(self, outputs: dict[str, Output]):
+        for name, output in outputs.items():
+            output.name = name
+        self.all = list(outputs.values())
+        self.finisher = None
+
+    @classmethod
+    def from_config(cls, cfg) -> "Outputs":
+        """Each `output.<name>` node instantiated (hydra.utils.instantiate: `_target_` and settings, as
+        plain values, which the finishing process is sent)."""
+        from hydra.utils import instantiate
+        from omegaconf import OmegaConf
+
+        nodes = OmegaConf.to_container(cfg.output, resolve=True, enum_to_str=True)
+        return cls({name: instantiate(node, _convert_="all") for name, node in nodes.items()})
+
+    def _background(self, needs_foreground: bool) -> list[dict]:
+        return [{"name": o.name, "target": target(o), "settings": o.settings, "handover": o.handover()}
+                for o in self.all if o.background and o.needs_foreground == needs_foreground]
+
+    def start_finisher(self) -> None:
+        """The finishing process, importing what the background outputs need while the job goes on."""
+        from runners.results.finisher import Finisher
+
+        background = [o for o in self.all if o.background]
+        if background and self.finisher is None:
+            self.finisher = Finisher.start([{"name": o.name, "target": target(o), "settings": o.settings}
+                                            for o in background])
+
+    def start(self, cfg, sweep_id: str, dims: tuple) -> None:
+        for output in self.all:
+            output.start(cfg, sweep_id, dims)
+
+    def row(self, trial, row: dict, label: str) -> None:
+        for output in self.all:
+            output.row(trial, row, label)
+
+    def close(self) -> None:
+        for output in self.all:
+            output.close()
+
+    def abandon(self) -> None:
+        """The job ends without its finish: the finishing process is told so and exits."""
+        if self.finisher is not None:
+            self.finisher.abandon()
+            self.finisher = None
+
+    def finish(self, cfg, sweep_id: str, output_dir: Path) -> dict:
+        """Every output written: the background ones that need no foreground file start at once in the
+        finishing process, the foreground ones are written here in order, then the rest of the
+        background ones; each waited for a bounded time. Returns what was written and `finish_seconds`:
+        where the finish's seconds went, in the order they were spent."""
+        from runners.results.store import ResultStore
+
+        seconds: dict[str, float] = {}
+        clock = [time.perf_counter()]
+
+        def lap(name: str) -> None:
+            now = time.perf_counter()
+            seconds[name], clock[0] = now - clock[0], now
+
+        done = Finished(cfg, sweep_id, Path(output_dir), str(cfg.store))
+        if any(o.background for o in self.all):
+            self.start_finisher()
+            self.finisher.begin(done.store, sweep_id, done.output_dir, self._background(False))
+        store = ResultStore(cfg.store)
+        done.frame = store.load(sweep_id=sweep_id)
+        store.close()
+        lap("load")
+        for output in self.all:
+            if not output.background:
+                done.files[output.name] = output.write(done)
+                lap(output.name)
+        self.close()  # the trial-time work (W&B trial runs) is over before the background outputs end
+        lap("closing")
+        background = {}
+        if self.finisher is not None:
+            self.finisher.then(done.files, self._background(True))
+            background = self.finisher.wait()
+            self.finisher = None
+            done.files.update(background["files"])
+            lap("background")
+        written = {name: [str(p) for p in paths] for name, paths in done.files.items()}
+        return {"written": written, "background_seconds": background.get("seconds", {}),
+                "finish_in_background": background.get("background", False), "finish_seconds": seconds,
+                **{key: value for o in self.all for key, value in o.seconds().items()}}
