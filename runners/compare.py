@@ -68,7 +68,8 @@ import pandas as pd
 from runners.engine.finalists import winner
 from runners.engine.trials import TRITON_PROVIDER, Trial
 from runners.export import sweep_export_conf
-from runners.results.export import FORMAT, covering_set
+from runners.results.export import ExportError, covering_set, read_export, sections
+from runners.results.export_runtime import pick_version, version_key
 from runners.engine.row import COLUMN_NAMES, NAMED
 from runners.results.store import DamagedStore, ResultStore
 DEFAULT_MIN_EFFECT = 0.01
@@ -148,44 +149,76 @@ def load_side(argument: str, store_path: str, label: str) -> Side:
 
 
 def _export_side(path: Path, label: str) -> Side:
-    """An export's JSON as rows: one per exported config at each shape where it was verified (ok), and
-    each shape's winner; `shipped` holds the configs at the shapes they cover."""
+    """An export's JSON (format 2 or 3) as a side of the comparison (export_frame)."""
     try:
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as error:
-        raise CompareError(f"{label}: {path} is not a readable export ({error})") from None
-    if not isinstance(data, dict) or data.get("format") != FORMAT or "gpus" not in data:
-        raise CompareError(f"{label}: {path} is not an export of format {FORMAT} (runners/export.py)")
+        data = read_export(path)
+    except ExportError as error:
+        raise CompareError(f"{label}: {error}") from None
+    frame, shipped = export_frame(data)
+    count = sum(1 for _ in sections(data))
+    return Side(label, f"the export {path} ({count} section(s): GPU, Triton version)", frame, shipped)
+
+
+def export_frame(data: dict, keep: Optional[list] = None) -> tuple[pd.DataFrame, set]:
+    """An export's data as rows: one per exported config at each shape where it was verified (ok), each
+    shape's winner and the baselines measured beside it, in every section (GPU and Triton version) or
+    those of `keep` ((gpu, version) pairs); and what it ships: (trial key, GPU, Triton version) of each
+    config at the shapes it covers."""
     kernel, rows, shipped = data["kernel"], {}, set()
 
-    def add(gpu, section, dtype, config, shape, figures, chosen):
-        trial = Trial(kernel, TRITON_PROVIDER, tuple(shape), dtype, config)
-        entry = rows.setdefault((trial.key, gpu), {
+    def add(gpu, section, dtype, config, shape, figures, chosen, provider=TRITON_PROVIDER):
+        trial = Trial(kernel, provider, tuple(shape), dtype, config)
+        entry = rows.setdefault((trial.key, gpu, section["triton_version"]), {
             **{name: None for name in COLUMN_NAMES}, **{name: section.get(name) for name in NAMED
                                                          if name in section},
             "trial_key": trial.key, "sweep_id": ",".join(section.get("sweep_ids", [])), "kernel": kernel,
-            "provider": TRITON_PROVIDER, "shape": json.dumps(list(shape)), "dtype": dtype,
+            "provider": provider, "shape": json.dumps(list(shape)), "dtype": dtype,
             "config": json.dumps(config), "status": "ok", "phase": EXPORT_PHASE, "backend": "cuda",
             "gpu_name": gpu, "p50_us": figures["p50_us"], "repetitions": figures.get("repetitions"),
             "rep_noise": figures.get("rep_noise"), "chosen": False})
         entry["chosen"] = entry["chosen"] or chosen
         return trial.key
 
-    for gpu, section in data["gpus"].items():
+    for gpu, version, section in sections(data):
+        if keep is not None and (gpu, version) not in keep:
+            continue
         for dtype, lists in section["dtypes"].items():
             for item in lists["configs"]:
                 covers = {tuple(s) for s in item.get("covers", [])}
                 for at in item["ok_at"]:
                     key = add(gpu, section, dtype, item["config"], at["shape"], at, False)
                     if tuple(at["shape"]) in covers:
-                        shipped.add((key, gpu))
+                        shipped.add((key, gpu, version))
             for best in lists["best_by_shape"]:
-                shipped.add((add(gpu, section, dtype, best["config"], best["shape"], best, True), gpu))
+                key = add(gpu, section, dtype, best["config"], best["shape"], best, True)
+                shipped.add((key, gpu, version))
+                for provider, figures in best.get("baselines", {}).items():
+                    add(gpu, section, dtype, {}, best["shape"], figures, False, provider)
     frame = pd.DataFrame(list(rows.values()))
     frame["id"] = range(1, len(frame) + 1)
     for name in ("samples_us", "event_samples_us", "rep_p50s_us"):
         frame[name] = None
-    return Side(label, f"the export {path} ({len(data['gpus'])} GPU section(s))", frame, shipped)
+    return frame, shipped
+
+
+def versions_against(side: Side, other: Side) -> Side:
+    """An export side kept to one Triton version a GPU: the version the other side ran (its newest row's
+    on that GPU), else the nearest older measured, else the nearest newer (the generated module's rule,
+    runners/results/export_runtime.py)."""
+    if side.shipped is None:
+        return side
+    frame = side.frame
+    keep = pd.Series(False, index=frame.index)
+    for gpu, rows in frame.groupby("gpu_name"):
+        theirs = other.frame[other.frame["gpu_name"] == gpu]
+        measured = sorted(set(rows["triton_version"]), key=version_key)
+        running = theirs.loc[theirs["id"].idxmax(), "triton_version"] if not theirs.empty else measured[-1]
+        version, _ = pick_version(measured, running)
+        keep |= (frame["gpu_name"] == gpu) & (frame["triton_version"] == version)
+    kept = frame[keep]
+    sections_kept = set(zip(kept["gpu_name"], kept["triton_version"]))
+    shipped = {item for item in side.shipped if (item[1], item[2]) in sections_kept}
+    return Side(side.label, side.source, kept, shipped)
 
 
 # --- the noise between runs and the verdict --------------------------------------------------------
@@ -306,18 +339,18 @@ def _on_common_gpus(base: pd.DataFrame, new: pd.DataFrame) -> tuple[pd.DataFrame
 
 
 def shipped_keys(side: Side, tolerance: float) -> set:
-    """(trial key, GPU) of what BASE ships: an export's configs at the shapes they cover; for a store,
-    the covering set runners/export.py would export from its ok rows (newest row a trial) per kernel,
-    GPU and dtype."""
+    """(trial key, GPU, Triton version) of what BASE ships: an export's configs at the shapes they cover;
+    for a store, the covering set runners/results/export.py would export from its ok rows (newest row a
+    trial) per kernel, GPU, Triton version and dtype."""
     if side.shipped is not None:
         return side.shipped
     frame = side.frame
     ok = frame[(frame["status"] == "ok") & (frame["provider"] == TRITON_PROVIDER) & frame["p50_us"].notna()]
-    ok = ok.sort_values("id").groupby("trial_key", as_index=False).tail(1)
+    ok = ok.sort_values("id").groupby(["trial_key", "gpu_name", "triton_version"], as_index=False).tail(1)
     keys = set()
-    for (kernel, gpu, dtype), rows in ok.groupby(["kernel", "gpu_name", "dtype"]):
+    for (kernel, gpu, version, dtype), rows in ok.groupby(["kernel", "gpu_name", "triton_version", "dtype"]):
         for item in covering_set(rows, tolerance)["configs"]:
-            keys |= {(Trial(kernel, TRITON_PROVIDER, tuple(shape), dtype, item["config"]).key, gpu)
+            keys |= {(Trial(kernel, TRITON_PROVIDER, tuple(shape), dtype, item["config"]).key, gpu, version)
                      for shape in item["covers"]}
     return keys
 
@@ -342,7 +375,8 @@ def compare(base: pd.DataFrame, new: pd.DataFrame, rule: Rule = Rule(), shipped:
                 pair = (name, str(base_row[name]), str(new_row[name]))
                 env_diffs[pair] = env_diffs.get(pair, 0) + 1
         if base_row["status"] == "ok" and new_row["status"] == "ok":
-            ships = (base_row["trial_key"], base_row["gpu_name"]) in (shipped or set())
+            where = (base_row["trial_key"], base_row["gpu_name"], base_row["triton_version"])
+            ships = where in (shipped or set())
             pairs.append((base_row, new_row, {"judged": gate_all or ships}))
         elif base_row["status"] != new_row["status"]:
             message = new_row["message"] if new_row["status"] != "ok" else base_row["message"]
@@ -522,6 +556,7 @@ def main(argv=None) -> int:
             raise CompareError(f"--tolerance: {args.tolerance} must be a share in [0, 1), e.g. 0.03")
         base = load_side(args.base, args.store, "BASE")
         new = load_side(args.new, args.store, "NEW")
+        base, new = versions_against(base, new), versions_against(new, base)
     except CompareError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -109,7 +109,7 @@ def test_one_held_out_shape_on_the_interpreter(kernel, tmp_path, monkeypatch):
     if kernel == "softmax":  # the pick holds the 2000-column row
         assert row["picks"]["export"]["BLOCK_SIZE"] >= 2000
         assert row["picks"]["config_for"]["BLOCK_SIZE"] >= 2000
-    listed = [bench_export.as_dict(c) for c, _ in exported.COVER["NVIDIA H200"]["float16"]]
+    listed = [bench_export.as_dict(c) for c, _ in exported.cover_for("float16", "NVIDIA H200")]
     assert len(listed) > 1  # so that autotune calls the prune
     assert row["picks"]["export"] in listed
     result = {"kernel": kernel, "list_length": len(listed), "list": listed, "rows": [row]}

@@ -245,7 +245,7 @@ def test_an_export_compares_with_a_store_and_with_another_export(tmp_path, capsy
     store.close()
     old = _export(frames["base"], tmp_path / "old")
     data = json.loads(old.read_text())
-    entries = data["gpus"]["Synthetic GPU"]["dtypes"]["float16"]
+    entries = data["gpus"]["Synthetic GPU"]["9.9"]["dtypes"]["float16"]
     assert all(best["repetitions"] == 5 and best["rep_noise"] > 0
                for best in entries["best_by_shape"])  # the noise travels with the export
     # The vendored export against a re-run on the same GPU: every shipped config at its shapes, SAME.

@@ -87,9 +87,9 @@ def test_covering_set_per_gpu_with_validity_and_best_by_shape(store_path, tmp_pa
     data = json.loads((out / "softmax_configs.json").read_text())
     assert list(data["gpus"]) == ["NVIDIA H100 80GB HBM3", "NVIDIA H200"]
     assert data["key"] == {"n_cols": "cols"}
-    h200 = data["gpus"]["NVIDIA H200"]
+    h200 = data["gpus"]["NVIDIA H200"]["3.6.0"]
     assert _listed(h200) == [(256, 4), (512, 4)]
-    assert _listed(data["gpus"]["NVIDIA H100 80GB HBM3"]) == [(512, 1)]
+    assert _listed(data["gpus"]["NVIDIA H100 80GB HBM3"]["3.6.0"]) == [(512, 1)]
     first, second = h200["dtypes"]["float16"]["configs"]
     assert first["ok_at"] == [{"shape": [8, 200], "p50_us": 9.0}] and first["covers"] == [[8, 200]]
     assert second["ok_at"] == [{"shape": [8, 200], "p50_us": 11.0}, {"shape": [8, 300], "p50_us": 20.0}]
@@ -100,14 +100,14 @@ def test_covering_set_per_gpu_with_validity_and_best_by_shape(store_path, tmp_pa
     module = _load(out / "softmax_configs.py")  # the same data, generated from the JSON
     configs = [(c.kwargs["BLOCK_SIZE"], c.num_warps) for c in module["CONFIGS"]]
     assert configs == [(512, 1), (256, 4), (512, 4)]  # H100's list, then H200's
-    assert module["BEST_BY_SHAPE"]["NVIDIA H200"][("float16", (8, 300))].num_warps == 4
+    assert module["BEST_BY_SHAPE"]["NVIDIA H200"]["3.6.0"][("float16", (8, 300))].num_warps == 4
 
 
 def test_tolerance_decides_the_list(store_path, tmp_path):
     data = json.loads((_export(store_path, tmp_path, "--kernel", "softmax", "--tolerance", "0.25")
                        / "softmax_configs.json").read_text())
-    assert _listed(data["gpus"]["NVIDIA H200"]) == [(512, 4)]
-    best = data["gpus"]["NVIDIA H200"]["dtypes"]["float16"]["best_by_shape"][0]
+    assert _listed(data["gpus"]["NVIDIA H200"]["3.6.0"]) == [(512, 4)]
+    best = data["gpus"]["NVIDIA H200"]["3.6.0"]["dtypes"]["float16"]["best_by_shape"][0]
     # The winner at 8x200 is left out; the list's best there is 22% slower.
     assert (best["config"]["BLOCK_SIZE"], best["list_p50_us"]) == (256, 11.0)
 
@@ -121,7 +121,7 @@ def test_module_imports_only_triton_in_a_fresh_interpreter(store_path, tmp_path)
              f"{str(module)!r}); "
              "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m); "
              "print(len(m.CONFIGS), m.CONFIGS[1].kwargs, m.CONFIGS[1].num_warps, "
-             "m.BEST_BY_SHAPE['NVIDIA H200'][('float16', (8, 300))].num_warps, "
+             "m.BEST_BY_SHAPE['NVIDIA H200']['3.6.0'][('float16', (8, 300))].num_warps, "
              "[name for name in ('torch', 'runners', 'kernels') if name in sys.modules])")
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=tmp_path,
                             check=True)
@@ -176,10 +176,11 @@ def test_rows_without_a_driver_version_export(tmp_path):
     store.close()
     out = _export(path, tmp_path, "--kernel", "softmax")
     data = json.loads((out / "softmax_configs.json").read_text())
-    h200 = data["gpus"]["NVIDIA H200"]
+    h200 = data["gpus"]["NVIDIA H200"]["3.6.0"]
     assert h200["driver_version"] is None and h200["trials"] == 5
-    assert _listed(data["gpus"]["NVIDIA H200"]) == [(256, 4), (512, 4)]
-    assert "NVIDIA H200: driver not recorded, CUDA 13.0" in (out / "softmax_configs.py").read_text()
+    assert _listed(data["gpus"]["NVIDIA H200"]["3.6.0"]) == [(256, 4), (512, 4)]
+    module = (out / "softmax_configs.py").read_text()
+    assert "NVIDIA H200, Triton 3.6.0: driver not recorded, CUDA 13.0" in module
 
 
 def test_finalists_compete_among_themselves(tmp_path):
@@ -195,10 +196,10 @@ def test_finalists_compete_among_themselves(tmp_path):
     _add(store, 2, (8, 400), 512, 8, 12.0, phase="final", rank=1, tie=True, chosen=False)
     store.close()
     data = json.loads((_export(path, tmp_path, "--kernel", "softmax") / "softmax_configs.json").read_text())
-    section = data["gpus"]["NVIDIA H200"]["dtypes"]["float16"]
+    section = data["gpus"]["NVIDIA H200"]["3.6.0"]["dtypes"]["float16"]
     # Both finalists are within 3% of 12.0 and cover the shape; the winner breaks the tie. Had the
     # screening p50 of (1024, 4) counted, it alone would have covered it (12.0 > 1.03 x 10.5).
-    assert _listed(data["gpus"]["NVIDIA H200"]) == [(512, 4)]
+    assert _listed(data["gpus"]["NVIDIA H200"]["3.6.0"]) == [(512, 4)]
     best = section["best_by_shape"][0]
     assert best["fastest_p50_us"] == 12.0 and best["p50_us"] == 12.1
 
@@ -212,8 +213,8 @@ def test_sections_of_other_gpus_are_kept_unless_no_merge(store_path, tmp_path, c
     assert export_main(["--store", str(other), "--kernel", "softmax", "--out-dir", str(out)]) == 0
     data = json.loads((out / "softmax_configs.json").read_text())
     assert list(data["gpus"]) == ["NVIDIA B200", "NVIDIA H100 80GB HBM3", "NVIDIA H200"]
-    assert data["key"] == {"n_cols": "cols"}  # kept: this export named none
-    assert "softmax_configs.json keeps NVIDIA H200's configs" in capsys.readouterr().out
+    assert data["key"] == {"n_cols": "cols"}  # softmax's own key (KernelSpec.export_key)
+    assert "softmax_configs.json keeps NVIDIA H200's configs of Triton 3.6.0" in capsys.readouterr().out
     assert export_main(["--store", str(other), "--kernel", "softmax", "--out-dir", str(out),
                         "--no-merge"]) == 0
     assert list(json.loads((out / "softmax_configs.json").read_text())["gpus"]) == ["NVIDIA B200"]
@@ -282,7 +283,7 @@ def test_default_sweep_exports_a_list_for_every_shape(default_config, tmp_path):
     export_kernel(frame, "softmax", tmp_path / "exports", **settings_from_config(default_config, "softmax"))
     module = _load(tmp_path / "exports" / "softmax_configs.py")
     assert module["KEY"] == {"n_cols": "cols"}  # softmax.SPEC.export_key
-    cover = module["COVER"]["NVIDIA H200"]["float16"]
+    cover = module["COVER"]["NVIDIA H200"]["3.6.0"]["float16"]
     assert module["CONFIGS"] and {shape for _, verified in cover for shape in verified} >= shapes
     for shape in shapes:  # the list's best where it was ok is within 3% of the best there
         best = min(_model_p50(shape, json.loads(c)) for c, at in ok_at.items() if shape in at)
@@ -346,4 +347,76 @@ def test_the_export_command_writes_what_the_end_of_the_sweep_writes(default_conf
     assert export_main(["--store", str(tmp_path / "results.sqlite"), "--kernel", "softmax", "--key",
                         "cols_arg=cols", "--tolerance", "0.5", "--out-dir", str(tmp_path / "over")]) == 0
     data = json.loads((tmp_path / "over" / "softmax_configs.json").read_text())
-    assert data["key"] == {"cols_arg": "cols"} and data["gpus"]["NVIDIA H200"]["tolerance"] == 0.5
+    assert data["key"] == {"cols_arg": "cols"} and data["gpus"]["NVIDIA H200"]["3.6.0"]["tolerance"] == 0.5
+
+
+def _two_versions(tmp_path):
+    """An export holding sections of Triton 3.6.0 and 3.9.0 on one GPU, each with its own winner at
+    8x200: (256, 4) under 3.6.0 (MEASURED), (512, 2) under 3.9.0."""
+    old = tmp_path / "old.sqlite"
+    store = ResultStore(old)
+    for index, (shape, block, warps, p50) in enumerate(MEASURED):
+        _add(store, index, shape, block, warps, p50)
+    store.close()
+    out = _export(old, tmp_path, "--kernel", "softmax")
+    new = tmp_path / "new.sqlite"
+    store = ResultStore(new)
+    for index, (shape, block, warps, p50) in enumerate(MEASURED):
+        p50 = 5.0 if (block, warps) == (512, 2) else p50
+        _add(store, index, shape, block, warps, p50, triton_version="3.9.0")
+    store.close()
+    assert export_main(["--store", str(new), "--kernel", "softmax", "--out-dir", str(out)]) == 0
+    return out
+
+
+def _winner_at_8x200(namespace, **choice):
+    config = namespace["config_for"]("float16", gpu="NVIDIA H200", cols=200, **choice)
+    return config.kwargs["BLOCK_SIZE"], config.num_warps
+
+
+def test_sections_by_triton_version_the_running_one_else_the_nearest(tmp_path, monkeypatch):
+    """Issue 22: one file, a section per (GPU, Triton version); the module takes the running Triton's,
+    else the nearest older, else the nearest newer with a warning naming both; an argument or
+    TRITON_EXPORT_TRITON forces one."""
+    import types
+    import warnings
+
+    out = _two_versions(tmp_path)
+    data = json.loads((out / "softmax_configs.json").read_text())
+    assert data["format"] == 3 and list(data["gpus"]["NVIDIA H200"]) == ["3.6.0", "3.9.0"]
+    namespace = _load(out / "softmax_configs.py")
+    monkeypatch.delenv("TRITON_EXPORT_TRITON", raising=False)
+    for running, expected in (("3.9.0", (512, 2)), ("3.10.1", (512, 2)), ("3.7.2", (256, 4)),
+                              ("3.6.0+gitabc", (256, 4))):
+        namespace["triton"] = types.SimpleNamespace(__version__=running)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # exact or older: no warning
+            assert _winner_at_8x200(namespace) == expected, running
+    namespace["triton"] = types.SimpleNamespace(__version__="3.4.0")  # older than every section
+    with pytest.warns(namespace["ExportVersionWarning"], match="Triton 3.6.0, newer than the running 3.4.0"):
+        assert _winner_at_8x200(namespace) == (256, 4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # once per GPU
+        _winner_at_8x200(namespace)
+    assert _winner_at_8x200(namespace, triton_version="3.9.0") == (512, 2)
+    monkeypatch.setenv("TRITON_EXPORT_TRITON", "3.9.0")
+    assert _winner_at_8x200(namespace) == (512, 2)
+    with pytest.raises(namespace["ExportLookupError"], match="measured: 3.6.0, 3.9.0"):
+        _winner_at_8x200(namespace, triton_version="3.5.0")
+
+
+def test_a_file_of_the_earlier_format_still_loads(tmp_path, capsys):
+    """An export of format 2 (one section a GPU) is merged into by the next export, which files its
+    sections under their Triton versions, and compare reads it."""
+    out = _two_versions(tmp_path)
+    data = json.loads((out / "softmax_configs.json").read_text())
+    older = {**data, "format": 2, "gpus": {"NVIDIA H200": data["gpus"]["NVIDIA H200"]["3.6.0"]}}
+    (out / "softmax_configs.json").write_text(json.dumps(older))
+    from runners import compare
+
+    assert compare.main([str(out / "softmax_configs.json"), f"{tmp_path / 'old.sqlite'}"]) == 0
+    assert "the export" in capsys.readouterr().out
+    assert export_main(["--store", str(tmp_path / "new.sqlite"), "--kernel", "softmax", "--out-dir",
+                        str(out)]) == 0
+    merged = json.loads((out / "softmax_configs.json").read_text())
+    assert merged["format"] == 3 and list(merged["gpus"]["NVIDIA H200"]) == ["3.6.0", "3.9.0"]

@@ -131,16 +131,16 @@ def test_covering_set_and_module_hold_the_stated_data(export_dir):
     namespace = {}
     exec(compile(module, "softmax_configs.py", "exec"), namespace)
     cover = {gpu: {dtype: [_block_warps(c) for c, _ in entries] for dtype, entries in by_dtype.items()}
-             for gpu, by_dtype in namespace["COVER"].items()}
+             for gpu, by_version in namespace["COVER"].items() for by_dtype in [by_version["3.6.0"]]}
     assert cover == {"NVIDIA H200": {"float16": [(128, 2), (512, 2), (512, 4), (1024, 4)],
                                      "float32": [(256, 1)]},
                      "NVIDIA H100 80GB HBM3": {"float16": [(256, 4)]}}
     assert namespace["KEY"] == {"n_cols": "cols"} and namespace["DIMS"] == ("rows", "cols")
     # Validity travels: 512 w2 was ok at 200 and 400 (not at 100 or 1000, where it was never run).
-    verified = dict(namespace["COVER"]["NVIDIA H200"]["float16"])[namespace["CONFIGS"][2]]
+    verified = dict(namespace["COVER"]["NVIDIA H200"]["3.6.0"]["float16"])[namespace["CONFIGS"][2]]
     assert _block_warps(namespace["CONFIGS"][2]) == (512, 2)
     assert verified == {(ROWS, 200): 3.0, (ROWS, 400): 4.5}
-    best = namespace["BEST_BY_SHAPE"]["NVIDIA H200"]
+    best = namespace["BEST_BY_SHAPE"]["NVIDIA H200"]["3.6.0"]
     assert _block_warps(best[("float16", (ROWS, 100))]) == (128, 2)
     assert _block_warps(best[("float32", (ROWS, 200))]) == (256, 1)
 

@@ -40,7 +40,7 @@ def test_gpu_sweep_exports_configs_that_autotune_uses(tmp_path):
     exported = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(exported)
     gpu = torch.cuda.get_device_name(0)
-    best = exported.BEST_BY_SHAPE[gpu][("float16", (4096, 1024))]
+    best = exported.BEST_BY_SHAPE[gpu][triton.__version__][("float16", (4096, 1024))]
     # The prune finds the GPU from the tensors' device and the dtype from the first tensor argument.
     tuned = triton.autotune(
         configs=exported.CONFIGS, key=["n_cols"],
@@ -48,12 +48,12 @@ def test_gpu_sweep_exports_configs_that_autotune_uses(tmp_path):
     x = torch.randn(4096, 1024, device="cuda", dtype=torch.float16)
     out = torch.full_like(x, float("nan"))
     tuned[lambda meta: (x.shape[0],)](out, x, x.shape[1], x.stride(0), out.stride(0))
-    listed = [config for config, _ in exported.COVER[gpu]["float16"]]
+    listed = [config for config, _ in exported.cover_for("float16")]
     assert tuned.best_config in listed and exported.config_for("float16", cols=1024) == best
     assert compare(out, softmax.softmax_ref(x.double())) is None
     assert "exported:" in result.stdout and "W&B logging" in result.stdout
     data = json.loads(module_path.with_suffix(".json").read_text())
-    assert list(data["gpus"]) == [gpu]
+    assert list(data["gpus"]) == [gpu] and list(data["gpus"][gpu]) == [triton.__version__]
 
 
 def test_illegal_memory_access_mid_sweep_is_crashed_and_nothing_is_lost(tmp_path, monkeypatch):

@@ -112,8 +112,8 @@ def test_merged_stores_of_two_gpu_models_export_a_section_each(tmp_path, capsys)
     gpus = json.loads((out_dir / "vector_add_configs.json").read_text())["gpus"]
     assert sorted(gpus) == sorted([H100, H200])
     for gpu, fast in ((H100, 128), (H200, 512)):
-        assert gpus[gpu]["trials"] == 3  # one GPU's rows only
-        (best,) = gpus[gpu]["dtypes"]["float16"]["best_by_shape"]
+        assert gpus[gpu]["3.6.0"]["trials"] == 3  # one GPU's rows only
+        (best,) = gpus[gpu]["3.6.0"]["dtypes"]["float16"]["best_by_shape"]
         assert best["config"]["BLOCK_SIZE"] == fast
 
 

@@ -279,8 +279,9 @@ def bench_kernel(kernel: str, work: Path, timer, with_first_call: bool) -> dict:
     best = winners(work, kernel, f"held_out_{kernel}")
     spec = load_spec(kernel, None)
     gpu = exported.gpu_name()
-    result = {"kernel": kernel, "list_length": len(exported.COVER[gpu][DTYPE]),
-              "list": [as_dict(c) for c, _ in exported.COVER[gpu][DTYPE]], "rows": []}
+    listed = exported.cover_for(DTYPE, gpu)
+    result = {"kernel": kernel, "list_length": len(listed), "list": [as_dict(c) for c, _ in listed],
+              "rows": []}
     for shape in map(tuple, case["held_out"]):
         result["rows"].append(bench_shape(kernel, spec, exported, shape, best[shape], timer, with_first_call))
     print(f"{kernel}: {time.perf_counter() - began:.0f} s; list {result['list']}", flush=True)

@@ -70,8 +70,10 @@ class Job:
     written to output_dir/summary.json."""
 
     def __init__(self, cfg: DictConfig, sweep_id: str, output_dir: Path, store_path: str,
-                 prior: Optional[Path], open_store: Callable, outputs, before_job_s: Optional[float] = None):
+                 prior: Optional[Path], open_store: Callable, outputs, before_job_s: Optional[float] = None,
+                 trials: Optional[list] = None):
         self.cfg, self.sweep_id, self.output_dir = cfg, sweep_id, Path(output_dir)
+        self.given_trials = trials  # these exact trials instead of the config's grid (revalidation)
         self.store_path, self.prior, self.open_store = store_path, prior, open_store
         self.outputs, self.before_job_s = outputs, before_job_s
         self.began = time.perf_counter()
@@ -136,7 +138,7 @@ class Job:
         importers = 3 + (self.early[1] is not None)
         if finish and (os.cpu_count() or 1) >= importers:
             self.outputs.start_finisher()
-        self.plan = validate(cfg)
+        self.plan = validate(cfg, self.given_trials)
         self.store = self.open_store(self.store_path)
         cleanup.callback(self.store.close)
         plan = self.plan

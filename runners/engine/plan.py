@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Optional
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -75,9 +76,10 @@ def _workers(cfg: DictConfig) -> int:
     return workers
 
 
-def validate(cfg: DictConfig) -> Plan:
+def validate(cfg: DictConfig, trials: Optional[list] = None) -> Plan:
     """Everything that can be wrong with the input and that the schema does not catch at composition,
-    checked before any launch (the stopping rules first)."""
+    checked before any launch (the stopping rules first). trials: these exact trials instead of the grid
+    of kernel.shapes x dtypes x space (runners/revalidate.py re-times what an export ships)."""
     from runners.engine.search import Search
     from runners.engine.trials import TRITON_PROVIDER, ConfigError, load_spec, plan_trials
 
@@ -90,7 +92,8 @@ def validate(cfg: DictConfig) -> Plan:
         os.environ["TRITON_INTERPRET"] = "1"  # before any kernel module is imported
     spec = load_spec(cfg.kernel.name, cfg.kernel.spec)
     _check_export_settings(cfg, spec)
-    trials = plan_trials(spec, OmegaConf.to_container(cfg.kernel, resolve=True), cfg.backend.value)
+    if trials is None:
+        trials = plan_trials(spec, OmegaConf.to_container(cfg.kernel, resolve=True), cfg.backend.value)
     search = Search(cfg.search.method.value, trials, cfg.search.budget_trials, cfg.search.seed,
                     cfg.search.batch)
     workers = _workers(cfg)

@@ -16,16 +16,21 @@ resources (num_stages, num_warps, BLOCK product: the finalists' tie rule), then 
 Every shape has an ok config (its fastest covers it), so the list is never empty. Greedy may return more
 configs than the minimum (at most 1 + ln(number of shapes) times as many, the set-cover bound).
 
-Validity travels with each config: the shapes where it was ok, with its p50 there. The module
-(imports only triton) holds, for every GPU exported: the covering sets (COVER), the winner of each
-measured shape (BEST_BY_SHAPE), all their configs once (CONFIGS, for @triton.autotune), the map from the
-kernel's arguments to the sweep's dims (KEY, from --key or the config's export.key), a prune function
-for autotune and config_for() (nearest measured shape in log space;
-runners/results/export_runtime.py says how).
+Validity travels with each config: the shapes where it was ok, with its p50 there (and, where it
+was timed in repetitions, their number and spread: what `runners.compare` and `runners.revalidate`
+judge a later measurement against); each shape's winner carries its baselines' p50s. The module
+(imports only triton) holds, for every GPU and Triton version exported: the covering sets (COVER), the
+winner of each measured shape (BEST_BY_SHAPE), all their configs once (CONFIGS, for @triton.autotune),
+the map from the kernel's arguments to the sweep's dims (KEY, from the kernel's export key or --key), a
+prune function for autotune and config_for() (nearest measured shape in log space, the running Triton
+version's section or the nearest; runners/results/export_runtime.py says how).
 
-One file pair per kernel for all GPUs: a GPU's section is replaced when it is exported again; the
-sections of GPUs not in this export are kept from the existing JSON (`--no-merge` / export.merge=false:
-rewrite from this export alone). The .py is generated from the merged JSON.
+One file pair per kernel for all GPUs and Triton versions (format 3: gpus -> Triton version ->
+section): the section of this export's GPU and Triton version replaces the one exported before; the
+other sections are kept from the existing JSON (`--no-merge` / export.merge=false: rewrite from this
+export alone), so that a repository keeps working configs for each version it meets. Files of format 2
+(one section a GPU) still load: `upgraded` files each section under its Triton version. The .py is
+generated from the merged JSON.
 """
 from __future__ import annotations
 
@@ -33,6 +38,7 @@ import datetime
 import json
 import math
 from pathlib import Path
+from typing import Optional
 
 import pandas as pd
 
@@ -40,7 +46,7 @@ from runners.engine.finalists import resource_key, winner
 from runners.engine.trials import TRITON_PROVIDER, ConfigError, check_key
 from runners.engine.row import ENV_KEY
 
-FORMAT = 2  # of the JSON; 1 was one file per GPU with CONFIGS = the configs ok at every shape
+FORMAT = 3  # of the JSON; 2 had one section a GPU, 1 one file a GPU with the configs ok at every shape
 LAUNCH_OPTIONS = ("num_warps", "num_stages")  # triton.Config keywords; every other key is a meta-parameter
 # Rows exported together share the resume environment; backend and GPU name are already fixed here.
 EXPORT_ENV = [name for name in ENV_KEY if name not in ("backend", "gpu_name")]
@@ -88,6 +94,18 @@ def select_rows(frame: pd.DataFrame, kernel: str) -> dict[str, pd.DataFrame]:
     return {gpu: _newest_per_trial(group[_same_env(group)]) for gpu, group in gpu_rows.groupby("gpu_name")}
 
 
+def baseline_rows(frame: pd.DataFrame, ours: pd.DataFrame) -> pd.DataFrame:
+    """The ok baseline rows measured beside `ours` (one GPU's exportable rows): same kernel, GPU and
+    environment, the newest row of each trial (the finalists' rounds where they were re-timed)."""
+    newest = ours.loc[ours["id"].idxmax()]
+    rows = frame[(frame["kernel"] == newest["kernel"]) & (frame["provider"] != TRITON_PROVIDER)
+                 & (frame["status"] == "ok") & (frame["gpu_name"] == newest["gpu_name"])
+                 & frame["p50_us"].notna()]
+    for name in EXPORT_ENV:
+        rows = rows[rows[name].isna()] if pd.isna(newest[name]) else rows[rows[name] == newest[name]]
+    return _newest_per_trial(rows)
+
+
 def _canonical(config_json: str) -> str:
     return json.dumps(json.loads(config_json), sort_keys=True)
 
@@ -110,7 +128,15 @@ def _noise(row: pd.Series) -> dict:
     return {"repetitions": int(repetitions), "rep_noise": _number(row.get("rep_noise"))}
 
 
-def covering_set(rows: pd.DataFrame, tolerance: float) -> dict:
+def _baselines_at(baselines: Optional[pd.DataFrame], shape_json: str) -> dict:
+    """provider -> the p50 (and repetitions) of each baseline measured at the shape."""
+    if baselines is None or baselines.empty:
+        return {}
+    rows = baselines[baselines["shape"] == shape_json]
+    return {row["provider"]: {"p50_us": float(row["p50_us"]), **_noise(row)} for _, row in rows.iterrows()}
+
+
+def covering_set(rows: pd.DataFrame, tolerance: float, baselines: Optional[pd.DataFrame] = None) -> dict:
     """The covering set and the winner of each shape, from one (GPU, dtype)'s rows (module doc: how)."""
     rows = rows.sort_values("id")
     shapes = list(dict.fromkeys(_shape(s) for s in rows["shape"]))
@@ -155,12 +181,14 @@ def covering_set(rows: pd.DataFrame, tolerance: float) -> dict:
                            **{name: _number(winners[s][name]) for name in WINNER_FIELDS},
                            **_noise(winners[s]),
                            "fastest_p50_us": best[s], "list_p50_us": fastest_of_list(s)[0],
-                           "list_config": json.loads(fastest_of_list(s)[1])} for s in shapes],
+                           "list_config": json.loads(fastest_of_list(s)[1]),
+                           "baselines": _baselines_at(baselines, json.dumps(list(s)))} for s in shapes],
     }
 
 
-def gpu_section(rows: pd.DataFrame, tolerance: float) -> dict:
-    """Provenance and the covering set of every dtype of one GPU's rows."""
+def gpu_section(rows: pd.DataFrame, tolerance: float, baselines: Optional[pd.DataFrame] = None) -> dict:
+    """Provenance and the covering set of every dtype of one GPU's rows (with the baselines measured
+    beside them, for each shape's winner)."""
     newest = rows.loc[rows["id"].idxmax()]
     return {
         **{name: (None if pd.isna(newest[name]) else str(newest[name])) for name in PROVENANCE},
@@ -168,7 +196,9 @@ def gpu_section(rows: pd.DataFrame, tolerance: float) -> dict:
         "exported_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "trials": int(len(rows)),
         "tolerance": tolerance,
-        "dtypes": {dtype: covering_set(group, tolerance) for dtype, group in sorted(rows.groupby("dtype"))},
+        "dtypes": {dtype: covering_set(group, tolerance,
+                                       None if baselines is None else baselines[baselines["dtype"] == dtype])
+                   for dtype, group in sorted(rows.groupby("dtype"))},
     }
 
 
@@ -193,21 +223,46 @@ def parse_key(items: list[str]) -> dict[str, str]:
     return key
 
 
+def upgraded(data: dict) -> dict:
+    """An export's data in the current format: format 2 (gpus -> section) files each section under its
+    Triton version (gpus -> version -> section)."""
+    if data.get("format") == 2:
+        gpus = {gpu: {section["triton_version"]: section} for gpu, section in data["gpus"].items()}
+        return {**data, "format": FORMAT, "gpus": gpus}
+    return data
+
+
+def read_export(path: str | Path) -> dict:
+    """An export's JSON (format 2 or 3), in the current format; ExportError naming the file otherwise."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as error:
+        raise ExportError(f"{path}: not a readable export ({error})") from None
+    if not isinstance(data, dict) or data.get("format") not in (2, FORMAT) or "gpus" not in data:
+        raise ExportError(f"{path}: not an export of format 2 or {FORMAT} (runners/results/export.py)")
+    return upgraded(data)
+
+
+def sections(data: dict):
+    """(gpu, Triton version, section) of every section of an export, in file order."""
+    for gpu, versions in data["gpus"].items():
+        for version, section in versions.items():
+            yield gpu, version, section
+
+
 def _merged(path: Path, kernel: str, dims: tuple, merge: bool) -> dict:
     """The sections to keep from an existing JSON export of the kernel."""
     if not merge or not path.exists():
         return {}
     how = "move it away, or export with --no-merge (export.merge=false)"
     try:
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as error:
-        raise ExportError(f"cannot merge into {path}: {error}; {how}") from error
-    if not isinstance(data, dict):
-        raise ExportError(f"cannot merge into {path}: it holds a {type(data).__name__}, not an export; {how}")
-    if data.get("format") != FORMAT or data.get("kernel") != kernel or tuple(data.get("dims", ())) != dims:
-        raise ExportError(f"cannot merge into {path}: it holds format {data.get('format')}, kernel "
-                          f"{data.get('kernel')!r}, dims {data.get('dims')}, not format {FORMAT}, "
-                          f"{kernel!r}, {list(dims)}; {how}")
+        data = read_export(path)
+    except ExportError as error:
+        raise ExportError(f"cannot merge into {error}; {how}") from None
+    if data.get("kernel") != kernel or tuple(data.get("dims", ())) != dims:
+        raise ExportError(f"cannot merge into {path}: it holds kernel {data.get('kernel')!r}, dims "
+                          f"{data.get('dims')}, not {kernel!r}, {list(dims)}; {how}")
     return data
 
 
@@ -221,27 +276,32 @@ def _identity(config: dict) -> str:
     return json.dumps(config, sort_keys=True)
 
 
-def _literal_lines(gpus: dict, configs: dict) -> tuple[list[str], list[str]]:
-    """The lines of the COVER and BEST_BY_SHAPE literals."""
+def _literal_lines(data: dict, configs: dict) -> tuple[list[str], list[str]]:
+    """The lines of the COVER and BEST_BY_SHAPE literals: gpu -> Triton version -> ..."""
     cover_lines, best_lines = [], []
-    for gpu, section in gpus.items():
+    for gpu, versions in data["gpus"].items():
         cover_lines.append(f"    {gpu!r}: {{")
         best_lines.append(f"    {gpu!r}: {{")
-        for dtype, dtype_data in section["dtypes"].items():
-            cover_lines.append(f"        {dtype!r}: [")
-            for entry in dtype_data["configs"]:
-                verified = ", ".join(f"{tuple(at['shape'])!r}: {round(at['p50_us'], 3)!r}"
-                                     for at in entry["ok_at"])
-                index = configs[_identity(entry["config"])][0]
-                cover_lines.append(f"            (CONFIGS[{index}], {{{verified}}}),")
-            cover_lines.append("        ],")
-            for shape in dtype_data["best_by_shape"]:
-                throughput = f", {shape['gbps']:.0f} GB/s" if shape["gbps"] is not None else ""
-                best_lines.append(f"        # p50 {shape['p50_us']:.2f} us{throughput}; fastest there "
-                                  f"{shape['fastest_p50_us']:.2f} us, the list's best "
-                                  f"{shape['list_p50_us']:.2f} us")
-                best_lines.append(f"        ({dtype!r}, {tuple(shape['shape'])!r}): "
-                                  f"{_config_source(shape['config'])},")
+        for version, section in versions.items():
+            cover_lines.append(f"        {version!r}: {{")
+            best_lines.append(f"        {version!r}: {{")
+            for dtype, dtype_data in section["dtypes"].items():
+                cover_lines.append(f"            {dtype!r}: [")
+                for entry in dtype_data["configs"]:
+                    verified = ", ".join(f"{tuple(at['shape'])!r}: {round(at['p50_us'], 3)!r}"
+                                         for at in entry["ok_at"])
+                    index = configs[_identity(entry["config"])][0]
+                    cover_lines.append(f"                (CONFIGS[{index}], {{{verified}}}),")
+                cover_lines.append("            ],")
+                for shape in dtype_data["best_by_shape"]:
+                    throughput = f", {shape['gbps']:.0f} GB/s" if shape["gbps"] is not None else ""
+                    best_lines.append(f"            # p50 {shape['p50_us']:.2f} us{throughput}; fastest "
+                                      f"there {shape['fastest_p50_us']:.2f} us, the list's best "
+                                      f"{shape['list_p50_us']:.2f} us")
+                    best_lines.append(f"            ({dtype!r}, {tuple(shape['shape'])!r}): "
+                                      f"{_config_source(shape['config'])},")
+            cover_lines.append("        },")
+            best_lines.append("        },")
         cover_lines.append("    },")
         best_lines.append("    },")
     return cover_lines, best_lines
@@ -250,34 +310,35 @@ def _literal_lines(gpus: dict, configs: dict) -> tuple[list[str], list[str]]:
 def render_module(data: dict, json_name: str) -> str:
     """The .py of an export: its data as literals, then the lookup code of
     runners/results/export_runtime.py."""
-    kernel, gpus = data["kernel"], data["gpus"]
-    configs = {}  # every config of the covering sets once, in GPU, dtype, list order
-    for section in gpus.values():
+    kernel, all_sections = data["kernel"], list(sections(data))
+    configs = {}  # every config of the covering sets once, in GPU, version, dtype, list order
+    for _, _, section in all_sections:
         for dtype_data in section["dtypes"].values():
             for entry in dtype_data["configs"]:
                 configs.setdefault(_identity(entry["config"]), (len(configs), entry["config"]))
     provenance = "\n".join(
-        f"- {gpu}: driver {s['driver_version'] or 'not recorded'}, CUDA {s['cuda_version'] or 'not recorded'}"
-        f",\n  torch {s['torch_version']}, triton {s['triton_version']}, kernel source {s['kernel_hash']};"
+        f"- {gpu}, Triton {version}: driver {s['driver_version'] or 'not recorded'}, CUDA "
+        f"{s['cuda_version'] or 'not recorded'},\n  torch {s['torch_version']}, kernel source "
+        f"{s['kernel_hash']};"
         f"\n  timed by {s.get('timing_method') or 'CUDA events (before timing_method was recorded)'};"
         f"\n  {s['trials']} ok trials of sweeps {', '.join(s['sweep_ids'])}; within "
-        f"{100 * s['tolerance']:g}%; exported {s['exported_at']}" for gpu, s in gpus.items())
+        f"{100 * s['tolerance']:g}%; exported {s['exported_at']}" for gpu, version, s in all_sections)
     key_args = list(data["key"]) or [d for d in data["dims"]]
-    cover_lines, best_lines = _literal_lines(gpus, configs)
+    cover_lines, best_lines = _literal_lines(data, configs)
     config_lines = "\n".join(f"    {_config_source(config)}," for _, config in configs.values())
     rules = RUNTIME.read_text().split('"""')[1].split("Lookups, ", 1)[1].strip()
     runtime = RUNTIME.read_text().split(RUNTIME_MARKER, 1)[1].lstrip("\n")
-    tolerances = sorted({f"{100 * s['tolerance']:g}%" for s in gpus.values()})
+    tolerances = sorted({f"{100 * s['tolerance']:g}%" for _, _, s in all_sections})
     return f'''"""{kernel} launch configs measured by the triton-sweep runner.
 Generated from {json_name}: do not edit.
 
 {provenance}
 
-COVER[gpu][dtype] is a covering set: at every measured shape, the fastest of its configs that was ok
-there is within {" / ".join(tolerances)} of the fastest config measured there (p50 of the kernel time of
-record, timed as each GPU's line above says; where finalists were re-timed round-robin, their re-timed \
-p50s). Each config
-comes with the shapes where it was verified (ok) and its p50 there, in us. Use:
+COVER[gpu][triton version][dtype] is a covering set: at every measured shape, the fastest of its configs
+that was ok there is within {" / ".join(tolerances)} of the fastest config measured there (p50 of the
+kernel time of record, timed as each section's line above says; where finalists were re-timed
+round-robin, their re-timed p50s). Each config comes with the shapes where it was verified (ok) and its
+p50 there, in us. Use:
 
     from {json_name[:-len(".json")]} import CONFIGS, prune_configs, make_prune, config_for
 
@@ -298,18 +359,21 @@ DIMS = {tuple(data["dims"])!r}
 # The kernel's argument -> the dim of the measured shapes it gives (export --key, or export.key).
 KEY = {data["key"]!r}
 GPU_ENV = "TRITON_EXPORT_GPU"  # names the GPU whose configs apply, instead of the CUDA device's name
+TRITON_ENV = "TRITON_EXPORT_TRITON"  # names the Triton version whose configs apply, not the running one
 
 # Every config of COVER once: autotune over all of them, and let prune_configs keep the right ones.
 CONFIGS = [
 {config_lines}
 ]
 
-# GPU -> dtype -> the covering set, best first: (config, {{shape where it was ok: its p50 there, us}}).
+# GPU -> Triton version -> dtype -> the covering set, best first: (config, {{shape where it was ok: its p50
+# there, us}}).
 COVER = {{
 {chr(10).join(cover_lines)}
 }}
 
-# GPU -> (dtype, shape) -> the winner measured there (the finalists' choice, else the lowest p50).
+# GPU -> Triton version -> (dtype, shape) -> the winner measured there (the finalists' choice, else the
+# lowest p50).
 BEST_BY_SHAPE = {{
 {chr(10).join(best_lines)}
 }}
@@ -318,19 +382,25 @@ BEST_BY_SHAPE = {{
 {runtime}'''
 
 
-def write_export(kernel: str, sections: dict[str, dict], out_dir: str | Path, dims: tuple, key: dict | None,
+def write_export(kernel: str, new: dict[str, dict], out_dir: str | Path, dims: tuple, key: dict | None,
                  merge: bool = True) -> list[Path]:
-    """Write <kernel>_configs.json (the sections of this export over those kept from the existing
-    file) and the .py generated from it; returns their paths."""
+    """Write <kernel>_configs.json (the sections of this export, gpu -> section, each filed under its
+    Triton version, over those kept from the existing file) and the .py generated from it; returns
+    their paths."""
     out_dir = Path(out_dir)
     json_path = out_dir / f"{kernel}_configs.json"
     existing = _merged(json_path, kernel, dims, merge)
-    kept = {gpu: s for gpu, s in existing.get("gpus", {}).items() if gpu not in sections}
-    for gpu, section in kept.items():
-        print(f"note: {json_path.name} keeps {gpu}'s configs, exported {section['exported_at']}")
+    gpus: dict[str, dict] = {}
+    for gpu, version, section in sections(existing) if existing else ():
+        if not (gpu in new and new[gpu]["triton_version"] == version):
+            print(f"note: {json_path.name} keeps {gpu}'s configs of Triton {version}, exported "
+                  f"{section['exported_at']}")
+            gpus.setdefault(gpu, {})[version] = section
+    for gpu, section in new.items():
+        gpus.setdefault(gpu, {})[section["triton_version"]] = section
     data = {"format": FORMAT, "kernel": kernel, "dims": list(dims),
             "key": key if key else existing.get("key", {}),
-            "gpus": dict(sorted({**kept, **sections}.items()))}
+            "gpus": {gpu: dict(sorted(gpus[gpu].items())) for gpu in sorted(gpus)}}
     out_dir.mkdir(parents=True, exist_ok=True)
     text = json.dumps(data, indent=1)
     json_path.write_text(text)
@@ -354,7 +424,7 @@ def export_kernel(frame: pd.DataFrame, kernel: str, out_dir: str | Path, *, tole
         key = check_key(key or {}, dims, kernel, key_field)
     except ConfigError as error:
         raise ExportError(str(error)) from None
-    sections = {gpu: gpu_section(rows, tolerance) for gpu, rows in by_gpu.items()}
+    sections = {gpu: gpu_section(rows, tolerance, baseline_rows(frame, rows)) for gpu, rows in by_gpu.items()}
     return write_export(kernel, sections, out_dir, dims, key, merge)
 
 

@@ -21,6 +21,10 @@ Lookups, for a call's sizes (the kernel's arguments named in KEY, or the dims of
   device of the call's first tensor argument (torch.cuda.get_device_name), else of the current device.
   A GPU that was never measured is an error (ExportLookupError naming the measured ones): another GPU's
   configs are used only when asked for by name.
+- The Triton version: the `triton_version` argument, else the environment variable in TRITON_ENV (each
+  must name a version measured on that GPU), else the running Triton's section; where it was not
+  measured, the nearest older version's, else the nearest newer's, with an ExportVersionWarning naming
+  both, once per GPU (configs tuned on a newer Triton may not even compile on an older one).
 - The dtype: the `dtype` argument, else that of the call's first tensor argument (in the kernel's
   argument order: positional arguments, then keywords), written as in the store ("float16").
 """
@@ -30,6 +34,7 @@ KERNEL = "placeholder"
 DIMS = ()
 KEY = {}
 GPU_ENV = "TRITON_EXPORT_GPU"
+TRITON_ENV = "TRITON_EXPORT_TRITON"
 CONFIGS = []
 COVER = {}
 BEST_BY_SHAPE = {}
@@ -39,6 +44,52 @@ BEST_BY_SHAPE = {}
 
 class ExportLookupError(LookupError):
     """No exported config for this GPU, dtype or call: the message says which, and what was measured."""
+
+
+class ExportVersionWarning(UserWarning):
+    """The configs used were measured with a newer Triton than the running one (filter it by this class)."""
+
+
+_warned_versions = set()
+
+
+def version_key(version):
+    """'3.6.0' -> (3, 6, 0); local parts (+git...) and suffixes (rc1) ignored."""
+    import re
+
+    return tuple(int(part) for part in re.findall(r"\d+", version.split("+")[0])[:3])
+
+
+def pick_version(measured, running):
+    """(the version whose section applies, how): the running one where measured ("exact"), else the
+    nearest older ("older"), else the nearest newer ("newer")."""
+    if running in measured:
+        return running, "exact"
+    older = [v for v in measured if version_key(v) <= version_key(running)]
+    if older:
+        return max(older, key=version_key), "older"
+    return min(measured, key=version_key), "newer"
+
+
+def _section(gpu, version=None):
+    """Triton version -> COVER and BEST_BY_SHAPE of the section that applies on `gpu` (module doc)."""
+    import os
+
+    measured = COVER[gpu]
+    wanted = version or os.environ.get(TRITON_ENV)
+    if wanted:
+        if wanted not in measured:
+            raise ExportLookupError(f"{KERNEL}: no configs measured with Triton {wanted} on {gpu} (measured: "
+                                    f"{', '.join(measured)})")
+        return wanted
+    picked, how = pick_version(list(measured), triton.__version__)
+    if how == "newer" and gpu not in _warned_versions:
+        import warnings
+
+        _warned_versions.add(gpu)
+        warnings.warn(f"{KERNEL}: configs measured with Triton {picked}, newer than the running "
+                      f"{triton.__version__}, on {gpu}: no older version was measured", ExportVersionWarning)
+    return picked
 
 
 def gpu_name(gpu=None, device=None):
@@ -66,15 +117,17 @@ def _dtype_name(dtype):
     return str(dtype).replace("torch.", "")
 
 
-def _cover(gpu, dtype):
+def _cover(gpu, dtype, version=None):
+    """(the covering set, the Triton version of its section) for the GPU and dtype."""
     if gpu not in COVER:
         raise ExportLookupError(
             f"{KERNEL}: no configs were measured on {gpu!r} (measured: {', '.join(COVER)}); tune on it, or "
             f"pass gpu=... or set {GPU_ENV} to use another GPU's configs")
-    if dtype not in COVER[gpu]:
-        raise ExportLookupError(f"{KERNEL}: no configs for dtype {dtype!r} on {gpu} "
-                                f"(measured: {', '.join(COVER[gpu])})")
-    return COVER[gpu][dtype]
+    version = _section(gpu, version)
+    if dtype not in COVER[gpu][version]:
+        raise ExportLookupError(f"{KERNEL}: no configs for dtype {dtype!r} on {gpu} with Triton {version} "
+                                f"(measured: {', '.join(COVER[gpu][version])})")
+    return COVER[gpu][version][dtype], version
 
 
 def _by_distance(shapes, sizes):
@@ -121,7 +174,7 @@ def _identity(config):
             getattr(config, "num_ctas", 1), getattr(config, "maxnreg", None))
 
 
-def _prune(configs, args, key, check, gpu, dtype):
+def _prune(configs, args, key, check, gpu, dtype, version):
     if not key:  # no map stored: the kernel's arguments named like the dims (matmul's M, N, K)
         key = {dim: dim for dim in DIMS if dim in args}
     if not key:
@@ -142,7 +195,7 @@ def _prune(configs, args, key, check, gpu, dtype):
     dtype = _dtype_name(dtype)
     device = tensor.device if tensor is not None and getattr(tensor.device, "type", None) == "cuda" else None
     gpu = gpu_name(gpu, device)
-    cover = _cover(gpu, dtype)
+    cover, _ = _cover(gpu, dtype, version)
     given = {}
     for config in configs:
         given.setdefault(_identity(config), config)
@@ -160,31 +213,39 @@ def _prune(configs, args, key, check, gpu, dtype):
         f"(measured shapes {DIMS}: {sorted(shapes)})")
 
 
-def make_prune(key=None, check=None, gpu=None, dtype=None):
+def make_prune(key=None, check=None, gpu=None, dtype=None, triton_version=None):
     """An early_config_prune for @triton.autotune. key: {kernel argument: dim} (default KEY); check:
     check(config, sizes) -> bool, the kernel's own validity rule, sizes by dim and by argument name;
-    gpu and dtype: fixed instead of read from the device and the first tensor argument."""
+    gpu, dtype and triton_version: fixed instead of read from the device, the first tensor argument
+    and the running Triton."""
     key = dict(KEY if key is None else key)
 
     def prune(configs, named_args, **kwargs):
-        return _prune(configs, {**named_args, **kwargs}, key, check, gpu, dtype)
+        return _prune(configs, {**named_args, **kwargs}, key, check, gpu, dtype, triton_version)
 
     return prune
 
 
 def prune_configs(configs, named_args, **kwargs):
     """make_prune() with the defaults: for prune_configs_by={"early_config_prune": prune_configs}."""
-    return _prune(configs, {**named_args, **kwargs}, dict(KEY), None, None, None)
+    return _prune(configs, {**named_args, **kwargs}, dict(KEY), None, None, None, None)
 
 
-def config_for(dtype, *, gpu=None, check=None, **sizes):
+def cover_for(dtype, gpu=None, triton_version=None):
+    """The covering set that applies (the module docstring: which GPU and Triton version):
+    [(config, {shape where it was verified: its p50 there, us}), ...], best first."""
+    return _cover(gpu_name(gpu), _dtype_name(dtype), triton_version)[0]
+
+
+def config_for(dtype, *, gpu=None, check=None, triton_version=None, **sizes):
     """The config to launch with, without autotune: config_for("float16", n_cols=3000) or (cols=3000)."""
     dtype = _dtype_name(dtype)
     sizes = _sizes(sizes, KEY)
     gpu = gpu_name(gpu)
-    cover = _cover(gpu, dtype)
+    cover, version = _cover(gpu, dtype, triton_version)
     named = _named(sizes, KEY)
-    best = {shape: config for (of_dtype, shape), config in BEST_BY_SHAPE[gpu].items() if of_dtype == dtype}
+    best = {shape: config for (of_dtype, shape), config in BEST_BY_SHAPE[gpu][version].items()
+            if of_dtype == dtype}
     for shape in _by_distance(list(best), sizes):
         verified = sorted(((at[shape], config) for config, at in cover if shape in at),
                           key=lambda item: item[0])

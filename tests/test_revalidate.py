@@ -1,0 +1,118 @@
+"""runners.revalidate on the interpreter: an export re-timed where it was recorded, judged by compare's
+rule, only the shapes that got slower than the tolerance or broke re-screened, the exit status; and the
+re-screen decision itself.
+
+The export re-validated here is made from an interpreter sweep by the export's own functions (a real
+export refuses interpreter timings), with its recorded figures scaled to stand for a change: the
+re-validation measures again on the same (interpreter) machine."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from runners.measure.device import INTERPRETER_DEVICE_NAME
+from runners.results.export import baseline_rows, gpu_section, write_export
+from runners.results.store import ResultStore
+from runners.revalidate import judge_shapes
+from tests.conftest import REPO, run_sweep
+
+SHAPES = [[3000], [9000]]
+SWEEP = ["kernel=vector_add", f"kernel.shapes={json.dumps(SHAPES)}", "kernel.dtypes=[float32]",
+         "kernel.space.BLOCK_SIZE=[256,512]", "kernel.space.num_warps=[2]", "kernel.baselines=[torch]",
+         "finalists.top_k=2", "finalists.min_samples=8", "finalists.min_time_s=0", "finalists.max_time_s=0.5",
+         "finalists.repetitions=3", "sweep_id=tuned"]
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory):
+    """The sweep an export is made from (interpreter, finalists in 3 repetitions)."""
+    work = tmp_path_factory.mktemp("tuned")
+    run_sweep(work, *SWEEP)
+    store = ResultStore(work / "results.sqlite")
+    rows = store.load(sweep_id="tuned")
+    store.close()
+    return work, rows
+
+
+def _export(tuned, tmp_path, scale: dict):
+    """The export of the tuned rows, its recorded p50s times scale[cols] at each shape."""
+    _, rows = tuned
+    ours = rows[(rows["provider"] == "triton") & (rows["status"] == "ok")]
+    ours = ours.sort_values("id").groupby("trial_key").tail(1)
+    section = gpu_section(ours, 0.03, baseline_rows(rows, ours))
+    for lists in section["dtypes"].values():
+        for item in lists["configs"]:
+            for at in item["ok_at"]:
+                at["p50_us"] *= scale[at["shape"][0]]
+        for best in lists["best_by_shape"]:
+            for name in ("p50_us", "fastest_p50_us", "list_p50_us"):
+                best[name] *= scale[best["shape"][0]]
+    write_export("vector_add", {INTERPRETER_DEVICE_NAME: section}, tmp_path / "exports", ("n",),
+                 {"n_elements": "n"}, merge=False)
+    return tmp_path / "exports" / "vector_add_configs.json"
+
+
+def _revalidate(path, tmp_path, *args):
+    result = subprocess.run([sys.executable, "-m", "runners.revalidate", str(path), "--backend", "interpret",
+                             "--store", str(tmp_path / "reval.sqlite"), *args], cwd=REPO, capture_output=True,
+                            text=True, timeout=600, env={**os.environ, "TRITON_INTERPRET": "1"})
+    return result.returncode, result.stdout + result.stderr
+
+
+def test_shapes_recorded_as_faster_than_they_run_are_re_screened_the_others_kept(tuned, tmp_path):
+    # 9000 recorded at half its time: it now looks twice as slow (SLOW beyond 3%); 3000 recorded at 3x
+    # its time: it now looks faster (FAST): kept.
+    path = _export(tuned, tmp_path, {3000: 3.0, 9000: 0.5})
+    status, out = _revalidate(path, tmp_path, "--check")
+    assert status == 1, out
+    lines = {line.split(" | ")[1]: line for line in out.splitlines() if line.startswith("| float32")}
+    assert "FAST" in lines["3000"] and lines["3000"].endswith("| keep |")
+    assert "SLOW" in lines["9000"] and lines["9000"].endswith("| re-screen |")
+    assert "1 to re-screen" in out
+    # Without --check the shape is re-screened; the interpreter's rows are never exported.
+    status, out = _revalidate(path, tmp_path)
+    assert status == 1 and "re-screened 1 float32 shape(s)" in out
+    assert "no new section written: refusing to export 'vector_add'" in out
+
+
+def test_an_export_that_still_holds_passes(tuned, tmp_path):
+    path = _export(tuned, tmp_path, {3000: 3.0, 9000: 3.0})  # recorded slower than it runs: all FAST
+    status, out = _revalidate(path, tmp_path, "--check")
+    assert status == 0, out
+    assert "0 to re-screen" in out and "2 shapes: 0 SAME, 2 FAST, 0 SLOW, 0 broken" in out
+
+
+def test_a_config_a_kernel_change_broke_is_reported_and_its_shapes_re_screened(tuned, tmp_path):
+    path = _export(tuned, tmp_path, {3000: 3.0, 9000: 3.0})
+    status, out = _revalidate(path, tmp_path, "--check", "--spec", "tests.vector_add_broken:SPEC")
+    assert status == 1, out
+    broken = [line for line in out.splitlines() if "broken: BLOCK_SIZE=512" in line]
+    assert broken and all("(incorrect)" in line and line.endswith("| re-screen |") for line in broken)
+
+
+def test_bad_input_names_the_argument(tmp_path):
+    (tmp_path / "x.json").write_text("{}")
+    status, out = _revalidate(tmp_path / "x.json", tmp_path)
+    assert status == 2 and "not an export" in out
+
+
+def test_the_re_screen_decision():
+    """Re-screen where a shipped config broke, or where the list's best is SLOW beyond the tolerance;
+    keep a SLOW within it, SAME and FAST."""
+    import pandas as pd
+
+    base = pd.DataFrame([{"provider": "triton", "dtype": "float16", "shape": json.dumps([n])}
+                         for n in (1, 2, 3, 4, 5)])
+
+    def winner(n, verdict, ratio):
+        return {"row": ("k", "triton", "float16", str(n), "c"), "verdict": verdict, "ratio": ratio,
+                "threshold": 0.02, "base_p50": 1.0, "new_p50": ratio}
+
+    result = {"winners": [winner(1, "SAME", 1.01), winner(2, "SLOW", 1.025), winner(3, "SLOW", 1.08),
+                          winner(4, "FAST", 0.9), winner(5, "SAME", 1.0)],
+              "status_changes": [{"row": ("k", "triton", "float16", "5", "BLOCK=8"), "base": "ok",
+                                  "new": "incorrect"}]}
+    decided = {json.loads(s["shape"])[0]: s["rescreen"] for s in judge_shapes(result, base, 0.03)}
+    assert decided == {1: False, 2: False, 3: True, 4: False, 5: True}
