@@ -34,16 +34,30 @@ def _parsed(stem: str) -> ast.Module:
     return ast.parse((Path(__file__).parent / f"{stem}.py").read_text())
 
 
+def _literal_names(name: str, argument: str) -> tuple[str, ...]:
+    """The string constants of the `argument=` literals (a dict's keys, a tuple's items) in the module
+    of a built-in kernel."""
+    module = builtin()[name].split(":")[0].rsplit(".", 1)[1]
+    names = {}
+    for node in ast.walk(_parsed(module)):
+        if isinstance(node, ast.keyword) and node.arg == argument:
+            items = node.value.keys if isinstance(node.value, ast.Dict) else getattr(node.value, "elts", [])
+            names.update(dict.fromkeys(k.value for k in items if isinstance(k, ast.Constant)))
+    return tuple(names)
+
+
 @functools.cache
 def space_names(name: str) -> tuple[str, ...]:
     """The names of a built-in kernel's search space (its module's `space={...}` literals), read from the
     source: what `kernel.space.<name>=...` may set without a `+`."""
-    module = builtin()[name].split(":")[0].rsplit(".", 1)[1]
-    names = {}
-    for node in ast.walk(_parsed(module)):
-        if isinstance(node, ast.keyword) and node.arg == "space" and isinstance(node.value, ast.Dict):
-            names.update(dict.fromkeys(k.value for k in node.value.keys if isinstance(k, ast.Constant)))
-    return tuple(names)
+    return _literal_names(name, "space")
+
+
+@functools.cache
+def dim_names(name: str) -> tuple[str, ...]:
+    """The names of a built-in kernel's shape dims (its module's `dims=(...)` literals), read from the
+    source: what `kernel.grid.<dim>=...` may set without a `+`."""
+    return _literal_names(name, "dims")
 
 
 @functools.cache

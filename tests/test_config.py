@@ -101,3 +101,101 @@ def test_bad_values_fail_before_any_launch_naming_the_field(override, message):
     with pytest.raises(ConfigError) as error:
         validate(cfg)
     assert message in str(error.value)
+
+
+def _planned_shapes(overrides):
+    from runners.engine.trials import load_spec, plan_trials
+
+    kernel = OmegaConf.to_container(compose("config", overrides=overrides), resolve=True)["kernel"]
+    trials = plan_trials(load_spec(kernel["name"], kernel["spec"]), kernel, "interpret")
+    return sorted({t.shape for t in trials})
+
+
+@pytest.mark.parametrize("cols, expected", [
+    ("[3000,1000,1000]", [1000, 3000]),  # a list: sorted, once each
+    ("{pow2:[256,4096]}", [256, 512, 1024, 2048, 4096]),
+    ("{pow2:[300,5000]}", [512, 1024, 2048, 4096]),  # the powers of two between the bounds
+    ("{geom:[256,32768,8]}", [256, 512, 1024, 2048, 4096, 8192, 16384, 32768]),
+    ("{geom:[1000,8000,4]}", [1000, 2000, 4000, 8000]),
+    ("{range:[1000,3500,1000]}", [1000, 2000, 3000]),
+])
+def test_a_grid_crosses_its_dims_into_the_shapes(cols, expected):
+    shapes = _planned_shapes(["kernel=softmax", "kernel.grid.rows=[8,16]", f"kernel.grid.cols={cols}",
+                              "kernel.space.BLOCK_SIZE=[256,512,1024,2048,4096,8192,16384,32768]"])
+    assert shapes == [(rows, c) for rows in (8, 16) for c in expected]
+
+
+def test_a_grid_adds_to_the_listed_shapes_and_drops_what_nothing_can_run(capsys):
+    shapes = _planned_shapes(["kernel=softmax", "kernel.shapes=[[4,100]]", "kernel.grid.rows=[8]",
+                              "kernel.grid.cols={pow2:[1024,8192]}", "kernel.space.BLOCK_SIZE=[1024,2048]"])
+    assert shapes == [(4, 100), (8, 1024), (8, 2048)]  # no block holds 4096 or 8192 columns
+    assert "kernel.grid: 2 shape(s) no config of the space can run, left out: 8x4096, 8x8192" in (
+        capsys.readouterr().out)
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["kernel.grid.cols=[1024]"], "kernel.grid.rows: give sizes for every dim of softmax (rows, cols; "
+                                  "given: cols)"),
+    (["kernel.grid.rows=[8]", "kernel.grid.cols={pow2:[4096,256]}"],
+     "kernel.grid.cols.pow2: the bounds 4096 > 256 are the wrong way round"),
+    (["kernel.grid.rows=[8]", "kernel.grid.cols={geom:[256,4096]}"],
+     "kernel.grid.cols.geom: [256, 4096] must be 3 positive integers"),
+    (["kernel.grid.rows=[8]", "kernel.grid.cols={geom:[256,4096,1]}"],
+     "kernel.grid.cols.geom: 1 sizes: give at least 2"),
+    (["kernel.grid.rows=[8]", "kernel.grid.cols={log:[256,4096]}"], "kernel.grid.cols: {'log': [256, 4096]} "
+                                                                     "is not a list of sizes"),
+    (["kernel.grid.rows=[0,8]", "kernel.grid.cols=[1024]"],
+     "kernel.grid.rows: [0, 8] is not a list of sizes"),
+    (["kernel.grid.rows=[8]", "kernel.grid.cols={pow2:[3000,4000]}"], "kernel.grid.cols.pow2: [3000, 4000] "
+                                                                       "gives no size"),
+    (["kernel.grid.rows=[8]", "kernel.grid.cols=[100000]"], "kernel.grid: no config of the space can run"),
+])
+def test_a_wrong_grid_fails_naming_the_field(overrides, message):
+    from runners.engine.trials import ConfigError
+
+    with pytest.raises(ConfigError) as error:
+        _planned_shapes(["kernel=softmax", *overrides])
+    assert message in str(error.value)
+
+
+def test_a_grid_dim_the_kernel_lacks_fails_at_composition():
+    with pytest.raises(ConfigCompositionException) as error:
+        compose("config", overrides=["kernel=softmax", "kernel.grid.colz=[1024]"])
+    assert "kernel.grid.colz" in str(error.value.__cause__)
+
+
+def _export_sweeps() -> dict[str, list[str]]:
+    """sweeps/<name>_export.yaml -> the kernels its header says it serves ("for: a, b (...)" or "... .")."""
+    import re
+
+    served = {}
+    for path in sorted((CONF / "sweep").glob("*_export.yaml")):
+        header = " ".join(line.lstrip("# ").strip() for line in path.read_text().splitlines()
+                          if line.startswith("#"))
+        served[path.stem] = re.search(r"for: ([\w, ]+?)[.(]", header).group(1).replace(" ", "").split(",")
+    return served
+
+
+def test_every_built_in_kernel_has_an_export_grade_sweep():
+    served = [kernel for kernels in _export_sweeps().values() for kernel in kernels]
+    assert sorted(served) == sorted(builtin())
+
+
+@pytest.mark.parametrize("sweep, kernel", [(sweep, kernel) for sweep, kernels in _export_sweeps().items()
+                                           for kernel in kernels])
+def test_export_sweeps_screen_a_grid_dense_along_the_export_key(sweep, kernel):
+    """Each composes for every kernel it serves, screens with finalists in float16 and bfloat16, and plans
+    at least 6 points of the export key (every key dim at 2 sizes or more)."""
+    from runners.engine.trials import load_spec, plan_trials
+
+    cfg = compose("config", overrides=[f"+sweep={sweep}", f"kernel={kernel}"])
+    screen = OmegaConf.load(CONF / "timing" / "screen.yaml")
+    assert (cfg.kernel.name, cfg.timing.max_time_s) == (kernel, screen.max_time_s)
+    assert cfg.finalists.top_k > 0
+    resolved = OmegaConf.to_container(cfg, resolve=True)["kernel"]
+    spec = load_spec(kernel, None)
+    trials = [t for t in plan_trials(spec, resolved, "cuda") if t.pruned_reason is None]
+    key_dims = [spec.dims.index(d) for d in (set(spec.export_key.values()) or spec.dims)]
+    points = {tuple(t.shape[i] for i in key_dims) for t in trials}
+    assert len(points) >= 6 and all(len({p[j] for p in points}) >= 2 for j in range(len(key_dims)))
+    assert {"float16", "bfloat16"} <= {t.dtype for t in trials}

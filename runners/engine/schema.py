@@ -45,6 +45,10 @@ class KernelConf:
     shapes: Any = None
     dtypes: Any = None  # one dtype name or a list: float16 | bfloat16 | float32; None: its default_dtypes
     space: Dict[str, Any] = field(default_factory=dict)  # overrides of the kernel's default space
+    # dim -> its sizes, crossed into shapes (besides `shapes`): a list, or {pow2: [lo, hi]} (the powers of
+    # two between), {geom: [lo, hi, n]} (n sizes in geometric steps), {range: [lo, hi, step]}
+    # (runners/engine/trials.py, grid_shapes).
+    grid: Dict[str, Any] = field(default_factory=dict)
     baselines: Any = None  # None: all the kernel declares; [] none; or a list of names
 
 
@@ -149,11 +153,12 @@ KERNEL_CONF = Path(__file__).resolve().parents[2] / "conf" / "kernel"
 def register_configs() -> None:
     """The schema, and `kernel=<name>` for every built-in kernel without a conf/kernel/<name>.yaml: its
     shapes and dtypes are then its KernelSpec's defaults (a YAML, where there is one, sets others)."""
-    from kernels import builtin, space_names  # read from kernels/*.py, none of them imported
+    from kernels import builtin, dim_names, space_names  # read from kernels/*.py, none of them imported
 
     store = ConfigStore.instance()
     store.store(name="sweep_schema", node=SweepConf)
     for name in builtin():
         if not (KERNEL_CONF / f"{name}.yaml").exists():
             space = dict.fromkeys(space_names(name))  # None: the kernel's default values
-            store.store(group="kernel", name=name, node=KernelConf(name=name, space=space))
+            grid = dict.fromkeys(dim_names(name))  # None: no grid along that dim
+            store.store(group="kernel", name=name, node=KernelConf(name=name, space=space, grid=grid))

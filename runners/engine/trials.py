@@ -148,6 +148,57 @@ def parse_shapes(value: Any, rank: int) -> list[tuple[int, ...]]:
     return shapes
 
 
+GRID_FORMS = "a list of sizes, {pow2: [lo, hi]}, {geom: [lo, hi, n]} or {range: [lo, hi, step]}"
+
+
+def grid_values(value: Any, where: str) -> list[int]:
+    """The sizes one dim of `kernel.grid` gives (schema.KernelConf says the forms), ascending."""
+    if isinstance(value, dict):
+        if len(value) != 1 or next(iter(value)) not in ("pow2", "geom", "range"):
+            raise ConfigError(f"{where}: {value!r} is not {GRID_FORMS}")
+        form, bounds = next(iter(value.items()))
+        counts = {"pow2": 2, "geom": 3, "range": 3}
+        if (not isinstance(bounds, (list, tuple)) or len(bounds) != counts[form]
+                or not all(_is_int(b) and b > 0 for b in bounds)):
+            raise ConfigError(f"{where}.{form}: {bounds!r} must be {counts[form]} positive integers")
+        low, high = bounds[0], bounds[1]
+        if low > high:
+            raise ConfigError(f"{where}.{form}: the bounds {low} > {high} are the wrong way round")
+        if form == "pow2":
+            values = [1 << n for n in range(low.bit_length() - 1, high.bit_length()) if low <= 1 << n <= high]
+        elif form == "geom":
+            steps = bounds[2]
+            if steps < 2:
+                raise ConfigError(f"{where}.geom: {steps} sizes: give at least 2 (the bounds)")
+            values = [round(low * (high / low) ** (i / (steps - 1))) for i in range(steps)]
+        else:
+            values = list(range(low, high + 1, bounds[2]))
+        if not values:
+            raise ConfigError(f"{where}.{form}: {bounds!r} gives no size")
+        return sorted(set(values))
+    values = _as_list(value)
+    if not values or not all(_is_int(v) and v > 0 for v in values):
+        raise ConfigError(f"{where}: {value!r} is not {GRID_FORMS} (positive integers)")
+    return sorted(set(values))
+
+
+def grid_shapes(grid: dict, spec: KernelSpec) -> list[tuple[int, ...]]:
+    """The shapes of `kernel.grid`: every dim's sizes crossed, in the order of the kernel's dims. Dims
+    left out (None) give no grid; a grid names every dim or none."""
+    given = {dim: value for dim, value in (grid or {}).items() if value is not None}
+    if not given:
+        return []
+    unknown = sorted(set(given) - set(spec.dims))
+    if unknown:
+        raise ConfigError(f"kernel.grid.{unknown[0]}: not a dim of {spec.name} ({', '.join(spec.dims)})")
+    missing = [dim for dim in spec.dims if dim not in given]
+    if missing:
+        raise ConfigError(f"kernel.grid.{missing[0]}: give sizes for every dim of {spec.name} "
+                          f"({', '.join(spec.dims)}; given: {', '.join(given)})")
+    sizes = [grid_values(given[dim], f"kernel.grid.{dim}") for dim in spec.dims]
+    return list(itertools.product(*sizes))
+
+
 def parse_dtypes(value: Any, supported: tuple[str, ...]) -> list[str]:
     dtypes = [str(v) for v in _as_list(value)]
     for dtype in dtypes:
@@ -187,21 +238,38 @@ def parse_space(overrides: dict, spec: KernelSpec) -> dict[str, list[int]]:
     return space
 
 
+def _runnable(shapes: list, dtypes: list[str], space: dict, spec: KernelSpec) -> list[tuple[int, ...]]:
+    """The grid's shapes where some config of the space can run (the kernel's constraints), the others
+    named in one line: a grid crosses sizes blindly, and a shape no config can run adds nothing."""
+    names = list(space)
+    configs = [dict(zip(names, values)) for values in itertools.product(*(space[n] for n in names))]
+    runnable = [s for s in shapes if any(spec.constraints(s, d, c) is None for d in dtypes for c in configs)]
+    dropped = [s for s in shapes if s not in runnable]
+    if dropped:
+        named = ", ".join("x".join(map(str, s)) for s in dropped[:10]) + (" ..." if len(dropped) > 10 else "")
+        print(f"kernel.grid: {len(dropped)} shape(s) no config of the space can run, left out: {named}")
+    if shapes and not runnable:
+        raise ConfigError("kernel.grid: no config of the space can run at any of its shapes")
+    return runnable
+
+
 def plan_trials(spec: KernelSpec, kernel_conf: dict, backend: str) -> list[Trial]:
     """Every trial of the job in a stable order: shapes, then dtypes, then the space grid, baselines last.
 
     Raises ConfigError for bad input; configs the kernel cannot run at a shape come back pruned.
     """
+    gridded = grid_shapes(kernel_conf.get("grid"), spec)
     shapes = kernel_conf.get("shapes")
-    if shapes is None:
+    if shapes is None and not gridded:
         if not spec.default_shapes:
             raise ConfigError(f"kernel.shapes: give the shapes to sweep ({spec.name} declares no "
-                              "default_shapes)")
+                              "default_shapes), or kernel.grid")
         shapes = [list(shape) for shape in spec.default_shapes]
-    shapes = parse_shapes(shapes, len(spec.dims))
+    shapes = [] if shapes is None else parse_shapes(shapes, len(spec.dims))
     dtypes = kernel_conf.get("dtypes")
     dtypes = parse_dtypes(list(spec.default_dtypes) if dtypes is None else dtypes, spec.dtypes)
     space = parse_space(dict(kernel_conf.get("space") or {}), spec)
+    shapes += _runnable(gridded, dtypes, space, spec)
     baselines = kernel_conf.get("baselines")
     baselines = list(spec.baselines) if baselines is None else [str(b) for b in _as_list(baselines)]
     for name in baselines:
