@@ -26,23 +26,37 @@ TINY = {"softmax": ([(2, 300), (2, 1000), (2, 3000)], (2, 2000)),
         "matmul": ([(64, 64, 64), (128, 128, 64), (256, 256, 64)], (96, 96, 64))}
 
 
+def _grid_shapes(kernel):
+    """The shapes sweeps/<kernel>_export.yaml measures."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from runners.engine.schema import register_configs
+
+    register_configs()
+    with initialize_config_dir(config_dir=str(bench_export.REPO / "conf"), version_base="1.3"):
+        conf = OmegaConf.to_container(compose("config", overrides=[f"+sweep={kernel}_export"]), resolve=True)
+    trials = plan_trials(load_spec(kernel, None), conf["kernel"], "cuda")
+    return sorted({t.shape for t in trials if t.pruned_reason is None})
+
+
 @pytest.mark.parametrize("kernel", list(bench_export.CASES))
-def test_held_out_shapes_lie_between_and_beyond_the_tuned_ones(kernel):
-    case = bench_export.CASES[kernel]
-    tuned, held_out = case["tune"], case["held_out"]
-    assert len(tuned) == 3 and len(held_out) >= 3 and not set(map(tuple, held_out)) & set(map(tuple, tuned))
-    low = [min(dim) for dim in zip(*tuned)]
-    high = [max(dim) for dim in zip(*tuned)]
-    inside = [all(lo <= n <= hi for n, lo, hi in zip(s, low, high)) for s in held_out]
-    assert any(inside) and not all(inside)
+def test_held_out_shapes_lie_between_and_beyond_the_measured_ones(kernel):
+    measured = _grid_shapes(kernel)
+    held_out = [tuple(shape) for shape in bench_export.CASES[kernel]]
+    assert len(held_out) >= 10 and not set(held_out) & set(measured)
+    places = [bench_export.where(shape, measured) for shape in held_out]
+    assert places.count("between") >= len(held_out) // 2 and "beyond" in places
 
 
 def test_options_parse():
     assert bench_export.parse_args([]).kernels == ["softmax", "layernorm", "matmul"]
-    args = bench_export.parse_args(["--kernels", "matmul", "--no-first-call", "--work", "w"])
-    assert (args.kernels, args.no_first_call, args.work) == (["matmul"], True, "w")
+    args = bench_export.parse_args(["--kernels", "matmul", "--autotune-full", "--work", "w"])
+    assert (args.kernels, args.autotune_full, args.work, args.sweep_only) == (["matmul"], True, "w", [])
+    args = bench_export.parse_args(["--sweep-only", "attention", "vector_add"])
+    assert (args.kernels, args.sweep_only) == ([], ["attention", "vector_add"])
     with pytest.raises(SystemExit):
-        bench_export.parse_args(["--kernels", "attention"])
+        bench_export.parse_args(["--kernels", "attention"])  # no held-out cases: --sweep-only
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="says that it needs a GPU")
@@ -98,21 +112,39 @@ def test_one_held_out_shape_on_the_interpreter(kernel, tmp_path, monkeypatch):
     monkeypatch.setenv("TRITON_EXPORT_GPU", "NVIDIA H200")
     spec, exported = _export(kernel, tmp_path)
     shape = TINY[kernel][1]
-    best = bench_export.full_space(spec, shape)[0]
-    row = bench_export.bench_shape(kernel, spec, exported, shape, best, HostTimer(), True, device="cpu",
-                                   do_bench=_host_bench)
+    space = bench_export.sweep_space(kernel, spec)
+    best = bench_export.full_space(space, spec, shape, "float16")[0]
+    row = bench_export.bench_shape(kernel, spec, exported, shape, "float16", best, HostTimer(), True,
+                                   device="cpu", do_bench=_host_bench)
     assert row["notes"] == []  # every pick ran and matched the float64 reference
     assert set(row["picks"]) == {"exhaustive", "config_for", "export", "autotune_full"}
     assert all(us > 0 for us in row["us"].values()) and row["kept"] >= 1
     assert row["first_call_short_s"] > 0 and row["first_call_full_s"] > 0
-    assert row["full_configs"] == len(bench_export.full_space(spec, shape)) > 1
+    assert row["full_configs"] == len(bench_export.full_space(space, spec, shape, "float16")) > 1
+    assert row["range_warning"] is False  # between the tuned shapes
     if kernel == "softmax":  # the pick holds the 2000-column row
         assert row["picks"]["export"]["BLOCK_SIZE"] >= 2000
         assert row["picks"]["config_for"]["BLOCK_SIZE"] >= 2000
     listed = [bench_export.as_dict(c) for c, _ in exported.cover_for("float16", "NVIDIA H200")]
     assert len(listed) > 1  # so that autotune calls the prune
     assert row["picks"]["export"] in listed
-    result = {"kernel": kernel, "list_length": len(listed), "list": listed, "rows": [row]}
+    result = {"kernel": kernel, "list_length": {"float16": len(listed)}, "list": listed,
+              "rows": [{**row, "where": "between"}]}
     line = bench_export.table([result]).splitlines()[2]
-    assert line.startswith(f"| {kernel} | {'x'.join(map(str, shape))} | ") and "%)" in line
+    assert line.startswith(f"| {kernel} | float16 | {'x'.join(map(str, shape))} | between | ")
+    assert "%)" in line
     json.dumps(result)  # plain data, as printed
+
+
+def test_the_summary_sets_held_out_figures_beside_the_leave_one_out_estimate():
+    loo = {"summary": {"autotune": {"good": 9, "shapes": 10, "geomean_pct": 98.5},
+                       "config_for": {"good": 7, "shapes": 10, "geomean_pct": 95.0}}}
+    rows = [{"dtype": dtype, "us": {"exhaustive": 10.0, "export": us, "config_for": us * 1.1}}
+            for dtype in bench_export.DTYPES for us in (10.0, 10.2, 12.5)]
+    result = {"kernel": "softmax", "tune_s": 61.0, "trials": 576, "rows": rows,
+              "leave_one_out": {dtype: loo for dtype in bench_export.DTYPES}}
+    lines = bench_export.summary([result]).splitlines()
+    # 100% and 98% reach 97%, 80% not: 2 of 3, geometric mean (100 x 98.04 x 80) ^ (1/3)
+    mean = (100 * (1000 / 10.2) * 80) ** (1 / 3)
+    assert lines[2] == (f"| softmax | float16 | 61 (576) | 3 | 2/3 ({mean:.1f}%) | 9/10 (98.5%) | "
+                        f"0/3 ({mean / 1.1:.1f}%) | 7/10 (95.0%) |")

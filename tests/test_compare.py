@@ -135,6 +135,7 @@ def stores(tmp_path):
 
 
 def _run(capsys, *args):
+    capsys.readouterr()  # what came before (an export's own lines), not the report
     status = compare.main(list(args))
     out = capsys.readouterr()
     return status, out.out, out.err

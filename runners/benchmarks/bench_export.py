@@ -1,25 +1,28 @@
-"""The export at shapes it was not tuned at, on a GPU (a benchmark, not a test): prints the table
-BENCHMARKS.md records.
+"""The dense workflow's export at shapes it never measured, on a GPU (a benchmark, not a test): prints the
+tables BENCHMARKS.md records.
 
-    python -m runners.benchmarks.bench_export [--kernels softmax layernorm matmul] [--no-first-call]
-        [--work DIR]
+    python -m runners.benchmarks.bench_export [--kernels softmax layernorm matmul] [--sweep-only KERNEL ...]
+        [--autotune-full] [--work DIR]
 
-For each kernel, fp16:
-1. Tune: `python -m runners.sweep` at 3 shapes over the kernel's default space (timing=screen, the
-   finalists on), in a store of its own; its end-of-sweep export is the module under test.
-2. Exhaustive: the same sweep at the held-out shapes (between the tuned ones and beyond them); its
-   winner at each is the best there.
+For each kernel of --kernels, in float16 and bfloat16:
+1. Tune: `python -m runners.sweep +sweep=<kernel>_export` (sweeps/: dense along the export key,
+   timing=screen with the finalists), in a store of its own, its wall time taken. Its end-of-sweep
+   export is the module under test; the export's leave-one-out estimate is read from its JSON.
+2. Exhaustive: the same sweep file at the held-out shapes (CASES: between the grid's points and beyond
+   them); its winner at each is the best there.
 3. At each held-out shape, the export's picks: @triton.autotune over CONFIGS with the export's prune
-   (softmax with check=the block holds the row: the kernel's own rule), and config_for; and
-   autotune over the whole space (the configs the kernel's constraints keep at that shape) beside it.
-   The first call of each autotune (compile and autotune's timing of what it was given) in seconds,
-   each with a fresh Triton cache and a fresh JIT function, in this process.
+   (softmax with check=the block holds the row: the kernel's own rule), and config_for. With
+   --autotune-full, autotune over the whole space beside them, and the first call of each autotune
+   (compile and autotune's timing of what it was given, a fresh Triton cache and JIT function).
 4. Every distinct pick is checked against the float64 reference and timed with the project's timer
    (runners.measure.device.cuda_timer, L2 flushed before each sample) at that shape, one after the other;
    percentages are the exhaustive winner's p50 over the pick's, timed the same way.
+5. A summary per kernel and dtype: at how many held-out shapes each path reached 97% of the best, and
+   the geometric mean, beside the same figures of the leave-one-out estimate printed at export.
 
-Sized to finish within 8 minutes on one H200 (6 sweeps at timing=screen, about 40 first calls; an
-estimate until it is run); --no-first-call leaves out the first calls, most of the compiling.
+--sweep-only runs step 1 alone for the kernels named (those without held-out cases): the export-grade
+sweep's wall time and its leave-one-out line. Sized to finish each command within 10 minutes on one
+H200: softmax and layernorm in one, matmul in another.
 """
 from __future__ import annotations
 
@@ -27,6 +30,7 @@ import argparse
 import importlib.util
 import itertools
 import json
+import math
 import os
 import subprocess
 import sys
@@ -35,16 +39,22 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-DTYPE = "float16"
-# Tuned at the default sweep's shapes (conf/kernel/*.yaml), except matmul's smaller ones (time);
-# held out: between the tuned shapes and beyond them on either side, some not a power of 2.
+DTYPES = ("float16", "bfloat16")
+GOOD = 97.0  # % of the best: the export's own tolerance (3%)
+# Held out from sweeps/<kernel>_export.yaml's grid: between its points and beyond them, in the key dims
+# (softmax's and layernorm's cols; matmul's M, N, K) and in the others (rows).
 CASES = {
-    "softmax": {"tune": [[4096, 1024], [4096, 4096], [2048, 16384]],
-                "held_out": [[8192, 512], [4096, 3000], [4096, 12000], [1024, 32768]]},
-    "layernorm": {"tune": [[16384, 4096], [8192, 8192], [2048, 65536]],
-                  "held_out": [[16384, 1024], [8192, 6144], [1024, 131072]]},
-    "matmul": {"tune": [[1024, 1024, 1024], [4096, 4096, 4096], [8192, 8192, 8192]],
-               "held_out": [[512, 512, 512], [2048, 2048, 2048], [16384, 16384, 4096]]},
+    "softmax": [[4096, 300], [4096, 600], [4096, 1200], [2048, 2500], [4096, 3000], [4096, 5000],
+                [4096, 7000], [4096, 10000], [2048, 14000], [4096, 20000], [4096, 28000],
+                [4096, 200], [16384, 1500], [512, 4096]],
+    "layernorm": [[4096, 600], [4096, 1000], [4096, 2000], [2048, 3000], [4096, 5000], [4096, 6144],
+                  [4096, 12000], [4096, 20000], [2048, 40000], [4096, 50000],
+                  [4096, 384], [1024, 98304], [16384, 4096], [512, 16384]],
+    "matmul": [[100, 4096, 4096], [300, 2048, 1024], [1000, 3072, 4096], [3000, 1536, 2048],
+               [6000, 4096, 2048], [512, 6144, 1024], [2048, 2048, 3072], [96, 8192, 4096],
+               [4096, 5120, 4096],
+               [32, 4096, 4096], [16384, 4096, 1024], [2048, 16384, 4096], [1024, 1024, 8192],
+               [4096, 512, 4096]],
 }
 
 
@@ -62,19 +72,28 @@ def _p50_us(timer, fn) -> float:
     return summarize(timer.measure(fn).samples_s)["p50_us"]
 
 
-def sweep(kernel: str, shapes: list, sweep_id: str, work: Path, export_dir: Path) -> None:
-    args = [sys.executable, "-m", "runners.sweep", f"kernel={kernel}", f"kernel.shapes={json.dumps(shapes)}",
-            f"kernel.dtypes=[{DTYPE}]", "kernel.baselines=[]", "timing=screen", "logger.mode=disabled",
+def sweep(kernel: str, sweep_id: str, work: Path, export_dir: Path, shapes: list | None = None) -> tuple:
+    """`+sweep=<kernel>_export` (at `shapes` instead of its grid where given): (wall seconds, stdout)."""
+    from runners.engine.trials import load_spec
+
+    args = [sys.executable, "-m", "runners.sweep", f"+sweep={kernel}_export", "logger.mode=disabled",
             f"store={work}/results.sqlite", f"export_dir={export_dir}",
             f"hydra.run.dir={work}/run_{sweep_id}", f"sweep_id={sweep_id}"]
+    if shapes is not None:
+        args += [f"kernel.shapes={json.dumps(shapes)}"] + [f"kernel.grid.{dim}=null"
+                                                           for dim in load_spec(kernel, None).dims]
+    began = time.perf_counter()
     result = subprocess.run(args, cwd=REPO, capture_output=True, text=True,
                             env={**os.environ, "WANDB_SILENT": "true"})
+    seconds = time.perf_counter() - began
     if result.returncode != 0:
         raise SystemExit(f"sweep failed: {' '.join(args)}\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+    return seconds, result.stdout
 
 
 def winners(work: Path, kernel: str, sweep_id: str) -> dict[tuple, dict]:
-    """shape -> the exhaustive sweep's winning config there (runners/engine/finalists.py's choice)."""
+    """(dtype, shape) -> the exhaustive sweep's winning config there (runners/engine/finalists.py's
+    choice)."""
     from runners.engine.finalists import winner
     from runners.results.export import select_rows
     from runners.results.store import ResultStore
@@ -83,8 +102,8 @@ def winners(work: Path, kernel: str, sweep_id: str) -> dict[tuple, dict]:
     frame = store.load(sweep_id=sweep_id, kernel=kernel)
     store.close()
     (rows,) = select_rows(frame, kernel).values()
-    return {tuple(json.loads(shape)): json.loads(group.loc[winner(group)]["config"])
-            for shape, group in rows.groupby("shape")}
+    return {(dtype, tuple(json.loads(shape))): json.loads(group.loc[winner(group)]["config"])
+            for (dtype, shape), group in rows.groupby(["dtype", "shape"])}
 
 
 def load_export(path: Path):
@@ -164,16 +183,33 @@ def first_call(call, sync) -> tuple[float, bool]:
     return seconds, any(Path(cache).iterdir())
 
 
-def full_space(spec, shape: tuple) -> list[dict]:
-    """The kernel's default space at `shape`, less what its constraints prune (what a user would tune)."""
-    names = list(spec.space)
-    configs = [dict(zip(names, values)) for values in itertools.product(*spec.space.values())]
-    return [c for c in configs if spec.constraints(shape, DTYPE, c) is None]
+def full_space(space: dict, spec, shape: tuple, dtype: str) -> list[dict]:
+    """The space at `shape`, less what the kernel's constraints prune (what a user would tune)."""
+    names = list(space)
+    configs = [dict(zip(names, values)) for values in itertools.product(*space.values())]
+    return [c for c in configs if spec.constraints(shape, dtype, c) is None]
 
 
-def bench_shape(kernel: str, spec, exported, shape: tuple, best: dict, timer, with_first_call: bool,
+def sweep_space(kernel: str, spec) -> dict:
+    """The space of sweeps/<kernel>_export.yaml: the kernel's default, the file's kernel.space over it."""
+    from omegaconf import OmegaConf
+
+    conf = OmegaConf.to_container(OmegaConf.load(REPO / "sweeps" / f"{kernel}_export.yaml"))
+    return {**spec.space, **conf.get("kernel", {}).get("space", {})}
+
+
+def where(shape: tuple, measured: list) -> str:
+    """"beyond" where a dim of `shape` lies outside the measured sizes of that dim, else "between"."""
+    return "beyond" if any(not min(s[i] for s in measured) <= n <= max(s[i] for s in measured)
+                           for i, n in enumerate(shape)) else "between"
+
+
+def bench_shape(kernel: str, spec, exported, shape: tuple, dtype: str, best: dict, timer, full: bool,
                 device: str = "cuda", do_bench=None) -> dict:
-    """The picks at one held-out shape, their check and their p50 (module doc, steps 3 and 4)."""
+    """The picks at one held-out shape, their check and their p50 (module doc, steps 3 and 4); `full`:
+    autotune over the whole space too, and the first calls."""
+    import warnings
+
     import torch
 
     from runners.measure import check
@@ -183,10 +219,10 @@ def bench_shape(kernel: str, spec, exported, shape: tuple, best: dict, timer, wi
     # so that config_for and the prune look from the same point.
     key_dims = set(exported.KEY.values()) or set(spec.dims)
     sizes = {dim: size for dim, size in zip(spec.dims, shape) if dim in key_dims}
-    inputs = spec.make_inputs(shape, getattr(torch, DTYPE), 0, torch.device(device))
+    inputs = spec.make_inputs(shape, getattr(torch, dtype), 0, torch.device(device))
     references = check.as_tuple(spec.reference(*check.upcast(inputs)))
     bound = spec.accumulation_bound(*inputs) if spec.accumulation_bound else None
-    row = {"shape": shape, "picks": {"exhaustive": best}, "notes": []}
+    row = {"shape": shape, "dtype": dtype, "picks": {"exhaustive": best}, "notes": []}
     kept = {}
     rule = holds_row if kernel == "softmax" else None
     prune = exported.make_prune(check=rule)
@@ -195,32 +231,35 @@ def bench_shape(kernel: str, spec, exported, shape: tuple, best: dict, timer, wi
         kept["configs"] = prune(configs, named_args, **kwargs)
         return kept["configs"]
 
-    try:
-        row["picks"]["config_for"] = as_dict(exported.config_for(DTYPE, check=rule, **sizes))
-        tuned, call = autotuned_call(kernel, exported.CONFIGS, counting_prune, inputs,
-                                     spec.output_like(inputs), do_bench)
-        seconds, cold = first_call(call, sync) if with_first_call else (None, True)
-        if not with_first_call:
-            call()
-        row["picks"]["export"] = as_dict(tuned.best_config)
-        row["kept"] = len(kept.get("configs", exported.CONFIGS))
-        if "configs" not in kept:  # triton's Autotuner prunes only a list of 2 or more
-            row["notes"].append("autotune called no prune: CONFIGS holds one config")
-        row["first_call_short_s"] = seconds
-        row["notes"] += [] if cold or device != "cuda" else ["short list's first call found a warm cache"]
-    except exported.ExportLookupError as error:
-        row["notes"].append(f"export: {error}")
-    full = [as_config(c) for c in full_space(spec, shape)]
-    tuned, call = autotuned_call(kernel, full, None, inputs, spec.output_like(inputs), do_bench)
-    seconds, cold = first_call(call, sync) if with_first_call else (None, True)
-    if not with_first_call:
-        call()
-    row["picks"]["autotune_full"] = as_dict(tuned.best_config)
-    row["full_configs"] = len(full)
-    row["first_call_full_s"] = seconds
-    # The interpreter compiles nothing, so only a GPU's cache tells whether the first call was cold.
-    row["notes"] += [] if cold or device != "cuda" else ["full space's first call found a warm cache"]
-
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", exported.ExportRangeWarning)
+        try:
+            row["picks"]["config_for"] = as_dict(exported.config_for(dtype, check=rule, **sizes))
+            tuned, call = autotuned_call(kernel, exported.CONFIGS, counting_prune, inputs,
+                                         spec.output_like(inputs), do_bench)
+            if full:
+                seconds, cold = first_call(call, sync)
+            else:
+                call()
+                seconds, cold = None, True
+            row["picks"]["export"] = as_dict(tuned.best_config)
+            row["kept"] = len(kept.get("configs", exported.CONFIGS))
+            if "configs" not in kept:  # triton's Autotuner prunes only a list of 2 or more
+                row["notes"].append("autotune called no prune: CONFIGS holds one config")
+            row["first_call_short_s"] = seconds
+            row["notes"] += [] if cold or device != "cuda" else ["short list's first call found a warm cache"]
+        except exported.ExportLookupError as error:
+            row["notes"].append(f"export: {error}")
+    row["range_warning"] = any(issubclass(w.category, exported.ExportRangeWarning) for w in caught)
+    if full:
+        configs = [as_config(c) for c in full_space(sweep_space(kernel, spec), spec, shape, dtype)]
+        tuned, call = autotuned_call(kernel, configs, None, inputs, spec.output_like(inputs), do_bench)
+        seconds, cold = first_call(call, sync)
+        row["picks"]["autotune_full"] = as_dict(tuned.best_config)
+        row["full_configs"] = len(configs)
+        row["first_call_full_s"] = seconds
+        # The interpreter compiles nothing, so only a GPU's cache tells whether the first call was cold.
+        row["notes"] += [] if cold or device != "cuda" else ["full space's first call found a warm cache"]
     row["us"] = {}
     timed = {}
     for name, config in row["picks"].items():
@@ -240,62 +279,125 @@ def bench_shape(kernel: str, spec, exported, shape: tuple, best: dict, timer, wi
     return row
 
 
-def _percent(best_us, us) -> str:
-    if us is None or best_us is None:
-        return "—"
-    return f"{us:.1f} ({100 * best_us / us:.0f}%)"
+def pct_of_best(row: dict, pick: str) -> float | None:
+    us, best = row["us"].get(pick), row["us"]["exhaustive"]
+    return None if us is None or best is None else 100 * best / us
+
+
+def _percent(row: dict, pick: str) -> str:
+    pct = pct_of_best(row, pick)
+    return "—" if pct is None else f"{row['us'][pick]:.1f} ({pct:.0f}%)"
 
 
 def table(results: list[dict]) -> str:
-    lines = ["| kernel | held-out shape | exhaustive best µs | export under autotune µs (% of best) | "
-             "config_for µs (% of best) | autotune, full space µs (% of best) | list length (kept here) | "
-             "first call s: export / full space |",
-             "|---|---|---|---|---|---|---|---|"]
+    """One line per held-out shape and dtype."""
+    full = any("autotune_full" in row["us"] for result in results for row in result["rows"])
+    full_columns = "autotune, full space µs (% of best) | first call s: export / full | " if full else ""
+    lines = ["| kernel | dtype | held-out shape | where | best µs | export under autotune µs (% of best) | "
+             "config_for µs (% of best) | range warning | " + full_columns + "kept of the list |",
+             "|---|---|---|---|---|---|---|---|" + ("---|---|" if full else "") + "---|"]
     for result in results:
         for row in result["rows"]:
-            us, best = row["us"], row["us"]["exhaustive"]
-            kept = f"{result['list_length']} ({row.get('kept', 'none')})"
-            short, full = row.get("first_call_short_s"), row["first_call_full_s"]
-            first = "—" if full is None else (f"{'—' if short is None else f'{short:.1f}'} / {full:.1f} "
-                                              f"({row['full_configs']} configs)")
-            lines.append(f"| {result['kernel']} | {'x'.join(map(str, row['shape']))} | "
-                         f"{'—' if best is None else f'{best:.1f}'} | {_percent(best, us.get('export'))} | "
-                         f"{_percent(best, us.get('config_for'))} | "
-                         f"{_percent(best, us.get('autotune_full'))} | "
-                         f"{kept} | {first} |")
+            best = row["us"]["exhaustive"]
+            extra = ""
+            if full:
+                short = row.get("first_call_short_s")
+                extra = (f"{_percent(row, 'autotune_full')} | {'—' if short is None else f'{short:.1f}'} / "
+                         f"{row['first_call_full_s']:.1f} ({row['full_configs']} configs) | ")
+            best = "—" if best is None else f"{best:.1f}"
+            warned = "yes" if row["range_warning"] else "no"
+            kept = f"{row.get('kept', 'none')} of {result['list_length'][row['dtype']]}"
+            lines.append(f"| {result['kernel']} | {row['dtype']} | {'x'.join(map(str, row['shape']))} | "
+                         f"{row['where']} | {best} | {_percent(row, 'export')} | "
+                         f"{_percent(row, 'config_for')} | {warned} | {extra}{kept} |")
     return "\n".join(lines)
 
 
-def bench_kernel(kernel: str, work: Path, timer, with_first_call: bool) -> dict:
-    from runners.engine.trials import load_spec
+def _share(figures: list) -> tuple[int, float]:
+    """(how many reached GOOD, their geometric mean), a missing pick counted as 0% (not in the mean)."""
+    good = sum(f is not None and f >= GOOD for f in figures)
+    present = [f for f in figures if f is not None]
+    return good, math.exp(sum(math.log(f) for f in present) / len(present)) if present else float("nan")
 
-    case, began = CASES[kernel], time.perf_counter()
-    sweep(kernel, case["tune"], f"tune_{kernel}", work, work / "exports")
+
+def summary(results: list[dict]) -> str:
+    """Per kernel and dtype: the held-out figures of each path beside the leave-one-out estimate's."""
+    lines = ["| kernel | dtype | export-grade sweep s (trials) | held-out shapes | autotune + prune >= 97% "
+             "(geomean) | leave-one-out estimate | config_for >= 97% (geomean) | leave-one-out estimate |",
+             "|---|---|---|---|---|---|---|---|"]
+    for result in results:
+        for dtype in DTYPES:
+            rows = [row for row in result["rows"] if row["dtype"] == dtype]
+            cells = []
+            for pick, path in (("export", "autotune"), ("config_for", "config_for")):
+                good, mean = _share([pct_of_best(row, pick) for row in rows])
+                loo = result["leave_one_out"][dtype]["summary"][path]
+                loo_mean = "—" if loo["geomean_pct"] is None else f"{loo['geomean_pct']:.1f}%"
+                cells += [f"{good}/{len(rows)} ({mean:.1f}%)", f"{loo['good']}/{loo['shapes']} ({loo_mean})"]
+            lines.append(f"| {result['kernel']} | {dtype} | {result['tune_s']:.0f} ({result['trials']}) | "
+                         f"{len(rows)} | {' | '.join(cells)} |")
+    return "\n".join(lines)
+
+
+def _trials(work: Path, kernel: str, sweep_id: str) -> int:
+    from runners.results.store import ResultStore
+
+    store = ResultStore(work / "results.sqlite")
+    frame = store.load(sweep_id=sweep_id, kernel=kernel)
+    store.close()
+    return int((frame["status"] != "pruned").sum())
+
+
+def tune(kernel: str, work: Path) -> dict:
+    """Step 1: the export-grade sweep, its wall time, trials, leave-one-out lines and export."""
+    seconds, out = sweep(kernel, f"tune_{kernel}", work, work / "exports")
     module = work / "exports" / f"{kernel}_configs.py"
     if not module.exists():
         raise SystemExit(f"the tuning sweep of {kernel} exported nothing (see {work}/run_tune_{kernel})")
-    exported = load_export(module)
-    sweep(kernel, case["held_out"], f"held_out_{kernel}", work, work / "held_out_exports")
+    lines = [line for line in out.splitlines() if "between measured shapes" in line]
+    print(f"{kernel}: export-grade sweep {seconds:.0f} s\n" + "\n".join(lines), flush=True)
+    return {"kernel": kernel, "tune_s": seconds, "trials": _trials(work, kernel, f"tune_{kernel}"),
+            "loo_lines": lines, "module": module}
+
+
+def bench_kernel(kernel: str, work: Path, timer, full: bool) -> dict:
+    from runners.engine.trials import load_spec
+
+    began = time.perf_counter()
+    result = tune(kernel, work)
+    exported = load_export(result.pop("module"))
+    sweep(kernel, f"held_out_{kernel}", work, work / "held_out_exports", shapes=CASES[kernel])
     best = winners(work, kernel, f"held_out_{kernel}")
     spec = load_spec(kernel, None)
     gpu = exported.gpu_name()
-    listed = exported.cover_for(DTYPE, gpu)
-    result = {"kernel": kernel, "list_length": len(listed), "list": [as_dict(c) for c, _ in listed],
-              "rows": []}
-    for shape in map(tuple, case["held_out"]):
-        result["rows"].append(bench_shape(kernel, spec, exported, shape, best[shape], timer, with_first_call))
-    print(f"{kernel}: {time.perf_counter() - began:.0f} s; list {result['list']}", flush=True)
+    data = json.loads((work / "exports" / f"{kernel}_configs.json").read_text())
+    (section,) = data["gpus"][gpu].values()
+    measured = [tuple(at["shape"]) for at in section["dtypes"][DTYPES[0]]["best_by_shape"]]
+    result.update(leave_one_out={dtype: section["dtypes"][dtype]["leave_one_out"] for dtype in DTYPES},
+                  list_length={dtype: len(exported.cover_for(dtype, gpu)) for dtype in DTYPES}, rows=[])
+    for dtype, shape in itertools.product(DTYPES, map(tuple, CASES[kernel])):
+        row = bench_shape(kernel, spec, exported, shape, dtype, best[(dtype, shape)], timer, full)
+        result["rows"].append({**row, "where": where(shape, measured)})
+    print(f"{kernel}: {time.perf_counter() - began:.0f} s", flush=True)
     return result
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--kernels", nargs="+", default=list(CASES), choices=list(CASES))
-    parser.add_argument("--no-first-call", action="store_true",
-                        help="leave out autotune's first-call seconds (the compiles of the full space)")
+    exportable = sorted(p.stem[:-len("_export")] for p in (REPO / "sweeps").glob("*_export.yaml"))
+    parser.add_argument("--kernels", nargs="+", choices=list(CASES),
+                        help="kernels to tune and judge at held-out shapes (default: all of them, unless "
+                             "--sweep-only is given)")
+    parser.add_argument("--sweep-only", nargs="+", default=[], choices=exportable, metavar="KERNEL",
+                        help="kernels whose export-grade sweep only is run: its wall time, its leave-one-out")
+    parser.add_argument("--autotune-full", action="store_true",
+                        help="autotune over the whole space at each held-out shape too, and the first calls")
     parser.add_argument("--work", help="folder for the store, exports and run directories (default: a "
                                        "temporary one)")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.kernels is None:
+        args.kernels = [] if args.sweep_only else list(CASES)
+    return args
 
 
 def main(argv=None) -> int:
@@ -310,16 +412,20 @@ def main(argv=None) -> int:
     work = Path(args.work or tempfile.mkdtemp(prefix="bench-export-"))
     began = time.perf_counter()
     timer = cuda_timer(0, _rule(), warmup_s=0.05)
-    results = [bench_kernel(kernel, work, timer, not args.no_first_call) for kernel in args.kernels]
-    print(f"\n{torch.cuda.get_device_name(0)}, {DTYPE}, exports tuned at timing=screen with finalists; "
-          f"picks timed by runners.measure.device.cuda_timer (L2 flushed), p50\n")
-    print(table(results))
+    results = [bench_kernel(kernel, work, timer, args.autotune_full) for kernel in args.kernels]
+    swept = [tune(kernel, work) for kernel in args.sweep_only]
+    print(f"\n{torch.cuda.get_device_name(0)}; exports of sweeps/<kernel>_export.yaml (timing=screen, "
+          "finalists); picks timed by runners.measure.device.cuda_timer (L2 flushed), p50\n")
+    if results:
+        print(table(results) + "\n\n" + summary(results))
+    for result in swept:
+        print(f"\n{result['kernel']}: export-grade sweep {result['tune_s']:.0f} s, {result['trials']} trials")
+        print("\n".join(result["loo_lines"]))
     for result in results:
-        print(f"\n{result['kernel']} list: {result['list']}")
         for row in result["rows"]:
             picks = "; ".join(f"{name} {config}" for name, config in row["picks"].items())
             notes = "".join(f"\n  note: {note}" for note in row["notes"])
-            print(f"- {'x'.join(map(str, row['shape']))}: {picks}{notes}")
+            print(f"- {result['kernel']} {row['dtype']} {'x'.join(map(str, row['shape']))}: {picks}{notes}")
     print(f"\nwall time {time.perf_counter() - began:.0f} s; store and exports in {work}")
     return 0
 

@@ -22,8 +22,10 @@ judge a later measurement against); each shape's winner carries its baselines' p
 (imports only triton) holds, for every GPU and Triton version exported: the covering sets (COVER), the
 winner of each measured shape (BEST_BY_SHAPE), all their configs once (CONFIGS, for @triton.autotune),
 the map from the kernel's arguments to the sweep's dims (KEY, from the kernel's export key or --key), a
-prune function for autotune and config_for() (nearest measured shape in log space, the running Triton
-version's section or the nearest; runners/results/export_runtime.py says how).
+prune function for autotune and config_for() (the measured shapes around the call, the running Triton
+version's section or the nearest; runners/results/export_runtime.py says how). Each (GPU, dtype)
+carries the leave-one-out estimate of how the export holds between its measured shapes
+(runners/results/generalization.py), which the export prints in one line.
 
 One file pair per kernel for all GPUs and Triton versions (format 3: gpus -> Triton version ->
 section): the section of this export's GPU and Triton version replaces the one exported before; the
@@ -136,38 +138,65 @@ def _baselines_at(baselines: Optional[pd.DataFrame], shape_json: str) -> dict:
     return {row["provider"]: {"p50_us": float(row["p50_us"]), **_noise(row)} for _, row in rows.iterrows()}
 
 
+class Measured:
+    """One (GPU, dtype)'s rows, as the covering set and the leave-one-out estimate read them: every
+    config (canonical JSON -> the config, its first row id, {shape: its figures there} where ok), the
+    p50s that compete at each shape (`timed`: the finalists' where they were re-timed), the best of them,
+    and each shape's winner row."""
+
+    def __init__(self, rows: pd.DataFrame):
+        rows = rows.sort_values("id")
+        self.shapes = list(dict.fromkeys(_shape(s) for s in rows["shape"]))
+        self.configs: dict[str, dict] = {}
+        for (_, row) in rows.iterrows():
+            entry = self.configs.setdefault(_canonical(row["config"]), {
+                "config": json.loads(row["config"]), "first_id": row["id"], "ok_at": {}})
+            entry["ok_at"][_shape(row["shape"])] = {"p50_us": float(row["p50_us"]), **_noise(row)}
+        self.best, self.timed, self.winners = {}, {}, {}
+        for shape_json, group in rows.groupby("shape", sort=False):
+            shape = _shape(shape_json)
+            final = group[group["phase"] == "final"]
+            competing = final if not final.empty else group
+            self.timed[shape] = {_canonical(config): float(p50)
+                                 for config, p50 in zip(competing["config"], competing["p50_us"])}
+            self.best[shape] = min(self.timed[shape].values())
+            self.winners[shape] = group.loc[winner(group)]
+
+    def p50_at(self, key: str, shape: tuple) -> Optional[float]:
+        """The config's p50 of record at the shape (its re-timed one where it was a finalist), None where
+        it was not ok there."""
+        at = self.configs[key]["ok_at"].get(shape)
+        return None if at is None else at["p50_us"]
+
+    def cover(self, shapes: list, tolerance: float) -> list[str]:
+        """The covering set of `shapes` (module doc: the greedy rule), as canonical configs, best first."""
+        limit = {s: (1 + tolerance) * self.best[s] for s in shapes}
+        covers = {key: {s for s in shapes if self.timed[s].get(key, math.inf) <= limit[s]}
+                  for key in self.configs}
+
+        def rank(key: str, uncovered: set) -> tuple:
+            gain = covers[key] & uncovered
+            wins = sum(_canonical(self.winners[s]["config"]) == key for s in gain)
+            speed = math.exp(sum(math.log(self.best[s] / self.timed[s][key]) for s in gain) / len(gain))
+            entry = self.configs[key]
+            return -len(gain), -wins, -speed, resource_key(entry["config"]), entry["first_id"]
+
+        chosen, uncovered = [], set(shapes)
+        while uncovered:
+            pick = min((key for key in self.configs if covers[key] & uncovered),
+                       key=lambda key: rank(key, uncovered))
+            chosen.append(pick)
+            uncovered -= covers[pick]
+        return chosen
+
+
 def covering_set(rows: pd.DataFrame, tolerance: float, baselines: Optional[pd.DataFrame] = None) -> dict:
     """The covering set and the winner of each shape, from one (GPU, dtype)'s rows (module doc: how)."""
-    rows = rows.sort_values("id")
-    shapes = list(dict.fromkeys(_shape(s) for s in rows["shape"]))
-    # canonical config -> the config, its first row id, {shape: its figures there} where ok
-    configs: dict[str, dict] = {}
-    for (_, row) in rows.iterrows():
-        entry = configs.setdefault(_canonical(row["config"]),
-                                   {"config": json.loads(row["config"]), "first_id": row["id"], "ok_at": {}})
-        entry["ok_at"][_shape(row["shape"])] = {"p50_us": float(row["p50_us"]), **_noise(row)}
-    best, timed, winners = {}, {}, {}
-    for shape_json, group in rows.groupby("shape", sort=False):
-        shape = _shape(shape_json)
-        final = group[group["phase"] == "final"]
-        competing = final if not final.empty else group
-        timed[shape] = {_canonical(c): float(p) for c, p in zip(competing["config"], competing["p50_us"])}
-        best[shape] = min(timed[shape].values())
-        winners[shape] = group.loc[winner(group)]
-    covers = {key: {s for s in shapes if timed[s].get(key, math.inf) <= (1 + tolerance) * best[s]}
-              for key in configs}
-
-    def rank(key: str, uncovered: set) -> tuple:
-        gain = covers[key] & uncovered
-        wins = sum(_canonical(winners[s]["config"]) == key for s in gain)
-        speed = math.exp(sum(math.log(best[s] / timed[s][key]) for s in gain) / len(gain))
-        return -len(gain), -wins, -speed, resource_key(configs[key]["config"]), configs[key]["first_id"]
-
-    chosen, uncovered = [], set(shapes)
-    while uncovered:
-        pick = min((key for key in configs if covers[key] & uncovered), key=lambda key: rank(key, uncovered))
-        chosen.append(pick)
-        uncovered -= covers[pick]
+    measured = Measured(rows)
+    shapes, configs, timed, winners = measured.shapes, measured.configs, measured.timed, measured.winners
+    chosen = measured.cover(shapes, tolerance)
+    covers = {key: [s for s in shapes if timed[s].get(key, math.inf) <= (1 + tolerance) * measured.best[s]]
+              for key in chosen}
 
     def fastest_of_list(shape):
         return min((timed[shape][key], key) for key in chosen if key in timed[shape])
@@ -176,29 +205,37 @@ def covering_set(rows: pd.DataFrame, tolerance: float, baselines: Optional[pd.Da
         "configs": [{"config": configs[key]["config"],
                      "ok_at": [{"shape": list(s), **configs[key]["ok_at"][s]} for s in shapes
                                if s in configs[key]["ok_at"]],
-                     "covers": [list(s) for s in shapes if s in covers[key]]} for key in chosen],
+                     "covers": [list(s) for s in covers[key]]} for key in chosen],
         "best_by_shape": [{"shape": list(s), "config": json.loads(winners[s]["config"]),
                            **{name: _number(winners[s][name]) for name in WINNER_FIELDS},
                            **_noise(winners[s]),
-                           "fastest_p50_us": best[s], "list_p50_us": fastest_of_list(s)[0],
+                           "fastest_p50_us": measured.best[s], "list_p50_us": fastest_of_list(s)[0],
                            "list_config": json.loads(fastest_of_list(s)[1]),
                            "baselines": _baselines_at(baselines, json.dumps(list(s)))} for s in shapes],
     }
 
 
-def gpu_section(rows: pd.DataFrame, tolerance: float, baselines: Optional[pd.DataFrame] = None) -> dict:
+def gpu_section(rows: pd.DataFrame, tolerance: float, baselines: Optional[pd.DataFrame] = None,
+                dims: Optional[tuple] = None, key_dims: Optional[list] = None) -> dict:
     """Provenance and the covering set of every dtype of one GPU's rows (with the baselines measured
-    beside them, for each shape's winner)."""
+    beside them, for each shape's winner); given the dims and the export key's dims, each dtype's
+    leave-one-out estimate too (runners/results/generalization.py)."""
+    from runners.results.generalization import leave_one_out  # it builds on this module's Measured
+
     newest = rows.loc[rows["id"].idxmax()]
+    dtypes = {}
+    for dtype, group in sorted(rows.groupby("dtype")):
+        dtypes[dtype] = covering_set(group, tolerance,
+                                     None if baselines is None else baselines[baselines["dtype"] == dtype])
+        if dims is not None:
+            dtypes[dtype]["leave_one_out"] = leave_one_out(Measured(group), tolerance, dims, key_dims)
     return {
         **{name: (None if pd.isna(newest[name]) else str(newest[name])) for name in PROVENANCE},
         "sweep_ids": sorted(rows["sweep_id"].unique().tolist()),
         "exported_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "trials": int(len(rows)),
         "tolerance": tolerance,
-        "dtypes": {dtype: covering_set(group, tolerance,
-                                       None if baselines is None else baselines[baselines["dtype"] == dtype])
-                   for dtype, group in sorted(rows.groupby("dtype"))},
+        "dtypes": dtypes,
     }
 
 
@@ -424,7 +461,14 @@ def export_kernel(frame: pd.DataFrame, kernel: str, out_dir: str | Path, *, tole
         key = check_key(key or {}, dims, kernel, key_field)
     except ConfigError as error:
         raise ExportError(str(error)) from None
-    sections = {gpu: gpu_section(rows, tolerance, baseline_rows(frame, rows)) for gpu, rows in by_gpu.items()}
+    from runners.results.generalization import summary_line
+
+    key_dims = [d for d in dims if d in key.values()] or list(dims)  # no key: a call gives every dim
+    sections = {gpu: gpu_section(rows, tolerance, baseline_rows(frame, rows), dims, key_dims)
+                for gpu, rows in by_gpu.items()}
+    for gpu, section in sections.items():
+        for dtype, dtype_data in section["dtypes"].items():
+            print(f"{kernel} on {gpu}, {dtype}: {summary_line(dtype_data['leave_one_out'], dims)}")
     return write_export(kernel, sections, out_dir, dims, key, merge)
 
 

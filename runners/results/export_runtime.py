@@ -11,12 +11,25 @@ Lookups, for a call's sizes (the kernel's arguments named in KEY, or the dims of
   sizes, over the dims the call gives (4096 columns is as far from 2048 as from 8192). Shapes at the
   same distance: the larger first (product of the dims, then dim by dim), because a block that holds a
   longer row also holds a shorter one, while the converse fails.
-- The prune keeps the configs of COVER verified (ok) at the nearest measured shape that has one,
-  among those given to autotune and, if a `check` was given, passing it. A config is verified only at
-  the shapes it was measured ok at: at any other shape only `check` (the kernel's own rule) can say
-  whether it is valid; without one, the nearest shape's configs are trusted.
-- config_for returns the winner of the nearest measured shape, or, if `check` refuses it, the first
-  config verified there that passes, fastest there first; else the same at the next nearest shape.
+- The measured shapes around a call: for each dim the call gives, the measured sizes next below and next
+  above its size (the size itself where it was measured, the nearest alone where the call lies beyond
+  the measured range), and every measured shape with those sizes, whatever its other dims: the cell of
+  the grid that holds the call. Where no measured shape has them, the nearest measured shape.
+- The prune keeps, at each measured shape around the call, the fastest config of COVER verified (ok)
+  there among those given to autotune that pass `check` (if one was given): autotune times these few,
+  one a shape at most. Where none passes at any of them, the fastest that passes at the nearest shape
+  that has one. A config is verified only at the shapes it was measured ok at: at any other shape only
+  `check` (the kernel's own rule) can say whether it is valid; without one, the configs around are trusted.
+- config_for takes one config for each measured point of the key around the call: its winner where the
+  point has one shape; where it has several (sizes of the other dims, which a call's key does not give),
+  the config of COVER fastest over all of them (the least sum of log p50 / the list's fastest there).
+  Where these share a form (a meta-parameter equal to the next power of two of a dim at every point,
+  as a softmax block that just holds the row), the one whose form fits the call comes first; else the
+  nearest first. It returns the first that passes `check`; where none does, the winner of the nearest
+  shape or the configs verified there, fastest first, that pass; else the same at the next nearest shape.
+- Both warn (ExportRangeWarning, once per GPU, dtype and sizes) where the call lies outside the measured
+  range of a dim it gives, or farther from every measured shape than the grid's own spacing: the config
+  is then extrapolated, and only a sweep at those sizes says how good it is.
 - The GPU: the `gpu` argument, else the environment variable in GPU_ENV, else the name of the CUDA
   device of the call's first tensor argument (torch.cuda.get_device_name), else of the current device.
   A GPU that was never measured is an error (ExportLookupError naming the measured ones): another GPU's
@@ -50,7 +63,13 @@ class ExportVersionWarning(UserWarning):
     """The configs used were measured with a newer Triton than the running one (filter it by this class)."""
 
 
+class ExportRangeWarning(UserWarning):
+    """A call's sizes lie outside the measured range of a key dim, or farther from every measured shape than
+    the grid's own spacing: its config is extrapolated (filter it by this class)."""
+
+
 _warned_versions = set()
+_warned_sizes = set()
 
 
 def version_key(version):
@@ -130,16 +149,124 @@ def _cover(gpu, dtype, version=None):
     return COVER[gpu][version][dtype], version
 
 
-def _by_distance(shapes, sizes):
+def _by_distance(shapes, sizes, dims):
     """Measured shapes nearest first (log distance over the dims in `sizes`), larger first at a tie."""
     import math
 
     def order(shape):
-        distance = math.sqrt(sum((math.log(size) - math.log(shape[DIMS.index(dim)])) ** 2
+        distance = math.sqrt(sum((math.log(size) - math.log(shape[dims.index(dim)])) ** 2
                                  for dim, size in sizes.items()))
         return round(distance, 9), -math.prod(shape), tuple(-n for n in shape)
 
     return sorted(shapes, key=order)
+
+
+def _around(shapes, sizes, dims):
+    """The measured shapes around a call (module doc), nearest first."""
+    nearest = _by_distance(shapes, sizes, dims)
+    sides = {}
+    for dim, size in sizes.items():
+        measured = {shape[dims.index(dim)] for shape in shapes}
+        below = [n for n in measured if n < size]
+        above = [n for n in measured if n > size]
+        sides[dim] = {size} if size in measured else {max(below, default=None), min(above, default=None)}
+    around = [shape for shape in nearest if all(shape[dims.index(dim)] in sides[dim] for dim in sizes)]
+    return around or nearest[:1]
+
+
+def _fastest_at(cover, shape, passes):
+    """The list's fastest config verified at `shape` that passes, else None."""
+    timed = [(at[shape], index) for index, (config, at) in enumerate(cover) if shape in at and passes(config)]
+    return cover[min(timed)[1]][0] if timed else None
+
+
+def _kept(cover, sizes, passes, dims):
+    """The prune's choice (module doc): the list's fastest config at each measured shape around the call,
+    else at the nearest shape that has one; each once."""
+    shapes = list(dict.fromkeys(shape for _, at in cover for shape in at))
+    kept = [_fastest_at(cover, shape, passes) for shape in _around(shapes, sizes, dims)]
+    if all(config is None for config in kept):
+        kept = [next((c for c in (_fastest_at(cover, s, passes) for s in _by_distance(shapes, sizes, dims))
+                      if c is not None), None)]
+    unique = {}
+    for config in kept:
+        if config is not None:
+            unique.setdefault(_identity(config), config)
+    return list(unique.values())
+
+
+def _robust(cover, shapes, passes):
+    """The config of the list verified at every one of `shapes` (a measured point of the key, at several
+    sizes of the other dims) that is the fastest over all of them: the least sum of log(p50 / the list's
+    fastest p50 there); None where no config passing was verified at all of them."""
+    import math
+
+    fastest = {shape: min(at[shape] for _, at in cover if shape in at) for shape in shapes}
+    scored = [(sum(math.log(at[shape] / fastest[shape]) for shape in shapes), index)
+              for index, (config, at) in enumerate(cover) if all(s in at for s in shapes) and passes(config)]
+    return cover[min(scored)[1]][0] if scored else None
+
+
+def _next_power_of_two(n):
+    return 1 << (n - 1).bit_length()
+
+
+def _choice(cover, best, sizes, passes, dims):
+    """config_for's choice (module doc), else None."""
+    points = {}  # each measured point of the key around the call -> its shapes, nearest first
+    for shape in _around(list(best), sizes, dims):
+        points.setdefault(tuple(shape[dims.index(dim)] for dim in sizes), []).append(shape)
+    picks = []
+    for shapes in points.values():
+        pick = _robust(cover, shapes, passes) if len(shapes) > 1 else None
+        picks.append((shapes[0], pick or best[shapes[0]]))
+    # The form the picks share: a meta-parameter equal to the next power of two of a dim at every point.
+    forms = [(name, dim) for name in picks[0][1].kwargs for dim in sizes
+             if all(config.kwargs.get(name) == _next_power_of_two(shape[dims.index(dim)])
+                    for shape, config in picks)]
+    fitting = [config for _, config in picks
+               if forms and all(config.kwargs[name] == _next_power_of_two(sizes[dim]) for name, dim in forms)]
+    for config in fitting + [config for _, config in picks]:
+        if passes(config):
+            return config
+    for shape in _by_distance(list(best), sizes, dims):  # none passed: the nearest shapes' verified configs
+        verified = sorted(((at[shape], index) for index, (_, at) in enumerate(cover) if shape in at))
+        for config in [best[shape]] + [cover[index][0] for _, index in verified]:
+            if passes(config):
+                return config
+    return None
+
+
+def _warn_if_far(shapes, sizes, gpu, dtype):
+    """ExportRangeWarning, once per (GPU, dtype, sizes), where a call lies outside the measured range of a
+    dim it gives, or farther from every measured shape than the grid's spacing (the norm, over those dims,
+    of the median step between consecutive measured sizes, in log space)."""
+    import math
+    import statistics
+
+    seen = (gpu, dtype, tuple(sorted(sizes.items())))
+    if seen in _warned_sizes:
+        return
+    _warned_sizes.add(seen)
+    measured = {dim: sorted({shape[DIMS.index(dim)] for shape in shapes}) for dim in sizes}
+    ranges = ", ".join(f"{dim} {values[0]}..{values[-1]}" for dim, values in measured.items())
+    outside = [dim for dim, values in measured.items() if not values[0] <= sizes[dim] <= values[-1]]
+    steps = [statistics.median(math.log(b / a) for a, b in zip(values, values[1:])) if len(values) > 1
+             else 0.0 for values in measured.values()]
+    spacing = math.sqrt(sum(step ** 2 for step in steps))
+    nearest = min(math.sqrt(sum(math.log(sizes[dim] / shape[DIMS.index(dim)]) ** 2 for dim in sizes))
+                  for shape in shapes)
+    if outside:
+        why = f"outside the measured range of {', '.join(outside)}"
+    elif nearest > spacing * (1 + 1e-9):
+        why = (f"farther from every measured shape (log distance {nearest:.2f}) than the grid's spacing "
+               f"({spacing:.2f})")
+    else:
+        return
+    import warnings
+
+    warnings.warn(f"{KERNEL}: {_where(sizes, gpu, dtype)} lies {why} (measured: {ranges}); its config is "
+                  "extrapolated: sweep these sizes and export again", ExportRangeWarning, stacklevel=3)
 
 
 def _sizes(given, key):
@@ -200,13 +327,12 @@ def _prune(configs, args, key, check, gpu, dtype, version):
     for config in configs:
         given.setdefault(_identity(config), config)
     named = _named(sizes, key)
+    offered = [(given[_identity(config)], at) for config, at in cover if _identity(config) in given]
     shapes = list(dict.fromkeys(shape for _, verified in cover for shape in verified))
-    for shape in _by_distance(shapes, sizes):
-        kept = [given[_identity(config)] for config, verified in cover
-                if shape in verified and _identity(config) in given
-                and (check is None or check(config, named))]
-        if kept:
-            return kept
+    _warn_if_far(shapes, sizes, gpu, dtype)
+    kept = _kept(offered, sizes, lambda config: check is None or check(config, named), DIMS)
+    if kept:
+        return kept
     raise ExportLookupError(
         f"{KERNEL}: no exported config for {_where(sizes, gpu, dtype)}: none of the {len(configs)} configs "
         f"given to autotune was verified at a measured shape{' and passed check' if check else ''} "
@@ -246,11 +372,9 @@ def config_for(dtype, *, gpu=None, check=None, triton_version=None, **sizes):
     named = _named(sizes, KEY)
     best = {shape: config for (of_dtype, shape), config in BEST_BY_SHAPE[gpu][version].items()
             if of_dtype == dtype}
-    for shape in _by_distance(list(best), sizes):
-        verified = sorted(((at[shape], config) for config, at in cover if shape in at),
-                          key=lambda item: item[0])
-        for config in [best[shape]] + [config for _, config in verified]:
-            if check is None or check(config, named):
-                return config
+    _warn_if_far(list(best), sizes, gpu, dtype)
+    config = _choice(cover, best, sizes, lambda config: check is None or check(config, named), DIMS)
+    if config is not None:
+        return config
     raise ExportLookupError(f"{KERNEL}: no exported config for {_where(sizes, gpu, dtype)} passed check "
                             f"(measured shapes {DIMS}: {sorted(best)})")
