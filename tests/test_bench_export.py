@@ -6,7 +6,6 @@ from made-up rows (the timings it prints here mean nothing)."""
 import json
 import math
 import time
-from pathlib import Path
 
 import pytest
 import torch

@@ -1,7 +1,8 @@
-"""W&B faults. On real sweeps (interpreter): wandb failing to import, and wandb.init failing in every
-run; each leaves the store, the parquet file, the plots and the exit status as they are without W&B and
-says so in one warning line naming the cause. In this process, with the real wandb: an unwritable
-logger.dir and online runs that cannot be created, each one warning line, trial runs and summary together."""
+"""W&B faults. On real sweeps (interpreter), with a run per trial and with the sweep's run alone: wandb
+failing to import, and wandb.init failing in every run; each leaves the store, the parquet file, the
+plots and the exit status as they are without W&B and says so in one warning line naming the cause. In
+this process, with the real wandb: an unwritable logger.dir and online runs that cannot be created, each
+one warning line, trial runs and summary together."""
 
 import pandas as pd
 import pytest
@@ -60,9 +61,10 @@ def _assert_results_untouched(tmp_path, result, *causes: str) -> None:
         assert (tmp_path / "run" / name).stat().st_size > 0
 
 
-def test_wandb_that_fails_to_import(tmp_path, monkeypatch):
+@pytest.mark.parametrize("runs", ["trial", "sweep"])
+def test_wandb_that_fails_to_import(tmp_path, monkeypatch, runs):
     _fake_wandb(tmp_path, BROKEN_IMPORT, monkeypatch)
-    result = run_sweep(tmp_path, *SMALL, "logger.mode=offline", check=False)
+    result = run_sweep(tmp_path, *SMALL, "logger.mode=offline", f"logger.runs={runs}", check=False)
     _assert_results_untouched(
         tmp_path, result, "W&B logging is off", "wandb cannot be imported (ImportError: cannot"
     )
@@ -78,6 +80,18 @@ def test_wandb_whose_runs_fail_to_start(tmp_path, monkeypatch):
         "3 of 3 trial runs not written",
         "(RuntimeError: fake: the wandb service did not start)",
         "the summary run is skipped",
+    )
+
+
+def test_wandb_whose_sweep_run_fails_to_start(tmp_path, monkeypatch):
+    """logger.runs=sweep: the one run the sweep makes fails to start."""
+    _fake_wandb(tmp_path, BROKEN_INIT, monkeypatch)
+    result = run_sweep(tmp_path, *SMALL, "logger.mode=offline", "logger.runs=sweep", check=False)
+    _assert_results_untouched(
+        tmp_path,
+        result,
+        "W&B: the run of sweep faults was not written",
+        "(RuntimeError: fake: the wandb service did not start)",
     )
 
 

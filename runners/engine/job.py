@@ -78,6 +78,7 @@ class Job:
         self.outputs, self.before_job_s = outputs, before_job_s
         self.began = time.perf_counter()
         self.phases: dict[str, float] = {}  # seconds: start, peaks, trials, finalists, finish
+        self.single = True  # a job of its own; run(finish=False): one job of a multirun
         self.statuses: dict[str, int] = {}
         self.measured_groups: set = set()  # (shape, dtype) where this job measured a config of the kernel
         self.reused_ids: list[int] = []
@@ -92,6 +93,7 @@ class Job:
         self.phases[name] = time.perf_counter() - self.began - sum(self.phases.values())
 
     def run(self, finish: bool) -> dict:
+        self.single = finish  # a multirun's jobs are finished together, at its end
         with ExitStack() as cleanup:
             cleanup.callback(self._stop_workers)
             cleanup.callback(self.outputs.abandon)  # a no-op once the finish has waited for them
@@ -206,7 +208,8 @@ class Job:
 
         cfg, store, scheduler, search = self.cfg, self.store, self.scheduler, self.plan.search
         done = {} if cfg.force else store.measured(self.env)
-        self.outputs.start(cfg, self.sweep_id, tuple(self.plan.spec.dims))
+        planned = sum(t.pruned_reason is None for t in self.plan.trials)
+        self.outputs.start(cfg, self.sweep_id, tuple(self.plan.spec.dims), planned, not self.single)
         self.common = {"sweep_id": self.sweep_id, "seed": cfg.seed, "git_sha": git_sha(),
                        "kernel_hash": self.env["kernel_hash"]}
         self.progress = tqdm(total=0, unit="trial", desc=self.plan.spec.name, dynamic_ncols=True,

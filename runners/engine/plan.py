@@ -88,6 +88,8 @@ def validate(cfg: DictConfig, trials: Optional[list] = None) -> Plan:
         raise ConfigError("compile: workers must be >= 0 (or null: one per CPU core) and timeout_s > 0")
     if cfg.search.budget_s is not None and cfg.search.budget_s <= 0:
         raise ConfigError(f"search.budget_s: {cfg.search.budget_s} must be > 0 (or null: no limit)")
+    if cfg.logger.auto_trials < 0:
+        raise ConfigError(f"logger.auto_trials: {cfg.logger.auto_trials} must be >= 0")
     if cfg.backend == "interpret":
         os.environ["TRITON_INTERPRET"] = "1"  # before any kernel module is imported
     spec = load_spec(cfg.kernel.name, cfg.kernel.spec)

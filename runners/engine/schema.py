@@ -36,6 +36,12 @@ class LoggerMode(str, Enum):
     disabled = "disabled"
 
 
+class LoggerRuns(str, Enum):
+    trial = "trial"  # a run per trial, and the sweep's run
+    sweep = "sweep"  # the sweep's run alone, holding every trial
+    auto = "auto"  # trial runs for one job of at most auto_trials trials; else the sweep's run alone
+
+
 @dataclass
 class KernelConf:
     name: str = MISSING  # a built-in kernel (kernels/__init__.py finds them), or "external" with `spec`
@@ -72,6 +78,8 @@ class TimingConf(StopRule):
 @dataclass
 class LoggerConf:
     mode: LoggerMode = LoggerMode.offline
+    runs: LoggerRuns = LoggerRuns.auto
+    auto_trials: int = 256  # logger.runs=auto: the most trials a job logs a run each for
     project: str = "triton-sweep"
     entity: Optional[str] = None
     dir: str = "outputs"  # W&B writes <dir>/wandb/

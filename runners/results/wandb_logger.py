@@ -1,4 +1,10 @@
-"""Weights & Biases: one run per trial (group = sweep id, job_type = kernel), one summary run per sweep.
+"""Weights & Biases: the sweep's run (group = sweep id, job_type = sweep_summary) and, where logger.runs
+says so, one run per trial (group = sweep id, job_type = kernel).
+
+logger.runs: `trial` logs both; `sweep` the sweep's run alone, which holds every trial in its table:
+one run where a sweep of thousands of trials would make thousands (W&B's workspace shows about a
+thousand, and `wandb sync` uploads offline runs one by one); `auto` (the default) trial runs for a job of
+its own of at most logger.auto_trials trials, the sweep's run alone above it and for a multirun's jobs.
 
 Per-trial runs are created in child processes fed through one queue: wandb's serialization and its
 service process never share the interpreter (or its GIL) with the timing loop, so a slow log call cannot
@@ -13,10 +19,11 @@ to be uploaded later with `wandb sync`.
 Dashboard keys: each trial run's config has flat keys per meta-parameter and shape dimension, and
 kernel, provider, dtype, gpu_name, sweep_id, shape_label, so parallel-coordinates, scatter and grouping
 panels work without setup; define_metric marks latencies as minimized (summary min) and throughput
-as maximized (summary max).
-The summary run holds the trials table (with pct_of_best and a column per meta-parameter) and the
-sweep's plots as images; the sweep's finishing process writes it (runners/results/finisher.py), after the
-results are out and the trial runs written, so that the sweep waits for it a bounded time only.
+as maximized (summary max). The sweep's run holds the trials table with those same keys as columns,
+charts built from it, every shape's best config as summary keys, the plots and the exported files
+(runners/results/wandb_tables.py: what each holds); the sweep's finishing process writes it
+(runners/results/finisher.py), after the results are out and the trial runs written, so that the sweep
+waits for it a bounded time only.
 
 W&B is never allowed to cost a result: wandb failing to import (an incomplete install raises anywhere
 inside its imports), an unwritable logger.dir, or runs that cannot be started or uploaded end in ONE
@@ -25,7 +32,6 @@ same as without W&B. The first two are checked before any trial, and turn loggin
 """
 from __future__ import annotations
 
-import json
 import multiprocessing
 import os
 import queue
@@ -36,8 +42,6 @@ from pathlib import Path
 from typing import Iterable, Optional
 
 import pandas as pd
-
-from runners.engine.row import SAMPLE_COLUMNS
 
 CLOSE_TIMEOUT_S = 600  # a sweep's last runs may still be uploading in online mode
 LOGGING_PROCESSES = 4
@@ -221,59 +225,82 @@ class TrialLogger:
         self.seconds += time.perf_counter() - began
 
 
-def pct_of_best(frame: pd.DataFrame) -> pd.Series:
-    """100 x the fastest ok p50 of the row's (kernel, dtype, shape), any provider / the row's p50:
-    100 for the fastest, 50 for one twice as slow; None for rows that are not ok."""
-    ok = frame["status"] == "ok"
-    best = frame[ok].groupby(["kernel", "dtype", "shape"])["p50_us"].transform("min")
-    return (100 * (best / frame.loc[ok, "p50_us"])).reindex(frame.index)  # the fastest: exactly 100
+def runs_of(conf: dict, planned: int, multirun: bool) -> str:
+    """"trial" (a run per trial and the sweep's run) or "sweep" (the sweep's run alone) for a job:
+    logger.runs, where auto is trial runs for a job of its own that plans at most logger.auto_trials
+    trials (a multirun's jobs add up to more than any one of them knows), said in one line."""
+    runs = str(conf.get("runs", "trial"))
+    if runs != "auto":
+        return runs
+    limit = conf["auto_trials"]
+    chosen = "trial" if not multirun and planned <= limit else "sweep"
+    bound = "at most" if chosen == "trial" else "more than"
+    why = ("one job of a multirun" if multirun
+           else f"{planned} trials planned, {bound} logger.auto_trials={limit}")
+    what = ("a run per trial and the sweep's run" if chosen == "trial"
+            else "the sweep's run alone, every trial in it")
+    print(f"W&B (logger.runs=auto): {why}: {what}", flush=True)
+    return chosen
 
 
-def summary_table(frame: pd.DataFrame) -> pd.DataFrame:
-    """The trials as the summary run's table: no samples, pct_of_best, and a column per meta-parameter
-    (config.NAME where NAME is already a column), so the table's panels can group and plot by them."""
-    # samples stay in the store
-    table = frame.drop(columns=list(SAMPLE_COLUMNS)).assign(pct_of_best=pct_of_best(frame))
-    configs = [json.loads(c) for c in frame["config"]]
-    for name in dict.fromkeys(k for config in configs for k in config):
-        column = f"config.{name}" if name in table.columns else name
-        table[column] = [config.get(name) for config in configs]
-    return table.astype(object).where(table.notna(), None)  # wandb.Table wants None, not NaN
-
-
-def log_sweep_summary(conf: dict, sweep_id: str, frame: pd.DataFrame, files: list,
-                      images: Iterable[Path] = ()) -> float:
-    """The sweep's summary run: a wandb.Table of all trials, the plots as images, and the exported
-    files as an Artifact. Returns the seconds it took. A failure is one warning line, never an error."""
-    if conf["mode"] == "disabled":
-        return 0.0
-    began = time.perf_counter()
+def warn_if_unusable(conf: dict) -> None:
+    """The check TrialLogger makes before the first trial, for a sweep that logs no trial runs."""
     problem = wandb_problem(conf)
     if problem:
         _warn_once(problem, f"W&B logging is off for this sweep: {problem}; {UNAFFECTED}")
-        return time.perf_counter() - began
+
+
+def log_sweep_summary(conf: dict, sweep_id: str, frame: pd.DataFrame, files: list,
+                      images: Iterable[Path] = (), dims: Optional[dict] = None, runs: str = "trial",
+                      timing: Optional[dict] = None) -> bool:
+    """The sweep's run: a wandb.Table of all trials, charts built from it, the best config of every shape
+    as summary keys, the plots as images and the exported files as an Artifact. Returns whether it was
+    written. A failure is one warning line, never an error."""
+    if conf["mode"] == "disabled":
+        return False
+    problem = wandb_problem(conf)
+    if problem:
+        _warn_once(problem, f"W&B logging is off for this sweep: {problem}; {UNAFFECTED}")
+        return False
     try:
-        _write_summary_run(conf, sweep_id, frame, files, list(images))
+        _write_summary_run(conf, sweep_id, frame, files, list(images), dims, runs, timing)
+        return True
     except Exception as error:  # anything inside wandb: its install, its service, the upload
         cause = _cause(error)
-        _warn_once(cause, f"W&B: the summary run of sweep {sweep_id} was not written ({cause}); {UNAFFECTED}")
-    return time.perf_counter() - began
+        _warn_once(cause, f"W&B: the run of sweep {sweep_id} was not written ({cause}); {UNAFFECTED}")
+        return False
 
 
-def _write_summary_run(conf: dict, sweep_id: str, frame: pd.DataFrame, files: list, images: list) -> None:
+def _write_summary_run(conf: dict, sweep_id: str, frame: pd.DataFrame, files: list, images: list,
+                       dims: Optional[dict], runs: str, timing: Optional[dict]) -> None:
     import wandb
 
-    run = _init_run(conf, sweep_id, "sweep_summary", f"{sweep_id} summary", {"sweep_id": sweep_id})
+    from runners.results.wandb_tables import best_keys, chart_tables, summary_table, sweep_config
+
+    table = summary_table(frame, dims)
+    run = _init_run(conf, sweep_id, "sweep_summary", f"{sweep_id} summary",
+                    sweep_config(frame, sweep_id, runs, timing))
     try:
-        run.log({"trials": wandb.Table(dataframe=summary_table(frame))})
-        run.summary.update({"n_trials": len(frame), "n_ok": int((frame["status"] == "ok").sum())})
+        whole = wandb.Table(dataframe=table)
+        # A logged table keeps wandb.Table.MAX_ROWS rows (10,000); an artifact's holds 20 times more.
+        in_artifact = len(table) > wandb.Table.MAX_ROWS
+        if not in_artifact:
+            run.log({"trials": whole})
+        for name, (kind, data, fields, title) in chart_tables(table).items():
+            plain = data.astype(object).where(data.notna(), None)
+            chart = getattr(wandb.plot, kind)(wandb.Table(dataframe=plain), *fields.values(), title=title)
+            run.log({f"charts/{name}": chart})
+        run.summary.update({"n_trials": len(frame), "n_ok": int((frame["status"] == "ok").sum()),
+                            "trials_in_artifact": in_artifact, **best_keys(frame)})
         if images:
             run.log({f"plots/{Path(path).stem}": wandb.Image(str(path)) for path in images})
-        if files:
+        if files or in_artifact:
             artifact = wandb.Artifact(re.sub(r"[^A-Za-z0-9_.-]", "_", f"triton-configs-{sweep_id}"),
                                       type="triton-configs")
             for path in files:
                 artifact.add_file(str(path))
+            if in_artifact:
+                artifact.add(whole, "trials")
             run.log_artifact(artifact)
     finally:
         run.finish()

@@ -46,8 +46,9 @@ class Output:
         self.name = ""
         self.settings = settings
 
-    def start(self, cfg, sweep_id: str, dims: tuple) -> None:
-        """Before the trials."""
+    def start(self, cfg, sweep_id: str, dims: tuple, planned: int = 0, multirun: bool = False) -> None:
+        """Before the trials: the job's dims, how many trials it plans to run (not pruned), and whether
+        it is one job of a multirun."""
 
     def row(self, trial, row: dict, label: str) -> None:
         """Every row the job records (pruned ones included)."""
@@ -116,9 +117,9 @@ class Outputs:
             self.finisher = Finisher.start([{"name": o.name, "target": target(o), "settings": o.settings}
                                             for o in background])
 
-    def start(self, cfg, sweep_id: str, dims: tuple) -> None:
+    def start(self, cfg, sweep_id: str, dims: tuple, planned: int = 0, multirun: bool = False) -> None:
         for output in self.all:
-            output.start(cfg, sweep_id, dims)
+            output.start(cfg, sweep_id, dims, planned, multirun)
 
     def row(self, trial, row: dict, label: str) -> None:
         for output in self.all:

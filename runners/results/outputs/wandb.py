@@ -1,24 +1,30 @@
-"""Weights & Biases: a run per trial while the sweep runs, and the sweep's summary run at its end, written
-by the finishing process once the export and the plots exist (runners/results/wandb_logger.py does the
+"""Weights & Biases: the sweep's run at its end (every trial in a table, charts, the best config of every
+shape as summary keys), written by the finishing process once the export and the plots exist, and, where
+`logger.runs` says so, a run per trial while the sweep runs (runners/results/wandb_logger.py does the
 writing, and says how W&B is kept from ever costing a result). Its settings are the config's `logger`
-group (`logger.mode=offline|online|disabled`)."""
+group (`logger.mode=offline|online|disabled`, `logger.runs=trial|sweep|auto`)."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Optional
+
+from omegaconf import OmegaConf
 
 from runners.engine.row import WANDB_CONFIG, WANDB_SUMMARY
 from runners.results.outputs import Finished, Output
 
 
 class Wandb(Output):
-    background = True  # the summary run
+    background = True  # the sweep's run
     needs_foreground = True  # it carries the exported files and the plots
 
     def __init__(self, logger: dict):
         super().__init__(logger=logger)
         self.conf = logger
         self.trials = None  # the trial runs' logger, on the sweep's side
+        self.runs = None  # "trial" or "sweep", decided at the job's start (logger.runs)
+        self.closed = False
         self.dims: tuple = ()
         self.timing: dict = {}
 
@@ -26,13 +32,17 @@ class Wandb(Output):
     def wanted(self) -> bool:
         return self.conf["mode"] != "disabled"
 
-    def start(self, cfg, sweep_id: str, dims: tuple) -> None:
-        from omegaconf import OmegaConf
-
-        from runners.results.wandb_logger import TrialLogger
+    def start(self, cfg, sweep_id: str, dims: tuple, planned: int = 0, multirun: bool = False) -> None:
+        from runners.results.wandb_logger import TrialLogger, runs_of, warn_if_unusable
 
         self.dims, self.timing = dims, OmegaConf.to_container(cfg.timing, resolve=True)
-        self.trials = TrialLogger(self.conf, sweep_id)
+        if not self.wanted:
+            return
+        self.runs = runs_of(self.conf, planned, multirun)
+        if self.runs == "trial":
+            self.trials = TrialLogger(self.conf, sweep_id)
+        else:
+            warn_if_unusable(self.conf)  # before the first trial, as the trial runs' logger does
 
     def row(self, trial, row: dict, label: str) -> None:
         if row["status"] == "pruned" or self.trials is None:
@@ -45,18 +55,26 @@ class Wandb(Output):
     def close(self) -> None:
         from runners.results.wandb_logger import known_problem
 
-        if self.trials is None or self.trials.closed:
+        if self.runs is None or self.closed:
             return
-        self.trials.close()
-        if self.conf["mode"] == "offline" and self.trials.enabled and known_problem(self.conf) is None:
+        self.closed = True
+        if self.trials is not None:
+            self.trials.close()
+        if self.trials is not None and self.trials.enabled and known_problem(self.conf) is None:
+            self._sync_hint()
+
+    def _sync_hint(self) -> None:
+        if self.conf["mode"] == "offline":
             print(f"W&B offline runs in {self.conf['dir']}/wandb; upload with: "
                   f"wandb sync {self.conf['dir']}/wandb/offline-run-*")
 
     def handover(self) -> dict:
-        """Whether the summary run is to be made: not when logging is off or known to fail here."""
+        """Whether the sweep's run is to be made (not when logging is off or known to fail here), how the
+        job logged, and its dims (the finishing process never starts a job)."""
         from runners.results.wandb_logger import known_problem
 
-        return {"summary": self.wanted and known_problem(self.conf) is None}
+        return {"summary": self.wanted and known_problem(self.conf) is None, "runs": self.runs,
+                "dims": list(self.dims), "timing": self.timing}
 
     def warm(self) -> None:
         from runners.results.wandb_logger import known_problem
@@ -75,9 +93,24 @@ class Wandb(Output):
 
         if not (handover or {}).get("summary", self.wanted):
             return []
+        from runners.results.export import kernel_dims
+
+        handover = handover or {}
         exports = done.files.get("export", [])
         images = done.files.get("plots", [])
-        log_sweep_summary(self.conf, done.sweep_id, done.frame, exports, images)
+        # Each kernel's dims: the job's (an external kernel's names too), else a built-in kernel's own.
+        dims = {kernel: kernel_dims(kernel, len(json.loads(shape)))
+                for kernel, shape in done.frame.groupby("kernel")["shape"].first().items()}
+        if handover.get("dims") and len(dims) == 1:
+            dims = {kernel: tuple(handover["dims"]) for kernel in dims}
+        configured = str(self.conf.get("runs", "trial"))
+        # No job started here: the end of a multirun, whose jobs logged as a multirun's (runs_of).
+        runs = handover.get("runs") or ("sweep" if configured == "auto" else configured)
+        timing = handover.get("timing") or (None if done.cfg is None  # the finisher: no config
+                                            else OmegaConf.to_container(done.cfg.timing, resolve=True))
+        written = log_sweep_summary(self.conf, done.sweep_id, done.frame, exports, images, dims, runs, timing)
+        if written and runs == "sweep":  # with trial runs the hint came at the job's end
+            self._sync_hint()
         return []
 
     def seconds(self) -> dict:
