@@ -38,6 +38,22 @@ def default_settings(kernel: str, spec_path: str | None = None) -> dict:
     return _settings(sweep_export_conf(), kernel, spec_path)
 
 
+def calls_of(path: str, kernel: str, spec_path: str | None, dims: tuple | None) -> dict:
+    """shape -> calls of a sweep file's kernel.shapes and kernel.calls (--calls)."""
+    from omegaconf import OmegaConf
+
+    from runners.engine.trials import builtin_spec, load_spec, parse_calls
+
+    captured = OmegaConf.to_container(OmegaConf.load(path), resolve=True).get("kernel") or {}
+    if captured.get("calls") is None:
+        raise ConfigError(f"--calls: {path} has no kernel.calls (python -m runners.capture writes them)")
+    spec = load_spec("external", spec_path) if spec_path else builtin_spec(kernel)
+    rank = len(dims) if dims else len(spec.dims) if spec is not None else None
+    if rank is None:
+        raise ConfigError(f"--calls: {kernel} is not built in; give --spec or --dims")
+    return parse_calls(captured["calls"], captured.get("shapes"), rank)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--store", default="outputs/results.sqlite")
@@ -53,6 +69,9 @@ def main(argv=None) -> int:
     parser.add_argument("--dims", help="names of the shape dims, comma-separated, for a kernel not built in")
     parser.add_argument("--spec", metavar="PKG.MODULE:ATTR",
                         help="an external kernel's KernelSpec: its dims and export key (as kernel.spec)")
+    parser.add_argument("--calls", metavar="SWEEP.yaml",
+                        help="weigh the covering set by call counts: a sweep file of python -m "
+                             "runners.capture (its kernel.shapes and kernel.calls)")
     parser.add_argument("--no-merge", action="store_true",
                         help="rewrite the files from this export alone (default: keep other GPUs' sections)")
     args = parser.parse_args(argv)
@@ -86,6 +105,8 @@ def main(argv=None) -> int:
                 settings["merge"] = False
             if dims:
                 settings["dims"] = dims
+            if args.calls:
+                settings["calls"] = calls_of(args.calls, kernel, args.spec, dims)
             for path in export_kernel(frame, kernel, args.out_dir, **settings):
                 print(path)
         except (ExportError, ConfigError) as error:  # ConfigError: a --spec that cannot be loaded

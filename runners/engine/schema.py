@@ -56,6 +56,9 @@ class KernelConf:
     # (runners/engine/trials.py, grid_shapes).
     grid: Dict[str, Any] = field(default_factory=dict)
     baselines: Any = None  # None: all the kernel declares; [] none; or a list of names
+    # How many times a program called each of `shapes`, in order (python -m runners.capture writes them):
+    # the export's covering set then minimises the call-weighted loss. None: every shape alike.
+    calls: Any = None
 
 
 @dataclass

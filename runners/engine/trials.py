@@ -148,6 +148,27 @@ def parse_shapes(value: Any, rank: int) -> list[tuple[int, ...]]:
     return shapes
 
 
+def parse_calls(calls: Any, shapes: Any, rank: int) -> dict[tuple[int, ...], int]:
+    """`kernel.calls`: how many times the program called each of `kernel.shapes`, in order (python -m
+    runners.capture writes both); shape -> calls, the weights of the export's covering set. {} if None."""
+    if calls is None:
+        return {}
+    if shapes is None:
+        raise ConfigError("kernel.calls: weights the shapes of kernel.shapes, which is not given")
+    shapes = parse_shapes(shapes, rank)
+    calls = _as_list(calls)
+    if len(calls) != len(shapes):
+        raise ConfigError(f"kernel.calls: {len(calls)} counts for the {len(shapes)} shapes of kernel.shapes; "
+                          "give one count a shape, in the same order")
+    for index, count in enumerate(calls):
+        if not _is_int(count) or count < 0:
+            raise ConfigError(f"kernel.calls[{index}]: {count!r} must be an integer >= 0 (a call count)")
+    weights: dict[tuple[int, ...], int] = {}
+    for shape, count in zip(shapes, calls):
+        weights[shape] = weights.get(shape, 0) + count
+    return weights
+
+
 GRID_FORMS = "a list of sizes, {pow2: [lo, hi]}, {geom: [lo, hi, n]} or {range: [lo, hi, step]}"
 
 
@@ -265,6 +286,7 @@ def plan_trials(spec: KernelSpec, kernel_conf: dict, backend: str) -> list[Trial
             raise ConfigError(f"kernel.shapes: give the shapes to sweep ({spec.name} declares no "
                               "default_shapes), or kernel.grid")
         shapes = [list(shape) for shape in spec.default_shapes]
+    parse_calls(kernel_conf.get("calls"), shapes, len(spec.dims))  # checked before any launch
     shapes = [] if shapes is None else parse_shapes(shapes, len(spec.dims))
     dtypes = kernel_conf.get("dtypes")
     dtypes = parse_dtypes(list(spec.default_dtypes) if dtypes is None else dtypes, spec.dtypes)

@@ -15,6 +15,11 @@ shapes, then to the higher geometric mean of best p50 / its p50 over them, then 
 resources (num_stages, num_warps, BLOCK product: the finalists' tie rule), then to the first measured.
 Every shape has an ok config (its fastest covers it), so the list is never empty. Greedy may return more
 configs than the minimum (at most 1 + ln(number of shapes) times as many, the set-cover bound).
+Weighted by calls (`kernel.calls`, from python -m runners.capture; `--calls` of the command): each step
+first adds the config with the most call-weighted speed over the shapes it newly covers (the sum of
+calls x best p50 / its p50), so that the shapes called most get the configs nearest their best; the
+tolerance still bounds every shape, a shape of no calls included. The section then gives the
+call-weighted expected loss (the mean over calls of the list's p50 / the best - 1).
 
 Validity travels with each config: the shapes where it was ok, with its p50 there (and, where it
 was timed in repetitions, their number and spread: what `runners.compare` and `runners.revalidate`
@@ -168,8 +173,9 @@ class Measured:
         at = self.configs[key]["ok_at"].get(shape)
         return None if at is None else at["p50_us"]
 
-    def cover(self, shapes: list, tolerance: float) -> list[str]:
-        """The covering set of `shapes` (module doc: the greedy rule), as canonical configs, best first."""
+    def cover(self, shapes: list, tolerance: float, calls: Optional[dict] = None) -> list[str]:
+        """The covering set of `shapes` (module doc: the greedy rule, weighted by `calls`: shape -> count,
+        where given), as canonical configs, best first."""
         limit = {s: (1 + tolerance) * self.best[s] for s in shapes}
         covers = {key: {s for s in shapes if self.timed[s].get(key, math.inf) <= limit[s]}
                   for key in self.configs}
@@ -178,8 +184,9 @@ class Measured:
             gain = covers[key] & uncovered
             wins = sum(_canonical(self.winners[s]["config"]) == key for s in gain)
             speed = math.exp(sum(math.log(self.best[s] / self.timed[s][key]) for s in gain) / len(gain))
+            weighted = sum(calls.get(s, 0) * self.best[s] / self.timed[s][key] for s in gain) if calls else 0
             entry = self.configs[key]
-            return -len(gain), -wins, -speed, resource_key(entry["config"]), entry["first_id"]
+            return -weighted, -len(gain), -wins, -speed, resource_key(entry["config"]), entry["first_id"]
 
         chosen, uncovered = [], set(shapes)
         while uncovered:
@@ -190,18 +197,33 @@ class Measured:
         return chosen
 
 
-def covering_set(rows: pd.DataFrame, tolerance: float, baselines: Optional[pd.DataFrame] = None) -> dict:
-    """The covering set and the winner of each shape, from one (GPU, dtype)'s rows (module doc: how)."""
+def weighted_loss(list_p50: dict, best: dict, calls: dict) -> Optional[float]:
+    """The mean over calls of list p50 / best p50 - 1 (shape -> figure), None without calls."""
+    total = sum(calls.get(s, 0) for s in best)
+    if not total:
+        return None
+    return sum(calls.get(s, 0) * (list_p50[s] / best[s] - 1) for s in best) / total
+
+
+def covering_set(rows: pd.DataFrame, tolerance: float, baselines: Optional[pd.DataFrame] = None,
+                 calls: Optional[dict] = None) -> dict:
+    """The covering set and the winner of each shape, from one (GPU, dtype)'s rows (module doc: how);
+    weighted by `calls` (shape -> count) where given."""
     measured = Measured(rows)
     shapes, configs, timed, winners = measured.shapes, measured.configs, measured.timed, measured.winners
-    chosen = measured.cover(shapes, tolerance)
+    chosen = measured.cover(shapes, tolerance, calls)
     covers = {key: [s for s in shapes if timed[s].get(key, math.inf) <= (1 + tolerance) * measured.best[s]]
               for key in chosen}
 
     def fastest_of_list(shape):
         return min((timed[shape][key], key) for key in chosen if key in timed[shape])
 
+    weighted = {}
+    if calls:
+        loss = weighted_loss({s: fastest_of_list(s)[0] for s in shapes}, measured.best, calls)
+        weighted = {"calls": {json.dumps(list(s)): calls.get(s, 0) for s in shapes}, "weighted_loss": loss}
     return {
+        **weighted,
         "configs": [{"config": configs[key]["config"],
                      "ok_at": [{"shape": list(s), **configs[key]["ok_at"][s]} for s in shapes
                                if s in configs[key]["ok_at"]],
@@ -216,7 +238,8 @@ def covering_set(rows: pd.DataFrame, tolerance: float, baselines: Optional[pd.Da
 
 
 def gpu_section(rows: pd.DataFrame, tolerance: float, baselines: Optional[pd.DataFrame] = None,
-                dims: Optional[tuple] = None, key_dims: Optional[list] = None) -> dict:
+                dims: Optional[tuple] = None, key_dims: Optional[list] = None,
+                calls: Optional[dict] = None) -> dict:
     """Provenance and the covering set of every dtype of one GPU's rows (with the baselines measured
     beside them, for each shape's winner); given the dims and the export key's dims, each dtype's
     leave-one-out estimate too (runners/results/generalization.py)."""
@@ -226,7 +249,8 @@ def gpu_section(rows: pd.DataFrame, tolerance: float, baselines: Optional[pd.Dat
     dtypes = {}
     for dtype, group in sorted(rows.groupby("dtype")):
         dtypes[dtype] = covering_set(group, tolerance,
-                                     None if baselines is None else baselines[baselines["dtype"] == dtype])
+                                     None if baselines is None else baselines[baselines["dtype"] == dtype],
+                                     calls)
         if dims is not None:
             dtypes[dtype]["leave_one_out"] = leave_one_out(Measured(group), tolerance, dims, key_dims)
     return {
@@ -448,7 +472,7 @@ def write_export(kernel: str, new: dict[str, dict], out_dir: str | Path, dims: t
 
 def export_kernel(frame: pd.DataFrame, kernel: str, out_dir: str | Path, *, tolerance: float = 0.03,
                   key: dict | None = None, dims: tuple | None = None, merge: bool = True,
-                  key_field: str = "--key") -> list[Path]:
+                  key_field: str = "--key", calls: Optional[dict] = None) -> list[Path]:
     if not (isinstance(tolerance, (int, float)) and 0 <= tolerance < 1):
         raise ExportError(f"export.tolerance: {tolerance!r} must be a share in [0, 1), e.g. 0.03 for 3%")
     by_gpu = select_rows(frame, kernel)
@@ -464,18 +488,32 @@ def export_kernel(frame: pd.DataFrame, kernel: str, out_dir: str | Path, *, tole
     from runners.results.generalization import summary_line
 
     key_dims = [d for d in dims if d in key.values()] or list(dims)  # no key: a call gives every dim
-    sections = {gpu: gpu_section(rows, tolerance, baseline_rows(frame, rows), dims, key_dims)
+    sections = {gpu: gpu_section(rows, tolerance, baseline_rows(frame, rows), dims, key_dims, calls)
                 for gpu, rows in by_gpu.items()}
     for gpu, section in sections.items():
         for dtype, dtype_data in section["dtypes"].items():
             print(f"{kernel} on {gpu}, {dtype}: {summary_line(dtype_data['leave_one_out'], dims)}")
+            if dtype_data.get("weighted_loss") is not None:
+                total = sum(dtype_data["calls"].values())
+                print(f"{kernel} on {gpu}, {dtype}: weighted by {total} calls, the list loses "
+                      f"{100 * dtype_data['weighted_loss']:.2f}% of the best p50 on average")
     return write_export(kernel, sections, out_dir, dims, key, merge)
 
 
 def settings_from_config(cfg, kernel: str) -> dict:
     """export_kernel's settings from a sweep's config (conf/config.yaml's export section)."""
+    from omegaconf import OmegaConf
+
+    from runners.engine.trials import load_spec, parse_calls
+
     spec_path = cfg.kernel.spec if cfg.kernel.name == "external" else None
-    return _settings(cfg.export, kernel, spec_path)
+    settings = _settings(cfg.export, kernel, spec_path)
+    if cfg.kernel.get("calls") is not None:
+        spec = load_spec(cfg.kernel.name, spec_path)
+        if spec.name == kernel:  # the calls weigh the shapes of the sweep's own kernel
+            kernel_conf = OmegaConf.to_container(cfg.kernel, resolve=True)
+            settings["calls"] = parse_calls(kernel_conf["calls"], kernel_conf["shapes"], len(spec.dims))
+    return settings
 
 
 def _settings(export_conf, kernel: str, spec_path) -> dict:
