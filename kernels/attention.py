@@ -326,6 +326,9 @@ def _spec(name, causal, has_bias):
         baselines=baselines,
         accumulation_bound=lambda q, k, v, bias=None: _accumulation_bound(q, k, v, bias, causal),
         export_key={"seq_len": "seq"},
+        # runners.capture: q's (batch, heads, seq, head_dim), for launches with this mask and bias
+        launch_shape=lambda args: (tuple(args["q_src"][1]) if (args.get("CAUSAL"), args.get("HAS_BIAS"))
+                                   == (causal, has_bias) else None),
         default_shapes=((4, 16, 4096, 64), (4, 16, 4096, 128), (1, 16, 16384, 128)),
         default_dtypes=("float16", "bfloat16"),
     )

@@ -145,5 +145,6 @@ SPEC = KernelSpec(
         "compile": compiled(lambda x, weight, bias: layernorm_ref(x, weight, bias)[0]),
     },
     export_key={"n_cols": "cols"},
+    launch_shape=lambda args: tuple(args["x_ptr"][1]),  # rows, cols: one program a row
     default_shapes=((16384, 4096), (8192, 8192), (2048, 65536)),
 )

@@ -147,6 +147,15 @@ def _constraints(shape, dtype, config):
     return None
 
 
+def _launch_shape(has_bias, activation):
+    """runners.capture: (M, N, K) of a launch of _matmul_kernel with this epilogue, else None."""
+    def shape(args):
+        if args.get("HAS_BIAS") == has_bias and args.get("ACTIVATION") == ACTIVATIONS[activation]:
+            return args["M"], args["N"], args["K"]
+        return None
+    return shape
+
+
 def _bytes_moved(shape, dtype, has_bias):
     M, N, K = shape
     return (M * K + K * N + M * N + (N if has_bias else 0)) * element_size(dtype)
@@ -169,6 +178,7 @@ SPEC = KernelSpec(
     baselines={"torch": lambda inputs: torch.matmul(*inputs)},  # cuBLAS
     accumulation_bound=_accumulation_bound,
     # no export_key: the kernel's arguments are named like the dims (M, N, K)
+    launch_shape=_launch_shape(False, "none"),
     default_shapes=((4096, 4096, 4096), (8192, 8192, 8192), (4096, 4096, 11008)),
     default_dtypes=("float16", "bfloat16"),
 )
@@ -183,6 +193,7 @@ def _epilogue_spec(name, activation):
         launch=lambda inputs, out, config: matmul(*inputs, activation=activation, out=out, **config),
         reference=eager,
         bytes_moved=lambda shape, dtype: _bytes_moved(shape, dtype, True),
+        launch_shape=_launch_shape(True, activation),
         baselines={"eager": lambda inputs: eager(*inputs), "compile": compiled(eager)},
         accumulation_bound=lambda a, b, bias: _accumulation_bound(a, b, bias,
                                                                   1.13 if activation == "gelu" else 1.0),

@@ -104,5 +104,6 @@ SPEC = KernelSpec(
                "torch": lambda inputs: torch.softmax(inputs[0], dim=-1),
                "compile": compiled(softmax_ref)},
     export_key={"n_cols": "cols"},
+    launch_shape=lambda args: tuple(args["in_ptr"][1]),  # rows, cols: one program a row
     default_shapes=((4096, 16384), (1024, 131072), (256, 262144)),
 )

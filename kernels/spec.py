@@ -27,6 +27,11 @@ A kernel module builds one `KernelSpec` named `SPEC`. The runner knows nothing e
 - `export_key`: argument of the kernel's @triton.jit function -> the dim it gives (softmax: n_cols ->
   cols), stored in its export: what `@triton.autotune(key=...)` and the export's prune read the call's
   sizes from. Empty where the arguments are named like the dims (matmul's M, N, K).
+- `launch_shape(args)`, for `python -m runners.capture`: the shape (in `dims`) of a launch of the
+  kernel's @triton.jit function, from its arguments by name (an int or bool argument as its value, a
+  tensor as (dtype name, shape)), or None when the launch is not this kernel's (one jit function serving
+  several specs: matmul with and without its epilogue). Without it, the dims come from the integer
+  arguments `export_key` names and those named like a dim.
 - `default_shapes`, `default_dtypes`: what `python -m runners.sweep kernel=<name>` sweeps when
   kernel.shapes / kernel.dtypes are not given.
 
@@ -64,6 +69,7 @@ class KernelSpec:
     )
     accumulation_bound: Optional[Callable[..., torch.Tensor]] = None
     export_key: Mapping[str, str] = field(default_factory=dict)
+    launch_shape: Optional[Callable[[Mapping[str, object]], Optional[Shape]]] = None
     default_shapes: tuple = ()
     default_dtypes: tuple = ("float16",)
 

@@ -1,0 +1,1 @@
+"""Programs that call the built-in kernels, for python -m runners.capture."""

@@ -1,0 +1,232 @@
+"""python -m runners.capture on the interpreter: the example program's launches counted and mapped to
+the built-in kernels (checked against the workload the program draws), an external kernel mapped by its
+import path, launches of no spec listed, an autotuner's own benchmark launches kept apart, the exit
+status passed through; the sweep file it writes runs; kernel.calls weighs the export's covering set."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from kernels.examples.transformer_steps import SMALL, workload
+from runners.capture import bucketed, launch_shape, unrunnable
+from runners.engine.trials import ConfigError, load_spec, parse_calls
+from runners.results.export import export_kernel, read_export
+from runners.results.store import ResultStore
+from tests.conftest import REPO, run_sweep
+
+STEPS = 12
+
+
+def capture(tmp_path: Path, *args: str, program: list[str]) -> subprocess.CompletedProcess:
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(REPO)}
+    command = [sys.executable, "-m", "runners.capture", "--out", str(tmp_path / "app"), *args, "--", *program]
+    return subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+
+
+def _sweep_calls(path: Path) -> Counter:
+    kernel = OmegaConf.to_container(OmegaConf.load(path))["kernel"]
+    return Counter({tuple(shape): calls for shape, calls in zip(kernel["shapes"], kernel["calls"])})
+
+
+def test_the_example_program_captured_and_mapped(tmp_path):
+    result = capture(tmp_path, program=[sys.executable, "-m", "kernels.examples.transformer_steps", "--small",
+                                        "--steps", str(STEPS), "--dtype", "float32"])
+    assert result.returncode == 0, result.stdout + result.stderr
+    # What the program launches, from the workload it draws: per step 2 layernorms, 3 matmuls, 1 softmax.
+    d = SMALL["d_model"]
+    expected = {"layernorm": Counter(), "matmul": Counter(), "softmax": Counter()}
+    for tokens, rows, context in workload(STEPS, SMALL, seed=0):
+        expected["layernorm"][(tokens, d)] += 2
+        for n, k in ((3 * d, d), (4 * d, d), (d, 4 * d)):
+            expected["matmul"][(tokens, n, k)] += 1
+        expected["softmax"][(rows, context)] += 1
+    for kernel, counts in expected.items():
+        assert _sweep_calls(tmp_path / f"app_{kernel}.yaml") == counts, kernel
+        conf = OmegaConf.load(tmp_path / f"app_{kernel}.yaml")
+        assert list(conf.kernel.dtypes) == ["float32"] and conf.defaults[0] == {"override /kernel": kernel}
+    assert f"captured {6 * STEPS} Triton launches of 3 function(s)" in result.stdout
+    assert "not mapped" not in result.stdout
+    launches = json.loads((tmp_path / "app_launches.json").read_text())
+    assert set(launches["functions"]) == {"kernels.layernorm._layernorm_kernel",
+                                          "kernels.matmul._matmul_kernel", "kernels.softmax._softmax_kernel"}
+    # the workload table: every shape with its share of the kernel's calls
+    line = next(line for line in result.stdout.splitlines() if line.startswith("softmax "))
+    assert line.split()[3].isdigit() and line.split()[4].endswith("%")
+
+
+def test_bucketing_rounds_the_dims_that_vary_per_call():
+    entries = {((rows, 96), "float16"): {"calls": 1, "configs": {}} for rows in (3, 5, 6, 7, 9, 17)}
+    entries[((4, 32), "float16")] = {"calls": 10, "configs": {}}
+    merged = bucketed(entries, "pow2", ("rows", "cols"))
+    # rows take 7 sizes (more than 4): rounded up, the lowest bucket (2, 4] to the smallest, 3; cols take 2
+    assert {shape: e["calls"] for (shape, _), e in merged.items()} == {
+        (3, 96): 1, (8, 96): 3, (16, 96): 1, (32, 96): 1, (3, 32): 10}
+    named = bucketed(entries, "pow2", ("rows", "cols"), ["cols"])
+    assert {shape for shape, _ in named} == {(rows, 128) for rows in (3, 5, 6, 7, 9, 17)} | {(4, 32)}
+
+
+def test_shapes_no_config_of_the_default_space_can_run():
+    softmax = load_spec("softmax", None)  # BLOCK_SIZE from 128, which must be < 4x the row
+    entries = {((8, 16), "float16"): {}, ((8, 64), "float16"): {}, ((8, 100000), "float16"): {}}
+    assert unrunnable(softmax, entries) == [((8, 16), "float16"), ((8, 100000), "float16")]
+
+
+def test_launch_shapes_from_the_export_key_and_the_spec():
+    vector_add = load_spec("vector_add", None)  # no launch_shape: n_elements -> n by its export key
+    assert launch_shape(vector_add, {"x_ptr": ["float16", [4096]], "n_elements": 4096, "BLOCK_SIZE": 1024}) \
+        == (4096,)
+    matmul, relu = load_spec("matmul", None), load_spec("matmul_bias_relu", None)
+    args = {"M": 64, "N": 128, "K": 32, "HAS_BIAS": True, "ACTIVATION": 1}
+    assert launch_shape(relu, args) == (64, 128, 32) and launch_shape(matmul, args) is None
+
+
+EXTERNAL_PROGRAM = textwrap.dedent("""
+    import sys
+    import torch
+    from tests.external_kernel import scale_rows
+    for rows, cols in [(3, 40), (3, 40), (5, 70)]:
+        scale_rows(torch.randn(rows, cols), torch.randn(rows))
+    sys.exit(3)
+""")
+
+
+def test_an_external_kernel_by_import_path_and_the_exit_status(tmp_path):
+    (tmp_path / "app.py").write_text(EXTERNAL_PROGRAM)
+    program = [sys.executable, str(tmp_path / "app.py")]
+    result = capture(tmp_path, program=program)
+    assert result.returncode == 3  # the program's own status
+    assert ("not mapped: tests.external_kernel._scale_rows_kernel: 3 calls at 2 argument set(s): no spec "
+            "names this function") in result.stdout
+    assert not (tmp_path / "app_scale_rows.yaml").exists()
+    result = capture(tmp_path, "--spec", "tests.external_kernel:SPEC", program=program)
+    assert result.returncode == 3 and "not mapped" not in result.stdout
+    assert _sweep_calls(tmp_path / "app_scale_rows.yaml") == Counter({(3, 40): 2, (5, 70): 1})
+    conf = OmegaConf.load(tmp_path / "app_scale_rows.yaml")
+    assert conf.kernel.spec == "tests.external_kernel:SPEC"
+    assert conf.defaults[0] == {"override /kernel": "external"}
+
+
+# The interpreter has no GPU driver for autotune's do_bench: the program times its configs by wall clock.
+AUTOTUNED_PROGRAM = textwrap.dedent("""
+    import time
+    import torch, triton
+    from tests.external_kernel import _scale_rows_kernel
+
+    def wall_clock(kernel_call, quantiles=None):
+        began = time.perf_counter()
+        kernel_call()
+        kernel_call()
+        return [(time.perf_counter() - began) / 2] * 3
+
+    tuned = triton.autotune([triton.Config({"BLOCK_COLS": 32}), triton.Config({"BLOCK_COLS": 64})],
+                            key=["n_cols"], do_bench=wall_clock)(_scale_rows_kernel)
+    x, scale = torch.randn(4, 50), torch.randn(4)
+    for _ in range(5):
+        out = torch.empty_like(x)
+        tuned[lambda meta: (4, triton.cdiv(50, meta["BLOCK_COLS"]))](out, x, scale, 50, 50, 50)
+""")
+
+
+def test_an_autotuners_benchmark_launches_are_kept_apart(tmp_path):
+    (tmp_path / "app.py").write_text(AUTOTUNED_PROGRAM)
+    result = capture(tmp_path, "--spec", "tests.external_kernel:SPEC", program=[sys.executable, "app.py"])
+    assert result.returncode == 0, result.stdout + result.stderr
+    (launches,) = json.loads((tmp_path / "app_launches.json").read_text())["functions"].values()
+    assert sum(launch["calls"] for launch in launches.values()) == 5
+    assert sum(launch["tuning_calls"] for launch in launches.values()) >= 2  # each config at least once
+    assert _sweep_calls(tmp_path / "app_scale_rows.yaml") == Counter({(4, 50): 5})
+
+
+def test_a_captured_sweep_file_runs(tmp_path):
+    result = capture(tmp_path, program=[sys.executable, "-m", "kernels.examples.transformer_steps", "--small",
+                                        "--steps", "3", "--dtype", "float32"])
+    assert result.returncode == 0, result.stdout + result.stderr
+    searchpath = tmp_path / "conf"
+    (searchpath / "sweep").mkdir(parents=True)
+    (tmp_path / "app_layernorm.yaml").rename(searchpath / "sweep" / "app_layernorm.yaml")
+    swept = run_sweep(tmp_path / "run", f"hydra.searchpath=[file://{searchpath}]", "+sweep=app_layernorm",
+                      "kernel.space.BLOCK_SIZE=[32,64]", "kernel.space.num_warps=[1]",
+                      "kernel.space.num_stages=[1]", "kernel.baselines=[]")
+    store = ResultStore(tmp_path / "run" / "results.sqlite")
+    frame = store.load()
+    store.close()
+    planned = _sweep_calls(searchpath / "sweep" / "app_layernorm.yaml")
+    assert {tuple(json.loads(s)) for s in frame["shape"]} == set(planned), swept.stdout
+    ok = frame[frame["status"] == "ok"]  # BLOCK_SIZE 64 is pruned at 32 columns
+    assert set(frame["status"]) <= {"ok", "pruned"} and set(ok["shape"]) == set(frame["shape"])
+
+
+def test_calls_must_match_the_shapes():
+    assert parse_calls([3, 1, 2], [[8, 100], [8, 200], [8, 100]], 2) == {(8, 100): 5, (8, 200): 1}
+    with pytest.raises(ConfigError, match=r"kernel.calls: 1 counts for the 2 shapes of kernel.shapes"):
+        parse_calls([3], [[8, 100], [8, 200]], 2)
+    with pytest.raises(ConfigError, match=r"kernel.calls\[1\]: -1 must be an integer >= 0"):
+        parse_calls([3, -1], [[8, 100], [8, 200]], 2)
+    with pytest.raises(ConfigError, match="kernel.calls: weights the shapes of kernel.shapes, which is not"):
+        parse_calls([3], None, 2)
+
+
+GPU_ENV = {"backend": "cuda", "gpu_name": "NVIDIA H200", "driver_version": "580.159.04",
+           "cuda_version": "13.0", "torch_version": "2.11.0", "triton_version": "3.6.0",
+           "kernel_hash": "feedbeef0001"}
+# p50 (µs) of three configs (BLOCK_SIZE) at three shapes: X (1024) covers all three within 3% but loses
+# 2.5% at (8, 200); Y (2048) is the best there and within 3% at (8, 100); X is the best at (8, 400).
+TABLE = {(8, 100): {1024: 1.00, 2048: 1.02, 4096: 1.10},
+         (8, 200): {1024: 1.025, 2048: 1.00, 4096: 1.20},
+         (8, 400): {1024: 1.00, 2048: 1.10, 4096: 1.05}}
+CALLS = {(8, 100): 1, (8, 200): 1000, (8, 400): 1}
+
+
+@pytest.fixture
+def weighted_store(tmp_path):
+    store = ResultStore(tmp_path / "results.sqlite")
+    for index, (shape, p50s) in enumerate((s, p) for s, p in TABLE.items()):
+        for block, p50 in p50s.items():
+            store.append({**GPU_ENV, "trial_key": f"k{index}-{block}", "sweep_id": "s1", "kernel": "softmax",
+                          "provider": "triton", "shape": shape, "dtype": "float16",
+                          "config": {"BLOCK_SIZE": block, "num_warps": 4, "num_stages": 1}, "status": "ok",
+                          "phase": "screen", "p50_us": p50, "gbps": 1.0, "tflops": 0.1, "seed": 0,
+                          "timestamp": "2026-11-24T00:00:00"})
+    frame = store.load()
+    store.close()
+    return frame  # in tmp_path / "results.sqlite"
+
+
+def _section(out_dir: Path) -> dict:
+    data = read_export(out_dir / "softmax_configs.json")
+    return data["gpus"]["NVIDIA H200"]["3.6.0"]["dtypes"]["float16"]
+
+
+def test_calls_weigh_the_covering_set(weighted_store, tmp_path, capsys):
+    export_kernel(weighted_store, "softmax", tmp_path / "plain", tolerance=0.03)
+    plain = _section(tmp_path / "plain")
+    assert [c["config"]["BLOCK_SIZE"] for c in plain["configs"]] == [1024] and "weighted_loss" not in plain
+    export_kernel(weighted_store, "softmax", tmp_path / "weighted", tolerance=0.03, calls=CALLS)
+    weighted = _section(tmp_path / "weighted")
+    # Y first: the most call-weighted speed (1000 calls at its best); then X for (8, 400)
+    assert [c["config"]["BLOCK_SIZE"] for c in weighted["configs"]] == [2048, 1024]
+    assert weighted["weighted_loss"] == pytest.approx(0.0)
+    assert "softmax on NVIDIA H200, float16: weighted by 1002 calls, the list loses 0.00% of the best p50" \
+        in capsys.readouterr().out
+    # the plain list, weighed by the same calls: 1000 calls lose 2.5%
+    loss = sum(CALLS[s] * (TABLE[s][1024] / min(TABLE[s].values()) - 1) for s in TABLE) / sum(CALLS.values())
+    assert loss == pytest.approx(0.02495, abs=1e-4)
+
+
+def test_export_takes_the_calls_of_a_sweep_file(weighted_store, tmp_path):
+    shapes = list(CALLS)
+    (tmp_path / "captured.yaml").write_text(
+        f"kernel:\n  shapes: {json.dumps([list(s) for s in shapes])}\n"
+        f"  calls: {[CALLS[s] for s in shapes]}\n")
+    command = [sys.executable, "-m", "runners.export", "--store", str(tmp_path / "results.sqlite"),
+               "--kernel", "softmax", "--out-dir", str(tmp_path / "out"),
+               "--calls", str(tmp_path / "captured.yaml")]
+    result = subprocess.run(command, cwd=REPO, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert [c["config"]["BLOCK_SIZE"] for c in _section(tmp_path / "out")["configs"]] == [2048, 1024]
