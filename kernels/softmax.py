@@ -88,6 +88,8 @@ def _constraints(shape, dtype, config):
     if block > MAX_BLOCK_SIZE:
         return f"BLOCK_SIZE {block} > {MAX_BLOCK_SIZE}: beyond what one program holds"
     warps = config.get("num_warps", 4)  # the launcher's default
+    if block < 32 * warps:
+        return f"BLOCK_SIZE {block} < the {32 * warps} threads of {warps} warps: threads left idle"
     per_thread = block // (32 * warps)
     if per_thread > MAX_VALUES_PER_THREAD:
         return (f"BLOCK_SIZE {block} over {warps} warps is {per_thread} values a thread "

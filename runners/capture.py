@@ -24,6 +24,7 @@ import inspect
 import itertools
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -36,12 +37,19 @@ FLOAT_DTYPES = ("float16", "bfloat16", "float32")
 
 
 def run_program(command: list[str], folder: str) -> tuple[int, float]:
-    """Run the program with the hook on its PYTHONPATH; (its exit status, its wall seconds)."""
+    """Run the program with the hook on its PYTHONPATH; (its exit status as a shell gives it: 128 + N
+    when a signal N ended it, its wall seconds). Ctrl-C goes to the program alone: the capture waits for
+    it to end and still reports what it launched."""
     python_path = os.pathsep.join(filter(None, [str(HOOK_DIR), os.environ.get("PYTHONPATH")]))
     env = {**os.environ, "PYTHONPATH": python_path, "TRITON_CAPTURE_DIR": folder}
     began = time.perf_counter()
-    status = subprocess.call(command, env=env)
-    return status, time.perf_counter() - began
+    process = subprocess.Popen(command, env=env)
+    interrupt = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        status = process.wait()
+    finally:
+        signal.signal(signal.SIGINT, interrupt)
+    return (128 - status if status < 0 else status), time.perf_counter() - began
 
 
 def read_launches(folder: str) -> tuple[dict, float]:
@@ -123,6 +131,9 @@ def map_launches(functions: dict, specs: list) -> tuple[dict, list]:
                 shape = launch_shape(spec, args)
                 dtype = launch_dtype(args)
                 if shape is None:
+                    continue
+                if min(shape) <= 0:
+                    left["why"].add(f"a dim of {list(shape)} is 0 (a launch on an empty tensor)")
                     continue
                 if dtype not in spec.dtypes:
                     left["why"].add(f"dtype {dtype} is not one of {spec.name}'s ({', '.join(spec.dtypes)})")

@@ -78,6 +78,9 @@ def main(argv=None) -> int:
     if not Path(args.store).exists():
         print(f"error: --store: {args.store} does not exist; run a sweep first", file=sys.stderr)
         return 2
+    if args.calls and not args.kernel:
+        print("error: --calls: name the kernel its shapes are of with --kernel", file=sys.stderr)
+        return 2
     if args.key and not args.kernel:
         print("error: --key: name the kernel it belongs to with --kernel", file=sys.stderr)
         return 2

@@ -11,12 +11,13 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+import torch
 from omegaconf import OmegaConf
 
 from kernels.examples.transformer_steps import SMALL, workload
 from runners.capture import bucketed, launch_shape, unrunnable
-from runners.engine.trials import ConfigError, load_spec, parse_calls
-from runners.results.export import export_kernel, read_export
+from runners.engine.trials import ConfigError, load_spec, parse_calls, plan_trials
+from runners.results.export import export_kernel, read_export, weighted_loss
 from runners.results.store import ResultStore
 from tests.conftest import REPO, run_sweep
 
@@ -162,6 +163,56 @@ def test_a_captured_sweep_file_runs(tmp_path):
     assert set(frame["status"]) <= {"ok", "pruned"} and set(ok["shape"]) == set(frame["shape"])
 
 
+PROCESSES_PROGRAM = textwrap.dedent("""
+    import multiprocessing, os, signal, sys
+    import torch
+    from tests.external_kernel import scale_rows
+
+    def launch(cols):
+        scale_rows(torch.randn(2, cols), torch.randn(2))
+
+    if __name__ == "__main__":
+        launch(10)  # before the fork: the parent's, once
+        child = os.fork()
+        if child == 0:
+            launch(20)
+            sys.exit(0)
+        os.waitpid(child, 0)
+        pool = multiprocessing.get_context("fork").Pool(2)
+        pool.map(launch, [30, 30, 30])
+        pool.close()  # the workers end on their own (a `with` block would kill them: their counts lost)
+        pool.join()
+        launch(0)  # an empty tensor: listed, not swept
+        os.kill(os.getppid(), signal.SIGINT)  # Ctrl-C reaches the capture too: it goes on
+        sys.exit(5)
+""")
+
+
+def test_children_empty_launches_and_ctrl_c(tmp_path):
+    (tmp_path / "app.py").write_text(PROCESSES_PROGRAM)
+    result = capture(tmp_path, "--spec", "tests.external_kernel:SPEC", program=[sys.executable, "app.py"])
+    assert result.returncode == 5, result.stdout + result.stderr
+    # the forked child's launch once (not the parent's again), the Pool workers' three
+    assert _sweep_calls(tmp_path / "app_scale_rows.yaml") == Counter({(2, 10): 1, (2, 20): 1, (2, 30): 3})
+    assert "not mapped: tests.external_kernel._scale_rows_kernel: 1 calls at 1 argument set(s): a dim of " \
+           "[2, 0] is 0 (a launch on an empty tensor)" in result.stdout
+
+
+def test_a_warmup_is_no_launch():
+    sys.path.insert(0, str(REPO / "runners" / "launch_hook"))
+    import triton_launch_hook
+    from triton.runtime.jit import MockTensor
+
+    from tests.external_kernel import _scale_rows_kernel
+
+    hook = triton_launch_hook._hook_for(_scale_rows_kernel)
+    hook(MockTensor(torch.float16), MockTensor(torch.float16), MockTensor(torch.float16), 64, 64, 64,
+         BLOCK_COLS=32)
+    hook(torch.empty(3, 64), torch.empty(3, 64), torch.empty(3), 64, 64, 64, BLOCK_COLS=32)
+    _, counts = triton_launch_hook._counts["tests.external_kernel._scale_rows_kernel"]
+    assert [calls for calls, _ in counts.values()] == [1]
+
+
 def test_calls_must_match_the_shapes():
     assert parse_calls([3, 1, 2], [[8, 100], [8, 200], [8, 100]], 2) == {(8, 100): 5, (8, 200): 1}
     with pytest.raises(ConfigError, match=r"kernel.calls: 1 counts for the 2 shapes of kernel.shapes"):
@@ -170,6 +221,8 @@ def test_calls_must_match_the_shapes():
         parse_calls([3, -1], [[8, 100], [8, 200]], 2)
     with pytest.raises(ConfigError, match="kernel.calls: weights the shapes of kernel.shapes, which is not"):
         parse_calls([3], None, 2)
+    with pytest.raises(ConfigError, match="kernel.calls: weights the shapes of kernel.shapes"):
+        plan_trials(load_spec("softmax", None), {"calls": [1, 2, 3]}, "interpret")  # the default shapes
 
 
 GPU_ENV = {"backend": "cuda", "gpu_name": "NVIDIA H200", "driver_version": "580.159.04",
@@ -214,9 +267,10 @@ def test_calls_weigh_the_covering_set(weighted_store, tmp_path, capsys):
     assert weighted["weighted_loss"] == pytest.approx(0.0)
     assert "softmax on NVIDIA H200, float16: weighted by 1002 calls, the list loses 0.00% of the best p50" \
         in capsys.readouterr().out
-    # the plain list, weighed by the same calls: 1000 calls lose 2.5%
-    loss = sum(CALLS[s] * (TABLE[s][1024] / min(TABLE[s].values()) - 1) for s in TABLE) / sum(CALLS.values())
-    assert loss == pytest.approx(0.02495, abs=1e-4)
+    # the plain list, weighed by the same calls: the 1000 calls at (8, 200) lose 2.5% there
+    best = {tuple(e["shape"]): e["fastest_p50_us"] for e in plain["best_by_shape"]}
+    listed = {tuple(e["shape"]): e["list_p50_us"] for e in plain["best_by_shape"]}
+    assert weighted_loss(listed, best, CALLS) == pytest.approx(1000 * 0.025 / 1002)
 
 
 def test_export_takes_the_calls_of_a_sweep_file(weighted_store, tmp_path):

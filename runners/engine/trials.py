@@ -281,12 +281,12 @@ def plan_trials(spec: KernelSpec, kernel_conf: dict, backend: str) -> list[Trial
     """
     gridded = grid_shapes(kernel_conf.get("grid"), spec)
     shapes = kernel_conf.get("shapes")
+    parse_calls(kernel_conf.get("calls"), shapes, len(spec.dims))  # checked before any launch
     if shapes is None and not gridded:
         if not spec.default_shapes:
             raise ConfigError(f"kernel.shapes: give the shapes to sweep ({spec.name} declares no "
                               "default_shapes), or kernel.grid")
         shapes = [list(shape) for shape in spec.default_shapes]
-    parse_calls(kernel_conf.get("calls"), shapes, len(spec.dims))  # checked before any launch
     shapes = [] if shapes is None else parse_shapes(shapes, len(spec.dims))
     dtypes = kernel_conf.get("dtypes")
     dtypes = parse_dtypes(list(spec.default_dtypes) if dtypes is None else dtypes, spec.dtypes)

@@ -11,9 +11,12 @@ The hook is Triton's per-function pre-run hook (JITFunction.add_pre_run_hook: ca
 arguments before every run), added to every @triton.jit function as it is made; where a function has
 none (the interpreter before triton 3.6) its `run` is wrapped to call the same hook. Triton's global
 launch_enter_hook sees a launch's name and stream, not its arguments, so it cannot give shapes.
-At the process's exit the counts are written to $TRITON_CAPTURE_DIR/launches-<pid>.json. Not counted:
-a process that ends by os._exit (a forked multiprocessing worker), and fn.warmup() calls are counted as
-launches where Triton runs the pre-run hooks for them.
+At the process's exit the counts are written to $TRITON_CAPTURE_DIR/launches-<pid>.json: at a normal
+exit, and in a forked multiprocessing worker at its end; a forked child starts with none of its
+parent's counts. Not counted: fn.warmup() (nothing runs); a process killed by a signal, such as the
+workers a `with Pool(...)` block ends with SIGTERM (a handler writing the counts there proved unreliable
+and once hung the pool: close() and join() the pool instead); what never goes through a JITFunction's
+run: the replays of a captured CUDA graph, the kernels torch.compile generates.
 """
 import atexit
 import importlib.abc
@@ -33,13 +36,22 @@ WATCHED = ("triton.runtime.jit", "triton.runtime.interpreter", "triton.runtime.a
 SIMPLE = frozenset((int, bool))  # recorded as they are: sizes and flags (a constexpr choosing an epilogue)
 
 
+class _NotALaunch(Exception):
+    """fn.warmup() with MockTensors: Triton runs the pre-run hooks for it, but nothing runs on the GPU."""
+
+
 def _recorded(value):
     """What a launch records of an argument that is not an int or a bool: a tensor's (dtype, shape) as
-    torch gives them (named at the exit), else None (a float scale, a None, a string)."""
+    torch gives them (named at the exit), an integer of another type (numpy's) as an int, else None (a
+    float scale, a None, a string)."""
     if not hasattr(value, "data_ptr"):
+        if hasattr(value, "__index__") and not isinstance(value, float):
+            return int(value)
         value = getattr(value, "base", None)  # a tensor descriptor: its tensor
         if value is None or not hasattr(value, "data_ptr"):
             return None
+    if value.__class__.__name__ == "MockTensor":
+        raise _NotALaunch
     return (value.dtype, value.shape)
 
 
@@ -48,14 +60,17 @@ def _hook_for(jit_function):
     counts = _counts.setdefault(f"{fn.__module__}.{fn.__qualname__}", [jit_function, {}])[1]
 
     def hook(*args, **kwargs):
-        # At every launch: kept to list comprehensions and one dict lookup (about 3 us on a slow host).
+        # At every launch: kept to list comprehensions and one dict lookup (about 3-8 us a launch).
         began = time.perf_counter()
-        key = (tuple([v if v.__class__ in SIMPLE else _recorded(v) for v in args]), tuple(kwargs),
-               tuple([v if v.__class__ in SIMPLE else _recorded(v) for v in kwargs.values()]))
-        slot = counts.get(key)
-        if slot is None:
-            slot = counts[key] = [0, 0]
-        slot[1 if getattr(_state, "tuning", False) else 0] += 1
+        try:
+            key = (tuple([v if v.__class__ in SIMPLE else _recorded(v) for v in args]), tuple(kwargs),
+                   tuple([v if v.__class__ in SIMPLE else _recorded(v) for v in kwargs.values()]))
+            slot = counts.get(key)
+            if slot is None:
+                slot = counts[key] = [0, 0]
+            slot[1 if getattr(_state, "tuning", False) else 0] += 1
+        except Exception:  # a warmup, or an argument nothing here foresaw: never the program's failure
+            pass
         _seconds[0] += time.perf_counter() - began
 
     return hook
@@ -153,9 +168,23 @@ def _write():
     os.replace(path + ".tmp", path)
 
 
+def _in_forked_child():
+    """A forked child starts with its parent's counts: empty them, and write its own at its end, also
+    where it ends by os._exit after multiprocessing's finalizers (a forked Process or Pool worker)."""
+    for _, counts in _counts.values():
+        counts.clear()
+    _seconds[0] = 0.0
+    util = sys.modules.get("multiprocessing.util")
+    if util is not None:
+        util.Finalize(None, _write, exitpriority=100)
+        # A multiprocessing child empties the finalizers as it starts, then runs the after-fork callbacks.
+        util.register_after_fork(_write, lambda _: util.Finalize(None, _write, exitpriority=100))
+
+
 def install():
     for name in WATCHED:  # already imported (by another sitecustomize): patched now
         if name in sys.modules:
             _patch(sys.modules[name])
     sys.meta_path.insert(0, _Finder())
     atexit.register(_write)
+    os.register_at_fork(after_in_child=_in_forked_child)

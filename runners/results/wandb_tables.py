@@ -83,7 +83,8 @@ def best_keys(frame: pd.DataFrame) -> dict:
 def _reason(message) -> str:
     """A failure's message as a category: its first line, numbers as #, so that alike failures count
     together ("BLOCK_SIZE # < row length #")."""
-    line = str(message or "").strip().splitlines()[0] if message else "no message"
+    lines = str(message or "").strip().splitlines()
+    line = lines[0] if lines else "no message"
     return re.sub(r"\d+(\.\d+)?", "#", line)[:100]
 
 

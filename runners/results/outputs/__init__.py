@@ -45,10 +45,11 @@ class Output:
     def __init__(self, **settings):
         self.name = ""
         self.settings = settings
+        self.planned = 0  # set before start: the trials the job plans to run (not pruned)
+        self.multirun = False  # set before start: whether the job is one job of a multirun
 
-    def start(self, cfg, sweep_id: str, dims: tuple, planned: int = 0, multirun: bool = False) -> None:
-        """Before the trials: the job's dims, how many trials it plans to run (not pruned), and whether
-        it is one job of a multirun."""
+    def start(self, cfg, sweep_id: str, dims: tuple) -> None:
+        """Before the trials, with the job's dims (and self.planned, self.multirun set)."""
 
     def row(self, trial, row: dict, label: str) -> None:
         """Every row the job records (pruned ones included)."""
@@ -119,7 +120,8 @@ class Outputs:
 
     def start(self, cfg, sweep_id: str, dims: tuple, planned: int = 0, multirun: bool = False) -> None:
         for output in self.all:
-            output.start(cfg, sweep_id, dims, planned, multirun)
+            output.planned, output.multirun = planned, multirun
+            output.start(cfg, sweep_id, dims)
 
     def row(self, trial, row: dict, label: str) -> None:
         for output in self.all:

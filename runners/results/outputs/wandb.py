@@ -32,13 +32,13 @@ class Wandb(Output):
     def wanted(self) -> bool:
         return self.conf["mode"] != "disabled"
 
-    def start(self, cfg, sweep_id: str, dims: tuple, planned: int = 0, multirun: bool = False) -> None:
+    def start(self, cfg, sweep_id: str, dims: tuple) -> None:
         from runners.results.wandb_logger import TrialLogger, runs_of, warn_if_unusable
 
         self.dims, self.timing = dims, OmegaConf.to_container(cfg.timing, resolve=True)
         if not self.wanted:
             return
-        self.runs = runs_of(self.conf, planned, multirun)
+        self.runs = runs_of(self.conf, self.planned, self.multirun)
         if self.runs == "trial":
             self.trials = TrialLogger(self.conf, sweep_id)
         else:
