@@ -100,6 +100,9 @@ def launch_shape(spec, args: dict) -> Optional[tuple]:
             shape = spec.launch_shape(args)
         except (KeyError, IndexError, TypeError):  # an argument it reads is not there: not its launch
             return None
+        if shape is not None and len(shape) != len(spec.dims):
+            raise ValueError(f"{spec.name}'s launch_shape gave {list(shape)}, not one size for each of "
+                             f"its dims {spec.dims}")
         return None if shape is None else tuple(int(d) for d in shape)
     sizes = {dim: args[arg] for arg, dim in spec.export_key.items() if type(args.get(arg)) is int}
     sizes.update({dim: args[dim] for dim in spec.dims if dim not in sizes and type(args.get(dim)) is int})
@@ -330,6 +333,11 @@ def report(args, command: list[str], specs: dict, spec_paths: dict, functions: d
         {"command": command, "wall_s": wall_s, "hook_seconds": hook_seconds, "functions": functions},
         indent=1))
     mapped, unmapped = map_launches(functions, list(specs.values()))
+    for kernel in mapped:
+        unknown = [dim for dim in args.bucket_dims or [] if dim not in specs[kernel].dims]
+        if unknown and not any(dim in specs[kernel].dims for dim in args.bucket_dims):
+            print(f"note: --bucket-dims: {', '.join(unknown)} is no dim of {kernel} "
+                  f"({', '.join(specs[kernel].dims)}); its shapes are kept as called")
     mapped = {kernel: bucketed(entries, args.bucket, specs[kernel].dims, args.bucket_dims)
               for kernel, entries in mapped.items()}
     for function, calls, sets, why in unmapped:

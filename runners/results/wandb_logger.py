@@ -286,12 +286,16 @@ def _write_summary_run(conf: dict, sweep_id: str, frame: pd.DataFrame, files: li
         in_artifact = len(table) > wandb.Table.MAX_ROWS
         if not in_artifact:
             run.log({"trials": whole})
+        left_out = {}
         for name, (kind, data, fields, title) in chart_tables(table).items():
+            if len(data) > wandb.Table.MAX_ROWS:  # W&B would cut it silently: say how much is left out
+                left_out[f"charts/{name}/rows_left_out"] = len(data) - wandb.Table.MAX_ROWS
+                data = data.head(wandb.Table.MAX_ROWS)
             plain = data.astype(object).where(data.notna(), None)
             chart = getattr(wandb.plot, kind)(wandb.Table(dataframe=plain), *fields.values(), title=title)
             run.log({f"charts/{name}": chart})
         run.summary.update({"n_trials": len(frame), "n_ok": int((frame["status"] == "ok").sum()),
-                            "trials_in_artifact": in_artifact, **best_keys(frame)})
+                            "trials_in_artifact": in_artifact, **left_out, **best_keys(frame)})
         if images:
             run.log({f"plots/{Path(path).stem}": wandb.Image(str(path)) for path in images})
         if files or in_artifact:
