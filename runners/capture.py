@@ -129,17 +129,17 @@ def map_launches(functions: dict, specs: list) -> tuple[dict, list]:
         for launch in launches.values():
             if not launch["calls"]:
                 continue  # launched only by an autotuner's benchmark
-            args, found = launch["args"], False
+            args, found, why = launch["args"], False, set()
             for spec in candidates:
                 shape = launch_shape(spec, args)
                 dtype = launch_dtype(args)
                 if shape is None:
                     continue
                 if min(shape) <= 0:
-                    left["why"].add(f"a dim of {list(shape)} is 0 (a launch on an empty tensor)")
+                    why.add(f"a dim of {list(shape)} is 0 (a launch on an empty tensor)")
                     continue
                 if dtype not in spec.dtypes:
-                    left["why"].add(f"dtype {dtype} is not one of {spec.name}'s ({', '.join(spec.dtypes)})")
+                    why.add(f"dtype {dtype} is not one of {spec.name}'s ({', '.join(spec.dtypes)})")
                     continue
                 entry = mapped.setdefault(spec.name, {}).setdefault((shape, dtype),
                                                                     {"calls": 0, "configs": {}})
@@ -148,15 +148,16 @@ def map_launches(functions: dict, specs: list) -> tuple[dict, list]:
                 entry["configs"][config] = entry["configs"].get(config, 0) + launch["calls"]
                 found = True
                 break
-            if not found:
+            if not found:  # the reasons of the launches left out, and only theirs
                 left["calls"] += launch["calls"]
                 left["sets"] += 1
                 if not candidates:
-                    left["why"].add("no spec names this function (a kernel of another package: --spec "
-                                    "pkg.module:SPEC)")
-                elif not left["why"]:
-                    left["why"].add("no spec of its module gives a shape for these arguments (its "
-                                    "launch_shape, or the integer arguments of its export key)")
+                    why.add("no spec names this function (a kernel of another package: --spec "
+                            "pkg.module:SPEC)")
+                elif not why:
+                    why.add("no spec of its module gives a shape for these arguments (its "
+                            "launch_shape, or the integer arguments of its export key)")
+                left["why"] |= why
         if left["calls"]:
             unmapped.append((function, left["calls"], left["sets"], "; ".join(sorted(left["why"]))))
     return mapped, unmapped
