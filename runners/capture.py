@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import glob
 import inspect
-import itertools
 import json
 import os
 import signal
@@ -130,9 +129,9 @@ def map_launches(functions: dict, specs: list) -> tuple[dict, list]:
             if not launch["calls"]:
                 continue  # launched only by an autotuner's benchmark
             args, found, why = launch["args"], False, set()
+            dtype = launch_dtype(args)
             for spec in candidates:
                 shape = launch_shape(spec, args)
-                dtype = launch_dtype(args)
                 if shape is None:
                     continue
                 if min(shape) <= 0:
@@ -172,6 +171,8 @@ def bucketed(entries: dict, bucket: Optional[str], dims: tuple, named: Optional[
     size called), merged where they meet."""
     if bucket is None:
         return entries
+    import triton
+
     shapes = [shape for shape, _ in entries]
     varying = [dim in named if named else len({shape[i] for shape in shapes}) > VARYING
                for i, dim in enumerate(dims)]
@@ -179,8 +180,8 @@ def bucketed(entries: dict, bucket: Optional[str], dims: tuple, named: Optional[
 
     def rounded(size: int, low: int) -> int:
         # The lowest bucket keeps the smallest size called: what is measured spans every call.
-        up = 1 << max(size - 1, 0).bit_length()
-        return low if up == 1 << max(low - 1, 0).bit_length() else up
+        up = triton.next_power_of_2(size)
+        return low if up == triton.next_power_of_2(low) else up
 
     merged: dict = {}
     for (shape, dtype), entry in entries.items():
@@ -196,8 +197,9 @@ def bucketed(entries: dict, bucket: Optional[str], dims: tuple, named: Optional[
 def unrunnable(spec, entries: dict) -> list[tuple]:
     """The (shape, dtype) of the entries where no config of the spec's default space passes its
     constraints: a sweep of the captured file would prune every trial there."""
-    names = list(spec.space)
-    configs = [dict(zip(names, values)) for values in itertools.product(*(spec.space[n] for n in names))]
+    from runners.engine.trials import space_configs
+
+    configs = space_configs(spec.space)
     return [(shape, dtype) for shape, dtype in entries
             if all(spec.constraints(shape, dtype, config) is not None for config in configs)]
 
@@ -238,6 +240,7 @@ def kernel_seconds(specs: dict, mapped: dict) -> dict:
         return {}
     from runners.measure.device import cuda_timer
     from runners.measure.stop_rule import StopRule
+    from runners.measure.timing import percentile
 
     rule = StopRule(min_samples=10, min_time_s=0.01, rel_precision=0.02, max_time_s=0.2)
     timer = cuda_timer(torch.cuda.current_device(), rule, warmup_s=0.01)
@@ -250,8 +253,7 @@ def kernel_seconds(specs: dict, mapped: dict) -> dict:
                 inputs = spec.make_inputs(shape, getattr(torch, dtype), 0, torch.device("cuda"))
                 out = spec.output_like(inputs)
                 (measured,) = timer.measure_interleaved([lambda: spec.launch(inputs, out, config)], rule)
-                samples = sorted(measured.samples_s)
-                seconds[(kernel, shape, dtype)] = samples[len(samples) // 2]
+                seconds[(kernel, shape, dtype)] = percentile(sorted(measured.samples_s), 50)
             except Exception as error:  # a shape the spec cannot launch: its share is left blank
                 print(f"note: {kernel} {list(shape)} {dtype} not timed ({type(error).__name__}: {error})")
     return seconds

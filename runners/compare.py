@@ -71,7 +71,7 @@ from runners.export import sweep_export_conf
 from runners.results.export import ExportError, covering_set, read_export, sections
 from runners.results.export_runtime import pick_version, version_key
 from runners.engine.row import COLUMN_NAMES, NAMED
-from runners.results.store import DamagedStore, ResultStore
+from runners.results.store import DamagedStore, ResultStore, shape_label
 DEFAULT_MIN_EFFECT = 0.01
 DEFAULT_ALPHA = 0.01
 # What every repetition of one run shares, as a standard deviation of ln(p50): above the 0.03-0.31%
@@ -311,7 +311,7 @@ def _pick(base: pd.DataFrame, new: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
 
 
 def _describe(row: pd.Series) -> tuple[str, str, str, str, str]:
-    shape = "x".join(map(str, json.loads(row["shape"])))
+    shape = shape_label(row["shape"])
     config = " ".join(f"{k}={v}" for k, v in json.loads(row["config"]).items()) or "-"
     return row["kernel"], row["provider"], row["dtype"], shape, config
 

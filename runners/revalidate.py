@@ -40,6 +40,7 @@ from runners.export import CONF_DIR
 from runners.results.export import ExportError, export_kernel, read_export
 from runners.results.export import sections as export_sections
 from runners.results.export_runtime import pick_version
+from runners.results.store import shape_label
 
 SHAPE_LIST = 20  # shapes listed in the report unless --all
 
@@ -122,17 +123,13 @@ def run_sweep(cfg, sweep_id: str, store: str, trials: Optional[list] = None) -> 
     return rows, seconds.get("trials", 0.0) + seconds.get("finalists", 0.0)
 
 
-def _shape_text(shape_json: str) -> str:
-    return "x".join(map(str, json.loads(shape_json)))
-
-
 def judge_shapes(result: dict, base: pd.DataFrame, tolerance: float) -> list[dict]:
     """Per (dtype, shape) of the export: the verdict of its winner against the list's best now
     (runners.compare's winners), broken where a shipped config stopped passing; `rescreen` where it broke
     or the list now loses more than the tolerance (SLOW, and slower by more than it)."""
     shapes = {}
     for _, row in base[base["provider"] == TRITON_PROVIDER].iterrows():
-        key = (row["dtype"], _shape_text(row["shape"]))
+        key = (row["dtype"], shape_label(row["shape"]))
         shapes.setdefault(key, {"dtype": row["dtype"], "shape": row["shape"], "verdict": "NOT TIMED",
                                 "ratio": math.nan, "threshold": math.nan, "broken": []})
     for entry in result["winners"]:
@@ -160,7 +157,7 @@ def _table(shapes: list[dict], list_all: bool) -> list[str]:
         threshold = "-" if math.isnan(item["threshold"]) else f"±{100 * item['threshold']:.1f}%"
         recorded = f"{item['base_p50']:.2f}" if "base_p50" in item else "-"
         now = f"{item['new_p50']:.2f}" if "new_p50" in item else "-"
-        lines.append(f"| {item['dtype']} | {_shape_text(item['shape'])} | {recorded} | {now} | {ratio} | "
+        lines.append(f"| {item['dtype']} | {shape_label(item['shape'])} | {recorded} | {now} | {ratio} | "
                      f"{threshold} | {verdict} | {'re-screen' if item['rescreen'] else 'keep'} |")
     if len(shapes) > SHAPE_LIST and not list_all:
         lines.append(f"... {len(shapes) - SHAPE_LIST} more shapes (--all lists them)")

@@ -117,13 +117,6 @@ def as_dict(config) -> dict:
     return {**config.kwargs, "num_warps": config.num_warps, "num_stages": config.num_stages}
 
 
-def as_config(config: dict):
-    import triton
-
-    return triton.Config({k: v for k, v in config.items() if k not in ("num_warps", "num_stages")},
-                         num_warps=config.get("num_warps", 4), num_stages=config.get("num_stages", 3))
-
-
 def holds_row(config, sizes) -> bool:
     """softmax's rule: one program holds a whole row (kernels/softmax.py)."""
     return config.kwargs["BLOCK_SIZE"] >= sizes["cols"]
@@ -213,6 +206,7 @@ def bench_shape(kernel: str, spec, exported, shape: tuple, dtype: str, best: dic
     import torch
 
     from runners.measure import check
+    from runners.results.generalization import as_triton_config
 
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     # The sizes the prune reads (KEY's dims; all dims when KEY is empty, as the prune falls back to),
@@ -252,7 +246,7 @@ def bench_shape(kernel: str, spec, exported, shape: tuple, dtype: str, best: dic
             row["notes"].append(f"export: {error}")
     row["range_warning"] = any(issubclass(w.category, exported.ExportRangeWarning) for w in caught)
     if full:
-        configs = [as_config(c) for c in full_space(sweep_space(kernel, spec), spec, shape, dtype)]
+        configs = [as_triton_config(c) for c in full_space(sweep_space(kernel, spec), spec, shape, dtype)]
         tuned, call = autotuned_call(kernel, configs, None, inputs, spec.output_like(inputs), do_bench)
         seconds, cold = first_call(call, sync)
         row["picks"]["autotune_full"] = as_dict(tuned.best_config)

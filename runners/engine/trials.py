@@ -259,11 +259,16 @@ def parse_space(overrides: dict, spec: KernelSpec) -> dict[str, list[int]]:
     return space
 
 
+def space_configs(space: dict) -> list[dict]:
+    """Every config of a search space (name -> values), in the order of its names."""
+    names = list(space)
+    return [dict(zip(names, values)) for values in itertools.product(*(space[n] for n in names))]
+
+
 def _runnable(shapes: list, dtypes: list[str], space: dict, spec: KernelSpec) -> list[tuple[int, ...]]:
     """The grid's shapes where some config of the space can run (the kernel's constraints), the others
     named in one line: a grid crosses sizes blindly, and a shape no config can run adds nothing."""
-    names = list(space)
-    configs = [dict(zip(names, values)) for values in itertools.product(*(space[n] for n in names))]
+    configs = space_configs(space)
     runnable = [s for s in shapes if any(spec.constraints(s, d, c) is None for d in dtypes for c in configs)]
     dropped = [s for s in shapes if s not in runnable]
     if dropped:
@@ -306,16 +311,14 @@ def plan_trials(spec: KernelSpec, kernel_conf: dict, backend: str) -> list[Trial
                     "backend=interpret runs every program in Python, use small shapes"
                 )
 
-    names = list(space)
     shapes = list(dict.fromkeys(shapes))  # a value listed twice is one trial, measured once
     dtypes = list(dict.fromkeys(dtypes))
-    space = {name: list(dict.fromkeys(values)) for name, values in space.items()}
+    configs = space_configs({name: list(dict.fromkeys(values)) for name, values in space.items()})
     trials = []
     for shape, dtype in itertools.product(shapes, dtypes):
-        for values in itertools.product(*(space[n] for n in names)):
-            config = dict(zip(names, values))
+        for config in configs:
             reason = spec.constraints(shape, dtype, config)
-            trials.append(Trial(spec.name, TRITON_PROVIDER, shape, dtype, config, reason))
+            trials.append(Trial(spec.name, TRITON_PROVIDER, shape, dtype, dict(config), reason))
         for name in baselines:
             trials.append(Trial(spec.name, name, shape, dtype, {}))
     return trials

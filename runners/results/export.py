@@ -68,7 +68,7 @@ class ExportError(ValueError):
     pass
 
 
-def _newest_per_trial(rows: pd.DataFrame) -> pd.DataFrame:
+def newest_per_trial(rows: pd.DataFrame) -> pd.DataFrame:
     return rows.sort_values("id").groupby("trial_key", as_index=False).tail(1)
 
 
@@ -98,7 +98,7 @@ def select_rows(frame: pd.DataFrame, kernel: str) -> dict[str, pd.DataFrame]:
             f"refusing to export {kernel!r}: its ok trials are interpreter timings (backend=interpret), "
             "which say nothing about a GPU; run the sweep on a GPU"
         )
-    return {gpu: _newest_per_trial(group[_same_env(group)]) for gpu, group in gpu_rows.groupby("gpu_name")}
+    return {gpu: newest_per_trial(group[_same_env(group)]) for gpu, group in gpu_rows.groupby("gpu_name")}
 
 
 def baseline_rows(frame: pd.DataFrame, ours: pd.DataFrame) -> pd.DataFrame:
@@ -110,7 +110,7 @@ def baseline_rows(frame: pd.DataFrame, ours: pd.DataFrame) -> pd.DataFrame:
                  & frame["p50_us"].notna()]
     for name in EXPORT_ENV:
         rows = rows[rows[name].isna()] if pd.isna(newest[name]) else rows[rows[name] == newest[name]]
-    return _newest_per_trial(rows)
+    return newest_per_trial(rows)
 
 
 def _canonical(config_json: str) -> str:
@@ -215,12 +215,11 @@ def covering_set(rows: pd.DataFrame, tolerance: float, baselines: Optional[pd.Da
     covers = {key: [s for s in shapes if timed[s].get(key, math.inf) <= (1 + tolerance) * measured.best[s]]
               for key in chosen}
 
-    def fastest_of_list(shape):
-        return min((timed[shape][key], key) for key in chosen if key in timed[shape])
-
+    # (p50, canonical config) of the list's fastest at each shape
+    list_best = {s: min((timed[s][key], key) for key in chosen if key in timed[s]) for s in shapes}
     weighted = {}
     if calls:
-        loss = weighted_loss({s: fastest_of_list(s)[0] for s in shapes}, measured.best, calls)
+        loss = weighted_loss({s: p50 for s, (p50, _) in list_best.items()}, measured.best, calls)
         weighted = {"calls": {json.dumps(list(s)): calls.get(s, 0) for s in shapes}, "weighted_loss": loss}
     return {
         **weighted,
@@ -231,8 +230,8 @@ def covering_set(rows: pd.DataFrame, tolerance: float, baselines: Optional[pd.Da
         "best_by_shape": [{"shape": list(s), "config": json.loads(winners[s]["config"]),
                            **{name: _number(winners[s][name]) for name in WINNER_FIELDS},
                            **_noise(winners[s]),
-                           "fastest_p50_us": measured.best[s], "list_p50_us": fastest_of_list(s)[0],
-                           "list_config": json.loads(fastest_of_list(s)[1]),
+                           "fastest_p50_us": measured.best[s], "list_p50_us": list_best[s][0],
+                           "list_config": json.loads(list_best[s][1]),
                            "baselines": _baselines_at(baselines, json.dumps(list(s)))} for s in shapes],
     }
 

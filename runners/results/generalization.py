@@ -28,7 +28,7 @@ from runners.results.export import LAUNCH_OPTIONS, Measured, _canonical
 PATHS = ("autotune", "config_for")  # the two ways a module picks a config, as the line names them
 
 
-def _as_config(config: dict):
+def as_triton_config(config: dict):
     """A stored config as the module holds it: a triton.Config."""
     import triton
 
@@ -54,7 +54,7 @@ def leave_one_out(measured: Measured, tolerance: float, dims: tuple, key_dims: l
     result = {"key_dims": list(key_dims), "good_pct": round(100 * (1 - tolerance), 2), "shapes": []}
     if len(points) < 2:
         return result
-    configs = {key: _as_config(entry["config"]) for key, entry in measured.configs.items()}
+    configs = {key: as_triton_config(entry["config"]) for key, entry in measured.configs.items()}
     key_of = {id(config): key for key, config in configs.items()}
     for point, left_out in points.items():
         rest = [s for s in measured.shapes if tuple(s[i] for i in index) != point]

@@ -31,7 +31,7 @@ import pandas as pd
 from runners.engine.finalists import winner
 from runners.engine.trials import TRITON_PROVIDER
 from runners.results.report import speedups
-from runners.results.store import ResultStore
+from runners.results.store import ResultStore, shape_label
 
 DPI = 110
 BASELINE_MARKERS = "osD^vP<>hX"
@@ -47,10 +47,6 @@ class NothingToShow(Exception):
 
 def _pct(value: float) -> str:
     return f"{value:.0f}"
-
-
-def _shape_text(shape_json: str) -> str:
-    return "x".join(map(str, json.loads(shape_json)))
 
 
 def _newest(rows: pd.DataFrame) -> pd.DataFrame:
@@ -132,7 +128,7 @@ def roofline(frame: pd.DataFrame, peaks: dict, path: Path, title: str) -> Option
             ax.plot(x, copy * x / 1000, color="black", lw=1.2, label=f"measured copy {copy:.0f} GB/s")
     for i, ((kernel, dtype, shape), ours, baselines, best) in enumerate(_groups(frame)):
         colour = colours(i % 10)
-        name = f"{kernel} {dtype} {_shape_text(shape)}"
+        name = f"{kernel} {dtype} {shape_label(shape)}"
         ours = _newest(ours)
         ours = ours[(ours["gbps"] > 0) & (ours["tflops"] > 0)]
         ax.scatter(intensity(ours), ours["tflops"], s=12, color="grey", alpha=0.4, lw=0)
@@ -232,7 +228,7 @@ def heatmap(frame: pd.DataFrame, kernel: str, path: Path, x: Optional[str] = Non
         ax.set_yticks(range(len(y_values)), [str(v) for v in y_values])
         ax.set_xlabel(x)
         ax.set_ylabel(y)
-        ax.set_title(f"{dtype} {_shape_text(shape)}: best {best_p50:.2f} us", fontsize=9)
+        ax.set_title(f"{dtype} {shape_label(shape)}: best {best_p50:.2f} us", fontsize=9)
     for ax in axes[len(panels):]:
         ax.set_visible(False)
     fig.colorbar(image, ax=axes[:len(panels)].tolist(), label="% of the best p50 (100 = fastest)")
@@ -249,7 +245,7 @@ def speedup(frame: pd.DataFrame, kernel: str, path: Path) -> Optional[str]:
     bars = {}  # (dtype, shape text) -> {provider: speedup}
     for (name, dtype, shape), _, baselines, best in _groups(frame):
         if name == kernel and best is not None and not baselines.empty:
-            bars[(dtype, _shape_text(shape))] = {row["provider"]: speedups(row, best)[0]
+            bars[(dtype, shape_label(shape))] = {row["provider"]: speedups(row, best)[0]
                                                  for _, row in baselines.iterrows()}
     if not bars:
         return f"no shape of {kernel} where both a config of ours and a baseline are ok"

@@ -8,6 +8,7 @@ import pandas as pd
 
 from runners.engine.finalists import winner
 from runners.engine.trials import TRITON_PROVIDER
+from runners.results.store import shape_label
 
 
 def _fmt(value, spec: str) -> str:
@@ -51,7 +52,7 @@ def best_table(frame: pd.DataFrame) -> str:
         baselines = group[group["provider"] != TRITON_PROVIDER]
         baselines = baselines.assign(final=baselines["phase"] == "final").sort_values(["final", "id"])
         baselines = baselines.groupby("provider", sort=False).tail(1).sort_values("id")
-        shape_text = "x".join(map(str, json.loads(shape)))
+        shape_text = shape_label(shape)
         if ours.empty:
             best, best_config, p50, gbps, pct = None, "(no ok config)", None, None, None
         else:

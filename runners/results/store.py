@@ -394,6 +394,11 @@ class ResultStore:
             self._db.execute("COMMIT")
 
 
+def shape_label(shape_json: str) -> str:
+    """A stored shape as people read it: "[4096, 1024]" -> "4096x1024"."""
+    return "x".join(map(str, json.loads(shape_json)))
+
+
 def _encode(name: str, value):
     if value is None:
         return None

@@ -157,10 +157,9 @@ class TrialLogger:
         if not self.enabled:
             return
         began = time.perf_counter()
-        problem = wandb_problem(conf)
+        unusable = warn_if_unusable(conf)
         self.seconds += time.perf_counter() - began
-        if problem:
-            _warn_once(problem, f"W&B logging is off for this sweep: {problem}; {UNAFFECTED}")
+        if unusable:
             self.enabled = False
             return
         context = multiprocessing.get_context("spawn")
@@ -243,11 +242,14 @@ def runs_of(conf: dict, planned: int, multirun: bool) -> str:
     return chosen
 
 
-def warn_if_unusable(conf: dict) -> None:
-    """The check TrialLogger makes before the first trial, for a sweep that logs no trial runs."""
+def warn_if_unusable(conf: dict) -> bool:
+    """Whether W&B cannot be used here (wandb_problem), said once in one warning line: made before the
+    first trial (by TrialLogger, or by the sweep's side where it logs no trial runs) and before the
+    sweep's run."""
     problem = wandb_problem(conf)
     if problem:
         _warn_once(problem, f"W&B logging is off for this sweep: {problem}; {UNAFFECTED}")
+    return problem is not None
 
 
 def log_sweep_summary(conf: dict, sweep_id: str, frame: pd.DataFrame, files: list,
@@ -256,11 +258,7 @@ def log_sweep_summary(conf: dict, sweep_id: str, frame: pd.DataFrame, files: lis
     """The sweep's run: a wandb.Table of all trials, charts built from it, the best config of every shape
     as summary keys, the plots as images and the exported files as an Artifact. Returns whether it was
     written. A failure is one warning line, never an error."""
-    if conf["mode"] == "disabled":
-        return False
-    problem = wandb_problem(conf)
-    if problem:
-        _warn_once(problem, f"W&B logging is off for this sweep: {problem}; {UNAFFECTED}")
+    if conf["mode"] == "disabled" or warn_if_unusable(conf):
         return False
     try:
         _write_summary_run(conf, sweep_id, frame, files, list(images), dims, runs, timing)

@@ -12,6 +12,7 @@ from typing import Optional
 import pandas as pd
 
 from runners.engine.row import SAMPLE_COLUMNS
+from runners.results.store import shape_label
 
 
 def pct_of_best(frame: pd.DataFrame) -> pd.Series:
@@ -22,10 +23,6 @@ def pct_of_best(frame: pd.DataFrame) -> pd.Series:
     return (100 * (best / frame.loc[ok, "p50_us"])).reindex(frame.index)  # the fastest: exactly 100
 
 
-def _label(shape_json: str) -> str:
-    return "x".join(map(str, json.loads(shape_json)))
-
-
 def summary_table(frame: pd.DataFrame, dims: Optional[dict] = None) -> pd.DataFrame:
     """The trials as the sweep run's table, with the keys of a trial run's config and summary: no
     samples, pct_of_best, a column per meta-parameter (config.NAME where NAME is already a column) and
@@ -33,7 +30,7 @@ def summary_table(frame: pd.DataFrame, dims: Optional[dict] = None) -> pd.DataFr
     plot by them."""
     # samples stay in the store
     table = frame.drop(columns=list(SAMPLE_COLUMNS)).assign(pct_of_best=pct_of_best(frame))
-    table["shape_label"] = [_label(shape) for shape in frame["shape"]]
+    table["shape_label"] = [shape_label(shape) for shape in frame["shape"]]
     configs = [json.loads(c) for c in frame["config"]]
     for name in dict.fromkeys(k for config in configs for k in config):
         column = f"config.{name}" if name in table.columns else name
@@ -60,16 +57,16 @@ def best_keys(frame: pd.DataFrame) -> dict:
     (the baseline's p50 over ours) for each baseline measured there."""
     from runners.engine.finalists import winner
     from runners.engine.trials import TRITON_PROVIDER
+    from runners.results.export import newest_per_trial
 
     keys = {}
-    ok = frame[(frame["status"] == "ok") & frame["p50_us"].notna()].sort_values("id")
-    newest = ok.groupby("trial_key").tail(1)
+    newest = newest_per_trial(frame[(frame["status"] == "ok") & frame["p50_us"].notna()])
     for (kernel, dtype, shape), group in newest.groupby(["kernel", "dtype", "shape"]):
         ours = group[group["provider"] == TRITON_PROVIDER]
         if ours.empty:
             continue
         best = ours.loc[winner(ours)]
-        prefix = f"best/{kernel}/{dtype}/{_label(shape)}"
+        prefix = f"best/{kernel}/{dtype}/{shape_label(shape)}"
         keys[f"{prefix}/p50_us"] = float(best["p50_us"])
         keys[f"{prefix}/config"] = _config_text(best["config"])
         for name in ("gbps", "tflops"):
@@ -99,9 +96,10 @@ def chart_tables(table: pd.DataFrame) -> dict:
     sweep's shapes, where p50s do not compare but a share of the best at the same shape does:
     pct_of_our_best, 100 x our fastest config's p50 there / this one's."""
     from runners.engine.trials import TRITON_PROVIDER
+    from runners.results.export import newest_per_trial
 
     charts = {}
-    newest = table.sort_values("id").groupby("trial_key").tail(1)  # a finalist's re-timed row
+    newest = newest_per_trial(table)  # a finalist's re-timed row
     ok = newest[(newest["status"] == "ok") & newest["p50_us"].notna()]
     ours = ok[ok["provider"] == TRITON_PROVIDER]
     group = ["kernel", "dtype", "shape_label"]
