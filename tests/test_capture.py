@@ -17,7 +17,7 @@ from omegaconf import OmegaConf
 from kernels.examples.transformer_steps import SMALL, workload
 from runners.capture import bucketed, launch_shape, unrunnable
 from runners.engine.trials import ConfigError, load_spec, parse_calls, plan_trials
-from runners.results.export import export_kernel, read_export, weighted_loss
+from runners.results.export import Measured, export_kernel, read_export, weighted_loss
 from runners.results.store import ResultStore
 from tests.conftest import REPO, run_sweep
 
@@ -257,9 +257,14 @@ def _section(out_dir: Path) -> dict:
 
 
 def test_calls_weigh_the_covering_set(weighted_store, tmp_path, capsys):
+    """Unweighted, X covers all three shapes and is the covering set; the list adds the alternates (every
+    other config within 3% of the best at a shape): Y (within it at (8, 100) and (8, 200)); Z (4096) is
+    within it nowhere. Weighted, Y comes first (the most call-weighted speed), then X for (8, 400): the
+    covering set is Y, X, and no config is left to be an alternate."""
     export_kernel(weighted_store, "softmax", tmp_path / "plain", tolerance=0.03)
     plain = _section(tmp_path / "plain")
-    assert [c["config"]["BLOCK_SIZE"] for c in plain["configs"]] == [1024] and "weighted_loss" not in plain
+    assert [c["config"]["BLOCK_SIZE"] for c in plain["configs"]] == [1024, 2048]
+    assert "weighted_loss" not in plain
     export_kernel(weighted_store, "softmax", tmp_path / "weighted", tolerance=0.03, calls=CALLS)
     weighted = _section(tmp_path / "weighted")
     # Y first: the most call-weighted speed (1000 calls at its best); then X for (8, 400)
@@ -267,10 +272,19 @@ def test_calls_weigh_the_covering_set(weighted_store, tmp_path, capsys):
     assert weighted["weighted_loss"] == pytest.approx(0.0)
     assert "softmax on NVIDIA H200, float16: weighted by 1002 calls, the list loses 0.00% of the best p50" \
         in capsys.readouterr().out
-    # the plain list, weighed by the same calls: the 1000 calls at (8, 200) lose 2.5% there
+    # The covering sets themselves: X alone unweighted, Y then X weighted.
+    measured = Measured(weighted_store)
+    blocks = lambda keys: [json.loads(key)["BLOCK_SIZE"] for key in keys]  # noqa: E731
+    assert blocks(measured.cover(measured.shapes, 0.03)) == [1024]
+    assert blocks(measured.cover(measured.shapes, 0.03, CALLS)) == [2048, 1024]
+    # The plain covering set (X alone), weighed by the same calls: the 1000 calls at (8, 200) lose 2.5%
+    # there; the plain list, whose alternate Y serves (8, 200), loses nothing.
     best = {tuple(e["shape"]): e["fastest_p50_us"] for e in plain["best_by_shape"]}
+    x_alone = {shape: p50s[1024] for shape, p50s in TABLE.items()}
+    assert weighted_loss(x_alone, best, CALLS) == pytest.approx(1000 * 0.025 / 1002)
     listed = {tuple(e["shape"]): e["list_p50_us"] for e in plain["best_by_shape"]}
-    assert weighted_loss(listed, best, CALLS) == pytest.approx(1000 * 0.025 / 1002)
+    assert listed == {(8, 100): 1.0, (8, 200): 1.0, (8, 400): 1.0}
+    assert weighted_loss(listed, best, CALLS) == pytest.approx(0.0)
 
 
 def test_export_takes_the_calls_of_a_sweep_file(weighted_store, tmp_path):

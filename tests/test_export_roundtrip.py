@@ -12,8 +12,10 @@ H200 float16, p50 in us (a softmax block must hold the row and is pruned from 4x
     cols 1000: 1024 w4 8.0 | 2048 w4 8.1
 Within 3% of each shape's best: 128w2 covers 100, 512w2 covers 200, 512w4 covers 400, 1024w4 and
 2048w4 cover 1000; 256w2 covers nothing (3.2 > 1.03 x 3.0). Each covers one shape, so greedy breaks the
-ties by wins (2048w4 wins nowhere), then fewest resources: the list is 128w2, 512w2, 512w4, 1024w4.
-H200 float32: cols 200 only, 256 w1 5.0 | 512 w2 5.5: the list is 256w1.
+ties by wins (2048w4 wins nowhere), then fewest resources: the covering set is 128w2, 512w2, 512w4,
+1024w4. The list adds the alternates, every other config within 3% of the best at a shape: 2048w4 (8.1 at
+1000). The list: 128w2, 512w2, 512w4, 1024w4, 2048w4.
+H200 float32: cols 200 only, 256 w1 5.0 | 512 w2 5.5 (10% behind): the list is 256w1.
 H100 float16: cols 200 only, 256 w4 2.0 | 512 w4 2.5: the list is 256w4.
 """
 import ast
@@ -108,21 +110,38 @@ def _inputs(rows, cols, dtype=torch.float16):
     return x, torch.full_like(x, float("nan"))  # poisoned: a column never written stays NaN
 
 
-# cols -> the configs the prune keeps (the list's fastest holding the row at each measured row length
-# around the call: the lengths next below and above, the length itself where measured, the nearest one
-# beyond the range) and config_for's pick (the winner of the nearest point around that holds the row).
-# 100 and 400 are measured; 60 -> 100 alone; 150 -> 100 (none holds 150) and 200: 512w2, config_for
-# 200's (log distance .29 against .41 to 100); 300 -> 200 and 400: their fastest, 512w2 and 512w4,
-# config_for 400's; 700 -> 400 and 1000, where 1024w4 is the fastest holding 700 at both; 130 -> 100,
-# whose block (128) cannot hold 130 columns, and 200: check moves both to 200's.
+# cols -> the configs the prune keeps with check=holds_row, and config_for's pick. The prune: at a measured
+# row length (100, 400), the list's fastest there that holds the row; between or beyond them, every listed
+# config that holds the row and is within SPREAD (2x) of the fastest that holds it at a measured length
+# around (next below and above; the nearest one beyond the range). config_for: the winner at a measured
+# length; else, where the winners around share a form (a BLOCK_SIZE that is the next power of two of
+# their row), the configs of that form at the call (BLOCK next_pow2(cols)); else those verified at every
+# length around, by the least interpolated loss: the mean of log(p50 / fastest there) weighted by the
+# call's place between the lengths in log size; else the nearest length's winner, or its configs, that
+# hold the row.
+# 60 -> 100 alone: 128w2 (2.0) holds 60; winner 128w2 has the form (128 = next_pow2(100)), but no config
+#   of block 64; verified everywhere: 128w2.
+# 150 -> 100 (none holds 150) and 200: 512w2 3.0 and 512w4 3.5 (<= 6.0); config_for: no form (512 at
+#   200), none verified at both lengths: the nearest (200, log distance .29 against .41) winner, 512w2.
+# 300 -> 200: 512w2 3.0, 512w4 3.5; 400: 512w2 4.5, 512w4 4.0, 1024w4 4.6 (<= 8.0): all three kept.
+#   config_for: no form (512w2 at 200); verified at both: 512w2 and 512w4; weight of 400
+#   log(300/200) / log 2 = .585, of 200 .415: 512w2 .585 log(4.5/4.0) = .069, 512w4 .415 log(3.5/3.0)
+#   = .064: 512w4.
+# 700 -> 400: 1024w4 4.6 alone holds 700; 1000: 1024w4 8.0, 2048w4 8.1 (the alternate): both kept.
+#   config_for: the winners 512w4 at 400 and 1024w4 at 1000 share the form; next_pow2(700): 1024w4.
+# 130 -> 100, whose block (128) cannot hold 130 columns, and 200: 512w2 and 512w4 kept; config_for: no
+#   form (512w2 at 200), none verified at both: 100's winner and configs fail check, 200's winner 512w2.
+# 1500 -> beyond 1000, alone around: of the list only 2048w4 (8.1) holds 1500, an alternate; config_for:
+#   1000's winner 1024w4 has the form; next_pow2(1500): 2048w4.
 CASES = {
     100: ({(128, 2)}, (128, 2)),
     400: ({(512, 4)}, (512, 4)),
     60: ({(128, 2)}, (128, 2)),
-    150: ({(512, 2)}, (512, 2)),
-    300: ({(512, 2), (512, 4)}, (512, 4)),
-    700: ({(1024, 4)}, (1024, 4)),
-    130: ({(512, 2)}, (512, 2)),
+    150: ({(512, 2), (512, 4)}, (512, 2)),
+    300: ({(512, 2), (512, 4), (1024, 4)}, (512, 4)),
+    700: ({(1024, 4), (2048, 4)}, (1024, 4)),
+    130: ({(512, 2), (512, 4)}, (512, 2)),
+    1500: ({(2048, 4)}, (2048, 4)),
 }
 
 
@@ -135,7 +154,7 @@ def test_covering_set_and_module_hold_the_stated_data(export_dir):
     exec(compile(module, "softmax_configs.py", "exec"), namespace)
     cover = {gpu: {dtype: [_block_warps(c) for c, _ in entries] for dtype, entries in by_dtype.items()}
              for gpu, by_version in namespace["COVER"].items() for by_dtype in [by_version["3.6.0"]]}
-    assert cover == {"NVIDIA H200": {"float16": [(128, 2), (512, 2), (512, 4), (1024, 4)],
+    assert cover == {"NVIDIA H200": {"float16": [(128, 2), (512, 2), (512, 4), (1024, 4), (2048, 4)],
                                      "float32": [(256, 1)]},
                      "NVIDIA H100 80GB HBM3": {"float16": [(256, 4)]}}
     assert namespace["KEY"] == {"n_cols": "cols"} and namespace["DIMS"] == ("rows", "cols")
@@ -203,8 +222,11 @@ def test_no_device_to_name_is_a_clear_error(consumer, monkeypatch):
 
 
 def test_a_row_no_exported_config_holds_is_a_clear_error(consumer, on_h200):
-    x, y = _inputs(2, 1500)  # beyond the longest measured row (1000): no exported block holds 1500
-    expected = "no exported config for cols=1500 on NVIDIA H200 float16"
+    """3000 columns: beyond the longest measured row (1000), the only length around; the longest listed
+    block, 2048 (the alternate that serves 1500: CASES), cannot hold it, and no other measured length has
+    a config that does: the prune keeps nothing and config_for finds nothing that passes check."""
+    x, y = _inputs(2, 3000)
+    expected = "no exported config for cols=3000 on NVIDIA H200 float16"
     with pytest.raises(LookupError, match=expected):
         consumer.softmax_autotuned(x, y)
     with pytest.raises(LookupError, match=expected):
@@ -212,12 +234,14 @@ def test_a_row_no_exported_config_holds_is_a_clear_error(consumer, on_h200):
     assert torch.isnan(y).all()  # nothing was launched
 
 
-def test_default_prune_trusts_the_nearest_shape(exported, on_h200):
-    """prune_configs (no check) trusts the configs around the call, as its doc says: at 130 columns 100's
-    fastest is a block of 128, which cannot hold the row. Hence check= for row kernels."""
+def test_default_prune_trusts_the_configs_verified_around_the_call(exported, on_h200):
+    """prune_configs (no check) trusts the configs verified around the call, as its doc says: at 130
+    columns (between 100 and 200) it keeps every listed config within 2x of the fastest at 100 (128w2 2.0:
+    a block of 128, which cannot hold the row) or at 200 (512w2 3.0, 512w4 3.5). Hence check= for row
+    kernels (CASES: with it, 512w2 and 512w4). At 400, a measured length, the fastest there alone."""
     configs, y = exported.CONFIGS, torch.empty(1, dtype=torch.float16)
     kept = exported.prune_configs(configs, {"y_ptr": y, "n_cols": 130})
-    assert [_block_warps(c) for c in kept] == [(128, 2), (512, 2)]
+    assert [_block_warps(c) for c in kept] == [(128, 2), (512, 2), (512, 4)]
     assert [_block_warps(c) for c in exported.prune_configs(configs, {"y_ptr": y}, n_cols=400)] == [
         (512, 4)]  # a size passed by keyword reaches the prune in kwargs
     with pytest.raises(LookupError, match=r"KEY names \['n_cols'\], not arguments of this call"):

@@ -90,13 +90,19 @@ def test_leave_one_out_picks_as_the_module_would(frame):
 
 
 def test_the_advice_names_the_measured_sizes_around_the_worst_shape(frame):
-    """At a 50% tolerance, without the 800-column shapes: 100 and 200 out are good (66.7% and 55.6%), and
-    400 out, past the rest's largest block, has no pick: the grid's edge is what to widen."""
+    """At a 50% tolerance, without the 800-column shapes, the list of the rest keeps every config within
+    1.5x of the best at one of its shapes (the alternates), and between or beyond measured points the
+    prune keeps every listed config within 2x of the fastest there (SPREAD):
+    - 100 out: 200 alone around; 256/1, 256/4, 512/1 and 512/4 kept; 256/1 is fastest at 100: 1.0 / 1.5;
+    - 200 out: 100 and 400 around; what holds 200 columns: 256/1, 512/1, 512/4, 1024/4, all kept: 256/1;
+    - 400 out: 200 alone around; of the blocks that hold 400 columns only 512/1 was listed: 1.0 / 1.2.
+    Every left-out shape is served within the bar, so the grid is dense enough."""
     measured = Measured(frame[~frame["shape"].isin([json.dumps([r, 800]) for r in ROWS])])
     result = leave_one_out(measured, 0.5, ("rows", "cols"), ["cols"])
-    assert result["good_pct"] == 50.0 and result["summary"]["autotune"]["good"] == 4
-    assert _by_cols(result, "autotune")[400] == (None, 0.0)
-    assert result["advice"] == "add shapes above cols=400"
+    assert result["good_pct"] == 50.0 and result["summary"]["autotune"]["good"] == 6
+    assert _by_cols(result, "autotune") == {100: ((256, 1), 66.67), 200: ((256, 1), 100.0),
+                                            400: ((512, 1), 83.33)}
+    assert result["advice"] == "the grid is dense enough for the tolerance"
     shapes = [(8, 100), (8, 200), (8, 400)]
 
     def advice(at_200, at_400):
@@ -106,6 +112,7 @@ def test_the_advice_names_the_measured_sizes_around_the_worst_shape(frame):
         return _advice(by_hand, ("rows", "cols"), shapes)
 
     assert advice(80.0, 98.0) == "add shapes between cols=100 and cols=400"
+    assert advice(98.0, 80.0) == "add shapes above cols=400"  # the worst at the range's edge
     assert advice(98.0, 97.0) == "the grid is dense enough for the tolerance"
     assert advice(80.0, 0.0).startswith("no measured shape serves another: sweep a grid dense along cols")
 
@@ -210,9 +217,12 @@ def test_config_for_carries_the_form_of_the_winners_around_the_call():
     assert choice(16384) == (65536, 16)
 
 
-def test_config_for_takes_the_config_fastest_over_the_other_dims_and_the_prune_the_fastest_at_each():
-    """At 4096 columns, measured at 1024 and 8192 rows: A wins at 1024 rows and loses 30% at 8192, B is
-    3% behind at both; between 2048 and 4096 columns (2048: C alone)."""
+def test_config_for_takes_the_least_loss_over_the_other_dims_and_the_prune_all_within_spread():
+    """At 4096 columns, measured at 1024 and 8192 rows: A (4096/4) wins at 1024 rows and loses 30% at 8192,
+    B (4096/8) is 3% behind at both, C (4096/16) wins at 8192 rows and was not verified at 1024; at 2048
+    columns D (2048/4) alone. The fastest of the list: 10.0 and 50.0 at 4096 columns, 6.0 and 26.0 at 2048.
+    config_for's loss of a config: the weighted mean of log(p50 / fastest) over the shapes around where it
+    was verified: A (log 1 + log 1.3) / 2 = .131, B log 1.03 = .030, C log 1 = 0 (its one shape)."""
     from runners.results import export_runtime as runtime
 
     dims = ("rows", "cols")
@@ -224,14 +234,113 @@ def test_config_for_takes_the_config_fastest_over_the_other_dims_and_the_prune_t
             (8192, 2048): cover[3][0]}
     passes = lambda config: True  # noqa: E731
     holds = lambda config: config.kwargs["BLOCK_SIZE"] >= 3000  # noqa: E731
-    assert _block_warps(runtime._choice(cover, best, {"cols": 4096}, passes, dims)) == (4096, 8)
-    # 3000 columns: 2048 and 4096 around; the 2048 block shares the form, so it would come first, but
-    # check refuses it: the 4096 point's config.
-    assert _block_warps(runtime._choice(cover, best, {"cols": 3000}, holds, dims)) == (4096, 8)
-    kept = runtime._kept(cover, {"cols": 3000}, holds, dims)  # the fastest at each shape around
-    assert sorted(map(_block_warps, kept)) == [(4096, 4), (4096, 16)]
-    kept = runtime._kept(cover, {"cols": 3000}, passes, dims)
-    assert sorted(map(_block_warps, kept)) == [(2048, 4), (4096, 4), (4096, 16)]
-    # Beyond the range: the nearest point alone.
+    no_16 = lambda config: config.num_warps != 16  # noqa: E731
+
+    def choice(cols, check):
+        return _block_warps(runtime._choice(cover, best, {"cols": cols}, check, dims))
+
+    # 4096 columns: two measured shapes (the rows unknown), so no single winner; the winners (C, A) share
+    # the form (BLOCK_SIZE = next_pow2(4096)), as do A, B and C; of them A and B were verified at both
+    # shapes and come first: the least loss, B, not A (the winner at 1024 rows) nor C (its loss of 0
+    # counts 8192 rows alone).
+    assert choice(4096, passes) == (4096, 8)
+    assert choice(4096, no_16) == (4096, 8)
+    assert choice(4096, lambda config: config.num_warps != 8) == (4096, 4)  # A, verified at both, before C
+    # 3000 columns: 2048 and 4096 around (weights log(3000/2048) / log 2 = .551 for 4096, .449 for 2048);
+    # the winners share the form (2048 at 2048, 4096 at 4096): next_pow2(3000) = 4096, so A, B, C, none
+    # verified at the 2048 shapes (so none first); over the 4096 shapes, both weighed .551, the losses
+    # above: C, else B.
+    assert choice(3000, holds) == (4096, 16)
+    assert choice(3000, passes) == (4096, 16)
+    assert choice(3000, lambda config: holds(config) and no_16(config)) == (4096, 8)
+    # The prune at 3000 columns, between measured points: at each shape around, every listed config that
+    # passes within 2x (SPREAD) of the fastest that passes there: at 8192x4096 A 65, B 51.5, C 50 (<= 100),
+    # at 1024x4096 A 10, B 10.3 (<= 20); at the 2048-column shapes only D, which check refuses (a block
+    # shorter than the row): nothing there.
+    kept = runtime._kept(cover, {"cols": 3000}, holds, dims)
+    assert list(map(_block_warps, kept)) == [(4096, 4), (4096, 8), (4096, 16)]
+    kept = runtime._kept(cover, {"cols": 3000}, passes, dims)  # without check, D too (alone at 2048)
+    assert list(map(_block_warps, kept)) == [(4096, 4), (4096, 8), (4096, 16), (2048, 4)]
+    # Beyond the range: the nearest point's shapes alone (4096 columns), every config within 2x there.
     beyond = runtime._kept(cover, {"cols": 9000}, passes, dims)
-    assert sorted(map(_block_warps, beyond)) == [(4096, 4), (4096, 16)]
+    assert list(map(_block_warps, beyond)) == [(4096, 4), (4096, 8), (4096, 16)]
+    # At the measured point itself: the fastest at each of its shapes, C at 8192 rows and A at 1024.
+    at_point = runtime._kept(cover, {"cols": 4096}, passes, dims)
+    assert sorted(map(_block_warps, at_point)) == [(4096, 4), (4096, 16)]
+
+
+def _spread_cover():
+    """X wins at 8x1000 and 64x1000 and is 10% behind at 8x4000; Y 1.9x and 1.2x X at the 1000s; Z 2.1x
+    at 8x1000 and 2.25x at 8x4000; W wins at 8x4000; V 1.975x W there."""
+    return _runtime_cover([(1024, 4, {(8, 1000): 10.0, (64, 1000): 25.0, (8, 4000): 44.0}),  # X
+                           (1024, 8, {(8, 1000): 19.0, (64, 1000): 30.0}),  # Y
+                           (2048, 4, {(8, 1000): 21.0, (8, 4000): 90.0}),  # Z
+                           (4096, 4, {(8, 4000): 40.0}),  # W
+                           (4096, 8, {(8, 4000): 79.0})])  # V
+
+
+def test_the_prune_between_measured_points_keeps_every_config_within_spread():
+    """1500 columns lies between 1000 and 4000: around it 64x1000, 8x1000 and 8x4000. Within 2x (SPREAD)
+    of the fastest there: 64x1000 X, Y (<= 50); 8x1000 X, Y (<= 20; Z 21 out); 8x4000 X, W, V (<= 80; Z 90
+    out): X, Y, W, V, in the list's order. spread=1.0: the fastest at each, X, X and W. At a measured
+    point the spread does not apply: only the fastest at each shape of it."""
+    from runners.results import export_runtime as runtime
+
+    dims, cover = ("rows", "cols"), _spread_cover()
+    passes = lambda config: True  # noqa: E731
+    assert runtime.SPREAD == 2.0
+    kept = runtime._kept(cover, {"cols": 1500}, passes, dims)
+    assert list(map(_block_warps, kept)) == [(1024, 4), (1024, 8), (4096, 4), (4096, 8)]
+    kept = runtime._kept(cover, {"cols": 1500}, passes, dims, spread=1.0)
+    assert list(map(_block_warps, kept)) == [(1024, 4), (4096, 4)]
+    # check refusing blocks shorter than 2000: the spread counts from the fastest that passes, Z at 8x1000
+    # (alone there, so kept) and W at 8x4000 (V kept, Z out: 90 > 80); none passes at 64x1000.
+    long = lambda config: config.kwargs["BLOCK_SIZE"] >= 2000  # noqa: E731
+    kept = runtime._kept(cover, {"cols": 1500}, long, dims)
+    assert list(map(_block_warps, kept)) == [(2048, 4), (4096, 4), (4096, 8)]
+    # At measured points: 8x4000 alone, W (X, 10% behind, is dropped whatever the spread); at 1000 columns
+    # X, the fastest at both shapes, not Y (1.9x and 1.2x) nor Z.
+    for spread in (1.0, 2.0, 3.0):
+        assert list(map(_block_warps, runtime._kept(cover, {"cols": 4000}, passes, dims, spread))) == [
+            (4096, 4)]
+        assert list(map(_block_warps, runtime._kept(cover, {"cols": 1000}, passes, dims, spread))) == [
+            (1024, 4)]
+
+
+def test_config_for_between_two_measured_points_weighs_the_loss_by_the_distance_to_each():
+    """A (128/4) wins at 1000 columns, 10% ahead of B (256/4); at 4000, B wins and A is 30% slower. No
+    shared form (128 and 256 are no row's next power of two); both verified at both points. The weight of
+    4000 is s = log(cols / 1000) / log 4, of 1000 1 - s: loss A = s log 1.3 = .262 s, loss B = (1 - s)
+    log 1.1 = .095 (1 - s); A is picked where s < .095 / .358 = .267, below about 1447 columns.
+    1100: s = .069, A .018 < B .089: A.       1400: s = .243, A .064 < B .072: A.
+    1500: s = .292, A .077 > B .067: B.       2000: s = .5, A .131 > B .048: B.
+    3600: s = .924, A .243 > B .007: B.       At 1000 and 4000 themselves, their winners."""
+    from runners.results import export_runtime as runtime
+
+    dims = ("rows", "cols")
+    cover = _runtime_cover([(128, 4, {(8, 1000): 10.0, (8, 4000): 52.0}),
+                            (256, 4, {(8, 1000): 11.0, (8, 4000): 40.0})])
+    best = {(8, 1000): cover[0][0], (8, 4000): cover[1][0]}
+    passes = lambda config: True  # noqa: E731
+    picks = {cols: _block_warps(runtime._choice(cover, best, {"cols": cols}, passes, dims))[0]
+             for cols in (1000, 1100, 1400, 1500, 2000, 3600, 4000)}
+    assert picks == {1000: 128, 1100: 128, 1400: 128, 1500: 256, 2000: 256, 3600: 256, 4000: 256}
+    # Refused, A gives way to B even at 1100.
+    no_a = lambda config: config.kwargs["BLOCK_SIZE"] != 128  # noqa: E731
+    assert _block_warps(runtime._choice(cover, best, {"cols": 1100}, no_a, dims)) == (256, 4)
+
+
+def test_make_prune_refuses_a_spread_below_one_and_passes_one_through(frame, tmp_path):
+    """Through a generated module (the frame's list at 3%: each shape's winner, none other within 3%). At
+    300 columns, between 200 and 400: within 2x at 200 256/1 (1.0) and 512/4 (1.5 x 1.2 = 1.8; 1024/4 2.4
+    out), at 400 512/4 (1.0) and 1024/4 (1.5); spread=1.0: the fastest at each, 256/1 and 512/4."""
+    module = _module(frame, tmp_path)
+    with pytest.raises(ValueError, match="spread=0.5"):
+        module["make_prune"](gpu="NVIDIA H200", dtype="float16", spread=0.5)
+
+    def kept(**options):
+        prune = module["make_prune"](gpu="NVIDIA H200", dtype="float16", **options)
+        return sorted(map(_block_warps, prune(module["CONFIGS"], {"n_cols": 300})))
+
+    assert kept() == [(256, 1), (512, 4), (1024, 4)]
+    assert kept(spread=1.0) == [(256, 1), (512, 4)]

@@ -41,13 +41,16 @@ def test_gpu_sweep_exports_configs_that_autotune_uses(tmp_path):
     spec.loader.exec_module(exported)
     gpu = torch.cuda.get_device_name(0)
     best = exported.BEST_BY_SHAPE[gpu][triton.__version__][("float16", (4096, 1024))]
-    # The prune finds the GPU from the tensors' device and the dtype from the first tensor argument.
+    # The prune finds the GPU from the tensors' device and the dtype from the first tensor argument; the
+    # export's do_bench times what it keeps.
     tuned = triton.autotune(
-        configs=exported.CONFIGS, key=["n_cols"],
+        configs=exported.CONFIGS, key=["n_cols"], do_bench=exported.do_bench,
         prune_configs_by={"early_config_prune": exported.prune_configs})(softmax._softmax_kernel)
     x = torch.randn(4096, 1024, device="cuda", dtype=torch.float16)
     out = torch.full_like(x, float("nan"))
     tuned[lambda meta: (x.shape[0],)](out, x, x.shape[1], x.stride(0), out.stride(0))
+    p50, p20, p80 = exported.do_bench(lambda: x.mul(2), quantiles=(0.5, 0.2, 0.8))
+    assert 0 < p20 <= p50 <= p80 and exported.do_bench(lambda: x.mul(2)) > 0
     listed = [config for config, _ in exported.cover_for("float16")]
     assert tuned.best_config in listed and exported.config_for("float16", cols=1024) == best
     assert compare(out, softmax.softmax_ref(x.double())) is None

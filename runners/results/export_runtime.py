@@ -15,18 +15,29 @@ Lookups, for a call's sizes (the kernel's arguments named in KEY, or the dims of
   above its size (the size itself where it was measured, the nearest alone where the call lies beyond
   the measured range), and every measured shape with those sizes, whatever its other dims: the cell of
   the grid that holds the call. Where no measured shape has them, the nearest measured shape.
-- The prune keeps, at each measured shape around the call, the fastest config of COVER verified (ok)
-  there among those given to autotune that pass `check` (if one was given): autotune times these few,
-  one a shape at most. Where none passes at any of them, the fastest that passes at the nearest shape
-  that has one. A config is verified only at the shapes it was measured ok at: at any other shape only
-  `check` (the kernel's own rule) can say whether it is valid; without one, the configs around are trusted.
-- config_for takes one config for each measured point of the key around the call: its winner where the
-  point has one shape; where it has several (sizes of the other dims, which a call's key does not give),
-  the config of COVER fastest over all of them (the least sum of log p50 / the list's fastest there).
-  Where these share a form (a meta-parameter equal to the next power of two of a dim at every point,
-  as a softmax block that just holds the row), the one whose form fits the call comes first; else the
-  nearest first. It returns the first that passes `check`; where none does, the winner of the nearest
-  shape or the configs verified there, fastest first, that pass; else the same at the next nearest shape.
+- The prune keeps, among the configs given to autotune that are listed in COVER and pass `check` (if one
+  was given): at a measured point of the key (every shape around has the call's sizes), the fastest
+  verified (ok) at each shape around, since it was measured there; between or beyond measured points,
+  every config within SPREAD (2x) of the fastest verified at some shape around: a config's speed moves
+  between measured sizes (a block's ragged last tile, a wave of programs more or less), so the best
+  there can be one that was behind at every point around, and autotune times what is kept. Where none
+  passes at any of them, the fastest that passes at the nearest shape that has one. A config is verified
+  only at the shapes it was measured ok at: at any other shape only `check` (the kernel's own rule) can
+  say whether it is valid; without one, the configs around are trusted.
+- config_for, at a measured shape (the key's sizes measured at one shape), returns its winner; elsewhere
+  the listed config with the least interpolated loss: the mean over the shapes around where it was
+  verified of log(p50 / the list's fastest there), weighted linearly in log size between the measured
+  sizes below and above the call (dim by dim; shapes that differ only in dims the key does not give
+  weigh the same). The configs verified at every shape around compete; where the winners around share
+  a form (a meta-parameter equal to the next power of two of a dim at each of them, as a softmax block
+  that just holds the row), the configs of that form at the call's size come first, those verified at
+  every shape around before the others (a block too short for the longer row around). Only configs that
+  pass `check`; where none does, the winner of the nearest shape or the configs verified there, fastest
+  first, that pass; else the same at the next nearest shape.
+- do_bench, for @triton.autotune(do_bench=...), times as the sweep did (the L2 evicted by a read, the
+  median of CUDA-event times), so that autotune ranks near-tied configs in the sweep's order: Triton's
+  own benchmarker zeroes a buffer to flush the L2, and the dirty lines it leaves are written back during
+  a 4-40 us kernel, enough to reorder configs a few % apart.
 - Both warn (ExportRangeWarning, once per GPU, dtype and sizes) where the call lies outside the measured
   range of a dim it gives, or farther from every measured shape than the grid's own spacing: the config
   is then extrapolated, and only a sweep at those sizes says how good it is.
@@ -53,6 +64,11 @@ COVER = {}
 BEST_BY_SHAPE = {}
 
 # ---- generated modules copy everything below this line ----
+
+# Between measured points the prune keeps every listed config within SPREAD times the list's fastest at
+# a measured shape around the call (module doc). 2x: on an H200 layernorm's best at 4096x12000 ran at
+# half the best speed at 13004 columns, and 1.5x kept too few (BENCHMARKS.md, issue 20).
+SPREAD = 2.0
 
 
 class ExportLookupError(LookupError):
@@ -180,31 +196,54 @@ def _fastest_at(cover, shape, passes):
     return cover[min(timed)[1]][0] if timed else None
 
 
-def _kept(cover, sizes, passes, dims):
-    """The prune's choice (module doc): the list's fastest config at each measured shape around the call,
-    else at the nearest shape that has one; each once."""
+def _at_measured_point(shapes, sizes, dims):
+    """Whether every one of `shapes` (the measured shapes around a call) has the call's own sizes."""
+    return all(shape[dims.index(dim)] == size for shape in shapes for dim, size in sizes.items())
+
+
+def _kept(cover, sizes, passes, dims, spread=SPREAD):
+    """The prune's choice (module doc): at a measured point, the list's fastest config at each of its
+    shapes; between or beyond points, every listed config within `spread` times the list's fastest at some
+    shape around the call; where none passes there, the fastest that passes at the nearest shape that has
+    one. Each config once, in the list's order."""
     shapes = list(dict.fromkeys(shape for _, at in cover for shape in at))
-    kept = [_fastest_at(cover, shape, passes) for shape in _around(shapes, sizes, dims)]
+    around = _around(shapes, sizes, dims)
+    if _at_measured_point(around, sizes, dims):
+        kept = [_fastest_at(cover, shape, passes) for shape in around]
+    else:
+        kept = []
+        for shape in around:
+            timed = [at[shape] for config, at in cover if shape in at and passes(config)]
+            kept += [config for config, at in cover
+                     if timed and shape in at and passes(config) and at[shape] <= spread * min(timed)]
     if all(config is None for config in kept):
         kept = [next((c for c in (_fastest_at(cover, s, passes) for s in _by_distance(shapes, sizes, dims))
                       if c is not None), None)]
+    identities = {_identity(config) for config in kept if config is not None}
     unique = {}
-    for config in kept:
-        if config is not None:
+    for config, _ in cover:
+        if _identity(config) in identities:
             unique.setdefault(_identity(config), config)
     return list(unique.values())
 
 
-def _robust(cover, shapes, passes):
-    """The config of the list verified at every one of `shapes` (a measured point of the key, at several
-    sizes of the other dims) that is the fastest over all of them: the least sum of log(p50 / the list's
-    fastest p50 there); None where no config passing was verified at all of them."""
+def _weights(shapes, sizes, dims):
+    """Each measured shape around a call -> its weight: over the dims the call gives, the product of the
+    linear interpolation weights in log size between the measured sizes below and above the call (1 where
+    the call's size was measured or lies beyond the measured ones)."""
     import math
 
-    fastest = {shape: min(at[shape] for _, at in cover if shape in at) for shape in shapes}
-    scored = [(sum(math.log(at[shape] / fastest[shape]) for shape in shapes), index)
-              for index, (config, at) in enumerate(cover) if all(s in at for s in shapes) and passes(config)]
-    return cover[min(scored)[1]][0] if scored else None
+    weights = {}
+    for shape in shapes:
+        weight = 1.0
+        for dim, size in sizes.items():
+            index = dims.index(dim)
+            sides = sorted({s[index] for s in shapes})
+            if len(sides) == 2:
+                share = math.log(size / sides[0]) / math.log(sides[1] / sides[0])
+                weight *= share if shape[index] == sides[1] else 1 - share
+        weights[shape] = weight
+    return weights
 
 
 def _next_power_of_two(n):
@@ -213,23 +252,37 @@ def _next_power_of_two(n):
 
 def _choice(cover, best, sizes, passes, dims):
     """config_for's choice (module doc), else None."""
-    points = {}  # each measured point of the key around the call -> its shapes, nearest first
-    for shape in _around(list(best), sizes, dims):
-        points.setdefault(tuple(shape[dims.index(dim)] for dim in sizes), []).append(shape)
-    picks = []
-    for shapes in points.values():
-        pick = _robust(cover, shapes, passes) if len(shapes) > 1 else None
-        picks.append((shapes[0], pick or best[shapes[0]]))
-    # The form the picks share: a meta-parameter equal to the next power of two of a dim at every point.
-    forms = [(name, dim) for name in picks[0][1].kwargs for dim in sizes
+    import math
+
+    around = _around(list(best), sizes, dims)
+    if len(around) == 1 and _at_measured_point(around, sizes, dims) and passes(best[around[0]]):
+        return best[around[0]]
+    weights = _weights(around, sizes, dims)
+    fastest = {shape: min(at[shape] for _, at in cover if shape in at) for shape in around}
+
+    def loss(at):  # the interpolated log loss over the shapes around where the config was verified
+        verified = [s for s in around if s in at]
+        total = sum(weights[s] * math.log(at[s] / fastest[s]) for s in verified)
+        return total / sum(weights[s] for s in verified)
+
+    candidates = [index for index, (config, at) in enumerate(cover)
+                  if passes(config) and any(s in at for s in around)]
+    # The form the winners around share: a meta-parameter equal to the next power of two of a dim at
+    # every one of them (a softmax block that just holds the row); a config of that form at the call's
+    # size comes first, though it could not be verified at all of them (a block too short for the
+    # longer row around).
+    winners = [best[shape] for shape in around]
+    forms = [(name, dim) for name in winners[0].kwargs for dim in sizes
              if all(config.kwargs.get(name) == _next_power_of_two(shape[dims.index(dim)])
-                    for shape, config in picks)]
-    fitting = [config for _, config in picks
-               if forms and all(config.kwargs[name] == _next_power_of_two(sizes[dim]) for name, dim in forms)]
-    for config in fitting + [config for _, config in picks]:
-        if passes(config):
-            return config
-    for shape in _by_distance(list(best), sizes, dims):  # none passed: the nearest shapes' verified configs
+                    for shape, config in zip(around, winners))]
+    fitting = [index for index in candidates
+               if forms and all(cover[index][0].kwargs.get(name) == _next_power_of_two(sizes[dim])
+                                for name, dim in forms)]
+    everywhere = [index for index in candidates if all(s in cover[index][1] for s in around)]
+    if fitting or everywhere:  # of the fitting ones, those verified at every shape around first
+        return cover[min(fitting or everywhere,
+                         key=lambda index: (index not in everywhere, loss(cover[index][1]), index))][0]
+    for shape in _by_distance(list(best), sizes, dims):  # none verified around: the nearest shapes' configs
         verified = sorted(((at[shape], index) for index, (_, at) in enumerate(cover) if shape in at))
         for config in [best[shape]] + [cover[index][0] for _, index in verified]:
             if passes(config):
@@ -301,7 +354,7 @@ def _identity(config):
             getattr(config, "num_ctas", 1), getattr(config, "maxnreg", None))
 
 
-def _prune(configs, args, key, check, gpu, dtype, version):
+def _prune(configs, args, key, check, gpu, dtype, version, spread=SPREAD):
     if not key:  # no map stored: the kernel's arguments named like the dims (matmul's M, N, K)
         key = {dim: dim for dim in DIMS if dim in args}
     if not key:
@@ -330,7 +383,7 @@ def _prune(configs, args, key, check, gpu, dtype, version):
     offered = [(given[_identity(config)], at) for config, at in cover if _identity(config) in given]
     shapes = list(dict.fromkeys(shape for _, verified in cover for shape in verified))
     _warn_if_far(shapes, sizes, gpu, dtype)
-    kept = _kept(offered, sizes, lambda config: check is None or check(config, named), DIMS)
+    kept = _kept(offered, sizes, lambda config: check is None or check(config, named), DIMS, spread)
     if kept:
         return kept
     raise ExportLookupError(
@@ -339,17 +392,80 @@ def _prune(configs, args, key, check, gpu, dtype, version):
         f"(measured shapes {DIMS}: {sorted(shapes)})")
 
 
-def make_prune(key=None, check=None, gpu=None, dtype=None, triton_version=None):
+def make_prune(key=None, check=None, gpu=None, dtype=None, triton_version=None, spread=SPREAD):
     """An early_config_prune for @triton.autotune. key: {kernel argument: dim} (default KEY); check:
     check(config, sizes) -> bool, the kernel's own validity rule, sizes by dim and by argument name;
     gpu, dtype and triton_version: fixed instead of read from the device, the first tensor argument
-    and the running Triton."""
+    and the running Triton; spread: between measured points, keep the listed configs within this factor
+    of the list's fastest at a shape around the call (SPREAD; 1.0 keeps only the fastest there)."""
     key = dict(KEY if key is None else key)
+    if not (isinstance(spread, (int, float)) and spread >= 1):
+        raise ValueError(f"make_prune: spread={spread!r} must be a number >= 1 (1.0: the fastest alone)")
 
     def prune(configs, named_args, **kwargs):
-        return _prune(configs, {**named_args, **kwargs}, key, check, gpu, dtype, triton_version)
+        return _prune(configs, {**named_args, **kwargs}, key, check, gpu, dtype, triton_version, spread)
 
     return prune
+
+
+_flush_buffers = {}
+
+
+def do_bench(fn, quantiles=None, warmup=25, rep=100, **_):
+    """A timer for @triton.autotune(..., do_bench=do_bench) that ranks configs as the sweep did (module
+    doc): `fn` run for about `warmup` ms, then timed alone about `rep` ms long (10 times at least), each
+    call after a read of a buffer twice the L2 (a read leaves no dirty lines to write back), enqueued
+    64 at a time behind a spin that holds the GPU (else the host, tens of us a call, falls behind a short
+    kernel and the events time the launch); the median in ms, or the `quantiles` asked (autotune asks
+    for (0.5, 0.2, 0.8) and ranks by the first)."""
+    import time
+
+    import torch
+
+    device = torch.cuda.current_device()
+    if device not in _flush_buffers:
+        l2_bytes = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0)
+        _flush_buffers[device] = torch.ones(max(2 * l2_bytes, 16 << 20) // 4, dtype=torch.int32,
+                                            device=f"cuda:{device}")
+    flush = _flush_buffers[device]
+
+    def events(n):
+        return [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+
+    fn()  # compiles where it has not yet
+    torch.cuda.synchronize()
+    start, end = events(2)
+    began = time.perf_counter()
+    start.record()
+    for _ in range(5):
+        flush.sum()
+        fn()
+    end.record()
+    host_s = (time.perf_counter() - began) / 5  # the host's time to enqueue a call
+    torch.cuda.synchronize()
+    estimate = max(start.elapsed_time(end) / 5, 1e-3)  # ms a flushed call
+    for _ in range(max(1, int(warmup / estimate))):
+        fn()
+    n = max(10, int(rep / estimate))
+    starts, ends = events(n), events(n)
+    for first in range(0, n, 64):
+        chunk = range(first, min(first + 64, n))
+        torch.cuda._sleep(int(1.25 * host_s * len(chunk) * 2e9))  # cycles, at a clock of 2 GHz or less
+        for i in chunk:
+            flush.sum()
+            starts[i].record()
+            fn()
+            ends[i].record()
+    torch.cuda.synchronize()
+    times = sorted(s.elapsed_time(e) for s, e in zip(starts, ends))
+
+    def quantile(q):  # linear interpolation between the order statistics
+        position = q * (len(times) - 1)
+        low = int(position)
+        high = min(low + 1, len(times) - 1)
+        return times[low] + (times[high] - times[low]) * (position - low)
+
+    return [quantile(q) for q in quantiles] if quantiles else quantile(0.5)
 
 
 def prune_configs(configs, named_args, **kwargs):

@@ -59,7 +59,7 @@ def leave_one_out(measured: Measured, tolerance: float, dims: tuple, key_dims: l
     for point, left_out in points.items():
         rest = [s for s in measured.shapes if tuple(s[i] for i in index) != point]
         cover = [(configs[key], {s: at["p50_us"] for s, at in measured.configs[key]["ok_at"].items()
-                                  if s in rest}) for key in measured.cover(rest, tolerance)]
+                                  if s in rest}) for key in measured.listed(rest, tolerance)]
         best = {s: configs[_canonical(measured.winners[s]["config"])] for s in rest}
         for shape in left_out:
             sizes = dict(zip(key_dims, (shape[i] for i in index)))

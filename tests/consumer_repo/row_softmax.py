@@ -1,8 +1,9 @@
 """A row softmax of another repository, tuned by the runner's export (softmax_configs on sys.path).
 
 Two ways in: `softmax_autotuned` (@triton.autotune over CONFIGS, the export's prune keeping the configs
-verified at the nearest measured row length that hold the row) and `softmax_looked_up` (config_for,
-no autotune: the vLLM pattern). Imports torch, triton and the exported module only.
+verified around the call's row length that hold the row, timed by the export's do_bench on a GPU) and
+`softmax_looked_up` (config_for, no autotune: the vLLM pattern). Imports torch, triton and the exported
+module only.
 """
 import time
 
@@ -10,7 +11,7 @@ import torch
 import triton
 import triton.language as tl
 
-from softmax_configs import CONFIGS, config_for, make_prune
+from softmax_configs import CONFIGS, config_for, do_bench, make_prune
 
 
 def holds_row(config, sizes):
@@ -41,7 +42,7 @@ def _row_softmax(y_ptr, x_ptr, n_cols, x_stride, y_stride, BLOCK_SIZE: tl.conste
 
 _row_softmax_tuned = triton.autotune(
     configs=CONFIGS, key=["n_cols"], prune_configs_by={"early_config_prune": make_prune(check=holds_row)},
-    do_bench=None if torch.cuda.is_available() else _host_bench,
+    do_bench=do_bench if torch.cuda.is_available() else _host_bench,
 )(_row_softmax)
 
 
