@@ -11,7 +11,8 @@ For each kernel of --kernels, in float16 and bfloat16:
 2. Exhaustive: the same sweep file at the held-out shapes (CASES: between the grid's points and beyond
    them); its winner at each is the best there.
 3. At each held-out shape, the export's picks: @triton.autotune over CONFIGS with the export's prune
-   (softmax with check=the block holds the row: the kernel's own rule), and config_for. With
+   (softmax with check=the block holds the row: the kernel's own rule) and the export's do_bench, as
+   the README has users write it; the same under Triton's own benchmarker; and config_for. With
    --autotune-full, autotune over the whole space beside them, and the first call of each autotune
    (compile and autotune's timing of what it was given, a fresh Triton cache and JIT function).
 4. Every distinct pick is checked against the float64 reference and timed with the project's timer
@@ -51,7 +52,7 @@ CASES = {
                   [4096, 12000], [4096, 20000], [2048, 40000], [4096, 50000],
                   [4096, 384], [1024, 98304], [16384, 4096], [512, 16384]],
     "matmul": [[100, 4096, 4096], [300, 2048, 1024], [1000, 3072, 4096], [3000, 1536, 2048],
-               [6000, 4096, 2048], [512, 6144, 1024], [2048, 2048, 3072], [96, 8192, 4096],
+               [6000, 4096, 2048], [768, 5120, 1024], [2048, 2048, 3072], [96, 8192, 4096],
                [4096, 5120, 4096],
                [32, 4096, 4096], [16384, 4096, 1024], [2048, 16384, 4096], [1024, 1024, 8192],
                [4096, 512, 4096]],
@@ -229,14 +230,21 @@ def bench_shape(kernel: str, spec, exported, shape: tuple, dtype: str, best: dic
         warnings.simplefilter("always", exported.ExportRangeWarning)
         try:
             row["picks"]["config_for"] = as_dict(exported.config_for(dtype, check=rule, **sizes))
+            # The export's own timer, as the README has users pass it (do_bench=...), where no other is
+            # given (the interpreter's tests give one).
             tuned, call = autotuned_call(kernel, exported.CONFIGS, counting_prune, inputs,
-                                         spec.output_like(inputs), do_bench)
+                                         spec.output_like(inputs), do_bench or exported.do_bench)
             if full:
                 seconds, cold = first_call(call, sync)
             else:
                 call()
                 seconds, cold = None, True
             row["picks"]["export"] = as_dict(tuned.best_config)
+            if device == "cuda":  # the same list and prune under Triton's own benchmarker
+                default_timer, default_call = autotuned_call(kernel, exported.CONFIGS, prune, inputs,
+                                                             spec.output_like(inputs))
+                default_call()
+                row["picks"]["export_triton_bench"] = as_dict(default_timer.best_config)
             row["kept"] = len(kept.get("configs", exported.CONFIGS))
             if "configs" not in kept:  # triton's Autotuner prunes only a list of 2 or more
                 row["notes"].append("autotune called no prune: CONFIGS holds one config")
@@ -287,9 +295,12 @@ def table(results: list[dict]) -> str:
     """One line per held-out shape and dtype."""
     full = any("autotune_full" in row["us"] for result in results for row in result["rows"])
     full_columns = "autotune, full space µs (% of best) | first call s: export / full | " if full else ""
+    default = any("export_triton_bench" in row["us"] for result in results for row in result["rows"])
     lines = ["| kernel | dtype | held-out shape | where | best µs | export under autotune µs (% of best) | "
-             "config_for µs (% of best) | range warning | " + full_columns + "kept of the list |",
-             "|---|---|---|---|---|---|---|---|" + ("---|---|" if full else "") + "---|"]
+             + ("same, Triton's do_bench µs (% of best) | " if default else "")
+             + "config_for µs (% of best) | range warning | " + full_columns + "kept of the list |",
+             "|---|---|---|---|---|---|---|---|" + ("---|" if default else "") + ("---|---|" if full else "")
+             + "---|"]
     for result in results:
         for row in result["rows"]:
             best = row["us"]["exhaustive"]
@@ -303,7 +314,8 @@ def table(results: list[dict]) -> str:
             kept = f"{row.get('kept', 'none')} of {result['list_length'][row['dtype']]}"
             lines.append(f"| {result['kernel']} | {row['dtype']} | {'x'.join(map(str, row['shape']))} | "
                          f"{row['where']} | {best} | {_percent(row, 'export')} | "
-                         f"{_percent(row, 'config_for')} | {warned} | {extra}{kept} |")
+                         + (f"{_percent(row, 'export_triton_bench')} | " if default else "")
+                         + f"{_percent(row, 'config_for')} | {warned} | {extra}{kept} |")
     return "\n".join(lines)
 
 
@@ -316,9 +328,12 @@ def _share(figures: list) -> tuple[int, float]:
 
 def summary(results: list[dict]) -> str:
     """Per kernel and dtype: the held-out figures of each path beside the leave-one-out estimate's."""
+    default = any("export_triton_bench" in row["us"] for result in results for row in result["rows"])
     lines = ["| kernel | dtype | export-grade sweep s (trials) | held-out shapes | autotune + prune >= 97% "
-             "(geomean) | leave-one-out estimate | config_for >= 97% (geomean) | leave-one-out estimate |",
-             "|---|---|---|---|---|---|---|---|"]
+             "(geomean) | leave-one-out estimate | "
+             + ("same, Triton's do_bench | " if default else "")
+             + "config_for >= 97% (geomean) | leave-one-out estimate |",
+             "|---|---|---|---|---|---|" + ("---|" if default else "") + "---|---|"]
     for result in results:
         for dtype in DTYPES:
             rows = [row for row in result["rows"] if row["dtype"] == dtype]
@@ -328,6 +343,9 @@ def summary(results: list[dict]) -> str:
                 loo = result["leave_one_out"][dtype]["summary"][path]
                 loo_mean = "—" if loo["geomean_pct"] is None else f"{loo['geomean_pct']:.1f}%"
                 cells += [f"{good}/{len(rows)} ({mean:.1f}%)", f"{loo['good']}/{loo['shapes']} ({loo_mean})"]
+                if pick == "export" and default:
+                    good, mean = _share([pct_of_best(row, "export_triton_bench") for row in rows])
+                    cells.append(f"{good}/{len(rows)} ({mean:.1f}%)")
             lines.append(f"| {result['kernel']} | {dtype} | {result['tune_s']:.0f} ({result['trials']}) | "
                          f"{len(rows)} | {' | '.join(cells)} |")
     return "\n".join(lines)
