@@ -44,7 +44,7 @@ machine would fail a gate run on another. RUN_NOISE, 0.5%, is above every run-le
 and each row's repetitions carry the rest (a matmul's 1.2% clock spread is in its s).
 
 The gate judges what is shipped: every winner, and BASE's exported configs at the shapes they are
-exported for (the covering set of runners/export.py at `--tolerance`, or the configs of a BASE export);
+exported for (the list runners/export.py exports at `--tolerance`, or the configs of a BASE export);
 other trials are listed as information (`--gate all` judges every trial). With `--fail-on-slow X` the
 exit status is 1 when a judged row is SLOW and slower by more than X, or a trial ok in BASE fails in NEW
 (not pruned: a config that stopped working is a regression); else 0; 2 on bad input.
@@ -340,7 +340,7 @@ def _on_common_gpus(base: pd.DataFrame, new: pd.DataFrame) -> tuple[pd.DataFrame
 
 def shipped_keys(side: Side, tolerance: float) -> set:
     """(trial key, GPU, Triton version) of what BASE ships: an export's configs at the shapes they cover;
-    for a store, the covering set runners/results/export.py would export from its ok rows (newest row a
+    for a store, the list runners/results/export.py would export from its ok rows (newest row a
     trial) per kernel, GPU, Triton version and dtype."""
     if side.shipped is not None:
         return side.shipped
@@ -540,7 +540,7 @@ def main(argv=None) -> int:
     parser.add_argument("--gate", choices=("shipped", "all"), default="shipped",
                         help="judge the winners and BASE's exported configs (default), or every trial")
     parser.add_argument("--tolerance", type=float,
-                        help="the covering set's tolerance for BASE's exported configs (default: the "
+                        help="the export's tolerance for BASE's exported configs (default: the "
                              "sweep's export.tolerance)")
     parser.add_argument("--changed-only", action="store_true", help="list only matched trials not SAME")
     parser.add_argument("--all", dest="list_all", action="store_true",

@@ -127,7 +127,8 @@ class FinalistsConf(StopRule):
 @dataclass
 class ExportConf:
     # A covering set per (kernel, GPU, dtype): at every measured shape the fastest config of the list
-    # that was ok there is within this share of the fastest measured there (runners/results/export.py).
+    # that was ok there is within this share of the fastest measured there; then the alternates, every
+    # other config within it at one measured shape at least (runners/results/export.py).
     tolerance: float = 0.03
     # kernel -> {argument of its @triton.jit kernel: dim of its shapes}, stored in the export: the prune
     # function reads the call's sizes from these arguments. Replaces the kernel's own KernelSpec.export_key.

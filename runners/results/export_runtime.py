@@ -153,7 +153,7 @@ def _dtype_name(dtype):
 
 
 def _cover(gpu, dtype, version=None):
-    """(the covering set, the Triton version of its section) for the GPU and dtype."""
+    """(the list, the Triton version of its section) for the GPU and dtype."""
     if gpu not in COVER:
         raise ExportLookupError(
             f"{KERNEL}: no configs were measured on {gpu!r} (measured: {', '.join(COVER)}); tune on it, or "
@@ -474,8 +474,8 @@ def prune_configs(configs, named_args, **kwargs):
 
 
 def cover_for(dtype, gpu=None, triton_version=None):
-    """The covering set that applies (the module docstring: which GPU and Triton version):
-    [(config, {shape where it was verified: its p50 there, us}), ...], best first."""
+    """The list that applies (the module docstring: which GPU and Triton version): the covering set, best
+    first, then the alternates: [(config, {shape where it was verified: its p50 there, us}), ...]."""
     return _cover(gpu_name(gpu), _dtype_name(dtype), triton_version)[0]
 
 

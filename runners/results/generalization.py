@@ -3,7 +3,7 @@ and stored in each (GPU, dtype) section as "leave_one_out".
 
 Each measured point of the export key (a combination of the key's dims' values, with every shape that has
 it, whatever its other dims: at run time a call that lies between measured points has none of them)
-is left out in turn. The export built from the other shapes (the same covering set rule, the same
+is left out in turn. The export built from the other shapes (the same list rule, the same
 winners) then picks a config at each left-out shape with the exported module's own lookup code
 (export_runtime.py: _kept for the prune, _choice for config_for), where the kernel's `check` is played
 by the measurement itself: a config passes where it was ok at the left-out shape.
