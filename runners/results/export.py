@@ -27,8 +27,8 @@ measured). The covering set is enough at the measured shapes; between them the b
 that was only near-best at the points around (a block's ragged last tile, a wave of programs more or
 less): on an H200, at 14 held-out shapes, the covering set alone held a config within 3% of the best at
 8 (float16) and 10 (bfloat16) for layernorm, the list with its alternates at 13 and 14 (BENCHMARKS.md,
-issue 20). The prune
-(export_runtime.py) keeps only the alternates plausible around a call, and at a measured shape none.
+issue 20). The prune (export_runtime.py) keeps only the alternates plausible around a call, and at a
+measured shape none.
 
 Validity travels with each config: the shapes where it was ok, with its p50 there (and, where it
 was timed in repetitions, their number and spread: what `runners.compare` and `runners.revalidate`
