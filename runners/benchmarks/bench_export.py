@@ -291,11 +291,16 @@ def _percent(row: dict, pick: str) -> str:
     return "—" if pct is None else f"{row['us'][pick]:.1f} ({pct:.0f}%)"
 
 
+def _timed_under_triton_bench(results: list[dict]) -> bool:
+    """Whether the picks under Triton's own benchmarker were timed (on a GPU only)."""
+    return any("export_triton_bench" in row["us"] for result in results for row in result["rows"])
+
+
 def table(results: list[dict]) -> str:
     """One line per held-out shape and dtype."""
     full = any("autotune_full" in row["us"] for result in results for row in result["rows"])
     full_columns = "autotune, full space µs (% of best) | first call s: export / full | " if full else ""
-    default = any("export_triton_bench" in row["us"] for result in results for row in result["rows"])
+    default = _timed_under_triton_bench(results)
     lines = ["| kernel | dtype | held-out shape | where | best µs | export under autotune µs (% of best) | "
              + ("same, Triton's do_bench µs (% of best) | " if default else "")
              + "config_for µs (% of best) | range warning | " + full_columns + "kept of the list |",
@@ -328,7 +333,7 @@ def _share(figures: list) -> tuple[int, float]:
 
 def summary(results: list[dict]) -> str:
     """Per kernel and dtype: the held-out figures of each path beside the leave-one-out estimate's."""
-    default = any("export_triton_bench" in row["us"] for result in results for row in result["rows"])
+    default = _timed_under_triton_bench(results)
     lines = ["| kernel | dtype | export-grade sweep s (trials) | held-out shapes | autotune + prune >= 97% "
              "(geomean) | leave-one-out estimate | "
              + ("same, Triton's do_bench | " if default else "")

@@ -190,9 +190,14 @@ def _around(shapes, sizes, dims):
     return around or nearest[:1]
 
 
+def _verified_at(cover, shape, passes):
+    """(p50 there, index in the list) of each listed config verified at `shape` that passes."""
+    return [(at[shape], index) for index, (config, at) in enumerate(cover) if shape in at and passes(config)]
+
+
 def _fastest_at(cover, shape, passes):
     """The list's fastest config verified at `shape` that passes, else None."""
-    timed = [(at[shape], index) for index, (config, at) in enumerate(cover) if shape in at and passes(config)]
+    timed = _verified_at(cover, shape, passes)
     return cover[min(timed)[1]][0] if timed else None
 
 
@@ -213,18 +218,14 @@ def _kept(cover, sizes, passes, dims, spread=SPREAD):
     else:
         kept = []
         for shape in around:
-            timed = [at[shape] for config, at in cover if shape in at and passes(config)]
-            kept += [config for config, at in cover
-                     if timed and shape in at and passes(config) and at[shape] <= spread * min(timed)]
+            timed = _verified_at(cover, shape, passes)
+            limit = spread * min(timed)[0] if timed else 0.0
+            kept += [cover[index][0] for p50, index in timed if p50 <= limit]
     if all(config is None for config in kept):
         kept = [next((c for c in (_fastest_at(cover, s, passes) for s in _by_distance(shapes, sizes, dims))
                       if c is not None), None)]
     identities = {_identity(config) for config in kept if config is not None}
-    unique = {}
-    for config, _ in cover:
-        if _identity(config) in identities:
-            unique.setdefault(_identity(config), config)
-    return list(unique.values())
+    return [config for config, _ in cover if _identity(config) in identities]  # the list holds each once
 
 
 def _weights(shapes, sizes, dims):
@@ -233,16 +234,14 @@ def _weights(shapes, sizes, dims):
     the call's size was measured or lies beyond the measured ones)."""
     import math
 
-    weights = {}
-    for shape in shapes:
-        weight = 1.0
-        for dim, size in sizes.items():
-            index = dims.index(dim)
-            sides = sorted({s[index] for s in shapes})
-            if len(sides) == 2:
-                share = math.log(size / sides[0]) / math.log(sides[1] / sides[0])
-                weight *= share if shape[index] == sides[1] else 1 - share
-        weights[shape] = weight
+    weights = dict.fromkeys(shapes, 1.0)
+    for dim, size in sizes.items():
+        index = dims.index(dim)
+        sides = sorted({shape[index] for shape in shapes})
+        if len(sides) == 2:  # measured below and above the call
+            share = math.log(size / sides[0]) / math.log(sides[1] / sides[0])
+            for shape in shapes:
+                weights[shape] *= share if shape[index] == sides[1] else 1 - share
     return weights
 
 
@@ -278,7 +277,7 @@ def _choice(cover, best, sizes, passes, dims):
     fitting = [index for index in candidates
                if forms and all(cover[index][0].kwargs.get(name) == _next_power_of_two(sizes[dim])
                                 for name, dim in forms)]
-    everywhere = [index for index in candidates if all(s in cover[index][1] for s in around)]
+    everywhere = {index for index in candidates if all(s in cover[index][1] for s in around)}
     if fitting or everywhere:  # of the fitting ones, those verified at every shape around first
         return cover[min(fitting or everywhere,
                          key=lambda index: (index not in everywhere, loss(cover[index][1]), index))][0]
