@@ -118,6 +118,11 @@ def _planned_shapes(overrides):
     ("{geom:[256,32768,8]}", [256, 512, 1024, 2048, 4096, 8192, 16384, 32768]),
     ("{geom:[1000,8000,4]}", [1000, 2000, 4000, 8000]),
     ("{range:[1000,3500,1000]}", [1000, 2000, 3000]),
+    # 1000, 1587, 2520, 4000 each to its nearest multiple of 16 (a half to the even: 157.5 -> 158)
+    ("{geom:[1000,4000,4],multiple_of:16}", [992, 1584, 2528, 4000]),
+    ("[{geom:[1000,4000,4]},{geom:[1000,4000,4],multiple_of:16},300]",  # a union, each size once
+     [300, 992, 1000, 1584, 1587, 2520, 2528, 4000]),
+    ("{range:[1000,1040,12],multiple_of:16}", [992, 1008, 1024, 1040]),
 ])
 def test_a_grid_crosses_its_dims_into_the_shapes(cols, expected):
     shapes = _planned_shapes(["kernel=softmax", "kernel.grid.rows=[8,16]", f"kernel.grid.cols={cols}",
@@ -149,6 +154,14 @@ def test_a_grid_adds_to_the_listed_shapes_and_drops_what_nothing_can_run(capsys)
     (["kernel.grid.rows=[8]", "kernel.grid.cols={pow2:[3000,4000]}"], "kernel.grid.cols.pow2: [3000, 4000] "
                                                                        "gives no size"),
     (["kernel.grid.rows=[8]", "kernel.grid.cols=[100000]"], "kernel.grid: no config of the space can run"),
+    (["kernel.grid.rows=[8]", "kernel.grid.cols={geom:[256,4096,5],multiple_of:0}"],
+     "kernel.grid.cols.multiple_of: 0 must be a positive integer"),
+    (["kernel.grid.rows=[8]", "kernel.grid.cols={geom:[256,4096,5],pow2:[256,4096]}"],
+     "kernel.grid.cols: {'geom': [256, 4096, 5], 'pow2': [256, 4096]} is not a list of sizes"),
+    (["kernel.grid.rows=[8]", "kernel.grid.cols=[1024,{geom:[4096,256,3]}]"],
+     "kernel.grid.cols[1].geom: the bounds 4096 > 256 are the wrong way round"),
+    (["kernel.grid.rows=[8]", "kernel.grid.cols=[1024,{multiple_of:16}]"],
+     "kernel.grid.cols[1]: {'multiple_of': 16} is not a list of sizes"),
 ])
 def test_a_wrong_grid_fails_naming_the_field(overrides, message):
     from runners.engine.trials import ConfigError

@@ -52,7 +52,8 @@ class KernelConf:
     dtypes: Any = None  # one dtype name or a list: float16 | bfloat16 | float32; None: its default_dtypes
     space: Dict[str, Any] = field(default_factory=dict)  # overrides of the kernel's default space
     # dim -> its sizes, crossed into shapes (besides `shapes`): a list, or {pow2: [lo, hi]} (the powers of
-    # two between), {geom: [lo, hi, n]} (n sizes in geometric steps), {range: [lo, hi, step]}
+    # two between), {geom: [lo, hi, n]} (n sizes in geometric steps), {range: [lo, hi, step]}, a form with
+    # multiple_of: m rounding its sizes to multiples of m, or a list of sizes and forms (their union)
     # (runners/engine/trials.py, grid_shapes).
     grid: Dict[str, Any] = field(default_factory=dict)
     baselines: Any = None  # None: all the kernel declares; [] none; or a list of names

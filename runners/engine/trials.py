@@ -169,36 +169,55 @@ def parse_calls(calls: Any, shapes: Any, rank: int) -> dict[tuple[int, ...], int
     return weights
 
 
-GRID_FORMS = "a list of sizes, {pow2: [lo, hi]}, {geom: [lo, hi, n]} or {range: [lo, hi, step]}"
+GRID_FORMS = ("a list of sizes, {pow2: [lo, hi]}, {geom: [lo, hi, n]} or {range: [lo, hi, step]} (each form "
+              "with an optional multiple_of: m), or a list of these")
+
+
+def _form_values(value: dict, where: str) -> list[int]:
+    """The sizes of one form of `kernel.grid` (grid_values)."""
+    forms = [name for name in value if name in ("pow2", "geom", "range")]
+    unknown = [name for name in value if name not in ("pow2", "geom", "range", "multiple_of")]
+    if len(forms) != 1 or unknown:
+        raise ConfigError(f"{where}: {value!r} is not {GRID_FORMS}")
+    form = forms[0]
+    bounds = value[form]
+    counts = {"pow2": 2, "geom": 3, "range": 3}
+    if (not isinstance(bounds, (list, tuple)) or len(bounds) != counts[form]
+            or not all(_is_int(b) and b > 0 for b in bounds)):
+        raise ConfigError(f"{where}.{form}: {bounds!r} must be {counts[form]} positive integers")
+    low, high = bounds[0], bounds[1]
+    if low > high:
+        raise ConfigError(f"{where}.{form}: the bounds {low} > {high} are the wrong way round")
+    if form == "pow2":
+        values = [1 << n for n in range(low.bit_length() - 1, high.bit_length()) if low <= 1 << n <= high]
+    elif form == "geom":
+        steps = bounds[2]
+        if steps < 2:
+            raise ConfigError(f"{where}.geom: {steps} sizes: give at least 2 (the bounds)")
+        values = [round(low * (high / low) ** (i / (steps - 1))) for i in range(steps)]
+    else:
+        values = list(range(low, high + 1, bounds[2]))
+    if not values:
+        raise ConfigError(f"{where}.{form}: {bounds!r} gives no size")
+    multiple = value.get("multiple_of", 1)
+    if not (_is_int(multiple) and multiple > 0):
+        raise ConfigError(f"{where}.multiple_of: {multiple!r} must be a positive integer")
+    # The nearest multiple (at least one): sizes Triton compiles apart, as rows of 16-element multiples are.
+    return [max(multiple, multiple * round(v / multiple)) for v in values]
 
 
 def grid_values(value: Any, where: str) -> list[int]:
-    """The sizes one dim of `kernel.grid` gives (schema.KernelConf says the forms), ascending."""
-    if isinstance(value, dict):
-        if len(value) != 1 or next(iter(value)) not in ("pow2", "geom", "range"):
-            raise ConfigError(f"{where}: {value!r} is not {GRID_FORMS}")
-        form, bounds = next(iter(value.items()))
-        counts = {"pow2": 2, "geom": 3, "range": 3}
-        if (not isinstance(bounds, (list, tuple)) or len(bounds) != counts[form]
-                or not all(_is_int(b) and b > 0 for b in bounds)):
-            raise ConfigError(f"{where}.{form}: {bounds!r} must be {counts[form]} positive integers")
-        low, high = bounds[0], bounds[1]
-        if low > high:
-            raise ConfigError(f"{where}.{form}: the bounds {low} > {high} are the wrong way round")
-        if form == "pow2":
-            values = [1 << n for n in range(low.bit_length() - 1, high.bit_length()) if low <= 1 << n <= high]
-        elif form == "geom":
-            steps = bounds[2]
-            if steps < 2:
-                raise ConfigError(f"{where}.geom: {steps} sizes: give at least 2 (the bounds)")
-            values = [round(low * (high / low) ** (i / (steps - 1))) for i in range(steps)]
+    """The sizes one dim of `kernel.grid` gives (schema.KernelConf says the forms), ascending, each once."""
+    items = [value] if isinstance(value, dict) else _as_list(value)
+    values = []
+    for position, item in enumerate(items):
+        if isinstance(item, dict):
+            values += _form_values(item, where if isinstance(value, dict) else f"{where}[{position}]")
+        elif _is_int(item) and item > 0:
+            values.append(item)
         else:
-            values = list(range(low, high + 1, bounds[2]))
-        if not values:
-            raise ConfigError(f"{where}.{form}: {bounds!r} gives no size")
-        return sorted(set(values))
-    values = _as_list(value)
-    if not values or not all(_is_int(v) and v > 0 for v in values):
+            raise ConfigError(f"{where}: {value!r} is not {GRID_FORMS} (positive integers)")
+    if not values:
         raise ConfigError(f"{where}: {value!r} is not {GRID_FORMS} (positive integers)")
     return sorted(set(values))
 
