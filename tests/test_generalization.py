@@ -344,3 +344,89 @@ def test_make_prune_refuses_a_spread_below_one_and_passes_one_through(frame, tmp
 
     assert kept() == [(256, 1), (512, 4), (1024, 4)]
     assert kept(spread=1.0) == [(256, 1), (512, 4)]
+
+
+ALIGNED = (1024, 2048, 4096, 8192)  # multiples of 16
+UNALIGNED = (1020, 2044, 4092, 8188)  # not: Triton compiles another kernel for these
+
+
+def _store_of(tmp_path, cols_sizes, p50_of):
+    """A store of 8-row shapes at `cols_sizes`, two configs (512/4 and 256/4, both valid at every length,
+    as a looped kernel's blocks are) timed by p50_of(cols, block)."""
+    store = ResultStore(tmp_path / "kinds.sqlite")
+    for index, (cols, block) in enumerate((c, b) for c in cols_sizes for b in (512, 256)):
+        store.append({**GPU_ENV, "trial_key": f"a{index}", "sweep_id": "s2", "kernel": "softmax",
+                      "provider": "triton", "shape": (8, cols), "dtype": "float16",
+                      "config": {"BLOCK_SIZE": block, "num_warps": 4, "num_stages": 1},
+                      "status": "ok", "phase": "screen", "p50_us": p50_of(cols, block),
+                      "gbps": 1.0, "tflops": 0.1, "seed": 0, "timestamp": "2026-11-24T00:00:00"})
+    loaded = store.load()
+    store.close()
+    return loaded
+
+
+def _by_kind(cols, block):
+    """512 wins by 1.5x where the row length is a multiple of 16, 256 where it is not."""
+    right = 512 if cols % 16 == 0 else 256
+    return cols / 100 * (1.0 if block == right else 1.5)
+
+
+def test_sizes_of_each_kind_are_looked_up_apart_where_the_estimate_says_so(tmp_path, capsys):
+    """Together, the shapes around a left-out 2048 are 2044 and 4092 (the nearest measured lengths), whose
+    winner 256 is 1.5x slower at 2048: 66.67%; at the edges, 1020 and 8192 take the nearest, of the other
+    kind: 66.67% too. Apart, around 2048 are 1024 and 4096, whose winner 512 is right: 100%, and every
+    left-out length is served right (the edges by the nearest of their kind). Autotune serves all either
+    way: the prune keeps both configs (1.5x, within SPREAD). So the export looks the kinds up apart, and
+    the module's config_for follows the call's kind."""
+    from runners.results.generalization import estimate
+
+    frame = _store_of(tmp_path, ALIGNED + UNALIGNED, _by_kind)
+    result = estimate(Measured(frame), 0.03, ("rows", "cols"), ["cols"])
+    assert result["aligned_apart"] is True
+    assert {entry["config_for"]["pct_of_best"] for entry in result["shapes"]} == {100.0}
+    assert result["together"]["config_for"]["good"] == 0
+    assert "sizes that are multiples of 16 and sizes that are not looked up apart (together: autotune " \
+           "8/8, config_for 0/8 at the bar)" in summary_line(result, ("rows", "cols"))
+    module = _module(frame, tmp_path)
+    assert module["ALIGNED_APART"] == {("NVIDIA H200", "3.6.0", "float16")}
+
+    def block(cols):
+        return module["config_for"]("float16", gpu="NVIDIA H200", n_cols=cols).kwargs["BLOCK_SIZE"]
+
+    assert [block(cols) for cols in (3000, 3008, 2046, 2048, 6000, 6004)] == [256, 512, 256, 512, 512, 256]
+
+
+def test_kinds_whose_best_configs_agree_are_looked_up_together(tmp_path):
+    """512 wins at every length: apart, each kind's grid is twice as sparse and serves no better."""
+    frame = _store_of(tmp_path, ALIGNED + UNALIGNED, lambda cols, block: cols / 100 * (1.0 if block == 512
+                                                                                          else 1.5))
+    module = _module(frame, tmp_path)
+    assert module["ALIGNED_APART"] == set()
+    section = json.loads((tmp_path / "softmax_configs.json").read_text())["gpus"]["NVIDIA H200"]["3.6.0"]
+    assert section["dtypes"]["float16"]["leave_one_out"]["aligned_apart"] is False
+
+
+def test_a_size_of_a_kind_never_measured_warns_once_per_dim_and_kind(tmp_path):
+    module = _module(_store_of(tmp_path, ALIGNED, _by_kind), tmp_path)
+
+    def config_for(cols):
+        return _range_warnings(lambda: module["config_for"]("float16", gpu="NVIDIA H200", n_cols=cols))
+
+    assert config_for(3008) == []  # a multiple of 16, between measured lengths: silent
+    caught = config_for(3000)
+    assert len(caught) == 1
+    assert "cols=3000 on NVIDIA H200 float16 is not a multiple of 16, unlike every measured cols" in str(
+        caught[0].message)
+    assert config_for(5000) == []  # the same kind again: warned once already
+
+
+def test_the_kind_filters_dim_by_dim_where_the_call_s_kind_was_measured():
+    """A call of M=100 (no measured M is of its kind: M does not filter), N=1000 (not a multiple of 16,
+    like 1000 and 3000): the shapes with N of its kind, whatever their M; not apart, all of them."""
+    from runners.results import export_runtime as runtime
+
+    dims = ("M", "N")
+    shapes = [(64, 1024), (64, 1000), (128, 3000), (128, 2048)]
+    assert runtime._aligned_like(shapes, {"M": 100, "N": 1000}, dims) == [(64, 1000), (128, 3000)]
+    assert runtime._aligned_like(shapes, {"M": 64, "N": 4096}, dims) == [(64, 1024), (128, 2048)]
+    assert runtime._aligned_like(shapes, {"M": 100, "N": 1000}, dims, apart=False) == shapes

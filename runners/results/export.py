@@ -262,7 +262,7 @@ def gpu_section(rows: pd.DataFrame, tolerance: float, baselines: Optional[pd.Dat
     """Provenance and the covering set of every dtype of one GPU's rows (with the baselines measured
     beside them, for each shape's winner); given the dims and the export key's dims, each dtype's
     leave-one-out estimate too (runners/results/generalization.py)."""
-    from runners.results.generalization import leave_one_out  # it builds on this module's Measured
+    from runners.results.generalization import estimate  # it builds on this module's Measured
 
     newest = rows.loc[rows["id"].idxmax()]
     dtypes = {}
@@ -271,7 +271,7 @@ def gpu_section(rows: pd.DataFrame, tolerance: float, baselines: Optional[pd.Dat
                                      None if baselines is None else baselines[baselines["dtype"] == dtype],
                                      calls)
         if dims is not None:
-            dtypes[dtype]["leave_one_out"] = leave_one_out(Measured(group), tolerance, dims, key_dims)
+            dtypes[dtype]["leave_one_out"] = estimate(Measured(group), tolerance, dims, key_dims)
     return {
         **{name: (None if pd.isna(newest[name]) else str(newest[name])) for name in PROVENANCE},
         "sweep_ids": sorted(rows["sweep_id"].unique().tolist()),
@@ -387,6 +387,15 @@ def _literal_lines(data: dict, configs: dict) -> tuple[list[str], list[str]]:
     return cover_lines, best_lines
 
 
+def _aligned_apart_literal(all_sections: list) -> str:
+    """The ALIGNED_APART literal: (GPU, Triton version, dtype) of the sections whose leave-one-out estimate
+    chose to look the kinds of size up apart (runners/results/generalization.py)."""
+    apart = [(gpu, version, dtype) for gpu, version, section in all_sections
+             for dtype, dtype_data in section["dtypes"].items()
+             if dtype_data.get("leave_one_out", {}).get("aligned_apart")]
+    return "{" + ", ".join(map(repr, apart)) + "}" if apart else "set()"
+
+
 def render_module(data: dict, json_name: str) -> str:
     """The .py of an export: its data as literals, then the lookup code of
     runners/results/export_runtime.py."""
@@ -458,6 +467,10 @@ COVER = {{
 BEST_BY_SHAPE = {{
 {chr(10).join(best_lines)}
 }}
+
+# (GPU, Triton version, dtype) where sizes that are multiples of 16 and sizes that are not are looked up
+# apart: the export's leave-one-out estimate was higher so (the rules below).
+ALIGNED_APART = {_aligned_apart_literal(all_sections)}
 
 
 {runtime}'''

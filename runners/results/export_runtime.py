@@ -15,6 +15,10 @@ Lookups, for a call's sizes (the kernel's arguments named in KEY, or the dims of
   above its size (the size itself where it was measured, the nearest alone where the call lies beyond
   the measured range), and every measured shape with those sizes, whatever its other dims: the cell of
   the grid that holds the call. Where no measured shape has them, the nearest measured shape.
+- Sizes that are multiples of 16 and sizes that are not: Triton compiles a kernel apart for each kind (a
+  row's start known aligned, wide loads), and a kernel's best config can differ between them. In the
+  sections of ALIGNED_APART, where the export's leave-one-out estimate was higher so, the shapes around a
+  call are taken among the measured shapes of its kind, dim by dim where that kind was measured.
 - The prune keeps, among the configs given to autotune that are listed in COVER and pass `check` (if one
   was given): at a measured point of the key (every shape around has the call's sizes), the fastest
   verified (ok) at each shape around, since it was measured there; between or beyond measured points,
@@ -40,7 +44,8 @@ Lookups, for a call's sizes (the kernel's arguments named in KEY, or the dims of
   a 4-40 us kernel, enough to reorder configs a few % apart.
 - Both warn (ExportRangeWarning, once per GPU, dtype and sizes) where the call lies outside the measured
   range of a dim it gives, or farther from every measured shape than the grid's own spacing: the config
-  is then extrapolated, and only a sweep at those sizes says how good it is.
+  is then extrapolated, and only a sweep at those sizes says how good it is. Also once per GPU, dtype,
+  dim and kind, where a size is of a kind (a multiple of 16 or not) that no measured size of its dim is.
 - The GPU: the `gpu` argument, else the environment variable in GPU_ENV, else the name of the CUDA
   device of the call's first tensor argument (torch.cuda.get_device_name), else of the current device.
   A GPU that was never measured is an error (ExportLookupError naming the measured ones): another GPU's
@@ -62,6 +67,7 @@ TRITON_ENV = "TRITON_EXPORT_TRITON"
 CONFIGS = []
 COVER = {}
 BEST_BY_SHAPE = {}
+ALIGNED_APART = set()
 
 # ---- generated modules copy everything below this line ----
 
@@ -69,6 +75,10 @@ BEST_BY_SHAPE = {}
 # a measured shape around the call (module doc). 2x: on an H200 layernorm's best at 4096x12000 ran at
 # half the best speed at 13004 columns, and 1.5x kept too few (BENCHMARKS.md, issue 20).
 SPREAD = 2.0
+# Triton compiles a kernel apart for an integer argument divisible by 16 (a row length, a stride): a row's
+# start is then known aligned and its loads can be wide, so the best config can differ between sizes that
+# are multiples of 16 and sizes that are not (module doc: ALIGNED_APART).
+ALIGNMENT = 16
 
 
 class ExportLookupError(LookupError):
@@ -190,6 +200,20 @@ def _around(shapes, sizes, dims):
     return around or nearest[:1]
 
 
+def _aligned_like(shapes, sizes, dims, apart=True):
+    """The measured shapes that share the call's divisibility by ALIGNMENT, dim by dim over the dims the
+    call gives, where some measured shape has it in that dim (else that dim does not filter); all of them
+    where sizes are not looked up apart."""
+    matching = list(shapes)
+    if not apart:
+        return matching
+    for dim, size in sizes.items():
+        index = dims.index(dim)
+        same = [shape for shape in matching if (shape[index] % ALIGNMENT == 0) == (size % ALIGNMENT == 0)]
+        matching = same or matching
+    return matching
+
+
 def _verified_at(cover, shape, passes):
     """(p50 there, index in the list) of each listed config verified at `shape` that passes."""
     return [(at[shape], index) for index, (config, at) in enumerate(cover) if shape in at and passes(config)]
@@ -206,13 +230,14 @@ def _at_measured_point(shapes, sizes, dims):
     return all(shape[dims.index(dim)] == size for shape in shapes for dim, size in sizes.items())
 
 
-def _kept(cover, sizes, passes, dims, spread=SPREAD):
+def _kept(cover, sizes, passes, dims, spread=SPREAD, apart=False):
     """The prune's choice (module doc): at a measured point, the list's fastest config at each of its
     shapes; between or beyond points, every listed config within `spread` times the list's fastest at some
     shape around the call; where none passes there, the fastest that passes at the nearest shape that has
-    one. Each config once, in the list's order."""
+    one. Each config once, in the list's order. `apart`: the shapes around are taken among those that share
+    the call's divisibility by ALIGNMENT (_aligned_like)."""
     shapes = list(dict.fromkeys(shape for _, at in cover for shape in at))
-    around = _around(shapes, sizes, dims)
+    around = _around(_aligned_like(shapes, sizes, dims, apart), sizes, dims)
     if _at_measured_point(around, sizes, dims):
         kept = [_fastest_at(cover, shape, passes) for shape in around]
     else:
@@ -249,11 +274,11 @@ def _next_power_of_two(n):
     return 1 << (n - 1).bit_length()
 
 
-def _choice(cover, best, sizes, passes, dims):
-    """config_for's choice (module doc), else None."""
+def _choice(cover, best, sizes, passes, dims, apart=False):
+    """config_for's choice (module doc), else None; `apart` as for _kept."""
     import math
 
-    around = _around(list(best), sizes, dims)
+    around = _around(_aligned_like(best, sizes, dims, apart), sizes, dims)
     if len(around) == 1 and _at_measured_point(around, sizes, dims) and passes(best[around[0]]):
         return best[around[0]]
     weights = _weights(around, sizes, dims)
@@ -289,17 +314,34 @@ def _choice(cover, best, sizes, passes, dims):
     return None
 
 
-def _warn_if_far(shapes, sizes, gpu, dtype):
-    """ExportRangeWarning, once per (GPU, dtype, sizes), where a call lies outside the measured range of a
-    dim it gives, or farther from every measured shape than the grid's spacing (the norm, over those dims,
-    of the median step between consecutive measured sizes, in log space)."""
+def _multiple(size):
+    return f"{'' if size % ALIGNMENT == 0 else 'not '}a multiple of {ALIGNMENT}"
+
+
+def _warn_if_far(shapes, sizes, gpu, dtype, apart):
+    """ExportRangeWarning where a call's size is of a kind (a multiple of ALIGNMENT or not) that no measured
+    size of its dim is, once per (GPU, dtype, dim, kind); and, once per (GPU, dtype, sizes), where it lies
+    outside the measured range of a dim it gives, or farther from every measured shape than the grid's
+    spacing (the norm, over those dims, of the median step between consecutive measured sizes, in log
+    space); where sizes are looked up apart (`apart`), measured among the shapes of the call's kind."""
     import math
     import statistics
+    import warnings
 
+    for dim, size in sizes.items():
+        kind = size % ALIGNMENT == 0
+        if (gpu, dtype, dim, kind) not in _warned_sizes and all(
+                (shape[DIMS.index(dim)] % ALIGNMENT == 0) != kind for shape in shapes):
+            _warned_sizes.add((gpu, dtype, dim, kind))
+            warnings.warn(f"{KERNEL}: {dim}={size} on {gpu} {dtype} is {_multiple(size)}, unlike every "
+                          f"measured {dim}: Triton compiles a kernel apart for such sizes, whose speed was "
+                          "not measured: sweep sizes of this kind and export again", ExportRangeWarning,
+                          stacklevel=3)
     seen = (gpu, dtype, tuple(sorted(sizes.items())))
     if seen in _warned_sizes:
         return
     _warned_sizes.add(seen)
+    shapes = _aligned_like(shapes, sizes, DIMS, apart)
     measured = {dim: sorted({shape[DIMS.index(dim)] for shape in shapes}) for dim in sizes}
     ranges = ", ".join(f"{dim} {values[0]}..{values[-1]}" for dim, values in measured.items())
     outside = [dim for dim, values in measured.items() if not values[0] <= sizes[dim] <= values[-1]]
@@ -315,8 +357,6 @@ def _warn_if_far(shapes, sizes, gpu, dtype):
                f"({spacing:.2f})")
     else:
         return
-    import warnings
-
     warnings.warn(f"{KERNEL}: {_where(sizes, gpu, dtype)} lies {why} (measured: {ranges}); its config is "
                   "extrapolated: sweep these sizes and export again", ExportRangeWarning, stacklevel=3)
 
@@ -374,15 +414,16 @@ def _prune(configs, args, key, check, gpu, dtype, version, spread=SPREAD):
     dtype = _dtype_name(dtype)
     device = tensor.device if tensor is not None and getattr(tensor.device, "type", None) == "cuda" else None
     gpu = gpu_name(gpu, device)
-    cover, _ = _cover(gpu, dtype, version)
+    cover, version = _cover(gpu, dtype, version)
+    apart = (gpu, version, dtype) in ALIGNED_APART
     given = {}
     for config in configs:
         given.setdefault(_identity(config), config)
     named = _named(sizes, key)
     offered = [(given[_identity(config)], at) for config, at in cover if _identity(config) in given]
     shapes = list(dict.fromkeys(shape for _, verified in cover for shape in verified))
-    _warn_if_far(shapes, sizes, gpu, dtype)
-    kept = _kept(offered, sizes, lambda config: check is None or check(config, named), DIMS, spread)
+    _warn_if_far(shapes, sizes, gpu, dtype, apart)
+    kept = _kept(offered, sizes, lambda config: check is None or check(config, named), DIMS, spread, apart)
     if kept:
         return kept
     raise ExportLookupError(
@@ -487,8 +528,9 @@ def config_for(dtype, *, gpu=None, check=None, triton_version=None, **sizes):
     named = _named(sizes, KEY)
     best = {shape: config for (of_dtype, shape), config in BEST_BY_SHAPE[gpu][version].items()
             if of_dtype == dtype}
-    _warn_if_far(list(best), sizes, gpu, dtype)
-    config = _choice(cover, best, sizes, lambda config: check is None or check(config, named), DIMS)
+    apart = (gpu, version, dtype) in ALIGNED_APART
+    _warn_if_far(list(best), sizes, gpu, dtype, apart)
+    config = _choice(cover, best, sizes, lambda config: check is None or check(config, named), DIMS, apart)
     if config is not None:
         return config
     raise ExportLookupError(f"{KERNEL}: no exported config for {_where(sizes, gpu, dtype)} passed check "

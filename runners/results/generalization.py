@@ -15,6 +15,12 @@ a finalist's re-timed one); a pick is good at or above 1 - tolerance, the coveri
 Leaving a point out opens a hole twice the grid's spacing there, so the estimate is for a grid of half
 the density: on the cautious side for calls between measured points, and it says nothing about calls
 beyond the measured range (the module warns about those at run time).
+
+Where both kinds of size were measured in a key dim (multiples of 16 and not: export_runtime.ALIGNMENT),
+the estimate is made twice, with the shapes around a left-out one taken among all the measured shapes and
+among those of its kind alone; the module looks sizes up apart (ALIGNED_APART) where the second is higher
+(the mean log figure over both paths). Apart, each kind's grid is the sparser, so apart wins only where
+the kinds' best configs differ (layernorm's on an H200: BENCHMARKS.md, issue 20).
 """
 from __future__ import annotations
 
@@ -44,9 +50,29 @@ def _figure(measured: Measured, key: Optional[str], shape: tuple) -> dict:
     return {"config": json.loads(key), "pct_of_best": round(100 * best / measured.p50_at(key, shape), 2)}
 
 
-def leave_one_out(measured: Measured, tolerance: float, dims: tuple, key_dims: list[str]) -> dict:
+def estimate(measured: Measured, tolerance: float, dims: tuple, key_dims: list[str]) -> dict:
+    """The leave-one-out estimate of one (GPU, dtype), with "aligned_apart": whether the module looks the
+    kinds of size up apart (module doc); where it does, "together": the summary had it not."""
+    together = leave_one_out(measured, tolerance, dims, key_dims)
+    both_kinds = any(len({shape[dims.index(dim)] % runtime.ALIGNMENT == 0 for shape in measured.shapes}) == 2
+                     for dim in key_dims)
+    if both_kinds and together["shapes"]:
+        apart = leave_one_out(measured, tolerance, dims, key_dims, apart=True)
+        if _score(apart) > _score(together):
+            return {**apart, "aligned_apart": True, "together": together["summary"]}
+    return {**together, "aligned_apart": False}
+
+
+def _score(result: dict) -> float:
+    """The mean log figure over both paths and every left-out shape (no config: 1%)."""
+    figures = [max(entry[path]["pct_of_best"], 1.0) for entry in result["shapes"] for path in PATHS]
+    return sum(map(math.log, figures)) / len(figures)
+
+
+def leave_one_out(measured: Measured, tolerance: float, dims: tuple, key_dims: list[str],
+                  apart: bool = False) -> dict:
     """The per-shape figures and their summary (module doc), for one (GPU, dtype); `key_dims`: the dims
-    of the export key (all dims where it names none)."""
+    of the export key (all dims where it names none); `apart`: the kinds of size looked up apart."""
     index = [dims.index(d) for d in key_dims]
     points: dict[tuple, list] = {}
     for shape in measured.shapes:
@@ -67,9 +93,9 @@ def leave_one_out(measured: Measured, tolerance: float, dims: tuple, key_dims: l
             def passes(config, shape=shape):
                 return measured.p50_at(key_of[id(config)], shape) is not None
 
-            kept = [key_of[id(c)] for c in runtime._kept(cover, sizes, passes, dims)]
+            kept = [key_of[id(c)] for c in runtime._kept(cover, sizes, passes, dims, apart=apart)]
             timed = min(kept, key=lambda key: measured.p50_at(key, shape), default=None)
-            chosen = runtime._choice(cover, best, sizes, passes, dims)
+            chosen = runtime._choice(cover, best, sizes, passes, dims, apart=apart)
             result["shapes"].append({
                 "shape": list(shape), "autotune": _figure(measured, timed, shape),
                 "config_for": _figure(measured, None if chosen is None else key_of[id(chosen)], shape)})
@@ -140,5 +166,10 @@ def summary_line(result: dict, dims: tuple) -> str:
         if summary["no_config"]:
             part += f", none it offered was ok at {summary['no_config']}"
         parts.append(part)
+    if result.get("aligned_apart"):
+        together = [f"{name} {result['together'][name]['good']}/{result['together'][name]['shapes']}"
+                    for name in PATHS]
+        parts.append(f"sizes that are multiples of {runtime.ALIGNMENT} and sizes that are not looked up "
+                     f"apart (together: {', '.join(together)} at the bar)")
     return (f"between measured shapes (each {', '.join(result['key_dims'])} left out in turn): "
             + "; ".join(parts) + "; " + result["advice"])
