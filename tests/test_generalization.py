@@ -74,8 +74,8 @@ def test_leave_one_out_picks_as_the_module_would(frame):
     # the measurement: ok there) is 512/4, at 400 too: 2.0 / 3.6.
     # 400 out: at 200 and 800, the only one holding 400 columns is 1024/4: 4.0 / 6.0.
     # 800 out: the list of the rest (128/1, 256/1, 512/4) holds no block of 800 columns: no pick, 0%.
-    # config_for: at each point around, the config fastest over both row counts; no shared form (a block
-    # of 512 at 100 columns is not its next power of two), so the nearest (the larger at a tie).
+    # config_for, given the left-out shape whole: around it the shapes of its own row count; no shared form
+    # (a block of 512 at 100 columns is not its next power of two), so the nearest (the larger at a tie).
     expected = {100: ((256, 1), 66.67), 200: ((512, 4), 55.56), 400: ((1024, 4), 66.67), 800: (None, 0.0)}
     assert _by_cols(result, "autotune") == expected
     assert _by_cols(result, "config_for") == expected
@@ -245,6 +245,12 @@ def test_config_for_takes_the_least_loss_over_the_other_dims_and_the_prune_all_w
     # counts 8192 rows alone).
     assert choice(4096, passes) == (4096, 8)
     assert choice(4096, no_16) == (4096, 8)
+    # Given the rows too: at 1024 and 8192 rows, measured shapes, their winners A and C; between, the
+    # weight of 8192 rows is log(rows / 1024) / log 8: at 1100 rows .034, A's loss .034 x .262 = .009 < B's
+    # .030; at 2048 rows 1/3, A's .087 > B's.
+    by_rows = {rows: _block_warps(runtime._choice(cover, best, {"rows": rows, "cols": 4096}, passes, dims))
+               for rows in (1024, 1100, 2048, 8192)}
+    assert by_rows == {1024: (4096, 4), 1100: (4096, 4), 2048: (4096, 8), 8192: (4096, 16)}
     assert choice(4096, lambda config: config.num_warps != 8) == (4096, 4)  # A, verified at both, before C
     # 3000 columns: 2048 and 4096 around (weights log(3000/2048) / log 2 = .551 for 4096, .449 for 2048);
     # the winners share the form (2048 at 2048, 4096 at 4096): next_pow2(3000) = 4096, so A, B, C, none

@@ -210,10 +210,6 @@ def bench_shape(kernel: str, spec, exported, shape: tuple, dtype: str, best: dic
     from runners.results.generalization import as_triton_config
 
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-    # The sizes the prune reads (KEY's dims; all dims when KEY is empty, as the prune falls back to),
-    # so that config_for and the prune look from the same point.
-    key_dims = set(exported.KEY.values()) or set(spec.dims)
-    sizes = {dim: size for dim, size in zip(spec.dims, shape) if dim in key_dims}
     inputs = spec.make_inputs(shape, getattr(torch, dtype), 0, torch.device(device))
     references = check.as_tuple(spec.reference(*check.upcast(inputs)))
     bound = spec.accumulation_bound(*inputs) if spec.accumulation_bound else None
@@ -229,7 +225,9 @@ def bench_shape(kernel: str, spec, exported, shape: tuple, dtype: str, best: dic
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", exported.ExportRangeWarning)
         try:
-            row["picks"]["config_for"] = as_dict(exported.config_for(dtype, check=rule, **sizes))
+            # config_for is given the whole shape, as a caller that holds the tensors can (README).
+            row["picks"]["config_for"] = as_dict(exported.config_for(dtype, check=rule,
+                                                                     **dict(zip(spec.dims, shape))))
             # The export's own timer, as the README has users pass it (do_bench=...), where no other is
             # given (the interpreter's tests give one).
             tuned, call = autotuned_call(kernel, exported.CONFIGS, counting_prune, inputs,

@@ -28,14 +28,16 @@ Lookups, for a call's sizes (the kernel's arguments named in KEY, or the dims of
   passes at any of them, the fastest that passes at the nearest shape that has one. A config is verified
   only at the shapes it was measured ok at: at any other shape only `check` (the kernel's own rule) can
   say whether it is valid; without one, the configs around are trusted.
-- config_for, at a measured shape (the key's sizes measured at one shape), returns its winner; elsewhere
-  the listed config with the least interpolated loss: the mean over the shapes around where it was
-  verified of log(p50 / the list's fastest there), weighted linearly in log size between the measured
-  sizes below and above the call (dim by dim; shapes that differ only in dims the key does not give
-  weigh the same). The configs verified at every shape around compete; where the winners around share
-  a form (a meta-parameter equal to the next power of two of a dim at each of them, as a softmax block
-  that just holds the row), the configs of that form at the call's size come first, those verified at
-  every shape around before the others (a block too short for the longer row around). Only configs that
+- config_for takes the key's sizes and any other dim of DIMS the caller knows (the rows of a row-wise
+  kernel, which autotune's key cannot carry): every dim given narrows the shapes around. At a measured
+  shape (the sizes given measured at one shape) it returns its winner; elsewhere the listed config with
+  the least interpolated loss: the mean over the shapes around where it was verified of log(p50 / the
+  list's fastest there), weighted linearly in log size between the measured sizes below and above the
+  call (dim by dim; shapes that differ only in dims not given weigh the same). The configs verified at
+  every shape around compete; where the winners around share a form (a meta-parameter equal to the next
+  power of two of a dim at each of them, as a softmax block that just holds the row), the configs of
+  that form at the call's size come first, those verified at every shape around before the others (a
+  block too short for the longer row around). Only configs that
   pass `check`; where none does, the winner of the nearest shape or the configs verified there, fastest
   first, that pass; else the same at the next nearest shape.
 - do_bench, for @triton.autotune(do_bench=...), times as the sweep did (the L2 evicted by a read, the

@@ -9,7 +9,8 @@ winners) then picks a config at each left-out shape with the exported module's o
 by the measurement itself: a config passes where it was ok at the left-out shape.
 - autotune with the prune: autotune times what the prune keeps and takes the fastest; here, the one of
   them with the lowest p50 measured at the left-out shape (an autotune that ranks as our timer does);
-- config_for: what it returns.
+- config_for: what it returns given the left-out shape whole (every dim, the rows too, as a caller that
+  holds the tensors gives them: README), where the prune reads only the key's dims (autotune's key).
 The figure at a left-out shape is the best p50 measured there over the pick's p50 there (p50s of record:
 a finalist's re-timed one); a pick is good at or above 1 - tolerance, the covering set's own bar.
 Leaving a point out opens a hole twice the grid's spacing there, so the estimate is for a grid of half
@@ -95,7 +96,7 @@ def leave_one_out(measured: Measured, tolerance: float, dims: tuple, key_dims: l
 
             kept = [key_of[id(c)] for c in runtime._kept(cover, sizes, passes, dims, apart=apart)]
             timed = min(kept, key=lambda key: measured.p50_at(key, shape), default=None)
-            chosen = runtime._choice(cover, best, sizes, passes, dims, apart=apart)
+            chosen = runtime._choice(cover, best, dict(zip(dims, shape)), passes, dims, apart=apart)  # whole
             result["shapes"].append({
                 "shape": list(shape), "autotune": _figure(measured, timed, shape),
                 "config_for": _figure(measured, None if chosen is None else key_of[id(chosen)], shape)})
