@@ -433,6 +433,6 @@ def test_the_kind_filters_dim_by_dim_where_the_call_s_kind_was_measured():
 
     dims = ("M", "N")
     shapes = [(64, 1024), (64, 1000), (128, 3000), (128, 2048)]
-    assert runtime._aligned_like(shapes, {"M": 100, "N": 1000}, dims) == [(64, 1000), (128, 3000)]
-    assert runtime._aligned_like(shapes, {"M": 64, "N": 4096}, dims) == [(64, 1024), (128, 2048)]
+    assert runtime._aligned_like(shapes, {"M": 100, "N": 1000}, dims, True) == [(64, 1000), (128, 3000)]
+    assert runtime._aligned_like(shapes, {"M": 64, "N": 4096}, dims, True) == [(64, 1024), (128, 2048)]
     assert runtime._aligned_like(shapes, {"M": 100, "N": 1000}, dims, apart=False) == shapes

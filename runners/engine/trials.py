@@ -202,7 +202,8 @@ def _form_values(value: dict, where: str) -> list[int]:
     multiple = value.get("multiple_of", 1)
     if not (_is_int(multiple) and multiple > 0):
         raise ConfigError(f"{where}.multiple_of: {multiple!r} must be a positive integer")
-    # The nearest multiple (at least one): sizes Triton compiles apart, as rows of 16-element multiples are.
+    # Each size to its nearest multiple (one at least): Triton compiles a kernel apart for sizes divisible
+    # by 16, so a grid can measure that kind on purpose.
     return [max(multiple, multiple * round(v / multiple)) for v in values]
 
 

@@ -37,9 +37,9 @@ Lookups, for a call's sizes (the kernel's arguments named in KEY, or the dims of
   every shape around compete; where the winners around share a form (a meta-parameter equal to the next
   power of two of a dim at each of them, as a softmax block that just holds the row), the configs of
   that form at the call's size come first, those verified at every shape around before the others (a
-  block too short for the longer row around). Only configs that
-  pass `check`; where none does, the winner of the nearest shape or the configs verified there, fastest
-  first, that pass; else the same at the next nearest shape.
+  block too short for the longer row around). Only configs that pass `check`; where none does, the
+  winner of the nearest shape or the configs verified there, fastest first, that pass; else the same at
+  the next nearest shape.
 - do_bench, for @triton.autotune(do_bench=...), times as the sweep did (the L2 evicted by a read, the
   median of CUDA-event times), so that autotune ranks near-tied configs in the sweep's order: Triton's
   own benchmarker zeroes a buffer to flush the L2, and the dirty lines it leaves are written back during
@@ -202,7 +202,7 @@ def _around(shapes, sizes, dims):
     return around or nearest[:1]
 
 
-def _aligned_like(shapes, sizes, dims, apart=True):
+def _aligned_like(shapes, sizes, dims, apart):
     """The measured shapes that share the call's divisibility by ALIGNMENT, dim by dim over the dims the
     call gives, where some measured shape has it in that dim (else that dim does not filter); all of them
     where sizes are not looked up apart."""
