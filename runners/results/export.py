@@ -182,12 +182,20 @@ class Measured:
         at = self.configs[key]["ok_at"].get(shape)
         return None if at is None else at["p50_us"]
 
+    def near(self, shapes: list, tolerance: float) -> dict[str, list]:
+        """Each config -> the shapes of `shapes` where it is within `tolerance` of the best, in order."""
+        limit = {s: (1 + tolerance) * self.best[s] for s in shapes}
+        return {key: [s for s in shapes if self.timed[s].get(key, math.inf) <= limit[s]]
+                for key in self.configs}
+
     def cover(self, shapes: list, tolerance: float, calls: Optional[dict] = None) -> list[str]:
         """The covering set of `shapes` (module doc: the greedy rule, weighted by `calls`: shape -> count,
         where given), as canonical configs, best first."""
-        limit = {s: (1 + tolerance) * self.best[s] for s in shapes}
-        covers = {key: {s for s in shapes if self.timed[s].get(key, math.inf) <= limit[s]}
-                  for key in self.configs}
+        return self._greedy(shapes, self.near(shapes, tolerance), calls)
+
+    def _greedy(self, shapes: list, near: dict, calls: Optional[dict]) -> list[str]:
+        """The covering set (module doc: the greedy rule), given each config's shapes within the tolerance."""
+        covers = {key: set(at) for key, at in near.items()}
 
         def rank(key: str, uncovered: set) -> tuple:
             gain = covers[key] & uncovered
@@ -209,11 +217,10 @@ class Measured:
         """The exported list (module doc): the covering set of `shapes`, then the alternates, every other
         config within `tolerance` of the best at one of them at least, those within it at more shapes
         first (then the first measured)."""
-        chosen = self.cover(shapes, tolerance, calls)
-        near = {key: sum(self.timed[s].get(key, math.inf) <= (1 + tolerance) * self.best[s] for s in shapes)
-                for key in self.configs if key not in chosen}
-        alternates = sorted((key for key, count in near.items() if count),
-                            key=lambda key: (-near[key], self.configs[key]["first_id"]))
+        near = self.near(shapes, tolerance)
+        chosen = self._greedy(shapes, near, calls)
+        alternates = sorted((key for key, at in near.items() if at and key not in chosen),
+                            key=lambda key: (-len(near[key]), self.configs[key]["first_id"]))
         return chosen + alternates
 
 
@@ -232,8 +239,7 @@ def covering_set(rows: pd.DataFrame, tolerance: float, baselines: Optional[pd.Da
     measured = Measured(rows)
     shapes, configs, timed, winners = measured.shapes, measured.configs, measured.timed, measured.winners
     chosen = measured.listed(shapes, tolerance, calls)
-    covers = {key: [s for s in shapes if timed[s].get(key, math.inf) <= (1 + tolerance) * measured.best[s]]
-              for key in chosen}
+    covers = measured.near(shapes, tolerance)
 
     # (p50, canonical config) of the list's fastest at each shape
     list_best = {s: min((timed[s][key], key) for key in chosen if key in timed[s]) for s in shapes}
