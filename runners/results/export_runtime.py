@@ -324,8 +324,10 @@ def _warn_if_far(shapes, sizes, gpu, dtype, apart):
     """ExportRangeWarning where a call's size is of a kind (a multiple of ALIGNMENT or not) that no measured
     size of its dim is, once per (GPU, dtype, dim, kind); and, once per (GPU, dtype, sizes), where it lies
     outside the measured range of a dim it gives, or farther from every measured shape than the grid's
-    spacing (the norm, over those dims, of the median step between consecutive measured sizes, in log
-    space); where sizes are looked up apart (`apart`), measured among the shapes of the call's kind."""
+    spacing (the norm, over those dims, of the median step between consecutive measured sizes in log
+    space); where sizes are looked up apart (`apart`), measured among the shapes of the call's kind. The
+    steps are those between sizes of the call's kind where it has three or more in that dim: a grid that
+    measures both kinds may pair them (1020 and 1024), and its steps within a pair are no spacing."""
     import math
     import statistics
     import warnings
@@ -343,13 +345,17 @@ def _warn_if_far(shapes, sizes, gpu, dtype, apart):
     if seen in _warned_sizes:
         return
     _warned_sizes.add(seen)
+    every = {dim: sorted({shape[DIMS.index(dim)] for shape in shapes}) for dim in sizes}
+    of_kind = {dim: [value for value in values if (value % ALIGNMENT == 0) == (sizes[dim] % ALIGNMENT == 0)]
+               for dim, values in every.items()}
+    spaced = [of_kind[dim] if len(of_kind[dim]) >= 3 else values for dim, values in every.items()]
+    steps = [statistics.median(math.log(b / a) for a, b in zip(values, values[1:])) if len(values) > 1
+             else 0.0 for values in spaced]
+    spacing = math.sqrt(sum(step ** 2 for step in steps))
     shapes = _aligned_like(shapes, sizes, DIMS, apart)
     measured = {dim: sorted({shape[DIMS.index(dim)] for shape in shapes}) for dim in sizes}
     ranges = ", ".join(f"{dim} {values[0]}..{values[-1]}" for dim, values in measured.items())
     outside = [dim for dim, values in measured.items() if not values[0] <= sizes[dim] <= values[-1]]
-    steps = [statistics.median(math.log(b / a) for a, b in zip(values, values[1:])) if len(values) > 1
-             else 0.0 for values in measured.values()]
-    spacing = math.sqrt(sum(step ** 2 for step in steps))
     nearest = min(math.sqrt(sum(math.log(sizes[dim] / shape[DIMS.index(dim)]) ** 2 for dim in sizes))
                   for shape in shapes)
     if outside:
