@@ -56,6 +56,22 @@ def test_every_sweep_file_composes_and_plans_trials(sweep):
     assert text.startswith("# @package _global_") and "# to run:" in text
 
 
+def _grid_dims() -> list[tuple[str, str]]:
+    """(sweep file, dim) for every dim of a sweep file's kernel.grid."""
+    return [(path.stem, dim) for path in sorted((CONF / "sweep").glob("*.yaml"))
+            for dim in OmegaConf.load(path).get("kernel", {}).get("grid", {})]
+
+
+@pytest.mark.parametrize("sweep, dim", _grid_dims())
+def test_a_sweep_file_s_grid_dim_is_replaced_from_the_command_line(sweep, dim):
+    """Hydra replaces a list by a list, but merges a form ({geom: ...}) into a form and refuses the one
+    over the other: sweep files write each dim as a list, so `kernel.grid.<dim>=[...]` replaces it."""
+    given = [{"geom": [100, 1000, 3], "multiple_of": 16}, 7]
+    cfg = compose("config", overrides=[f"+sweep={sweep}",
+                                       f"kernel.grid.{dim}=[{{geom:[100,1000,3],multiple_of:16}},7]"])
+    assert OmegaConf.to_container(cfg.kernel.grid[dim]) == given
+
+
 @pytest.mark.parametrize("override, field", [
     ("kernel.shapez=[1]", "kernel.shapez"),
     ("kernel.space.num_warp=4", "kernel.space.num_warp"),
