@@ -411,7 +411,8 @@ def test_kinds_whose_best_configs_agree_are_looked_up_together(tmp_path):
     section = json.loads((tmp_path / "softmax_configs.json").read_text())["gpus"]["NVIDIA H200"]["3.6.0"]
     assert section["dtypes"]["float16"]["leave_one_out"]["aligned_apart"] is False
     # Looked up together, the twins' steps (1020 to 1024, ...) are no spacing: a call half-way between two
-    # measured lengths of its kind (log 0.35 from each, steps of log 2) is silent, one past them is not.
+    # measured lengths of its kind (log 0.35 to 0.38 from each, steps of log 2) is silent, one past them
+    # is not.
     for cols in (1448, 1456, 3000):
         assert _range_warnings(lambda: module["config_for"]("float16", gpu="NVIDIA H200", n_cols=cols)) == []
     assert len(_range_warnings(lambda: module["config_for"]("float16", gpu="NVIDIA H200", n_cols=9000))) == 1
