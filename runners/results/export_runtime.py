@@ -202,6 +202,11 @@ def _around(shapes, sizes, dims):
     return around or nearest[:1]
 
 
+def _is_aligned(size):
+    """Whether `size` is of the kind Triton compiles apart: a multiple of ALIGNMENT."""
+    return size % ALIGNMENT == 0
+
+
 def _aligned_like(shapes, sizes, dims, apart):
     """The measured shapes that share the call's divisibility by ALIGNMENT, dim by dim over the dims the
     call gives, where some measured shape has it in that dim (else that dim does not filter); all of them
@@ -211,7 +216,7 @@ def _aligned_like(shapes, sizes, dims, apart):
         return matching
     for dim, size in sizes.items():
         index = dims.index(dim)
-        same = [shape for shape in matching if (shape[index] % ALIGNMENT == 0) == (size % ALIGNMENT == 0)]
+        same = [shape for shape in matching if _is_aligned(shape[index]) == _is_aligned(size)]
         matching = same or matching
     return matching
 
@@ -317,7 +322,7 @@ def _choice(cover, best, sizes, passes, dims, apart=False):
 
 
 def _multiple(size):
-    return f"{'' if size % ALIGNMENT == 0 else 'not '}a multiple of {ALIGNMENT}"
+    return f"{'' if _is_aligned(size) else 'not '}a multiple of {ALIGNMENT}"
 
 
 def _warn_if_far(shapes, sizes, gpu, dtype, apart):
@@ -332,11 +337,13 @@ def _warn_if_far(shapes, sizes, gpu, dtype, apart):
     import statistics
     import warnings
 
+    every = {dim: sorted({shape[DIMS.index(dim)] for shape in shapes}) for dim in sizes}
+    of_kind = {dim: [value for value in values if _is_aligned(value) == _is_aligned(sizes[dim])]
+               for dim, values in every.items()}
     for dim, size in sizes.items():
-        kind = size % ALIGNMENT == 0
-        if (gpu, dtype, dim, kind) not in _warned_sizes and all(
-                (shape[DIMS.index(dim)] % ALIGNMENT == 0) != kind for shape in shapes):
-            _warned_sizes.add((gpu, dtype, dim, kind))
+        kind = (gpu, dtype, dim, _is_aligned(size))
+        if not of_kind[dim] and kind not in _warned_sizes:
+            _warned_sizes.add(kind)
             warnings.warn(f"{KERNEL}: {dim}={size} on {gpu} {dtype} is {_multiple(size)}, unlike every "
                           f"measured {dim}: Triton compiles a kernel apart for such sizes, whose speed was "
                           "not measured: sweep sizes of this kind and export again", ExportRangeWarning,
@@ -345,9 +352,6 @@ def _warn_if_far(shapes, sizes, gpu, dtype, apart):
     if seen in _warned_sizes:
         return
     _warned_sizes.add(seen)
-    every = {dim: sorted({shape[DIMS.index(dim)] for shape in shapes}) for dim in sizes}
-    of_kind = {dim: [value for value in values if (value % ALIGNMENT == 0) == (sizes[dim] % ALIGNMENT == 0)]
-               for dim, values in every.items()}
     spaced = [of_kind[dim] if len(of_kind[dim]) >= 3 else values for dim, values in every.items()]
     steps = [statistics.median(math.log(b / a) for a, b in zip(values, values[1:])) if len(values) > 1
              else 0.0 for values in spaced]

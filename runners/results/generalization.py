@@ -55,7 +55,7 @@ def estimate(measured: Measured, tolerance: float, dims: tuple, key_dims: list[s
     """The leave-one-out estimate of one (GPU, dtype), with "aligned_apart": whether the module looks the
     kinds of size up apart (module doc); where it does, "together": the summary had it not."""
     together = leave_one_out(measured, tolerance, dims, key_dims)
-    both_kinds = any(len({shape[dims.index(dim)] % runtime.ALIGNMENT == 0 for shape in measured.shapes}) == 2
+    both_kinds = any(len({runtime._is_aligned(shape[dims.index(dim)]) for shape in measured.shapes}) == 2
                      for dim in key_dims)
     if both_kinds and together["shapes"]:
         apart = leave_one_out(measured, tolerance, dims, key_dims, apart=True)
