@@ -15,7 +15,7 @@ if not HAS_CUDA:
 REPO = Path(__file__).resolve().parent.parent
 # Small and fast: the interpreter runs every program in Python.
 # Finalists are off unless a test turns them on (finalists.top_k=N): they add rows to every group.
-FAST_TIMING = ["timing=quick", "timing.min_samples=4", "timing.min_time_s=0", "timing.max_time_s=0.05",
+FAST_TIMING = ["timing=quick", "timing.min_samples=6", "timing.min_time_s=0", "timing.max_time_s=0.05",
                "timing.warmup_s=0", "finalists.top_k=0"]
 
 

@@ -99,9 +99,9 @@ def test_wrong_type_fails_naming_the_field():
 
 @pytest.mark.parametrize("override, message", [
     ("timing.rel_precision=0", "timing.rel_precision: 0.0 must be in (0, 1)"),
-    ("timing.min_samples=3", "timing.min_samples: 3 must be >= 4"),
+    ("timing.min_samples=3", "timing.min_samples: 3 must be >= 6"),
     ("timing.min_time_s=2", "timing.min_time_s: 2.0 is past max_time_s (1.0)"),
-    ("finalists.min_samples=2", "finalists.min_samples: 2 must be >= 4"),
+    ("finalists.min_samples=2", "finalists.min_samples: 2 must be >= 6"),
     ("finalists.repetitions=0", "finalists.repetitions: 0 must be >= 1"),
     ("finalists.top_k=-1", "finalists.top_k: -1 and tie_floor: 0.005 must be >= 0"),
     ("timing.warmup_s=-1", "timing.warmup_s: -1.0 must be >= 0"),

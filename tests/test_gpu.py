@@ -27,7 +27,7 @@ def test_gpu_sweep_exports_configs_that_autotune_uses(tmp_path):
     # 2 shapes x 2 dtypes x (2 blocks x 2 num_warps + the torch baseline); both blocks hold both rows.
     assert len(ok) == len(rows) == 2 * 2 * (2 * 2 + 1)
     assert set(rows["backend"]) == {"cuda"} and (ok["gpu_name"] == torch.cuda.get_device_name(0)).all()
-    assert (ok["n_samples"] >= 4).all() and ok["pct_copy_bw"].notna().all()  # FAST_TIMING: min_samples=4
+    assert (ok["n_samples"] >= 6).all() and ok["pct_copy_bw"].notna().all()  # FAST_TIMING: min_samples=6
     assert ok["sm_clock_start_mhz"].notna().all() and ok["throttled"].notna().all()
     # The kernel time of record comes from CUPTI; the CUDA-event time around the same calls is longer
     # by launch overhead only, and every one of our calls is exactly one kernel.

@@ -194,7 +194,7 @@ def test_tie_rule_prefers_fewer_resources_within_the_noise():
 def test_finalists_and_baselines_are_retimed_together_and_the_report_uses_them(tmp_path):
     result = run_sweep(tmp_path, "kernel=vector_add", "kernel.shapes=[1000,3000]",
                        "kernel.space.num_warps=[2,4]", "kernel.space.BLOCK_SIZE=[1024,2048,4096]",
-                       "finalists.top_k=3", "finalists.min_samples=5", "finalists.min_time_s=0",
+                       "finalists.top_k=3", "finalists.min_samples=6", "finalists.min_time_s=0",
                        "finalists.max_time_s=0.2", "sweep_id=fin", "kernel.baselines=[torch]")
     store = ResultStore(tmp_path / "results.sqlite")
     rows = store.load(sweep_id="fin")

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from runners.measure.stop_rule import (STOP_CONVERGED, STOP_TIMEOUT, StopRule, median_interval,
-                                       median_precision)
+                                       median_precision, quantization_note)
 from runners.measure.timing import (FLUSH_BLOCK, FLUSH_KERNEL_NAME, FLUSH_MIN_BYTES, METHOD_WALL, GpuRecord,
                                     InterpreterTimer, RecordMismatch, _l2_flush_read_kernel, busy_ns,
                                     calls_from_records, flush_elements, next_batch_rounds, relative_noise,
@@ -75,7 +75,8 @@ def test_an_imprecise_stream_stops_at_the_time_cap():
 def test_min_time_counts_wall_time():
     # 5 us kernels with 45 us of flush and launch around each: 10 ms of sampling is 200 samples, though
     # the median was known long before.
-    reason, samples = _run(RULE, (5e-6 for _ in range(100_000)), overhead_s=45e-6)
+    rng = random.Random(4)
+    reason, samples = _run(RULE, (5e-6 * (1 + rng.gauss(0, 0.001)) for _ in range(100_000)), overhead_s=45e-6)
     assert reason == STOP_CONVERGED
     assert len(samples) == pytest.approx(200, abs=2)
 
@@ -98,6 +99,48 @@ def test_median_interval_covers_the_median():
     assert median_precision([1.0, 2.0, 3.0]) == math.inf
 
 
+def test_the_median_interval_covers_95_percent_at_every_n_exactly():
+    """[x_(i), x_(n-1-i)] holds the median unless i+1 or more of the n values fall on one side of it:
+    its coverage is 1 - 2 P(Binomial(n, 1/2) <= i), computed here for every n, not sampled. The normal
+    approximation's rank (floor((n - 1.96 sqrt(n)) / 2)) fell short at 191 of these n."""
+    from scipy.stats import binom
+
+    short = []
+    for n in range(4, 401):
+        values = np.arange(n, dtype=np.float64)  # distinct: the interval's ends are order statistics
+        low, high = median_interval(values)
+        if not math.isfinite(low):
+            assert n < 6  # min to max covers 1 - 2 / 2^n: 93.8% at n = 5
+            continue
+        rank = int(low)  # the value x_(i) is i here
+        assert high == n - 1 - rank
+        coverage = 1 - 2 * binom.cdf(rank, n, 0.5)
+        if coverage < 0.95:
+            short.append(n)
+        assert 1 - 2 * binom.cdf(rank + 1, n, 0.5) < 0.95  # one rank narrower falls short: the widest rank
+        old_rank = math.floor((n - 1.959964 * math.sqrt(n)) / 2)
+        if old_rank > rank:
+            assert 1 - 2 * binom.cdf(old_rank, n, 0.5) < 0.95
+    assert short == []
+
+
+def test_quantized_samples_are_not_a_median_known_to_zero():
+    """17 samples of 5.0 and 3 of 5.5, as a timer of 0.5 us resolution reads them: the interval is
+    widened by the quantum, the precision is 10%, not 0%, and a rule of 0.5% never converges on them."""
+    samples = [5.0] * 17 + [5.5] * 3
+    assert median_interval(samples) == (4.5, 5.5)
+    assert median_precision(samples) == pytest.approx(0.1)
+    rule = StopRule(min_samples=10, min_time_s=0.0, rel_precision=0.005, max_time_s=1.0)
+    assert rule.check(samples, 0.1) is None and rule.check(samples, 1.0) == STOP_TIMEOUT
+    assert "quantized to 0.5" in quantization_note(samples)
+    assert median_interval([5.0] * 20) == (-math.inf, math.inf)  # all equal: the resolution is unknown
+    assert "all 20 samples are equal" in quantization_note([5.0] * 20)
+    # A clock far finer than the interval (1 ns on a 5 us kernel, as CUPTI's): ties, and no note.
+    fine = np.round(np.random.default_rng(0).normal(5.0, 0.1, 400), 3)
+    assert len(np.unique(fine)) < len(fine) and quantization_note(fine) is None
+    assert median_precision(fine) < 0.01
+
+
 def test_summary_percentiles_noise_and_precision():
     stats = summarize([i * 1e-6 for i in range(1, 101)])  # 1..100 us
     assert stats["min_us"] == pytest.approx(1.0)
@@ -106,8 +149,9 @@ def test_summary_percentiles_noise_and_precision():
     assert stats["p80_us"] == pytest.approx(80.2)
     assert stats["n_samples"] == 100
     assert stats["noise"] == pytest.approx(29.011 / 50.5, rel=1e-3)
-    # k = floor((100 - 19.6) / 2) = 40: the interval is [41, 60] us around 50.5
-    assert stats["p50_precision"] == pytest.approx(9.5 / 50.5)
+    # The exact rank: P(Binomial(100, 1/2) <= 39) = 1.8% <= 2.5% < P(<= 40) = 2.8%, so the interval is
+    # [x_(39), x_(60)] (0-based) = [40, 61] us around 50.5
+    assert stats["p50_precision"] == pytest.approx(10.5 / 50.5)
 
 
 def _record(name, start_us, end_us):
@@ -232,7 +276,7 @@ def test_measured_in_repetitions_on_the_interpreter(monkeypatch):
     one pooled measurement per call with every block's median."""
     from runners.engine.worker import Placements, measure_repetitions
 
-    timer = InterpreterTimer(StopRule(4, 0.0, 0.5, 0.05), warmup_s=0.0)
+    timer = InterpreterTimer(StopRule(6, 0.0, 0.5, 0.05), warmup_s=0.0)
     rule = StopRule(min_samples=16, min_time_s=0.0, rel_precision=0.5, max_time_s=0.2, repetitions=3)
     placements = Placements(torch.device("cpu"))
     x = torch.randn(1000)

@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parents[2]
 SWEEP = ["kernel=vector_add", "kernel.shapes=[[2100],[2500],[3000],[3500],[4096]]", "kernel.dtypes=[float32]",
          "kernel.space.BLOCK_SIZE=[128,256,512,1024,2048,4096,8192,16384]",
          "kernel.space.num_warps=[1,2,4,8,16]", "kernel.space.num_stages=[1,2,3,4,5]",
-         "kernel.baselines=[torch]", "timing=quick", "timing.min_samples=4", "timing.min_time_s=0",
+         "kernel.baselines=[torch]", "timing=quick", "timing.min_samples=6", "timing.min_time_s=0",
          "timing.max_time_s=0.05", "timing.warmup_s=0", "finalists.top_k=0", "sweep_id=bench_wandb"]
 MODES = {"off": ["logger.mode=disabled"], "trial": ["logger.mode=offline", "logger.runs=trial"],
          "sweep": ["logger.mode=offline", "logger.runs=sweep"]}

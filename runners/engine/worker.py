@@ -239,6 +239,7 @@ def measured_fields(spec, trial: Trial, measurement, peaks: dict) -> dict:
     gaps and the event pair included."""
     import torch
 
+    from runners.measure.stop_rule import STOP_CONVERGED, quantization_note
     from runners.measure.timing import repetition_noise, summarize
 
     stats = summarize(measurement.samples_s)
@@ -256,7 +257,9 @@ def measured_fields(spec, trial: Trial, measurement, peaks: dict) -> dict:
     kernels = measurement.kernels_per_call
     return {
         "status": check.STATUS_OK,
-        "message": None,
+        # Not converged because the timer's resolution bounds the precision: say so (stop_rule.py).
+        "message": (quantization_note(measurement.samples_s)
+                    if measurement.stop_reason != STOP_CONVERGED else None),
         "stop_reason": measurement.stop_reason,
         **stats,
         "samples_us": [s * 1e6 for s in measurement.samples_s],
