@@ -270,10 +270,14 @@ def _rescreen(args, kernel: str, stale: list[dict], new: pd.DataFrame, rows: pd.
 
 def _write(args, data: dict, kernel: str, rows: pd.DataFrame, tolerance: float) -> None:
     """The section of this GPU and Triton version, from `rows`, into the export (the others kept)."""
+    from runners.engine.trials import builtin_spec, load_spec
+
     out_dir = Path(args.out_dir) if args.out_dir else Path(args.export).parent
+    spec = load_spec("external", args.spec) if args.spec else builtin_spec(kernel)  # the sweeps loaded it
     try:
         paths = export_kernel(rows, kernel, out_dir, tolerance=tolerance, key=data["key"],
-                              dims=tuple(data["dims"]), merge=True)
+                              dims=tuple(data["dims"]), merge=True,
+                              rule=spec.constraints if spec is not None else None)
     except ExportError as error:  # interpreter rows, or nothing ok: the existing file is left as it is
         print(f"no new section written: {error}")
         return

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from runners.results.export import Measured, export_kernel
-from runners.results.generalization import _advice, leave_one_out, summary_line
+from runners.results.generalization import Lookup, _advice, leave_one_out, summary_line
 from runners.results.store import ResultStore
 
 GPU_ENV = {"backend": "cuda", "gpu_name": "NVIDIA H200", "driver_version": "580.159.04",
@@ -63,15 +63,20 @@ def _by_cols(result, path):
     return {cols: both.pop() for cols, both in picks.items()}
 
 
+def holds_row(shape, dtype, config):
+    """The kernel's rule, as its KernelSpec.constraints gives it: a block holds the row."""
+    return None if config["BLOCK_SIZE"] >= shape[1] else f"BLOCK_SIZE {config['BLOCK_SIZE']} < {shape[1]}"
+
+
 def test_leave_one_out_picks_as_the_module_would(frame):
     measured = Measured(frame[frame["kernel"] == "softmax"])
-    result = leave_one_out(measured, 0.03, ("rows", "cols"), ["cols"])
+    result = leave_one_out(measured, 0.03, ("rows", "cols"), ["cols"], lookup=Lookup(holds_row, "float16"))
     assert len(result["shapes"]) == len(ROWS) * len(COLS)
     # Around a left-out row length: the measured lengths next below and above it, at both row counts.
     # 100 out: below the rest's range, only 200 is around; the list's fastest there, 256/1, holds 100
     # columns: 1.0 / 1.5 of best.
-    # 200 out: 100 and 400 are around; at 100 the list's fastest that holds 200 columns (the `check` of
-    # the measurement: ok there) is 512/4, at 400 too: 2.0 / 3.6.
+    # 200 out: 100 and 400 are around; at 100 the list's fastest that holds 200 columns (the kernel's
+    # rule as `check`) is 512/4, at 400 too: 2.0 / 3.6.
     # 400 out: at 200 and 800, the only one holding 400 columns is 1024/4: 4.0 / 6.0.
     # 800 out: the list of the rest (128/1, 256/1, 512/4) holds no block of 800 columns: no pick, 0%.
     # config_for, given the left-out shape whole: around it the shapes of its own row count; no shared form
@@ -85,8 +90,49 @@ def test_leave_one_out_picks_as_the_module_would(frame):
     assert summary["geomean_pct"] == round((66.67 * 55.56 * 66.67) ** (1 / 3), 2)
     assert result["advice"].startswith("no measured shape serves another")  # all 8 below the bar
     line = summary_line(result, ("rows", "cols"))
+    assert "(each cols left out in turn, check: the kernel's constraints)" in line
     assert "autotune with the prune >= 97% of best at 0/8 (geomean 62.7%, worst 56% at cols=200), " \
            "none it offered was ok at 2;" in line
+
+
+def test_without_check_a_pick_never_run_at_the_left_out_shape_is_a_miss(frame):
+    """The export of a kernel it has no spec of: no check. At 800 columns config_for then returns the
+    rest's pick, 512/4, which cannot hold the row and was never run there: a miss, not a figure."""
+    result = leave_one_out(Measured(frame), 0.03, ("rows", "cols"), ["cols"])
+    at_800 = [entry["config_for"] for entry in result["shapes"] if entry["shape"][1] == 800]
+    assert [(f["config"]["BLOCK_SIZE"], f["pct_of_best"], f["status"]) for f in at_800] == [
+        (512, 0.0, "not measured")] * 2
+    assert result["summary"]["config_for"]["not_ok"] == 2
+    line = summary_line(result, ("rows", "cols"))
+    assert "(each cols left out in turn, no check)" in line and "a config not ok there at 2" in line
+
+
+def test_a_config_wrong_at_the_left_out_shape_is_a_miss_that_the_estimate_cannot_see_past(tmp_path):
+    """A is the fastest at 100 and 400 columns and incorrect at 200; B is 2% slower everywhere. Left out,
+    200 lies between two shapes A wins, so both paths pick A there, which is wrong there: a miss (the old
+    estimate let the measurement at 200 act as check and reported 3/3). At 100 and 400 the remaining
+    shapes are 200 (B, A being wrong there) and the other edge (A within 2%): autotune times both and
+    takes A, config_for takes B at 98% of A: both good."""
+    store = ResultStore(tmp_path / "results.sqlite")
+    configs = {"A": {"BLOCK_SIZE": 512, "num_warps": 4, "num_stages": 1},
+               "B": {"BLOCK_SIZE": 512, "num_warps": 8, "num_stages": 1}}
+    for cols in (100, 200, 400):
+        for name, config in configs.items():
+            wrong = name == "A" and cols == 200
+            store.append({**GPU_ENV, "trial_key": f"{name}{cols}", "sweep_id": "s", "kernel": "softmax",
+                          "provider": "triton", "shape": (8, cols), "dtype": "float16", "config": config,
+                          "status": "incorrect" if wrong else "ok", "phase": "screen",
+                          "p50_us": None if wrong else cols / 100 * (1.0 if name == "A" else 1.02),
+                          "seed": 0, "timestamp": "2026-11-24T00:00:00"})
+    frame = store.load()
+    store.close()
+    export_kernel(frame, "softmax", tmp_path, key={"n_cols": "cols"}, rule=lambda shape, dtype, config: None)
+    data = json.loads((tmp_path / "softmax_configs.json").read_text())
+    estimate = data["gpus"]["NVIDIA H200"]["3.6.0"]["dtypes"]["float16"]["leave_one_out"]
+    at_200 = next(entry for entry in estimate["shapes"] if entry["shape"] == [8, 200])
+    for path in ("autotune", "config_for"):
+        assert (at_200[path]["config"], at_200[path]["status"]) == (configs["A"], "incorrect")
+        assert (estimate["summary"][path]["good"], estimate["summary"][path]["not_ok"]) == (2, 1)
 
 
 def test_the_advice_names_the_measured_sizes_around_the_worst_shape(frame):
@@ -125,9 +171,10 @@ def test_one_measured_point_has_nothing_to_leave_out(frame):
 
 
 def test_export_prints_the_line_and_stores_the_figures(frame, tmp_path, capsys):
-    export_kernel(frame, "softmax", tmp_path, key={"n_cols": "cols"})
+    export_kernel(frame, "softmax", tmp_path, key={"n_cols": "cols"}, rule=holds_row)
     line = capsys.readouterr().out
-    assert "softmax on NVIDIA H200, float16: between measured shapes (each cols left out in turn)" in line
+    assert "softmax on NVIDIA H200, float16: between measured shapes (each cols left out in turn, check: " \
+           "the kernel's constraints)" in line
     data = json.loads((tmp_path / "softmax_configs.json").read_text())
     stored = data["gpus"]["NVIDIA H200"]["3.6.0"]["dtypes"]["float16"]["leave_one_out"]
     assert stored["key_dims"] == ["cols"] and len(stored["shapes"]) == 8
@@ -391,8 +438,9 @@ def test_sizes_of_each_kind_are_looked_up_apart_where_the_estimate_says_so(tmp_p
     assert result["aligned_apart"] is True
     assert {entry["config_for"]["pct_of_best"] for entry in result["shapes"]} == {100.0}
     assert result["together"]["config_for"]["good"] == 0
-    assert "sizes that are multiples of 16 and sizes that are not looked up apart (together: autotune " \
-           "8/8, config_for 0/8 at the bar)" in summary_line(result, ("rows", "cols"))
+    assert "sizes that are multiples of 16 and sizes that are not looked up apart (the other shapes chose " \
+           "apart at 8/8 left-out points; all together: autotune 8/8, config_for 0/8 at the bar)" in \
+           summary_line(result, ("rows", "cols"))
     module = _module(frame, tmp_path)
     assert module["ALIGNED_APART"] == {("NVIDIA H200", "3.6.0", "float16")}
 

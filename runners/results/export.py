@@ -50,6 +50,7 @@ generated from the merged JSON.
 """
 from __future__ import annotations
 
+import copy
 import datetime
 import json
 import math
@@ -110,16 +111,31 @@ def select_rows(frame: pd.DataFrame, kernel: str) -> dict[str, pd.DataFrame]:
     return {gpu: newest_per_trial(group[_same_env(group)]) for gpu, group in gpu_rows.groupby("gpu_name")}
 
 
-def baseline_rows(frame: pd.DataFrame, ours: pd.DataFrame) -> pd.DataFrame:
-    """The ok baseline rows measured beside `ours` (one GPU's exportable rows): same kernel, GPU and
-    environment, the newest row of each trial (the finalists' rounds where they were re-timed)."""
+def _beside(frame: pd.DataFrame, ours: pd.DataFrame) -> pd.DataFrame:
+    """Every row of the store measured beside `ours` (one GPU's exportable rows): the same kernel, GPU
+    and environment, any provider and status."""
     newest = ours.loc[ours["id"].idxmax()]
-    rows = frame[(frame["kernel"] == newest["kernel"]) & (frame["provider"] != TRITON_PROVIDER)
-                 & (frame["status"] == "ok") & (frame["gpu_name"] == newest["gpu_name"])
-                 & frame["p50_us"].notna()]
+    rows = frame[(frame["kernel"] == newest["kernel"]) & (frame["gpu_name"] == newest["gpu_name"])]
     for name in EXPORT_ENV:
         rows = rows[rows[name].isna()] if pd.isna(newest[name]) else rows[rows[name] == newest[name]]
+    return rows
+
+
+def baseline_rows(frame: pd.DataFrame, ours: pd.DataFrame) -> pd.DataFrame:
+    """The ok baseline rows measured beside `ours`, the newest row of each trial (the finalists' rounds
+    where they were re-timed)."""
+    rows = _beside(frame, ours)
+    rows = rows[(rows["provider"] != TRITON_PROVIDER) & (rows["status"] == "ok") & rows["p50_us"].notna()]
     return newest_per_trial(rows)
+
+
+def trial_statuses(frame: pd.DataFrame, ours: pd.DataFrame) -> dict:
+    """(dtype, canonical config, shape) -> the status of the newest row of each of our trials measured
+    beside `ours`, whatever the status."""
+    rows = _beside(frame, ours)
+    rows = newest_per_trial(rows[rows["provider"] == TRITON_PROVIDER])
+    return {(dtype, _canonical(config), _shape(shape)): status
+            for dtype, config, shape, status in zip(rows["dtype"], rows["config"], rows["shape"], rows["status"])}
 
 
 def _canonical(config_json: str) -> str:
@@ -175,6 +191,19 @@ class Measured:
                                  for config, p50 in zip(competing["config"], competing["p50_us"])}
             self.best[shape] = min(self.timed[shape].values())
             self.winners[shape] = group.loc[winner(group)]
+        self.winner_keys = {shape: _canonical(row["config"]) for shape, row in self.winners.items()}
+
+    def without(self, shapes: list) -> "Measured":
+        """The same rows less those at `shapes` (the leave-one-out's remaining shapes)."""
+        rest = copy.copy(self)
+        gone = set(shapes)
+        rest.shapes = [s for s in self.shapes if s not in gone]
+        rest.configs = {key: {**entry, "ok_at": {s: at for s, at in entry["ok_at"].items() if s not in gone}}
+                        for key, entry in self.configs.items()}
+        rest.best, rest.timed, rest.winners, rest.winner_keys = (
+            {s: v for s, v in table.items() if s not in gone}
+            for table in (self.best, self.timed, self.winners, self.winner_keys))
+        return rest
 
     def p50_at(self, key: str, shape: tuple) -> Optional[float]:
         """The config's p50 of record at the shape (its re-timed one where it was a finalist), None where
@@ -199,7 +228,7 @@ class Measured:
 
         def rank(key: str, uncovered: set) -> tuple:
             gain = covers[key] & uncovered
-            wins = sum(_canonical(self.winners[s]["config"]) == key for s in gain)
+            wins = sum(self.winner_keys[s] == key for s in gain)
             speed = math.exp(sum(math.log(self.best[s] / self.timed[s][key]) for s in gain) / len(gain))
             weighted = sum(calls.get(s, 0) * self.best[s] / self.timed[s][key] for s in gain) if calls else 0
             entry = self.configs[key]
@@ -264,11 +293,13 @@ def covering_set(rows: pd.DataFrame, tolerance: float, baselines: Optional[pd.Da
 
 def gpu_section(rows: pd.DataFrame, tolerance: float, baselines: Optional[pd.DataFrame] = None,
                 dims: Optional[tuple] = None, key_dims: Optional[list] = None,
-                calls: Optional[dict] = None) -> dict:
+                calls: Optional[dict] = None, rule=None, statuses: Optional[dict] = None) -> dict:
     """Provenance and the covering set of every dtype of one GPU's rows (with the baselines measured
     beside them, for each shape's winner); given the dims and the export key's dims, each dtype's
-    leave-one-out estimate too (runners/results/generalization.py)."""
-    from runners.results.generalization import estimate  # it builds on this module's Measured
+    leave-one-out estimate too (runners/results/generalization.py), with the kernel's constraints `rule`
+    as its check and `statuses` ((dtype, canonical config, shape) -> status, every status) to score the
+    picks that were not ok."""
+    from runners.results.generalization import Lookup, estimate  # it builds on this module's Measured
 
     newest = rows.loc[rows["id"].idxmax()]
     dtypes = {}
@@ -277,7 +308,10 @@ def gpu_section(rows: pd.DataFrame, tolerance: float, baselines: Optional[pd.Dat
                                      None if baselines is None else baselines[baselines["dtype"] == dtype],
                                      calls)
         if dims is not None:
-            dtypes[dtype]["leave_one_out"] = estimate(Measured(group), tolerance, dims, key_dims)
+            of_dtype = {(key, shape): status for (d, key, shape), status in (statuses or {}).items()
+                        if d == dtype}
+            dtypes[dtype]["leave_one_out"] = estimate(Measured(group), tolerance, dims, key_dims,
+                                                      Lookup(rule, dtype, of_dtype))
     return {
         **{name: (None if pd.isna(newest[name]) else str(newest[name])) for name in PROVENANCE},
         "sweep_ids": sorted(rows["sweep_id"].unique().tolist()),
@@ -511,7 +545,9 @@ def write_export(kernel: str, new: dict[str, dict], out_dir: str | Path, dims: t
 
 def export_kernel(frame: pd.DataFrame, kernel: str, out_dir: str | Path, *, tolerance: float = 0.03,
                   key: dict | None = None, dims: tuple | None = None, merge: bool = True,
-                  key_field: str = "--key", calls: Optional[dict] = None) -> list[Path]:
+                  key_field: str = "--key", calls: Optional[dict] = None, rule=None) -> list[Path]:
+    """Write the kernel's export from the store's rows (module doc); `rule`: the kernel's constraints,
+    (shape, dtype, config) -> reason or None, which the leave-one-out estimate plays as `check`."""
     if not (isinstance(tolerance, (int, float)) and 0 <= tolerance < 1):
         raise ExportError(f"export.tolerance: {tolerance!r} must be a share in [0, 1), e.g. 0.03 for 3%")
     by_gpu = select_rows(frame, kernel)
@@ -527,7 +563,8 @@ def export_kernel(frame: pd.DataFrame, kernel: str, out_dir: str | Path, *, tole
     from runners.results.generalization import summary_line
 
     key_dims = [d for d in dims if d in key.values()] or list(dims)  # no key: a call gives every dim
-    sections = {gpu: gpu_section(rows, tolerance, baseline_rows(frame, rows), dims, key_dims, calls)
+    sections = {gpu: gpu_section(rows, tolerance, baseline_rows(frame, rows), dims, key_dims, calls, rule,
+                                 trial_statuses(frame, rows))
                 for gpu, rows in by_gpu.items()}
     for gpu, section in sections.items():
         for dtype, dtype_data in section["dtypes"].items():
@@ -566,7 +603,8 @@ def _settings(export_conf, kernel: str, spec_path) -> dict:
     key = export_conf.key.get(kernel)
     settings = {"tolerance": export_conf.tolerance, "merge": export_conf.merge,
                 "key": dict(key) if key else dict(spec.export_key if spec else {}),
-                "key_field": f"export.key.{kernel}" if key else f"{kernel}'s KernelSpec.export_key"}
+                "key_field": f"export.key.{kernel}" if key else f"{kernel}'s KernelSpec.export_key",
+                "rule": spec.constraints if spec is not None else None}
     if spec_path and spec is not None:  # not a built-in kernel: its dims come from its spec
         settings["dims"] = tuple(spec.dims)
     return settings
