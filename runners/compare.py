@@ -1,53 +1,32 @@
 """Compare two sweeps, or an export with a store or another export, and gate CI on it:
 
-    python -m runners.compare BASE NEW [--fail-on-slow 2%]
+    python -m runners.compare BASE NEW [--fail-on-slow 2%] [--calibration RUNS.sqlite]
 
 BASE and NEW are each a sweep id in --store, a store file (all its rows), `store.sqlite:sweep_id`, or an
-export's JSON (`outputs/exports/<kernel>_configs.json`: the configs it ships with the p50s it recorded).
-Every (kernel, provider, shape, dtype, config) measured on both sides gets NEW/BASE of its p50s and a
+export's JSON (`outputs/exports/<kernel>_configs.json`: the configs it ships with the figures it
+recorded). Every (kernel, provider, shape, dtype, config) measured on both sides gets NEW/BASE and a
 verdict; so does each side's winner of every (kernel, dtype, shape), whichever config won there. Where
 both sides measured a GPU in common, rows are matched on it; else by trial alone, and the environment
 fields that differ are named.
 
-The unit of replication is the run. The samples of one run share where its buffers landed, the clocks
-its GPU settled at and its neighbours, so their spread says nothing of how far a second run of the same
-code may fall (seen on an H200: an unchanged re-run moved a 5 us softmax by 2.4%, while a rank test of
-the samples gave p = 1e-28). What a second run meets is measured by repetitions: a trial's samples taken
-in blocks on buffers placed anew (finalists: `finalists.repetitions`, 5 by default; runners/measure/
-timing.py), the median of each kept in the store. The rule, per compared pair of rows:
-- d = ln(NEW p50 / BASE p50).
-- s: the standard deviation of ln(a repetition's median), pooled over the compared rows of the pair's
-  class on both sides: the rows of that kernel, provider, dtype and shape (the same buffers, whose
-  placement is what moves a small kernel), else, where none of those has repetitions, of that
-  kernel, provider and size class of p50 (under 10 us, 10-100 us, 0.1-1 ms, 1 ms and over); with no
-  repetition in either, ASSUMED_NOISE, said as "assumed". Pooled, so that a few repetitions of one
-  row are not the whole evidence (a row's screening has one).
-- The two p50s then differ by chance with a standard deviation of sqrt(s^2/R_base + s^2/R_new +
-  2 r^2): R the repetitions of each row, r what every repetition of a run shares, which repetitions
-  cannot show (the process, the machine, a clock state): `--run-noise`, RUN_NOISE by default.
-- SLOW when d exceeds the threshold, FAST when d is below minus it, SAME otherwise. The threshold is
-  that standard deviation times the two-sided quantile of alpha / K (Student's t where s rests on few
-  repetitions), and at least ln(1 + `--min-effect`) (1%). K is the number of rows of the row's family:
-  the rows the gate judges are one family, the others another, so that unchanged code gets a verdict
-  other than SAME in at most `--alpha` (1%) of comparisons in each (Bonferroni), however many trials
-  a sweep has. The report gives each row's threshold and where its noise came from.
-Rows timed by different methods (the CUPTI kernel time against the CUDA-event time of older stores, ~3 us
-a call more) get no verdict: OTHER TIMER.
-
-Why repetitions and a stated r, and no calibration stored per GPU (BENCHMARKS.md, "2026-11-24"): on an
-H200 what moves a small kernel between runs is where its buffers land (a 5 us softmax: 1.7-2.2% from
-one allocation to the next, 0.2-0.6% on the same buffers), which repetitions on buffers placed anew
-measure in every row at 0.3-0.4 s of GPU time a sweep; what every repetition of a run shares came to
-0.03-0.31% across six runs on one machine. A calibration from runs on one machine would set r there,
-but a second machine moved a matmul by 1.6% where one machine's runs moved it by 0.2-0.9%: r from one
-machine would fail a gate run on another. RUN_NOISE, 0.5%, is above every run-level share measured,
-and each row's repetitions carry the rest (a matmul's 1.2% clock spread is in its s).
+The rule is runners/results/between_runs.py's: the unit of replication is the run; what moves one row
+between runs is measured by its repetitions; what moves every row of a kernel at once (another machine
+of the kind, another clock state) is estimated from the data as the kernel's shift, every row is judged
+against it, and the shift once against the spread of runs of that kind of machine: `--calibration`
+(three or more runs of the same sweep, on the machines NEW will run on), else the spread measured on
+this project's GPUs (between_runs.MEASURED), else `--machine-spread` as stated. Rows timed by different
+methods (the CUPTI kernel time against the CUDA-event time of older stores, ~3 us a call more) get no
+verdict: OTHER TIMER; rows with no repetitions on either side, none: NO REPETITIONS.
 
 The gate judges what is shipped: every winner, and BASE's exported configs at the shapes they are
 exported for (the list runners/export.py exports at `--tolerance`, or the configs of a BASE export);
 other trials are listed as information (`--gate all` judges every trial). With `--fail-on-slow X` the
-exit status is 1 when a judged row is SLOW and slower by more than X, or a trial ok in BASE fails in NEW
-(not pruned: a config that stopped working is a regression); else 0; 2 on bad input.
+exit status is 1 when a judged row is SLOW against its kernel's shift by more than X, a kernel's shift
+is SLOW by more than X, or a trial ok in BASE fails in NEW (not pruned: a config that stopped working is
+a regression); 2 when it cannot judge (no judged row with a verdict, judged rows without repetitions, a
+shift no measured spread judges: the line says which), or on bad input (a missing, NaN or zero p50 of an
+ok row included); else 0. Every report gives each judged row's and each shift's smallest slowdown caught
+in 95% of runs, and the worst.
 """
 
 from __future__ import annotations
@@ -56,7 +35,6 @@ import argparse
 import json
 import math
 import sqlite3
-import statistics
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,23 +44,20 @@ import numpy as np
 import pandas as pd
 
 from runners.engine.finalists import winner
+from runners.engine.row import COLUMN_NAMES, NAMED
 from runners.engine.trials import TRITON_PROVIDER, Trial
 from runners.export import sweep_export_conf
+from runners.results import between_runs
 from runners.results.export import ExportError, covering_set, read_export, sections
 from runners.results.export_runtime import pick_version, version_key
-from runners.engine.row import COLUMN_NAMES, NAMED
 from runners.results.store import DamagedStore, ResultStore, shape_label
+
 DEFAULT_MIN_EFFECT = 0.01
 DEFAULT_ALPHA = 0.01
-# What every repetition of one run shares, as a standard deviation of ln(p50): above the 0.03-0.31%
-# measured across six runs on an H200 (BENCHMARKS.md, 2026-11-24; the module docstring: why not lower).
-RUN_NOISE = 0.005
-# The repetition noise assumed for a row whose class has no repetitions (stores written before them):
-# about the largest placement noise measured on an H200 for kernels under 1 ms (a 5 us softmax, 2.2%).
-ASSUMED_NOISE = 0.02
-SIZE_CLASSES = ((10.0, "<10us"), (100.0, "10-100us"), (1000.0, "0.1-1ms"), (math.inf, ">=1ms"))
 LISTED = 20  # trials listed per only-in / failing list unless --all
 OTHER_TIMER = "OTHER TIMER"  # the two rows were timed by different methods: not comparable
+NO_REPETITIONS = "NO REPETITIONS"  # neither side has the noise of the row's class: no verdict
+VERDICTS = ("SAME", "FAST", "SLOW", OTHER_TIMER, NO_REPETITIONS)
 EXPORT_PHASE = "export"  # a row read from an export's JSON
 
 
@@ -175,7 +150,8 @@ def export_frame(data: dict, keep: Optional[list] = None) -> tuple[pd.DataFrame,
             "provider": provider, "shape": json.dumps(list(shape)), "dtype": dtype,
             "config": json.dumps(config), "status": "ok", "phase": EXPORT_PHASE, "backend": "cuda",
             "gpu_name": gpu, "p50_us": figures["p50_us"], "repetitions": figures.get("repetitions"),
-            "rep_noise": figures.get("rep_noise"), "chosen": False})
+            "rep_noise": figures.get("rep_noise"), "rep_p50s_us": figures.get("rep_p50s_us"),
+            "chosen": False})
         entry["chosen"] = entry["chosen"] or chosen
         return trial.key
 
@@ -196,7 +172,7 @@ def export_frame(data: dict, keep: Optional[list] = None) -> tuple[pd.DataFrame,
                     add(gpu, section, dtype, {}, best["shape"], figures, False, provider)
     frame = pd.DataFrame(list(rows.values()))
     frame["id"] = range(1, len(frame) + 1)
-    for name in ("samples_us", "event_samples_us", "rep_p50s_us"):
+    for name in ("samples_us", "event_samples_us"):
         frame[name] = None
     return frame, shipped
 
@@ -221,81 +197,98 @@ def versions_against(side: Side, other: Side) -> Side:
     return Side(side.label, side.source, kept, shipped)
 
 
-# --- the noise between runs and the verdict --------------------------------------------------------
+# --- what the rule reads --------------------------------------------------------------------------
 
-def size_class(p50_us: float) -> str:
-    return next(name for bound, name in SIZE_CLASSES if p50_us < bound)
-
-
-def _repetitions(row) -> int:
-    value = row.get("repetitions")
-    return 1 if value is None or pd.isna(value) else int(value)
-
-
-def _rep_noise(row) -> Optional[float]:
-    value = row.get("rep_noise")
-    return None if value is None or pd.isna(value) or _repetitions(row) < 2 else float(value)
-
-
-def _classes_of(row) -> tuple[tuple, tuple]:
-    """The row's shape class and size class (the module docstring: the rule)."""
-    return ((row["kernel"], row["provider"], row["dtype"], row["shape"]),
-            (row["kernel"], row["provider"], size_class(row["p50_us"])))
+def _figure(row: pd.Series, label: str) -> between_runs.Figure:
+    """An ok row's figure (between_runs.Figure); a p50 or a repetition median that is missing, NaN, zero or
+    negative is bad input, named, never a verdict."""
+    p50 = row["p50_us"]
+    reps = row.get("rep_p50s_us")
+    reps = None if reps is None or (isinstance(reps, float) and math.isnan(reps)) or len(reps) == 0 else reps
+    if p50 is None or pd.isna(p50) or not p50 > 0 or (reps is not None and not np.all(np.asarray(reps) > 0)):
+        shown = p50 if reps is None or not p50 > 0 else list(np.asarray(reps, dtype=float))
+        raise CompareError(f"{label}: {' '.join(_describe(row))} is ok with a p50 of {shown}: an ok row "
+                           "needs positive timings (a damaged or hand-edited store?)")
+    return between_runs.Figure.of(float(p50), reps, row.get("repetitions"), row.get("rep_noise"))
 
 
-def pooled_noise(rows) -> tuple[Optional[float], int]:
-    """(s, degrees of freedom) pooled over rows with repetitions: sqrt(sum (R-1) s^2 / sum (R-1))."""
-    squares, freedom = 0.0, 0
-    for row in rows:
-        noise = _rep_noise(row)
-        if noise is not None:
-            squares += (_repetitions(row) - 1) * noise**2
-            freedom += _repetitions(row) - 1
-    return (math.sqrt(squares / freedom), freedom) if freedom else (None, 0)
+def _domain(base_row: pd.Series, new_row: pd.Series) -> tuple[str, str, str]:
+    """What one shift is common to: a provider of a kernel on a GPU (two GPU models: both named, no spread
+    of one kind judges that shift)."""
+    gpus = (base_row["gpu_name"], new_row["gpu_name"])
+    return (gpus[0] if gpus[0] == gpus[1] else f"{gpus[0]} -> {gpus[1]}", base_row["kernel"],
+            base_row["provider"])
 
 
-def quantile(alpha: float, freedom: float) -> float:
-    """Two-sided critical value at level alpha: the normal's, corrected toward Student's t for `freedom`
-    degrees of freedom (Cornish-Fisher, Abramowitz & Stegun 26.7.5; within 1% of t from 4 on)."""
-    z = statistics.NormalDist().inv_cdf(1 - alpha / 2)
-    if not math.isfinite(freedom):
-        return z
-    v = freedom
-    return (z + (z**3 + z) / (4 * v) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * v**2)
-            + (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / (384 * v**3)
-            + (79 * z**9 + 776 * z**7 + 1482 * z**5 - 1920 * z**3 - 945 * z) / (92160 * v**4))
+def kernel_classes(*frames: pd.DataFrame) -> dict:
+    """(GPU, kernel) -> memory-bound or compute-bound: whether our ok rows there reach a larger share of
+    the measured matmul rate than of the copy bandwidth (medians); missing where neither was measured."""
+    rows = pd.concat([f[(f["status"] == "ok") & (f["provider"] == TRITON_PROVIDER)] for f in frames])
+    classes = {}
+    for (gpu, kernel), group in rows.groupby(["gpu_name", "kernel"]):
+        copy, matmul = (pd.to_numeric(group[name], errors="coerce").median()
+                        for name in ("pct_copy_bw", "pct_matmul"))
+        if not (pd.isna(copy) and pd.isna(matmul)):
+            compute = not pd.isna(matmul) and (pd.isna(copy) or matmul > copy)
+            classes[(gpu, kernel)] = between_runs.COMPUTE_BOUND if compute else between_runs.MEMORY_BOUND
+    return classes
 
 
-@dataclass(frozen=True)
-class Rule:
-    alpha: float = DEFAULT_ALPHA
-    min_effect: float = DEFAULT_MIN_EFFECT
-    run_noise: float = RUN_NOISE
+def load_calibration(argument: str) -> dict:
+    """(GPU, kernel, provider) -> Spread, from the runs in a store (`STORE`: every sweep in it is a run;
+    `STORE:id,id,...`: those), by between_runs.calibrate."""
+    head, colon, tail = argument.rpartition(":")
+    path, ids = (Path(head), tail.split(",")) if colon and Path(head).is_file() else (Path(argument), None)
+    if not path.is_file():
+        raise CompareError(f"--calibration: {argument!r} is not a store file (STORE or STORE:id,id,...)")
+    try:
+        store = ResultStore(path)
+        ids = ids or sorted(store.load()["sweep_id"].unique())
+        frames = [store.load(sweep_id=sweep_id) for sweep_id in ids]
+        store.close()
+    except (DamagedStore, sqlite3.DatabaseError) as error:
+        raise CompareError(f"--calibration: {path}: {error}") from None
+    frames = [frame for frame in frames if not frame.empty]
+    if len(frames) < between_runs.MIN_RUNS:
+        raise CompareError(f"--calibration: {argument} holds {len(frames)} run(s) with rows; the spread of "
+                           f"runs needs {between_runs.MIN_RUNS} or more (the same sweep, run again, "
+                           "force=true)")
+    return calibration_of(frames, f"calibrated on {path}: ")
 
 
-def judge(base_row, new_row, classes: dict, rule: Rule, alpha: float) -> dict:
-    """The verdict of one pair of rows by the module's rule at level `alpha` (the rule's, shared out over
-    the row's family), with its threshold and where its noise came from."""
-    ratio = new_row["p50_us"] / base_row["p50_us"]
-    result = {"ratio": ratio, "threshold": math.nan, "noise_from": "-"}
-    if not _same_value(base_row["timing_method"], new_row["timing_method"]):
-        # CUDA events include ~3 us of event pair a call that the CUPTI kernel time does not: no verdict.
-        return {**result, "verdict": OTHER_TIMER}
-    (by_shape, shape_freedom), (by_size, size_freedom) = (classes.get(c, (None, 0))
-                                                          for c in _classes_of(base_row))
-    if by_shape is not None:
-        s, freedom, where = by_shape, shape_freedom, "shape"
-    elif by_size is not None:
-        s, freedom, where = by_size, size_freedom, "size class"
-    else:
-        s, freedom, where = ASSUMED_NOISE, math.inf, "assumed"
-    r_base, r_new = _repetitions(base_row), _repetitions(new_row)
-    sd = math.sqrt(s**2 / r_base + s**2 / r_new + 2 * rule.run_noise**2)
-    threshold = max(quantile(alpha, freedom) * sd, math.log1p(rule.min_effect))
-    d = math.log(ratio)
-    verdict = "SLOW" if d > threshold else "FAST" if d < -threshold else "SAME"
-    noise_from = f"{where} s={100 * s:.2f}% reps {r_base}+{r_new}"
-    return {**result, "verdict": verdict, "threshold": math.expm1(threshold), "noise_from": noise_from}
+def calibration_of(frames: list[pd.DataFrame], source: str) -> dict:
+    """(GPU, kernel, provider) -> Spread of these runs (a sweep's rows each), by between_runs.calibrate."""
+    return between_runs.calibrate([_run_figures(frame, "--calibration") for frame in frames], source)
+
+
+def _run_figures(frame: pd.DataFrame, label: str) -> dict:
+    """{(trial, GPU): RunFigure} of one run: each trial's newest re-timed row, else its newest, where ok."""
+    figures = {}
+    for (key, gpu), rows in frame.groupby(["trial_key", "gpu_name"]):
+        final = rows[rows["phase"] == "final"]
+        row = (final if not final.empty else rows).loc[lambda r: r["id"] == r["id"].max()].iloc[0]
+        if row["status"] == "ok":
+            figures[(key, gpu)] = between_runs.RunFigure((gpu, row["kernel"], row["provider"]),
+                                                         (row["dtype"], row["shape"]), _figure(row, label))
+    return figures
+
+
+def spreads_of(domains: list[tuple], classes: dict, calibrated: dict, stated: Optional[float]) -> dict:
+    """domain -> the Spread its shift is judged against: stated with --machine-spread; else calibrated on
+    runs of this GPU and kernel; else measured here for this GPU and kernel class (between_runs.MEASURED);
+    else None (the shift cannot be judged)."""
+    spreads = {}
+    for domain in domains:
+        gpu, kernel, _ = domain
+        if stated is not None:
+            spreads[domain] = between_runs.Spread(stated, math.inf, stated, math.inf,
+                                                  "stated by --machine-spread")
+        elif " -> " in gpu:
+            spreads[domain] = None
+        else:
+            measured = between_runs.MEASURED.get((gpu, classes.get((gpu, kernel))))
+            spreads[domain] = calibrated.get(domain) or measured
+    return spreads
 
 
 # --- matching and comparing -------------------------------------------------------------------------
@@ -355,63 +348,81 @@ def shipped_keys(side: Side, tolerance: float) -> set:
     return keys
 
 
-def compare(base: pd.DataFrame, new: pd.DataFrame, rule: Rule = Rule(), shipped: Optional[set] = None,
-            gate_all: bool = False) -> dict:
+def compare(base: pd.DataFrame, new: pd.DataFrame, rule: between_runs.Rule = between_runs.Rule(),
+            shipped: Optional[set] = None, gate_all: bool = False, calibrated: Optional[dict] = None,
+            stated: Optional[float] = None) -> dict:
     """Everything the report prints: matched trials and winners with their verdicts (`judged` where the
-    gate looks at them), status changes, only-in lists, and the environment fields that differ between
-    matched rows with how many pairs differ in each."""
+    gate looks at them), the shift of each kernel and GPU, status changes, only-in lists, and the
+    environment fields that differ between matched rows with how many pairs differ in each."""
     base, new, by_gpu = _on_common_gpus(base, new)
     match_on = ["trial_key", "gpu_name"] if by_gpu else ["trial_key"]
     base_by_key = dict(tuple(base.groupby(match_on)))
     new_by_key = dict(tuple(new.groupby(match_on)))
-    pairs, status_changes, env_diffs = [], [], {}
+    matched, status_changes, env_diffs = [], [], {}
     for key in sorted(base_by_key.keys() & new_by_key.keys()):
         base_row, new_row = _pick(base_by_key[key], new_by_key[key])
-        for name in NAMED:
-            if EXPORT_PHASE in (base_row["phase"], new_row["phase"]) and (
-                    pd.isna(base_row[name]) or pd.isna(new_row[name])):
-                continue  # an export records fewer of them: what it lacks is not a difference
-            if not _same_value(base_row[name], new_row[name]):
-                pair = (name, str(base_row[name]), str(new_row[name]))
-                env_diffs[pair] = env_diffs.get(pair, 0) + 1
+        _environment(base_row, new_row, env_diffs)
         if base_row["status"] == "ok" and new_row["status"] == "ok":
             where = (base_row["trial_key"], base_row["gpu_name"], base_row["triton_version"])
-            ships = where in (shipped or set())
-            pairs.append((base_row, new_row, {"judged": gate_all or ships}))
+            matched.append((base_row, new_row, {"judged": gate_all or where in (shipped or set())}))
         elif base_row["status"] != new_row["status"]:
             message = new_row["message"] if new_row["status"] != "ok" else base_row["message"]
             status_changes.append({"order": _order(new_row), "row": _describe(new_row),
                                    "base": base_row["status"], "new": new_row["status"], "message": message})
-    winner_pairs = _winner_pairs(base, new, ["kernel", "gpu_name", "dtype", "shape"] if by_gpu
-                                 else ["kernel", "dtype", "shape"])
-    # The noise of a class is pooled over every row compared, winners included, on both sides.
-    compared = {(side, row["id"]): row for b, n, _ in pairs + winner_pairs
-                for side, row in (("B", b), ("N", n))}
-    by_class: dict[tuple, list] = {}
-    for row in compared.values():
-        for cls in _classes_of(row):
-            by_class.setdefault(cls, []).append(row)
-    classes = {c: pooled_noise(rows) for c, rows in by_class.items()}
-    # Two families, each at rule.alpha in all (Bonferroni): the rows the gate judges, and the others.
-    family = {judged: sum(extra["judged"] == judged for *_, extra in pairs + winner_pairs)
-              for judged in (True, False)}
+    winners = _winner_pairs(base, new, ["kernel", "gpu_name", "dtype", "shape"] if by_gpu
+                            else ["kernel", "dtype", "shape"])
+    pairs, index_of = [], {}
+    for base_row, new_row, extra in matched + winners:  # a winner that is a matched trial: one pair
+        key = (base_row["id"], new_row["id"])
+        if key in index_of:
+            pairs[index_of[key]].judged |= extra["judged"]
+            continue
+        index_of[key] = len(pairs)
+        pairs.append(between_runs.Pair(
+            _domain(base_row, new_row), (base_row["dtype"], base_row["shape"]), _figure(base_row, "BASE"),
+            _figure(new_row, "NEW"), float(base_row["p50_us"]), extra["judged"],
+            _same_value(base_row["timing_method"], new_row["timing_method"])))
+    domains = list(dict.fromkeys(p.domain for p in pairs))
+    spreads = spreads_of(domains, kernel_classes(base, new), calibrated or {}, stated)
+    judgement = between_runs.judge(pairs, rule, spreads)
 
     def entry(base_row, new_row, extra: dict) -> dict:
+        index = index_of[(base_row["id"], new_row["id"])]
         phase = new_row["phase"] if isinstance(new_row["phase"], str) else "screen"
-        alpha = rule.alpha / max(family[extra["judged"]], 1)
         return {"order": _order(new_row), "row": _describe(new_row), "base_p50": base_row["p50_us"],
-                "new_p50": new_row["p50_us"], "phase": phase,
-                **judge(base_row, new_row, classes, rule, alpha), **extra}
+                "new_p50": new_row["p50_us"], "phase": phase, **judgement.rows[index], **extra,
+                "judged": pairs[index].judged}
 
-    matched = sorted((entry(*pair) for pair in pairs), key=lambda r: r["order"])
-    winners = [entry(*pair) for pair in winner_pairs]
     only = {}
     for side, by_key, other in (("BASE", base_by_key, new_by_key), ("NEW", new_by_key, base_by_key)):
         newest = [rows.loc[rows["id"].idxmax()] for key, rows in by_key.items() if key not in other]
         only[side] = [_describe(r) + (r["status"],) for r in sorted(newest, key=_order)]
     status_changes.sort(key=lambda r: r["order"])
-    return {"matched": matched, "winners": winners, "status_changes": status_changes, "only": only,
-            "env_diffs": env_diffs, "classes": classes}
+    return {"matched": sorted((entry(*m) for m in matched), key=lambda r: r["order"]),
+            "winners": [entry(*w) for w in winners], "shifts": judgement.shifts,
+            "status_changes": status_changes, "only": only, "env_diffs": env_diffs,
+            "classes": _noise_by_shape(pairs, judgement)}
+
+
+def _environment(base_row: pd.Series, new_row: pd.Series, env_diffs: dict) -> None:
+    """Count the environment fields that differ between two matched rows."""
+    for name in NAMED:
+        if EXPORT_PHASE in (base_row["phase"], new_row["phase"]) and (
+                pd.isna(base_row[name]) or pd.isna(new_row[name])):
+            continue  # an export records fewer of them: what it lacks is not a difference
+        if not _same_value(base_row[name], new_row[name]):
+            pair = (name, str(base_row[name]), str(new_row[name]))
+            env_diffs[pair] = env_diffs.get(pair, 0) + 1
+
+
+def _noise_by_shape(pairs: list, judgement) -> dict:
+    """(kernel, provider, dtype, shape) -> the repetition spread its rows were judged by, for the report."""
+    shown = {}
+    for pair, row in zip(pairs, judgement.rows):
+        if row["noise_from"].startswith("shape s="):
+            key = (pair.domain[1], pair.domain[2], pair.group[0], shape_label(pair.group[1]))
+            shown[key] = row["noise_from"].split(" reps")[0].removeprefix("shape ")
+    return shown
 
 
 def _winner_pairs(base: pd.DataFrame, new: pd.DataFrame, group_by: list[str]) -> list[tuple]:
@@ -440,57 +451,124 @@ def _percent(value: float) -> str:
 def _table(rows: list[dict], winners: bool) -> list[str]:
     head = ["kernel", "provider", "dtype", "shape", "config"]
     head[4:5] = ["BASE config", "NEW config"] if winners else ["config"]
-    head += ["phase", "BASE p50 us", "NEW p50 us", "NEW/BASE", "threshold", "noise from", "gate", "verdict"]
+    head += ["phase", "BASE p50 us", "NEW p50 us", "NEW/BASE", "vs shift", "threshold", "catches",
+             "noise from", "gate", "verdict"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         kernel, provider, dtype, shape, config = r["row"]
         configs = [r["base_config"], config] if winners else [config]
+        catches = f"+{_percent(r['catches'])}" if r["judged"] and not math.isnan(r["catches"]) else "-"
         cells = [kernel, provider, dtype, shape, *configs, r["phase"], f"{r['base_p50']:.2f}",
-                 f"{r['new_p50']:.2f}", f"{r['ratio']:.3f}", f"±{_percent(r['threshold'])}", r["noise_from"],
+                 f"{r['new_p50']:.2f}", f"{r['ratio']:.3f}", _ratio(r["vs_shift"]),
+                 f"±{_percent(r['threshold'])}", catches, r["noise_from"],
                  "judged" if r["judged"] else "info", r["verdict"]]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
+
+
+def _ratio(value: float) -> str:
+    return "-" if math.isnan(value) else f"{value:.3f}"
 
 
 def _counts(rows: list[dict]) -> str:
     counts = {}
     for r in rows:
         counts[r["verdict"]] = counts.get(r["verdict"], 0) + 1
-    text = ", ".join(f"{counts[v]} {v}" for v in ("SAME", "FAST", "SLOW", OTHER_TIMER) if v in counts)
-    text = text or "none"
+    text = ", ".join(f"{counts[v]} {v}" for v in VERDICTS if v in counts) or "none"
     slow = [r for r in rows if r["verdict"] == "SLOW"]
     if slow:
-        worst = max(slow, key=lambda r: r["ratio"])
-        text += f" (worst {100 * (worst['ratio'] - 1):+.1f}%: {' '.join(worst['row'])})"
+        worst = max(slow, key=lambda r: r["vs_shift"])
+        text += f" (worst {100 * (worst['vs_shift'] - 1):+.1f}% against the shift: {' '.join(worst['row'])})"
     return text
 
 
-def report(result: dict, base: Side, new: Side, rule: Rule, fail_on_slow: Optional[float],
+def shift_lines(result: dict) -> list[str]:
+    """One line per provider of a kernel on a GPU: the shift every row of it shares, and its verdict."""
+    lines = []
+    for (gpu, kernel, provider), shift in result["shifts"].items():
+        name = kernel if provider == TRITON_PROVIDER else f"{kernel} {provider}"
+        if shift is None:
+            lines.append(f"  {name} on {gpu}: no row with repetitions, no shift")
+            continue
+        head = (f"  {name} on {gpu} ({'judged' if shift.judged else 'info'}): NEW/BASE "
+                f"{math.exp(shift.value):.3f} over {shift.groups} shape(s)")
+        if shift.spread is None:
+            why = ("the two sides ran on different GPU models" if " -> " in gpu else
+                   "no spread of runs measured for this GPU and kernel class (--calibration STORE: 3 or more "
+                   "runs of the sweep; or --machine-spread)")
+            lines.append(f"{head}: NOT JUDGED: {why}")
+            continue
+        spread = shift.spread
+        lines.append(f"{head}, threshold ±{_percent(math.expm1(shift.threshold))}: {shift.verdict}; catches "
+                     f"a slowdown of every row of +{_percent(math.expm1(shift.catches))} in 95% of runs "
+                     f"(spread of runs: shift {_percent(spread.shift)}, per shape {_percent(spread.shape)}; "
+                     f"{spread.source})")
+    return lines
+
+
+def refusals(result: dict) -> list[str]:
+    """Why the gate cannot judge this comparison (exit 2): no judged row with a verdict; judged rows
+    without repetitions on either side; a kernel's shift that no measured spread can judge."""
+    judged = [r for r in result["matched"] + result["winners"] if r["judged"]]
+    reasons = []
+    if not any(r["verdict"] in ("SAME", "FAST", "SLOW") for r in judged):
+        why = _counts(judged) if judged else "no trial ok on both sides"
+        reasons.append(f"no judged row has a verdict ({why})")
+    bare = {" ".join(r["row"]) for r in judged if r["verdict"] == NO_REPETITIONS}
+    if bare:
+        reasons.append(f"{len(bare)} judged row(s) have no repetitions on either side, so no measured noise "
+                       "(finalists.repetitions >= 2 gives them; sweep BASE again)")
+    for (gpu, kernel, _), shift in result["shifts"].items():
+        if shift is not None and shift.judged and shift.spread is None:
+            reasons.append(f"the shift of {kernel} on {gpu} (NEW/BASE {math.exp(shift.value):.3f}) cannot be "
+                           "judged: " + ("the sides ran on different GPU models" if " -> " in gpu else
+                                         "no spread of runs of this GPU and kernel class was measured; give "
+                                         "--calibration STORE (3 or more runs of the sweep) or "
+                                         "--machine-spread"))
+    return reasons
+
+
+def report(result: dict, base: Side, new: Side, rule: between_runs.Rule, gate: bool,
            changed_only: bool = False, list_all: bool = False) -> tuple[str, int]:
-    """The printed report and the exit status."""
+    """The printed report and the exit status (`gate`: --fail-on-slow, at rule.fail_on_slow)."""
     lines = [f"BASE: {base.source}", f"NEW:  {new.source}",
-             f"rule: SLOW / FAST when ln(NEW/BASE) of the p50s is beyond a threshold: the chance difference "
-             f"of two runs, sqrt(s^2/R_base + s^2/R_new + 2 x {100 * rule.run_noise:g}%^2) (s: the spread of "
-             f"the repetitions' medians, R: repetitions), times the two-sided quantile of {rule.alpha:g} / "
-             f"the rows of its family (judged by the gate, or not), and at least {100 * rule.min_effect:g}%; "
-             "else SAME"]
+             "rule: NEW/BASE of the geometric means of the repetitions' medians; the shift of each kernel's "
+             "provider on a GPU, the median over shapes, is what a second run of every row shares; a row is "
+             "SLOW / FAST when its NEW/BASE against that shift is beyond its threshold: the t quantile of "
+             f"its family's share of alpha {rule.alpha:g} times sqrt(s^2/R_base + s^2/R_new + 2 tau^2 + "
+             "var(shift)) (s: the spread of the repetitions' medians, tau: each shape's own part of a run's "
+             f"shift), at least {100 * rule.min_effect:g}%; the shift is judged against the spread of runs "
+             "of the machine's kind, sqrt(2 sigma^2 + var(shift)) (runners/results/between_runs.py)"]
     if result["env_diffs"]:
         lines.append("environment differs between matched rows (BASE -> NEW, matched pairs):")
         differences = sorted(result["env_diffs"].items())
         lines += [f"  {name}: {b} -> {n} ({count})" for (name, b, n), count in differences]
     else:
         lines.append("environment: the same for every matched row (" + ", ".join(NAMED) + ")")
-    classes = [f"{' '.join(map(str, c))} {_percent(s)} ({freedom} df)" for c, (s, freedom) in
-               result["classes"].items() if s is not None and len(c) == 4]
-    lines.append("repetition noise by shape (kernel provider dtype shape: s): " + ("; ".join(classes) or
-                 f"none measured: {100 * ASSUMED_NOISE:g}% assumed where no size class has it"))
+    classes = [f"{' '.join(map(str, c))} {s}" for c, s in result["classes"].items()]
+    lines.append("repetition noise by shape (kernel provider dtype shape: s): "
+                 + ("; ".join(classes) or "none"))
+    lines += ["shift of every row, per kernel, provider and GPU:"] + shift_lines(result)
     shown = [r for r in result["matched"] if not changed_only or r["verdict"] != "SAME"]
     count = f"{len(result['matched'])}" + (f", {len(shown)} not SAME shown" if changed_only else "")
     lines += ["", f"## Trials measured on both sides ({count})", ""]
     lines += _table(shown, winners=False) if shown else ["(none)"]
     lines += ["", "## Winners of each (kernel, dtype, shape), whatever their configs", ""]
     lines += _table(result["winners"], winners=True) if result["winners"] else ["(none ok on both sides)"]
-    broken = [c for c in result["status_changes"] if c["base"] == "ok" and c["new"] != "pruned"]
+    lines += _lists(result, list_all)
+    only = result["only"]
+    lines += ["", f"summary: {len(result['matched'])} trials on both sides: {_counts(result['matched'])}; "
+              f"winners: {_counts(result['winners'])}; {len(broken(result))} ok in BASE and failing in NEW; "
+              f"{len(only['BASE'])} only in BASE, {len(only['NEW'])} only in NEW"]
+    lines += _reach(result)
+    if not gate:
+        return "\n".join(lines), 0
+    line, status = gate_verdict(result, rule)
+    return "\n".join(lines + [line]), status
+
+
+def _lists(result: dict, list_all: bool) -> list[str]:
+    lines = []
     changes = [f"{c['base']} -> {c['new']}: {' '.join(c['row'])}: {str(c['message'])[:120]}"
                for c in result["status_changes"]]
     sections = [("status changed", changes)]
@@ -502,26 +580,57 @@ def report(result: dict, base: Side, new: Side, rule: Rule, fail_on_slow: Option
             lines += [f"  {item}" for item in (items if list_all else items[:LISTED])]
             if len(items) > LISTED and not list_all:
                 lines.append(f"  ... {len(items) - LISTED} more (--all lists them)")
-    only = result["only"]
+    return lines
+
+
+def _reach(result: dict) -> list[str]:
+    """What the comparison could have caught: the judged rows' smallest slowdowns caught in 95% of runs,
+    best and worst, and each shift's."""
+    judged = [r for r in result["matched"] + result["winners"]
+              if r["judged"] and not math.isnan(r["catches"])]
+    if not judged:
+        return []
+    best, worst = min(judged, key=lambda r: r["catches"]), max(judged, key=lambda r: r["catches"])
+    line = (f"reach: a slowdown of one judged row is caught in 95% of runs from +{_percent(best['catches'])} "
+            f"(best) to +{_percent(worst['catches'])} (worst: {' '.join(worst['row'])})")
+    shifts = [f"{kernel} on {gpu} +{_percent(math.expm1(s.catches))}"
+              for (gpu, kernel, _), s in result["shifts"].items()
+              if s is not None and s.judged and not math.isnan(s.catches)]
+    return [line + ("; of every row of a kernel: " + ", ".join(shifts) if shifts else "")]
+
+
+def broken(result: dict) -> list[dict]:
+    """The trials ok in BASE that fail in NEW (not pruned: a config that stopped working)."""
+    return [c for c in result["status_changes"] if c["base"] == "ok" and c["new"] != "pruned"]
+
+
+def gate_verdict(result: dict, rule: between_runs.Rule) -> tuple[str, int]:
+    """The gate's line and exit status: 1 when a judged row is SLOW against its shift by more than the
+    gate's share (rule.fail_on_slow), a shift is, or a trial ok in BASE fails in NEW; else 2 where it
+    cannot judge (refusals); else 0."""
+    limit = f"{100 * rule.fail_on_slow:g}%"
+    failing = broken(result)
     judged = [r for r in result["matched"] + result["winners"] if r["judged"]]
-    lines += ["", f"summary: {len(result['matched'])} trials on both sides: {_counts(result['matched'])}; "
-              f"winners: {_counts(result['winners'])}; {len(broken)} ok in BASE and failing in NEW; "
-              f"{len(only['BASE'])} only in BASE, {len(only['NEW'])} only in NEW"]
-    status = 0
-    if fail_on_slow is not None:
-        limit = f"{100 * fail_on_slow:g}%"
-        slow = [r for r in judged if r["verdict"] == "SLOW" and r["ratio"] - 1 > fail_on_slow]
-        status = 1 if slow or broken else 0
-        lines.append(f"gate --fail-on-slow {limit} on {len(judged)} judged rows (winners and shipped "
-                     "configs): "
-                     + (f"FAIL: {len(slow)} SLOW by more than {limit}, {len(broken)} failing in NEW"
-                        if status else "pass"))
-    return "\n".join(lines), status
+    slow = [r for r in judged if r["verdict"] == "SLOW" and r["vs_shift"] - 1 > rule.fail_on_slow]
+    shifts = [f"{kernel} on {gpu}" for (gpu, kernel, _), s in result["shifts"].items()
+              if s is not None and s.judged and s.verdict == "SLOW"
+              and math.expm1(s.value) > rule.fail_on_slow]
+    head = f"gate --fail-on-slow {limit} on {len(judged)} judged rows (winners and shipped configs): "
+    if slow or shifts or failing:
+        named = f" ({', '.join(shifts)})" if shifts else ""
+        return head + (f"FAIL: {len(slow)} SLOW by more than {limit} against their shift, "
+                       f"{len(shifts)} shift(s) SLOW by more than {limit}{named}, "
+                       f"{len(failing)} failing in NEW"), 1
+    reasons = refusals(result)
+    if reasons:
+        return head + "REFUSED: " + "; ".join(reasons), 2
+    return head + "pass", 0
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     epilog="The rule and the exit status: runners/compare.py's docstring.")
+                                     epilog="The rule: runners/results/between_runs.py; the exit status: "
+                                            "runners/compare.py's docstring.")
     parser.add_argument("base", metavar="BASE", help="sweep id in --store, store file, file:sweep_id, or an "
                                                      "export's .json")
     parser.add_argument("new", metavar="NEW", help="the same, for what is compared against BASE")
@@ -529,14 +638,17 @@ def main(argv=None) -> int:
     parser.add_argument("--min-effect", default=f"{100 * DEFAULT_MIN_EFFECT:g}%",
                         help="smallest p50 change called FAST or SLOW (default %(default)s)")
     parser.add_argument("--alpha", type=float, default=DEFAULT_ALPHA,
-                        help="chance that unchanged code gets any verdict but SAME among the rows the gate "
-                             "judges, and among the others (default %(default)s)")
-    parser.add_argument("--run-noise", default=f"{100 * RUN_NOISE:g}%",
-                        help="what every repetition of a run shares, as a standard deviation of the p50 "
-                             "(default %(default)s, measured on an H200)")
+                        help="chance that unchanged code fails the gate (default %(default)s)")
+    parser.add_argument("--calibration", metavar="STORE[:ID,ID,...]",
+                        help="runs of the same sweep on machines of the kind NEW runs on (3 or more; every "
+                             "sweep in STORE, or those named): the spread a whole run's shift is judged by")
+    parser.add_argument("--machine-spread", metavar="SHARE",
+                        help="state the spread of runs instead of measuring it (e.g. 0.5%%): the sd of a "
+                             "run's shift and of each shape's own part, said so in the report")
     parser.add_argument("--fail-on-slow", metavar="SHARE",
-                        help="exit 1 when a judged row is SLOW by more than this (e.g. 2%%), or a trial "
-                             "ok in BASE fails in NEW")
+                        help="exit 1 when a judged row (against its kernel's shift) or a kernel's shift is "
+                             "SLOW by more than this (e.g. 2%%), or a trial ok in BASE fails in NEW; exit 2 "
+                             "when that cannot be judged")
     parser.add_argument("--gate", choices=("shipped", "all"), default="shipped",
                         help="judge the winners and BASE's exported configs (default), or every trial")
     parser.add_argument("--tolerance", type=float,
@@ -547,9 +659,10 @@ def main(argv=None) -> int:
                         help="list all only-in / changed trials")
     args = parser.parse_args(argv)
     try:
-        rule = Rule(alpha=args.alpha, min_effect=parse_share(args.min_effect, "--min-effect"),
-                    run_noise=parse_share(args.run_noise, "--run-noise"))
         fail_on_slow = None if args.fail_on_slow is None else parse_share(args.fail_on_slow, "--fail-on-slow")
+        rule = between_runs.Rule(alpha=args.alpha, min_effect=parse_share(args.min_effect, "--min-effect"),
+                                 fail_on_slow=fail_on_slow or 0.0)
+        stated = None if args.machine_spread is None else parse_share(args.machine_spread, "--machine-spread")
         if not 0 < args.alpha < 1:
             raise CompareError(f"--alpha: {args.alpha} must be between 0 and 1")
         if args.tolerance is not None and not 0 <= args.tolerance < 1:
@@ -557,12 +670,14 @@ def main(argv=None) -> int:
         base = load_side(args.base, args.store, "BASE")
         new = load_side(args.new, args.store, "NEW")
         base, new = versions_against(base, new), versions_against(new, base)
+        calibrated = load_calibration(args.calibration) if args.calibration else {}
+        tolerance = args.tolerance if args.tolerance is not None else sweep_export_conf().tolerance
+        result = compare(base.frame, new.frame, rule, shipped_keys(base, tolerance), args.gate == "all",
+                         calibrated, stated)
     except CompareError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    tolerance = args.tolerance if args.tolerance is not None else sweep_export_conf().tolerance
-    result = compare(base.frame, new.frame, rule, shipped_keys(base, tolerance), args.gate == "all")
-    text, status = report(result, base, new, rule, fail_on_slow, args.changed_only, args.list_all)
+    text, status = report(result, base, new, rule, fail_on_slow is not None, args.changed_only, args.list_all)
     print(text)
     return status
 

@@ -9,11 +9,15 @@ working. On the current environment (this GPU, the running Triton):
 2. Each config it ships is re-timed at the shapes where it was recorded, with each shape's winner and
    the baselines measured beside it, in repetitions on buffers placed anew (`timing.repetitions`) and
    round-robin as finalists, as the recorded figures were taken: a sweep of exactly those trials.
-3. The new figures are compared with the recorded ones by runners.compare's rule (the noise between runs).
-   Per shape: SAME or FAST; SLOW when the list's best there is now slower beyond the noise; broken
-   when a config shipped there no longer passes (incorrect, compile error, out of resources).
-4. Only the shapes that broke, or where the list now loses more than the export's tolerance (SLOW by more
-   than it), are re-screened: the kernel's default space at those shapes (`timing=screen`, finalists).
+3. The new figures are compared with the recorded ones by runners.compare's rule (the noise between runs,
+   runners/results/between_runs.py). Per shape: SAME or FAST; SLOW when the list's best there is now
+   slower beyond the noise against the shift of every row; broken when a config shipped there no longer
+   passes (incorrect, compile error, out of resources).
+4. Only the shapes that broke, or where the list now loses more than the export's tolerance, are
+   re-screened: slower by more than it and SLOW against the shift, or with a shift of every row that is
+   SLOW itself or that no measured spread of this GPU judges (then the slowdown is taken as real: a
+   re-screen costs GPU time, a stale config costs more): the kernel's default space at those shapes
+   (`timing=screen`, finalists).
 5. The section of this GPU and the running Triton version is written (beside the other sections, which
    are kept) from the re-timed rows and the re-screened ones: where the running Triton had no section
    yet, or something was re-screened. `--check` only reports.
@@ -37,6 +41,7 @@ import pandas as pd
 
 from runners.engine.trials import TRITON_PROVIDER, ConfigError, Trial
 from runners.export import CONF_DIR
+from runners.results import between_runs
 from runners.results.export import ExportError, export_kernel, read_export
 from runners.results.export import sections as export_sections
 from runners.results.export_runtime import pick_version
@@ -125,8 +130,12 @@ def run_sweep(cfg, sweep_id: str, store: str, trials: Optional[list] = None) -> 
 
 def judge_shapes(result: dict, base: pd.DataFrame, tolerance: float) -> list[dict]:
     """Per (dtype, shape) of the export: the verdict of its winner against the list's best now
-    (runners.compare's winners), broken where a shipped config stopped passing; `rescreen` where it broke
-    or the list now loses more than the tolerance (SLOW, and slower by more than it)."""
+    (runners.compare's winners, against our kernel's shift), broken where a shipped config stopped
+    passing; `rescreen` where it broke or the list now loses more than the tolerance: slower by more than
+    it, and SLOW against the shift or with a shift that is SLOW itself or that no measured spread judges
+    (an upgrade that slows every shape moves the shift, not the rows)."""
+    shifts = {gpu_kernel[:2]: shift for gpu_kernel, shift in result["shifts"].items()
+              if gpu_kernel[2] == TRITON_PROVIDER}
     shapes = {}
     for _, row in base[base["provider"] == TRITON_PROVIDER].iterrows():
         key = (row["dtype"], shape_label(row["shape"]))
@@ -142,8 +151,9 @@ def judge_shapes(result: dict, base: pd.DataFrame, tolerance: float) -> list[dic
         _, provider, dtype, shape_text, config = change["row"]
         if change["base"] == "ok" and provider == TRITON_PROVIDER and (dtype, shape_text) in shapes:
             shapes[(dtype, shape_text)]["broken"].append(f"{config} ({change['new']})")
+    shift_slow = any(shift is None or shift.verdict in ("SLOW", "NOT JUDGED") for shift in shifts.values())
     for item in shapes.values():
-        slower = item["verdict"] == "SLOW" and item["ratio"] - 1 > tolerance
+        slower = item["ratio"] - 1 > tolerance and (item["verdict"] == "SLOW" or shift_slow)
         item["rescreen"] = bool(item["broken"]) or slower
     return sorted(shapes.values(), key=lambda s: (s["dtype"], json.loads(s["shape"])))
 
@@ -221,7 +231,9 @@ def revalidate(args, data: dict, gpu: str, version: str, section: dict, how: str
         print(f"error: {error}", file=sys.stderr)
         return 2
     print(f"re-timed {len(trials)} trials in {time.perf_counter() - began:.1f} s ({gpu_s:.1f} s of GPU time)")
-    result = compare.compare(base, new, compare.Rule(), gate_all=True)
+    result = compare.compare(base, new, between_runs.Rule(), gate_all=True)
+    print("\n".join(["the shift of every row (runners/results/between_runs.py):",
+                     *compare.shift_lines(result)]))
     shapes = judge_shapes(result, base, tolerance)
     print("\n".join(_table(shapes, args.list_all)))
     stale = [s for s in shapes if s["rescreen"]]

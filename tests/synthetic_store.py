@@ -180,7 +180,7 @@ def softmax_sweep(
 # Between-run noise as measured on an H200 (BENCHMARKS.md, "noise between runs"), as standard deviations
 # of ln(p50): where a run's buffers land moves a 5 us softmax by ~2% and a 30 us one by ~0.3%; every
 # repetition of one run shares ~0.5% more (process, clocks); one repetition's own median ~0.3%.
-PLACEMENT_NOISE = {(4096, 1024): 0.02, (4096, 4096): 0.003}
+PLACEMENT_NOISE = {(4096, 1024): 0.02, (4096, 2048): 0.005, (4096, 4096): 0.003}
 RUN_NOISE = 0.005
 SAMPLING_NOISE = 0.003
 
@@ -196,14 +196,16 @@ def noisy_run(
     top_k: int = 4,
     placement_noise: Optional[dict] = None,
     run_noise: float = RUN_NOISE,
+    slowed_shapes: Optional[set] = None,
     **fields,
 ) -> list[dict]:
     """One run of a softmax-like sweep as a GPU gives it, with run-level variance drawn anew: an offset
-    every row of the run shares; per shape, the placement of its inputs, which every screening row and
-    the finalists' first repetition share; per later repetition, a placement the finalists of a shape
-    share. Screening rows have one repetition; the top_k of each shape and its baselines are re-timed
-    in `repetitions` (rank, tie, chosen set; the fastest chosen), unless top_k < 2. `slower` scales our
-    kernel's times, not the baselines'. `fields` set columns of every row (gpu_name, kernel_hash, ...).
+    every row of the run shares (sd `run_noise`); per shape, the placement of its inputs, which every
+    screening row and the finalists' first repetition share; per later repetition, a placement the
+    finalists of a shape share. Screening rows have one repetition; the top_k of each shape and its
+    baselines are re-timed in `repetitions` (rank, tie, chosen set; the fastest chosen), unless top_k < 2.
+    `slower` scales our kernel's times, not the baselines', at `slowed_shapes` (default every shape).
+    `fields` set columns of every row (gpu_name, kernel_hash, ...).
     Returns the rows appended."""
     placement_noise = placement_noise or PLACEMENT_NOISE
     run_offset = rng.normal(0.0, run_noise)
@@ -212,12 +214,13 @@ def noisy_run(
         spread = placement_noise[tuple(shape)]
         shared = rng.normal(0.0, spread)  # the shape's inputs, made once
         true, screened = {}, []
+        slowed = slower if slowed_shapes is None or tuple(shape) in slowed_shapes else 1.0
         for values in itertools.product(*space.values()):
             config = dict(zip(space, values))
             if config["BLOCK_SIZE"] < shape[1]:
                 continue
-            true[json.dumps(config)] = model_p50(shape, config) * slower
-        best = min(true.values()) / slower
+            true[json.dumps(config)] = model_p50(shape, config) * slowed
+        best = min(true.values()) / slowed
         for provider, factor in BASELINES.items():
             true[json.dumps({"provider": provider})] = factor * best
         for key, p50 in true.items():

@@ -42,13 +42,19 @@ def _export(tuned, tmp_path, scale: dict):
     ours = rows[(rows["provider"] == "triton") & (rows["status"] == "ok")]
     ours = ours.sort_values("id").groupby("trial_key").tail(1)
     section = gpu_section(ours, 0.03, baseline_rows(rows, ours))
+    def scaled(figures: dict, names: tuple) -> None:
+        factor = scale[figures["shape"][0]]
+        for name in names:
+            figures[name] *= factor
+        if "rep_p50s_us" in figures:  # the repetitions' medians, which compare's rule reads
+            figures["rep_p50s_us"] = [m * factor for m in figures["rep_p50s_us"]]
+
     for lists in section["dtypes"].values():
         for item in lists["configs"]:
             for at in item["ok_at"]:
-                at["p50_us"] *= scale[at["shape"][0]]
+                scaled(at, ("p50_us",))
         for best in lists["best_by_shape"]:
-            for name in ("p50_us", "fastest_p50_us", "list_p50_us"):
-                best[name] *= scale[best["shape"][0]]
+            scaled(best, ("p50_us", "fastest_p50_us", "list_p50_us"))
     write_export("vector_add", {INTERPRETER_DEVICE_NAME: section}, tmp_path / "exports", ("n",),
                  {"n_elements": "n"}, merge=False)
     return tmp_path / "exports" / "vector_add_configs.json"
@@ -79,10 +85,13 @@ def test_shapes_recorded_as_faster_than_they_run_are_re_screened_the_others_kept
 
 
 def test_an_export_that_still_holds_passes(tuned, tmp_path):
-    path = _export(tuned, tmp_path, {3000: 3.0, 9000: 3.0})  # recorded slower than it runs: all FAST
+    # Recorded slower than it runs, every shape alike: the shift of every row is 3x faster (not judged on
+    # the interpreter, which no spread of runs was measured for), each shape SAME against it.
+    path = _export(tuned, tmp_path, {3000: 3.0, 9000: 3.0})
     status, out = _revalidate(path, tmp_path, "--check")
     assert status == 0, out
-    assert "0 to re-screen" in out and "2 shapes: 0 SAME, 2 FAST, 0 SLOW, 0 broken" in out
+    assert "0 to re-screen" in out and "2 shapes: 2 SAME, 0 FAST, 0 SLOW, 0 broken" in out
+    assert "vector_add on Triton interpreter (CPU) (judged): NEW/BASE 0.3" in out and "NOT JUDGED" in out
 
 
 def test_a_config_a_kernel_change_broke_is_reported_and_its_shapes_re_screened(tuned, tmp_path):
@@ -99,21 +108,27 @@ def test_bad_input_names_the_argument(tmp_path):
     assert status == 2 and "not an export" in out
 
 
-def test_the_re_screen_decision():
-    """Re-screen where a shipped config broke, or where the list's best is SLOW beyond the tolerance;
-    keep a SLOW within it, SAME and FAST."""
+@pytest.mark.parametrize("shift_verdict, also", [("SAME", set()), ("SLOW", {6}), ("NOT JUDGED", {6})])
+def test_the_re_screen_decision(shift_verdict, also):
+    """Re-screen where a shipped config broke, or where the list's best is slower than the tolerance and
+    SLOW against the shift of every row, or the shift is SLOW itself or not judged (a shape 8% slower
+    that moved as every row did: 6); keep a SLOW within the tolerance, SAME and FAST."""
     import pandas as pd
 
+    from runners.results.between_runs import Shift
+
     base = pd.DataFrame([{"provider": "triton", "dtype": "float16", "shape": json.dumps([n])}
-                         for n in (1, 2, 3, 4, 5)])
+                         for n in (1, 2, 3, 4, 5, 6)])
 
     def winner(n, verdict, ratio):
         return {"row": ("k", "triton", "float16", str(n), "c"), "verdict": verdict, "ratio": ratio,
                 "threshold": 0.02, "base_p50": 1.0, "new_p50": ratio}
 
+    shift = Shift(0.0, 1e-5, 8, 6, None, True, verdict=shift_verdict)
     result = {"winners": [winner(1, "SAME", 1.01), winner(2, "SLOW", 1.025), winner(3, "SLOW", 1.08),
-                          winner(4, "FAST", 0.9), winner(5, "SAME", 1.0)],
+                          winner(4, "FAST", 0.9), winner(5, "SAME", 1.0), winner(6, "SAME", 1.08)],
               "status_changes": [{"row": ("k", "triton", "float16", "5", "BLOCK=8"), "base": "ok",
-                                  "new": "incorrect"}]}
+                                  "new": "incorrect"}],
+              "shifts": {("GPU", "k", "triton"): shift, ("GPU", "k", "torch"): None}}
     decided = {json.loads(s["shape"])[0]: s["rescreen"] for s in judge_shapes(result, base, 0.03)}
-    assert decided == {1: False, 2: False, 3: True, 4: False, 5: True}
+    assert {n for n, rescreen in decided.items() if rescreen} == {3, 5} | also

@@ -21,7 +21,7 @@ def test_offline_runs_hold_config_and_metrics(tmp_path):
     assert config["kernel"] == "softmax" and config["dtype"] == "float16" and config["shape"] == [5, 100]
     assert (config["rows"], config["cols"]) == (5, 100)
     assert (config["BLOCK_SIZE"], config["num_warps"], config["num_stages"]) == (128, 2, 1)
-    assert config["backend"] == "interpret" and config["timing"]["min_samples"] == 4
+    assert config["backend"] == "interpret" and config["timing"]["min_samples"] == 6
     assert "${" not in json.dumps(config)  # resolved
     summary = ours[0]["summary"]
     assert summary["status"] == "ok" and summary["p50_us"] > 0 and summary["gbps"] > 0

@@ -1,23 +1,24 @@
-"""Benchmark (GPU): the compare gate across runs of unchanged code, and against slowdowns put into a kernel.
+"""Benchmark (GPU): compare's gate across runs of unchanged code, across machines of one kind, and against
+a slowdown put into a kernel (issue 32).
 
-    python -m runners.benchmarks.bench_gate reruns [--runs 6] [--sweeps readme layernorm matmul]
-    python -m runners.benchmarks.bench_gate slowdown [--tries 20 10] [--percents 5 3]
-    python -m runners.benchmarks.bench_gate against OTHER.sqlite [--sweeps readme layernorm matmul]
+    python -m runners.benchmarks.bench_gate reruns [--runs 6] [--reruns 3] [--sweeps readme matmul]
+    python -m runners.benchmarks.bench_gate slowdown [--tries 20] [--percents 5] [--calibration-runs 5]
+    python -m runners.benchmarks.bench_gate against OTHER.sqlite [--runs 3] [--sweeps readme matmul]
 
 All sweeps write to --store (outputs/gate.sqlite), with force=true, as separate processes one after the
-other: each is a run, the unit the gate's rule is about.
-- reruns: each sweep `--runs` times; the first is BASE, every later one is compared with it by
-  runners.compare (`--fail-on-slow 2%`, defaults otherwise). Table: compared rows, rows not SAME, gate
-  failures, the judged rows' thresholds; then the noise between runs as the runs show it (per class,
-  the standard deviation of ln p50 across runs of the finalists' rows, and the share of it that their
-  repetitions do not explain: what compare's --run-noise stands for); then the first sweep with
-  `finalists.repetitions=1` beside the others, for what the repetitions cost.
-- slowdown: softmax at the README's shapes (tests/softmax_slowed.py) with no spin, the base; then, for
-  each of `--percents`, the spin share of each shape that slows the base's winner there by that much
-  (measured: the slowed and unslowed kernels timed interleaved in this process), and `--tries` runs
-  with it, each compared with the base: how often the gate fails.
-- against: this machine's runs of the sweeps compared with the first run of each in OTHER.sqlite (the
-  store `reruns` left on another machine of the same kind).
+other: each is a run, the unit the gate's rule is about (runners/results/between_runs.py).
+- reruns: each sweep `--runs` times, their calibration (the spread of a run's shift and of each shape's
+  own part, per provider), then `--reruns` more runs, each compared with run 0 by runners.compare with
+  that calibration and `--fail-on-slow 2%`. Tables: the calibration; per sweep the compared rows, rows not
+  SAME, the judged rows' thresholds and reach (the smallest slowdown caught in 95% of runs), our shift and
+  the gate's statuses.
+- slowdown: softmax at the README's shapes (tests/softmax_slowed.py) with no spin, the base, and
+  `--calibration-runs` more runs so; then, for each of `--percents`, the spin share of each shape that
+  slows the base's winner there by that much (measured: the slowed and unslowed kernels timed interleaved
+  in this process), and `--tries` runs with it, each compared with the base: how often the gate fails.
+- against: this machine's `--runs` runs of each sweep, each compared with run 0 of OTHER.sqlite (the store
+  `reruns` left on another machine of the kind), calibrated on the other runs of both machines; then the
+  spread of all runs of both machines, per GPU and kernel class, as between_runs.MEASURED entries.
 """
 from __future__ import annotations
 
@@ -72,90 +73,83 @@ def frames(store: str, *sweep_ids: str):
         opened.close()
 
 
-def gate(base, new) -> dict:
-    """runners.compare's defaults and --fail-on-slow 2% on one pair of runs."""
+def gate(base, new, calibrated: dict) -> dict:
+    """runners.compare's defaults, the calibration and --fail-on-slow 2% on one pair of runs."""
+    from runners import compare
+    from runners.results import between_runs
+
+    rule = between_runs.Rule(fail_on_slow=GATE)
+    shipped = compare.shipped_keys(compare.Side("BASE", "", base), compare.sweep_export_conf().tolerance)
+    result = compare.compare(base, new, rule, shipped, calibrated=calibrated)
+    rows = result["matched"] + result["winners"]
+    judged = [r for r in rows if r["judged"] and not math.isnan(r["threshold"])]
+    ours = [s for (_, _, provider), s in result["shifts"].items() if provider == "triton" and s is not None]
+    line, status = compare.gate_verdict(result, rule)
+    return {"rows": len(rows), "not_same": sum(r["verdict"] != "SAME" for r in rows), "judged": len(judged),
+            "status": status, "line": line, "thresholds": [r["threshold"] for r in judged],
+            "catches": [r["catches"] for r in judged], "shifts": ours, "unlisted": rows}
+
+
+def calibration(runs: list, source: str) -> dict:
     from runners import compare
 
-    shipped = compare.shipped_keys(compare.Side("BASE", "", base), compare.sweep_export_conf().tolerance)
-    result = compare.compare(base, new, compare.Rule(), shipped)
-    rows = result["matched"] + result["winners"]
-    judged = [r for r in rows if r["judged"]]
-    failing = [r for r in judged if r["verdict"] == "SLOW" and r["ratio"] - 1 > GATE]
-    broken = [c for c in result["status_changes"] if c["base"] == "ok" and c["new"] != "pruned"]
-    return {"rows": len(rows), "not_same": sum(r["verdict"] != "SAME" for r in rows), "judged": len(judged),
-            "failed": bool(failing or broken), "thresholds": [r["threshold"] for r in judged],
-            "worst": max((r["ratio"] for r in judged), default=math.nan), "unlisted": rows}
+    return compare.calibration_of(runs, source)
 
 
-def _rep_variance(row) -> float:
-    """s^2 / R of a row: the variance its repetitions give its p50 (0 without repetitions)."""
-    noise, repetitions = row["rep_noise"], row["repetitions"]
-    if noise is None or math.isnan(noise) or not repetitions or math.isnan(repetitions):
-        return 0.0
-    return noise**2 / repetitions
-
-
-def between_runs(runs) -> list[str]:
-    """Per (kernel, provider, size class): the sd of ln p50 across runs of each finalist row present in
-    every run, pooled, and the part of it the repetitions do not explain (var - mean s^2/R)."""
-    from runners.compare import size_class
-
-    by_trial: dict[str, list] = {}
-    for frame in runs:
-        final = frame[frame["phase"] == "final"]
-        for key, rows in final.groupby("trial_key"):
-            by_trial.setdefault(key, []).append(rows.loc[rows["id"].idxmax()])
-    pooled: dict[tuple, list] = {}
-    for rows in by_trial.values():
-        if len(rows) != len(runs) or any(r["status"] != "ok" for r in rows):
-            continue
-        logs = [math.log(r["p50_us"]) for r in rows]
-        within = statistics.fmean(_rep_variance(r) for r in rows)
-        p50 = statistics.median(r["p50_us"] for r in rows)
-        cls = (rows[0]["kernel"], rows[0]["provider"], size_class(p50))
-        pooled.setdefault(cls, []).append((statistics.variance(logs), within))
-    lines = ["| kernel | provider | p50 class | trials | sd of ln p50 across runs | repetitions explain (sd) "
-             "| "
-             "run-level rest (sd) |", "|---|---|---|---|---|---|---|"]
-    for cls, values in sorted(pooled.items()):
-        between = statistics.fmean(v for v, _ in values)
-        within = statistics.fmean(w for _, w in values)
-        rest = math.sqrt(max(between - within, 0.0))
-        lines.append(f"| {' | '.join(cls)} | {len(values)} | {100 * math.sqrt(between):.2f}% | "
-                     f"{100 * math.sqrt(within):.2f}% | {100 * rest:.2f}% |")
+def calibration_table(calibrated: dict) -> list[str]:
+    lines = ["| GPU | kernel | provider | runs' shift (sd) | each shape's own (sd) | df | measured on |",
+             "|---|---|---|---|---|---|---|"]
+    for (gpu, kernel, provider), spread in sorted(calibrated.items()):
+        lines.append(f"| {gpu} | {kernel} | {provider} | {100 * spread.shift:.2f}% | "
+                     f"{100 * spread.shape:.2f}% | {spread.shift_df:g}, {spread.shape_df:g} | "
+                     f"{spread.source} |")
     return lines
 
 
+def _describe(results: list[dict]) -> str:
+    """The table cells of a set of comparisons."""
+    thresholds = [t for r in results for t in r["thresholds"]]
+    catches = [c for r in results for c in r["catches"]]
+    shifts = [s for r in results for s in r["shifts"]]
+    statuses = [r["status"] for r in results]
+    worst_shift = max(shifts, key=lambda s: abs(s.value))
+    return (f"{sum(r['rows'] for r in results)} | {sum(r['not_same'] for r in results)} | "
+            f"{sum(r['judged'] for r in results)} | ±{100 * statistics.median(thresholds):.1f}%, "
+            f"±{100 * max(thresholds):.1f}% | +{100 * min(catches):.1f}% to +{100 * max(catches):.1f}% | "
+            f"{math.exp(worst_shift.value):.3f} (±{100 * math.expm1(worst_shift.threshold):.1f}%) | "
+            f"{statuses.count(0)} pass, {statuses.count(1)} fail, {statuses.count(2)} refused |")
+
+
+HEAD = ("| compared rows | not SAME | judged rows | judged thresholds (median, max) | catches in 95% (best, "
+        "worst) | our shift, worst (threshold) | gate at 2% |")
+
+
+def _report(results: list[dict], label: str) -> None:
+    for index, result in enumerate(results, start=1):
+        for r in result["unlisted"]:
+            if r["verdict"] != "SAME":
+                print(f"  {label} {index}: {r['verdict']} {' '.join(r['row'])} {r['phase']} NEW/BASE "
+                      f"{r['ratio']:.3f}, against the shift {r['vs_shift']:.3f} "
+                      f"(±{100 * r['threshold']:.1f}%)")
+        if result["status"]:
+            print(f"  {label} {index}: {result['line']}")
+
+
 def reruns(args) -> None:
-    table = ["| sweep | runs | compares | compared rows | not SAME | judged rows | judged thresholds "
-             "(median, max) | worst judged NEW/BASE | gate failures at 2% | seconds a run | finalists s |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
-    noise = []
+    table = ["| sweep | calibration runs | compares " + HEAD, "|---|---|---|---|---|---|---|---|---|---|"]
+    calibrations = []
     for name in args.sweeps:
-        print(f"{name}: {args.runs} runs", flush=True)
-        summaries = [sweep(SWEEPS[name], f"{name}_{i}", args.store) for i in range(args.runs)]
-        runs = frames(args.store, *[f"{name}_{i}" for i in range(args.runs)])
-        results = [gate(runs[0], new) for new in runs[1:]]
-        for index, result in enumerate(results, start=1):
-            for r in result["unlisted"]:
-                if r["verdict"] != "SAME":
-                    print(f"  run {index}: {r['verdict']} {' '.join(r['row'])} {r['phase']} "
-                          f"{r['ratio']:.3f} (±{100 * r['threshold']:.1f}%, {r['noise_from']})")
-        thresholds = [t for r in results for t in r["thresholds"]]
-        table.append(
-            f"| {name} | {args.runs} | {len(results)} | {sum(r['rows'] for r in results)} | "
-            f"{sum(r['not_same'] for r in results)} | {sum(r['judged'] for r in results)} | "
-            f"±{100 * statistics.median(thresholds):.1f}%, ±{100 * max(thresholds):.1f}% | "
-            f"{max(r['worst'] for r in results):.3f} | {sum(r['failed'] for r in results)} | "
-            f"{statistics.median(s['command_s'] for s in summaries):.1f} | "
-            f"{statistics.median(s['phase_seconds']['finalists'] for s in summaries):.1f} |")
-        noise += between_runs(runs)[0 if not noise else 2:]
-    first = args.sweeps[0]
-    print(f"\nwhat the repetitions cost: {first} with finalists.repetitions=1", flush=True)
-    single = sweep(SWEEPS[first] + ["finalists.repetitions=1"], f"{first}_1rep", args.store)
-    print("\n".join(["", *table, "", "Noise between runs (finalists' rows, every run):", "", *noise, "",
-                     f"{first}, finalists.repetitions=1: {single['command_s']:.1f} s, finalists "
-                     f"{single['phase_seconds']['finalists']:.1f} s"]))
+        print(f"{name}: {args.runs} runs to calibrate, {args.reruns} to compare", flush=True)
+        ids = [f"{name}_{i}" for i in range(args.runs + args.reruns)]
+        for sweep_id in ids:
+            sweep(SWEEPS[name], sweep_id, args.store)
+        runs = frames(args.store, *ids)
+        calibrated = calibration(runs[:args.runs], f"{name} on one machine: ")
+        calibrations += calibration_table(calibrated)[0 if not calibrations else 2:]
+        results = [gate(runs[0], new, calibrated) for new in runs[args.runs:]]
+        _report(results, "re-run")
+        table.append(f"| {name} | {args.runs} | {len(results)} | " + _describe(results))
+    print("\n".join(["", "Calibration (between_runs.calibrate):", "", *calibrations, "", *table]))
 
 
 def _winners(store: str, sweep_id: str) -> dict[tuple, dict]:
@@ -217,54 +211,75 @@ def spin_shares(winners: dict, percents: list[float]) -> tuple[dict, list[str]]:
 def slowdown(args) -> None:
     from tests.softmax_slowed import SPIN_VARIABLE
 
-    sweep(SLOWED, "slowed_base", args.store, **{SPIN_VARIABLE: "0"})
-    shares, measured = spin_shares(_winners(args.store, "slowed_base"), args.percents)
-    print("\n".join(measured), flush=True)
-    table = ["| slowdown asked | tries | gate failures at 2% | judged rows SLOW | judged NEW/BASE (median) |",
-             "|---|---|---|---|---|"]
-    by_shape = ["| slowdown asked | shape | tries its judged rows alone fail | its judged rows SLOW | "
-                "their NEW/BASE (median) |", "|---|---|---|---|---|"]
+    ids = [f"slowed_base_{i}" for i in range(1 + args.calibration_runs)]
+    for sweep_id in ids:
+        sweep(SLOWED, sweep_id, args.store, **{SPIN_VARIABLE: "0"})
+    runs = frames(args.store, *ids)
+    calibrated = calibration(runs, "the unslowed kernel: ")
+    shares, measured = spin_shares(_winners(args.store, ids[0]), args.percents)
+    print("\n".join(measured + [""] + calibration_table(calibrated)), flush=True)
+    table = ["| slowdown asked | tries | gate failures at 2% | by the shift | by rows | our shift NEW/BASE "
+             "(median) | judged rows SLOW against it |", "|---|---|---|---|---|---|---|"]
     for percent, tries in zip(args.percents, args.tries):
         setting = ",".join(f"{cols}:{share}" for cols, share in shares[percent].items())
         results = []
         for index in range(tries):
             sweep_id = f"slowed_{percent:g}_{index}"
             sweep(SLOWED, sweep_id, args.store, **{SPIN_VARIABLE: setting})
-            base, new = frames(args.store, "slowed_base", sweep_id)
-            results.append(gate(base, new))
+            (new,) = frames(args.store, sweep_id)
+            results.append(gate(runs[0], new, calibrated))
+        _report(results, f"{percent:g}% try")
         judged = [r for result in results for r in result["unlisted"] if r["judged"]]
-        for shape in sorted({r["row"][3] for r in judged}):
-            alone = sum(any(r["judged"] and r["row"][3] == shape and r["verdict"] == "SLOW"
-                            and r["ratio"] > 1 + GATE for r in result["unlisted"]) for result in results)
-            rows = [r for r in judged if r["row"][3] == shape]
-            by_shape.append(f"| {percent:g}% | {shape} | {alone} of {tries} | "
-                            f"{sum(r['verdict'] == 'SLOW' for r in rows)} of {len(rows)} | "
-                            f"{statistics.median(r['ratio'] for r in rows):.3f} |")
-        failures = sum(r["failed"] for r in results)
-        table.append(f"| {percent:g}% ({SPIN_VARIABLE}={setting}) | {tries} | {failures} "
-                     f"| {sum(r['verdict'] == 'SLOW' for r in judged)} of {len(judged)} | "
-                     f"{statistics.median(r['ratio'] for r in judged):.3f} |")
-    print("\n".join(["", *measured, "", *table, "", *by_shape]))
+        by_shift = sum(any(s.verdict == "SLOW" and math.expm1(s.value) > GATE for s in r["shifts"])
+                       for r in results)
+        by_rows = sum(any(r["judged"] and r["verdict"] == "SLOW" and r["vs_shift"] - 1 > GATE
+                          for r in result["unlisted"]) for result in results)
+        shift = statistics.median(math.exp(s.value) for r in results for s in r["shifts"])
+        table.append(f"| {percent:g}% ({SPIN_VARIABLE}={setting}) | {tries} | "
+                     f"{sum(r['status'] == 1 for r in results)} | {by_shift} | {by_rows} | {shift:.3f} | "
+                     f"{sum(r['verdict'] == 'SLOW' for r in judged)} of {len(judged)} |")
+    print("\n".join(["", *measured, "", *table]))
 
 
 def against(args) -> None:
-    table = ["| sweep | BASE (other machine) | compared rows | not SAME | judged rows | judged thresholds "
-             "(max) "
-             "| worst judged NEW/BASE | gate at 2% |", "|---|---|---|---|---|---|---|---|"]
+    from runners import compare
+
+    table = ["| sweep | BASE (other machine) | runs here | calibrated on " + HEAD,
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    everything, classes = {}, {}
     for name in args.sweeps:
-        sweep(SWEEPS[name], f"{name}_here", args.store)
-        (base,) = frames(args.other, f"{name}_0")
-        (new,) = frames(args.store, f"{name}_here")
-        result = gate(base, new)
-        for r in result["unlisted"]:
-            if r["verdict"] != "SAME":
-                print(f"  {r['verdict']} {' '.join(r['row'])} {r['phase']} {r['ratio']:.3f} "
-                      f"(±{100 * r['threshold']:.1f}%, {r['noise_from']})")
-        hosts = f"{base['host'].iloc[0]} -> {new['host'].iloc[0]}"
-        table.append(f"| {name} | {hosts} | {result['rows']} | {result['not_same']} | {result['judged']} | "
-                     f"±{100 * max(result['thresholds']):.1f}% | {result['worst']:.3f} | "
-                     f"{'FAIL' if result['failed'] else 'pass'} |")
-    print("\n".join(["", *table]))
+        ids = [f"{name}_here_{i}" for i in range(args.runs)]
+        for sweep_id in ids:
+            sweep(SWEEPS[name], sweep_id, args.store)
+        theirs = _runs_of(args.other, name)
+        here = frames(args.store, *ids)
+        results = []
+        for index, new in enumerate(here):
+            others = theirs + here[:index] + here[index + 1:]
+            calibrated = calibration(others, f"{name} on two machines: ")
+            results.append(gate(theirs[0], new, calibrated))
+        _report(results, "machine B run")
+        table.append(f"| {name} | {len(theirs)} runs | {args.runs} | {len(theirs) + args.runs - 1} runs, "
+                     "two machines | " + _describe(results))
+        everything.update(calibration(theirs + here, f"{name} on two machines: "))
+        classes.update(compare.kernel_classes(*theirs, *here))
+    print("\n".join(["", *table, "", "Calibration of all runs of both machines:", "",
+                     *calibration_table(everything), "", "As between_runs.MEASURED entries (ours):"]))
+    for (gpu, kernel, provider), spread in sorted(everything.items()):
+        if provider == "triton":
+            print(f"    ({gpu!r}, {classes.get((gpu, kernel))!r}): Spread({spread.shift:.5f}, "
+                  f"{spread.shift_df:g}, {spread.shape:.5f}, {spread.shape_df:g}, {spread.source!r}),")
+
+
+def _runs_of(store: str, name: str) -> list:
+    """The runs `reruns` left of a sweep in another machine's store, calibration and re-runs alike."""
+    from runners.results.store import ResultStore
+
+    opened = ResultStore(store)
+    ids = sorted({s for s in opened.load()["sweep_id"].unique() if s.rsplit("_", 1)[0] == name},
+                 key=lambda s: int(s.rsplit("_", 1)[1]))
+    opened.close()
+    return frames(store, *ids)
 
 
 def main(argv=None) -> int:
@@ -272,10 +287,14 @@ def main(argv=None) -> int:
     parser.add_argument("step", choices=("reruns", "slowdown", "against"))
     parser.add_argument("other", nargs="?", help="against: the store `reruns` left on another machine")
     parser.add_argument("--store", default="outputs/gate.sqlite")
-    parser.add_argument("--runs", type=int, default=6)
-    parser.add_argument("--sweeps", nargs="+", default=list(SWEEPS), choices=list(SWEEPS))
-    parser.add_argument("--tries", type=int, nargs="+", default=[20, 10])
-    parser.add_argument("--percents", type=float, nargs="+", default=[5.0, 3.0])
+    parser.add_argument("--runs", type=int, default=6,
+                        help="reruns: runs to calibrate on; against: runs here")
+    parser.add_argument("--reruns", type=int, default=3, help="reruns: runs compared with the first")
+    parser.add_argument("--sweeps", nargs="+", default=["readme", "matmul"], choices=list(SWEEPS))
+    parser.add_argument("--tries", type=int, nargs="+", default=[20])
+    parser.add_argument("--percents", type=float, nargs="+", default=[5.0])
+    parser.add_argument("--calibration-runs", type=int, default=5,
+                        help="slowdown: unslowed runs beside the base")
     args = parser.parse_args(argv)
     if args.step == "against" and not args.other:
         parser.error("against: name the other machine's store")

@@ -6,8 +6,8 @@ known to 0.1%), after a minimum of samples and of time, or at a cap. It is the o
 rule: the schema's `timing` (screening) and `finalists` nodes extend it (runners/engine/schema.py), the
 sweep makes one of each (`StopRule.of`), and the timers take it (runners/measure/timing.py).
 
-Light on purpose (numpy and scipy are imported where an interval is computed): the schema imports it before the
-sweep starts its workers.
+Light on purpose (numpy and scipy are imported where an interval is computed): the schema imports it
+before the sweep starts its workers.
 """
 from __future__ import annotations
 

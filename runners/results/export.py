@@ -134,8 +134,8 @@ def trial_statuses(frame: pd.DataFrame, ours: pd.DataFrame) -> dict:
     beside `ours`, whatever the status."""
     rows = _beside(frame, ours)
     rows = newest_per_trial(rows[rows["provider"] == TRITON_PROVIDER])
-    return {(dtype, _canonical(config), _shape(shape)): status
-            for dtype, config, shape, status in zip(rows["dtype"], rows["config"], rows["shape"], rows["status"])}
+    return {(dtype, _canonical(config), _shape(shape)): status for dtype, config, shape, status
+            in zip(rows["dtype"], rows["config"], rows["shape"], rows["status"])}
 
 
 def _canonical(config_json: str) -> str:
@@ -152,12 +152,15 @@ def _number(value):
 
 
 def _noise(row: pd.Series) -> dict:
-    """A row's repetitions and the spread of their medians, where it was timed in several: what
-    `runners.compare` judges a later measurement of the export against."""
+    """A row's repetitions, their medians and the spread of their logs, where it was timed in several:
+    what `runners.compare` judges a later measurement of the export against (the mean of the medians'
+    logs is the figure it compares)."""
     repetitions = row.get("repetitions")
     if repetitions is None or pd.isna(repetitions) or repetitions < 2:
         return {}
-    return {"repetitions": int(repetitions), "rep_noise": _number(row.get("rep_noise"))}
+    medians = row.get("rep_p50s_us")
+    return {"repetitions": int(repetitions), "rep_noise": _number(row.get("rep_noise")),
+            **({"rep_p50s_us": [round(float(m), 4) for m in medians]} if medians is not None else {})}
 
 
 def _baselines_at(baselines: Optional[pd.DataFrame], shape_json: str) -> dict:
