@@ -266,7 +266,8 @@ def _run_figures(frame: pd.DataFrame, label: str) -> dict:
     figures = {}
     for (key, gpu), rows in frame.groupby(["trial_key", "gpu_name"]):
         final = rows[rows["phase"] == "final"]
-        row = (final if not final.empty else rows).loc[lambda r: r["id"] == r["id"].max()].iloc[0]
+        chosen = final if not final.empty else rows
+        row = chosen.loc[chosen["id"].idxmax()]
         if row["status"] == "ok":
             figures[(key, gpu)] = between_runs.RunFigure((gpu, row["kernel"], row["provider"]),
                                                          (row["dtype"], row["shape"]), _figure(row, label))
@@ -352,8 +353,8 @@ def compare(base: pd.DataFrame, new: pd.DataFrame, rule: between_runs.Rule = bet
             shipped: Optional[set] = None, gate_all: bool = False, calibrated: Optional[dict] = None,
             stated: Optional[float] = None) -> dict:
     """Everything the report prints: matched trials and winners with their verdicts (`judged` where the
-    gate looks at them), the shift of each kernel and GPU, status changes, only-in lists, and the
-    environment fields that differ between matched rows with how many pairs differ in each."""
+    gate looks at them), the shift of each provider of a kernel on a GPU, status changes, only-in lists,
+    and the environment fields that differ between matched rows with how many pairs differ in each."""
     base, new, by_gpu = _on_common_gpus(base, new)
     match_on = ["trial_key", "gpu_name"] if by_gpu else ["trial_key"]
     base_by_key = dict(tuple(base.groupby(match_on)))
@@ -493,10 +494,7 @@ def shift_lines(result: dict) -> list[str]:
         head = (f"  {name} on {gpu} ({'judged' if shift.judged else 'info'}): NEW/BASE "
                 f"{math.exp(shift.value):.3f} over {shift.groups} shape(s)")
         if shift.spread is None:
-            why = ("the two sides ran on different GPU models" if " -> " in gpu else
-                   "no spread of runs measured for this GPU and kernel class (--calibration STORE: 3 or more "
-                   "runs of the sweep; or --machine-spread)")
-            lines.append(f"{head}: NOT JUDGED: {why}")
+            lines.append(f"{head}: NOT JUDGED: {_unjudged(gpu)}")
             continue
         spread = shift.spread
         lines.append(f"{head}, threshold ±{_percent(math.expm1(shift.threshold))}: {shift.verdict}; catches "
@@ -521,11 +519,16 @@ def refusals(result: dict) -> list[str]:
     for (gpu, kernel, _), shift in result["shifts"].items():
         if shift is not None and shift.judged and shift.spread is None:
             reasons.append(f"the shift of {kernel} on {gpu} (NEW/BASE {math.exp(shift.value):.3f}) cannot be "
-                           "judged: " + ("the sides ran on different GPU models" if " -> " in gpu else
-                                         "no spread of runs of this GPU and kernel class was measured; give "
-                                         "--calibration STORE (3 or more runs of the sweep) or "
-                                         "--machine-spread"))
+                           f"judged: {_unjudged(gpu)}")
     return reasons
+
+
+def _unjudged(gpu: str) -> str:
+    """Why a shift has no spread to be judged against."""
+    if " -> " in gpu:
+        return "the sides ran on different GPU models"
+    return ("no spread of runs of this GPU and kernel class was measured (give --calibration STORE: 3 or "
+            "more runs of the sweep; or --machine-spread)")
 
 
 def report(result: dict, base: Side, new: Side, rule: between_runs.Rule, gate: bool,

@@ -153,8 +153,9 @@ def test_rows_report_their_threshold_reach_and_where_their_noise_came_from(tmp_p
 
 @pytest.fixture
 def stores(tmp_path):
-    """One store: base, a re-run, four more runs (a calibration with base and the re-run), a 5% slower
-    sweep of another kernel source over a smaller space, the same on another GPU, a sweep where one config
+    """One store: base, a re-run, four more runs (a calibration with base and the re-run), an 8% slower
+    sweep of another kernel source over a smaller space (this calibration of these noisy runs catches a
+    shift of +7.1-7.5% in 95% of runs, not 5%), the same on another GPU, a sweep where one config
     broke, rows of the old timer; and a second store file."""
     path = tmp_path / "results.sqlite"
     store = ResultStore(path)
@@ -162,8 +163,8 @@ def stores(tmp_path):
     for sweep in ("base", "again", "cal2", "cal3", "cal4", "cal5"):
         noisy_run(store, sweep, rng)
     smaller = {**SPACE, "num_warps": (2, 4, 8)}
-    noisy_run(store, "slower", rng, slower=1.05, space=smaller, kernel_hash="bbbbbbbbbbbb")
-    noisy_run(store, "other_gpu", rng, slower=1.05, space=smaller, gpu_name="Other GPU")
+    noisy_run(store, "slower", rng, slower=1.08, space=smaller, kernel_hash="bbbbbbbbbbbb")
+    noisy_run(store, "other_gpu", rng, slower=1.08, space=smaller, gpu_name="Other GPU")
     broken_config = {"BLOCK_SIZE": 2048, "num_warps": 4, "num_stages": 1}
     store.append(row("broken", "triton", SHAPES[0], broken_config, None, rng, status="incorrect"))
     noisy_run(store, "old_timer", rng, slower=1.2, timing_method=None)  # CUDA events, ~3 us a call more
@@ -200,7 +201,7 @@ def test_a_slower_kernel_moves_every_row_and_fails_the_gate_by_its_shift(stores,
     ours = {k: v for k, v in verdicts.items() if k[0] == "triton"}
     assert ours and {v for *_, v in ours.values()} == {"SAME"}  # each row moved as the shift did
     shift_line = next(line for line in out.splitlines() if line.startswith("  softmax on Synthetic GPU"))
-    assert 1.03 < float(shift_line.split("NEW/BASE ")[1].split()[0]) < 1.07 and ": SLOW;" in shift_line
+    assert 1.06 < float(shift_line.split("NEW/BASE ")[1].split()[0]) < 1.10 and ": SLOW;" in shift_line
     baselines = {k: v for k, v in verdicts.items() if k[0] != "triton"}
     assert len(baselines) == 4 and {v for *_, v in baselines.values()} == {"SAME"}  # not slowed
     torch_line = next(line for line in out.splitlines()
@@ -212,7 +213,7 @@ def test_a_slower_kernel_moves_every_row_and_fails_the_gate_by_its_shift(stores,
     assert only_base.startswith("6):")  # num_warps=1 is not in the smaller space: 4 + 2 blocks
     assert all("num_warps=1 " in line for line in only_base.splitlines()[1:])
     assert status == 0  # no gate asked for
-    for gate, status in (("2%", 1), ("10%", 0)):
+    for gate, status in (("2%", 1), ("12%", 0)):
         assert _run(capsys, f"--store={path}", "base", "slower", "--fail-on-slow", gate,
                     _calibrated(path))[0] == status
     # NEW against BASE the other way round: a FAST shift, and FAST never fails the gate.
@@ -239,6 +240,21 @@ def test_the_gate_refuses_a_shift_no_measured_spread_judges_unless_one_is_stated
     assert status == 0 and "stated by --machine-spread" in out
     status, _, err = _run(capsys, f"--store={path}", "base", "again", f"--calibration={path}:base,again")
     assert status == 2 and "needs 3 or more" in err
+
+
+def test_without_a_calibration_the_spread_measured_for_the_gpu_and_kernel_class_judges(tmp_path, capsys):
+    """Runs on a GPU model this project measured (between_runs.MEASURED): softmax's rows reach a larger
+    share of the copy bandwidth than of the matmul rate, so the memory-bound spread judges its shift."""
+    path = tmp_path / "h100.sqlite"
+    store = ResultStore(path)
+    rng = np.random.default_rng(6)
+    for sweep in ("base", "again"):
+        noisy_run(store, sweep, rng, gpu_name="NVIDIA H100 80GB HBM3")
+    store.close()
+    status, out, _ = _run(capsys, f"--store={path}", "base", "again", "--fail-on-slow", "2%")
+    assert status == 0 and "softmax on two H100 machines, 11 runs of 3 shapes" in out
+    assert compare.kernel_classes(ResultStore(path).load()) == {
+        ("NVIDIA H100 80GB HBM3", "softmax"): between_runs.MEMORY_BOUND}
 
 
 def test_the_gate_judges_winners_and_shipped_configs_unless_told_all(stores, capsys):
@@ -326,7 +342,7 @@ def test_an_export_compares_with_a_store_and_with_another_export(tmp_path, capsy
     path = tmp_path / "results.sqlite"
     store = ResultStore(path)
     rng = np.random.default_rng(5)
-    for sweep, slower in (("base", 1.0), ("again", 1.0), ("cal2", 1.0), ("cal3", 1.0), ("slower", 1.05)):
+    for sweep, slower in (("base", 1.0), ("again", 1.0), ("cal2", 1.0), ("cal3", 1.0), ("slower", 1.08)):
         noisy_run(store, sweep, rng, slower=slower)
     frames = {s: store.load(sweep_id=s) for s in ("base", "again", "slower")}
     store.close()

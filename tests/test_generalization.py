@@ -490,3 +490,26 @@ def test_the_kind_filters_dim_by_dim_where_the_call_s_kind_was_measured():
     assert runtime._aligned_like(shapes, {"M": 100, "N": 1000}, dims, True) == [(64, 1000), (128, 3000)]
     assert runtime._aligned_like(shapes, {"M": 64, "N": 4096}, dims, True) == [(64, 1024), (128, 2048)]
     assert runtime._aligned_like(shapes, {"M": 100, "N": 1000}, dims, apart=False) == shapes
+
+
+def test_the_choice_of_apart_at_a_left_out_point_sees_only_the_other_shapes(tmp_path, monkeypatch):
+    """Choosing apart or together by the better of two estimates over the same left-out points would report
+    the better of two draws: at each point the choice is made by the same comparison over the other shapes
+    alone (an estimate of their own, both ways), and the point's figure is that of the way they chose."""
+    from runners.results import generalization
+
+    frame = _store_of(tmp_path, ALIGNED + UNALIGNED, _by_kind)
+    calls = []
+    original = generalization.leave_one_out
+
+    def recorded(measured, *args, **kwargs):
+        calls.append((frozenset(measured.shapes), kwargs.get("apart", False)))
+        return original(measured, *args, **kwargs)
+
+    monkeypatch.setattr(generalization, "leave_one_out", recorded)
+    result = generalization.estimate(Measured(frame), 0.03, ("rows", "cols"), ["cols"])
+    every = frozenset((8, cols) for cols in ALIGNED + UNALIGNED)
+    for cols in ALIGNED + UNALIGNED:
+        rest = every - {(8, cols)}
+        assert {(rest, False), (rest, True)} <= set(calls)  # the other shapes' own estimate, both ways
+    assert (result["apart_at"], result["points"]) == (8, 8)
