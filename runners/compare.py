@@ -10,23 +10,25 @@ both sides measured a GPU in common, rows are matched on it; else by trial alone
 fields that differ are named.
 
 The rule is runners/results/between_runs.py's: the unit of replication is the run; what moves one row
-between runs is measured by its repetitions; what moves every row of a kernel at once (another machine
-of the kind, another clock state) is estimated from the data as the kernel's shift, every row is judged
-against it, and the shift once against the spread of runs of that kind of machine: `--calibration`
-(three or more runs of the same sweep, on the machines NEW will run on), else the spread measured on
-this project's GPUs (between_runs.MEASURED), else `--machine-spread` as stated. Rows timed by different
-methods (the CUPTI kernel time against the CUDA-event time of older stores, ~3 us a call more) get no
-verdict: OTHER TIMER; rows with no repetitions on either side, none: NO REPETITIONS.
+between runs is measured by its repetitions; what moves every row of a kernel's provider at once (another
+machine of the kind, another clock state, a change of the kernel) is estimated from the data as its
+shift, each row is judged against the shift of the other shapes, and the shift once against the spread
+of runs of that kind of machine: `--calibration` (three or more runs of the same sweep, on the machines
+NEW will run on; a run that is BASE's or NEW's own is left out, and the report says so), else
+`--machine-spread` as stated. Rows timed by different methods (the CUPTI kernel time against the
+CUDA-event time of older stores, ~3 us a call more) get no verdict: OTHER TIMER; rows whose noise was not
+measured (no repetitions in their shape or size class on either side, or one median without an interval)
+none: NO REPETITIONS; rows of a kernel measured at one shape none of their own: ONE SHAPE.
 
 The gate judges what is shipped: every winner, and BASE's exported configs at the shapes they are
 exported for (the list runners/export.py exports at `--tolerance`, or the configs of a BASE export);
 other trials are listed as information (`--gate all` judges every trial). With `--fail-on-slow X` the
 exit status is 1 when a judged row is SLOW against its kernel's shift by more than X, a kernel's shift
 is SLOW by more than X, or a trial ok in BASE fails in NEW (not pruned: a config that stopped working is
-a regression); 2 when it cannot judge (no judged row with a verdict, judged rows without repetitions, a
-shift no measured spread judges: the line says which), or on bad input (a missing, NaN or zero p50 of an
-ok row included); else 0. Every report gives each judged row's and each shift's smallest slowdown caught
-in 95% of runs, and the worst.
+a regression); 2 when it cannot judge (no judged row or shift with a verdict, judged rows whose noise was
+not measured, a shift no measured spread judges: the line says which), or on bad input (a missing, NaN or
+zero p50 of an ok row included); else 0. Every report gives each judged row's and each shift's smallest
+slowdown caught in 95% of runs, and the worst.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ from runners.export import sweep_export_conf
 from runners.results import between_runs
 from runners.results.export import ExportError, covering_set, read_export, sections
 from runners.results.export_runtime import pick_version, version_key
+from runners.measure.stop_rule import quantum
 from runners.results.store import DamagedStore, ResultStore, shape_label
 
 DEFAULT_MIN_EFFECT = 0.01
@@ -57,7 +60,7 @@ DEFAULT_ALPHA = 0.01
 LISTED = 20  # trials listed per only-in / failing list unless --all
 OTHER_TIMER = "OTHER TIMER"  # the two rows were timed by different methods: not comparable
 NO_REPETITIONS = "NO REPETITIONS"  # neither side has the noise of the row's class: no verdict
-VERDICTS = ("SAME", "FAST", "SLOW", OTHER_TIMER, NO_REPETITIONS)
+VERDICTS = ("SAME", "FAST", "SLOW", between_runs.ONE_SHAPE, OTHER_TIMER, NO_REPETITIONS)
 EXPORT_PHASE = "export"  # a row read from an export's JSON
 
 
@@ -71,6 +74,7 @@ class Side:
     source: str  # what the argument resolved to, for the report
     frame: pd.DataFrame
     shipped: Optional[set] = None  # an export's (trial key, gpu) pairs: what it ships, where
+    path: Optional[Path] = None  # the store the rows are from (none for an export)
 
 
 def parse_share(text: str, name: str) -> float:
@@ -120,7 +124,7 @@ def load_side(argument: str, store_path: str, label: str) -> Side:
             raise CompareError(f"{label}: no sweep {sweep_id!r} in {path} (sweeps with rows there: {known})")
         raise CompareError(f"{label}: the store {path} holds no trials")
     source = f"sweep {sweep_id} in {path}" if sweep_id else f"every trial in {path}"
-    return Side(label, source, frame)
+    return Side(label, source, frame, path=path)
 
 
 def _export_side(path: Path, label: str) -> Side:
@@ -149,9 +153,9 @@ def export_frame(data: dict, keep: Optional[list] = None) -> tuple[pd.DataFrame,
             "trial_key": trial.key, "sweep_id": ",".join(section.get("sweep_ids", [])), "kernel": kernel,
             "provider": provider, "shape": json.dumps(list(shape)), "dtype": dtype,
             "config": json.dumps(config), "status": "ok", "phase": EXPORT_PHASE, "backend": "cuda",
-            "gpu_name": gpu, "p50_us": figures["p50_us"], "repetitions": figures.get("repetitions"),
+            "gpu_name": gpu, "p50_us": figures.get("p50_us"), "repetitions": figures.get("repetitions"),
             "rep_noise": figures.get("rep_noise"), "rep_p50s_us": figures.get("rep_p50s_us"),
-            "chosen": False})
+            "p50_precision": figures.get("p50_precision"), "chosen": False})
         entry["chosen"] = entry["chosen"] or chosen
         return trial.key
 
@@ -200,16 +204,23 @@ def versions_against(side: Side, other: Side) -> Side:
 # --- what the rule reads --------------------------------------------------------------------------
 
 def _figure(row: pd.Series, label: str) -> between_runs.Figure:
-    """An ok row's figure (between_runs.Figure); a p50 or a repetition median that is missing, NaN, zero or
-    negative is bad input, named, never a verdict."""
-    p50 = row["p50_us"]
-    reps = row.get("rep_p50s_us")
-    reps = None if reps is None or (isinstance(reps, float) and math.isnan(reps)) or len(reps) == 0 else reps
-    if p50 is None or pd.isna(p50) or not p50 > 0 or (reps is not None and not np.all(np.asarray(reps) > 0)):
-        shown = p50 if reps is None or not p50 > 0 else list(np.asarray(reps, dtype=float))
-        raise CompareError(f"{label}: {' '.join(_describe(row))} is ok with a p50 of {shown}: an ok row "
-                           "needs positive timings (a damaged or hand-edited store?)")
-    return between_runs.Figure.of(float(p50), reps, row.get("repetitions"), row.get("rep_noise"))
+    """An ok row's figure (between_runs.Figure), with its own error where it has one repetition and the
+    resolution of the clock its samples were read off; a p50 or a repetition median that is missing,
+    NaN, zero or negative is bad input, named, never a verdict."""
+    p50, reps = row["p50_us"], row.get("rep_p50s_us")
+    reps = None if reps is None or between_runs.pd_missing(reps) or len(reps) == 0 else np.asarray(
+        [math.nan if v is None else v for v in reps], dtype=np.float64)
+    positive = not between_runs.pd_missing(p50) and p50 > 0 and (reps is None or bool(np.all(reps > 0)))
+    if not positive:
+        medians = "" if reps is None else f" and repetition medians {', '.join(f'{v:g}' for v in reps)}"
+        raise CompareError(f"{label}: {' '.join(_describe(row))} is ok with a p50 of {p50}{medians}: an ok "
+                           "row needs a positive p50 and repetition medians (a damaged or hand-edited "
+                           "store?)")
+    samples = row.get("samples_us")
+    step = 0.0 if samples is None or between_runs.pd_missing(samples) else quantum(np.sort(samples))
+    resolution = math.inf if math.isnan(step) else step / float(p50)
+    return between_runs.Figure.of(float(p50), reps, row.get("repetitions"), row.get("rep_noise"),
+                                  row.get("p50_precision"), resolution)
 
 
 def _domain(base_row: pd.Series, new_row: pd.Series) -> tuple[str, str, str]:
@@ -220,23 +231,10 @@ def _domain(base_row: pd.Series, new_row: pd.Series) -> tuple[str, str, str]:
             base_row["provider"])
 
 
-def kernel_classes(*frames: pd.DataFrame) -> dict:
-    """(GPU, kernel) -> memory-bound or compute-bound: whether our ok rows there reach a larger share of
-    the measured matmul rate than of the copy bandwidth (medians); missing where neither was measured."""
-    rows = pd.concat([f[(f["status"] == "ok") & (f["provider"] == TRITON_PROVIDER)] for f in frames])
-    classes = {}
-    for (gpu, kernel), group in rows.groupby(["gpu_name", "kernel"]):
-        copy, matmul = (pd.to_numeric(group[name], errors="coerce").median()
-                        for name in ("pct_copy_bw", "pct_matmul"))
-        if not (pd.isna(copy) and pd.isna(matmul)):
-            compute = not pd.isna(matmul) and (pd.isna(copy) or matmul > copy)
-            classes[(gpu, kernel)] = between_runs.COMPUTE_BOUND if compute else between_runs.MEMORY_BOUND
-    return classes
-
-
-def load_calibration(argument: str) -> dict:
+def load_calibration(argument: str, sides: tuple) -> tuple[dict, str]:
     """(GPU, kernel, provider) -> Spread, from the runs in a store (`STORE`: every sweep in it is a run;
-    `STORE:id,id,...`: those), by between_runs.calibrate."""
+    `STORE:id,id,...`: those) by between_runs.calibrate, and a line saying which: a run that is BASE's or
+    NEW's own rows is left out (NEW may hold the very change being judged; BASE would judge itself)."""
     head, colon, tail = argument.rpartition(":")
     path, ids = (Path(head), tail.split(",")) if colon and Path(head).is_file() else (Path(argument), None)
     if not path.is_file():
@@ -244,16 +242,24 @@ def load_calibration(argument: str) -> dict:
     try:
         store = ResultStore(path)
         ids = ids or sorted(store.load()["sweep_id"].unique())
-        frames = [store.load(sweep_id=sweep_id) for sweep_id in ids]
+        frames = {sweep_id: store.load(sweep_id=sweep_id) for sweep_id in ids}
         store.close()
     except (DamagedStore, sqlite3.DatabaseError) as error:
         raise CompareError(f"--calibration: {path}: {error}") from None
-    frames = [frame for frame in frames if not frame.empty]
-    if len(frames) < between_runs.MIN_RUNS:
-        raise CompareError(f"--calibration: {argument} holds {len(frames)} run(s) with rows; the spread of "
-                           f"runs needs {between_runs.MIN_RUNS} or more (the same sweep, run again, "
-                           "force=true)")
-    return calibration_of(frames, f"calibrated on {path}: ")
+    left_out = {}
+    for side in sides:
+        if side.path is not None and side.path.resolve() == path.resolve():
+            for sweep_id, frame in frames.items():
+                if set(frame["id"]) & set(side.frame["id"]):
+                    left_out[sweep_id] = side.label
+    runs = [frame for sweep_id, frame in frames.items() if not frame.empty and sweep_id not in left_out]
+    if len(runs) < between_runs.MIN_RUNS:
+        raise CompareError(f"--calibration: {argument} holds {len(runs)} run(s) with rows besides BASE's "
+                           f"and NEW's; the spread of runs needs {between_runs.MIN_RUNS} or more (the same "
+                           "sweep, run again, force=true)")
+    note = ", ".join(f"{sweep_id} ({label}'s run)" for sweep_id, label in left_out.items())
+    return (calibration_of(runs, f"calibrated on {path}: "),
+            f"calibration: {len(runs)} runs of {path}" + (f"; left out: {note}" if note else ""))
 
 
 def calibration_of(frames: list[pd.DataFrame], source: str) -> dict:
@@ -274,21 +280,18 @@ def _run_figures(frame: pd.DataFrame, label: str) -> dict:
     return figures
 
 
-def spreads_of(domains: list[tuple], classes: dict, calibrated: dict, stated: Optional[float]) -> dict:
-    """domain -> the Spread its shift is judged against: stated with --machine-spread; else calibrated on
-    runs of this GPU and kernel; else measured here for this GPU and kernel class (between_runs.MEASURED);
-    else None (the shift cannot be judged)."""
+def spreads_of(domains: list[tuple], calibrated: dict, stated: Optional[float]) -> dict:
+    """domain -> the Spread its shift is judged against: stated with --machine-spread, else calibrated on
+    runs of this GPU, kernel and provider; else None (the shift cannot be judged)."""
     spreads = {}
     for domain in domains:
-        gpu, kernel, _ = domain
-        if stated is not None:
+        if " -> " in domain[0]:
+            spreads[domain] = None
+        elif stated is not None:
             spreads[domain] = between_runs.Spread(stated, math.inf, stated, math.inf,
                                                   "stated by --machine-spread")
-        elif " -> " in gpu:
-            spreads[domain] = None
         else:
-            measured = between_runs.MEASURED.get((gpu, classes.get((gpu, kernel))))
-            spreads[domain] = calibrated.get(domain) or measured
+            spreads[domain] = calibrated.get(domain)
     return spreads
 
 
@@ -384,7 +387,7 @@ def compare(base: pd.DataFrame, new: pd.DataFrame, rule: between_runs.Rule = bet
             _figure(new_row, "NEW"), float(base_row["p50_us"]), extra["judged"],
             _same_value(base_row["timing_method"], new_row["timing_method"])))
     domains = list(dict.fromkeys(p.domain for p in pairs))
-    spreads = spreads_of(domains, kernel_classes(base, new), calibrated or {}, stated)
+    spreads = spreads_of(domains, calibrated or {}, stated)
     judgement = between_runs.judge(pairs, rule, spreads)
 
     def entry(base_row, new_row, extra: dict) -> dict:
@@ -505,17 +508,20 @@ def shift_lines(result: dict) -> list[str]:
 
 
 def refusals(result: dict) -> list[str]:
-    """Why the gate cannot judge this comparison (exit 2): no judged row with a verdict; judged rows
-    without repetitions on either side; a kernel's shift that no measured spread can judge."""
+    """Why the gate cannot judge this comparison (exit 2): no judged row or shift with a verdict; judged
+    rows whose noise was not measured; a kernel's shift that no measured spread can judge."""
     judged = [r for r in result["matched"] + result["winners"] if r["judged"]]
     reasons = []
-    if not any(r["verdict"] in ("SAME", "FAST", "SLOW") for r in judged):
+    shifts = [s for s in result["shifts"].values() if s is not None and s.judged]
+    if not any(r["verdict"] in VERDICTS[:3] for r in judged) and not any(s.verdict in VERDICTS[:3]
+                                                                          for s in shifts):
         why = _counts(judged) if judged else "no trial ok on both sides"
         reasons.append(f"no judged row has a verdict ({why})")
     bare = {" ".join(r["row"]) for r in judged if r["verdict"] == NO_REPETITIONS}
     if bare:
-        reasons.append(f"{len(bare)} judged row(s) have no repetitions on either side, so no measured noise "
-                       "(finalists.repetitions >= 2 gives them; sweep BASE again)")
+        reasons.append(f"{len(bare)} judged row(s) have no measured noise: no repetitions on either side of "
+                       "their shape or size class, or a single median without an interval (finalists."
+                       "repetitions >= 2 gives them; sweep BASE again)")
     for (gpu, kernel, _), shift in result["shifts"].items():
         if shift is not None and shift.judged and shift.spread is None:
             reasons.append(f"the shift of {kernel} on {gpu} (NEW/BASE {math.exp(shift.value):.3f}) cannot be "
@@ -527,14 +533,14 @@ def _unjudged(gpu: str) -> str:
     """Why a shift has no spread to be judged against."""
     if " -> " in gpu:
         return "the sides ran on different GPU models"
-    return ("no spread of runs of this GPU and kernel class was measured (give --calibration STORE: 3 or "
-            "more runs of the sweep; or --machine-spread)")
+    return ("no spread of runs of this GPU, kernel and provider was measured (give --calibration STORE: 3 "
+            "or more runs of the sweep on machines of the kind, with this kernel; or --machine-spread)")
 
 
 def report(result: dict, base: Side, new: Side, rule: between_runs.Rule, gate: bool,
            changed_only: bool = False, list_all: bool = False) -> tuple[str, int]:
     """The printed report and the exit status (`gate`: --fail-on-slow, at rule.fail_on_slow)."""
-    lines = [f"BASE: {base.source}", f"NEW:  {new.source}",
+    lines = [f"BASE: {base.source}", f"NEW:  {new.source}", *filter(None, [result.get("calibration")]),
              "rule: NEW/BASE of the geometric means of the repetitions' medians; the shift of each kernel's "
              "provider on a GPU, the median over shapes, is what a second run of every row shares; a row is "
              "SLOW / FAST when its NEW/BASE against that shift is beyond its threshold: the t quantile of "
@@ -673,10 +679,11 @@ def main(argv=None) -> int:
         base = load_side(args.base, args.store, "BASE")
         new = load_side(args.new, args.store, "NEW")
         base, new = versions_against(base, new), versions_against(new, base)
-        calibrated = load_calibration(args.calibration) if args.calibration else {}
+        calibrated, note = load_calibration(args.calibration, (base, new)) if args.calibration else ({}, "")
         tolerance = args.tolerance if args.tolerance is not None else sweep_export_conf().tolerance
         result = compare(base.frame, new.frame, rule, shipped_keys(base, tolerance), args.gate == "all",
                          calibrated, stated)
+        result["calibration"] = note
     except CompareError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -11,6 +11,7 @@ from typing import Optional
 import numpy as np
 
 from runners.engine.trials import Trial
+from runners.measure.stop_rule import median_precision
 from runners.results.store import ResultStore
 
 ENV = {
@@ -96,6 +97,7 @@ def row(
         p50 = float(np.median(data))
         values.update(
             p50_us=p50,
+            p50_precision=median_precision(data),
             p20_us=float(np.percentile(data, 20)),
             p80_us=float(np.percentile(data, 80)),
             min_us=float(data.min()),
@@ -259,7 +261,8 @@ def _measured(values: dict, times: np.ndarray, repetition_p50s: list[float]) -> 
     """A row's timing fields set from its samples and its repetitions' medians."""
     times = times.astype(np.float32)
     logs = np.log(repetition_p50s)
-    values.update(p50_us=float(np.median(times)), samples_us=times, p20_us=float(np.percentile(times, 20)),
+    values.update(p50_us=float(np.median(times)), samples_us=times, p50_precision=median_precision(times),
+                  p20_us=float(np.percentile(times, 20)),
                   p80_us=float(np.percentile(times, 80)), min_us=float(times.min()),
                   mean_us=float(times.mean()),
                   n_samples=len(times), repetitions=len(repetition_p50s), rep_p50s_us=repetition_p50s,

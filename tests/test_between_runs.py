@@ -12,16 +12,19 @@ from scipy import stats
 from runners.benchmarks import bench_between_runs as bench
 from runners.results import between_runs
 
-COMPARISONS = 300
+COMPARISONS = 500
 
 
-def rate(cell, scenario, comparisons=COMPARISONS, seed=0):
-    return bench.failure_rate(cell, scenario, comparisons, np.random.default_rng(seed))
+def rate(cell, scenario, comparisons=COMPARISONS, seed=0, gate=0):
+    """The share of comparisons that fail the gate at 2% (gate=0), or at 0% (gate=1)."""
+    return bench.failure_rates(cell, scenario, comparisons, np.random.default_rng(seed))[gate]
 
 
 def most_failures(comparisons: int, alpha: float = 0.01) -> int:
-    """The most gate failures of unchanged code that a rate of `alpha` explains (99.9% of draws)."""
-    return int(stats.binom.ppf(0.999, comparisons, alpha))
+    """The most gate failures of unchanged code that a rate of `alpha` explains in 99% of draws (500
+    comparisons: 11, 2.2%). At this size the test tells a rule that keeps alpha from one that fails 3% or
+    more (the rule before issue 32: 3-12%); the benchmark measures the rates to +-0.15%."""
+    return int(stats.binom.ppf(0.99, comparisons, alpha))
 
 
 @pytest.mark.parametrize("run, per_shape", [(0.003, 0.0), (0.01, 0.0), (0.015, 0.0), (0.0, 0.01)])
@@ -29,10 +32,21 @@ def most_failures(comparisons: int, alpha: float = 0.01) -> int:
 def test_unchanged_code_fails_the_gate_at_most_alpha_whatever_the_machines_differ_by(run, per_shape, shapes,
                                                                                      judged):
     """The old rule assumed runs differ by at most 0.5% (2 r^2 with r = 0.5%) and failed unchanged code in
-    3-12% of comparisons at 1-1.5%; this one estimates the shift and measures the spread."""
+    3-12% of comparisons at 1-1.5%; this one estimates the shift and measures the spread. At a gate of 0%
+    too (any judged row or shift SLOW)."""
     cell = bench.Cell(run, per_shape, 0.006, shapes, judged)
-    failures = round(rate(cell, "unchanged") * COMPARISONS)
-    assert failures <= most_failures(COMPARISONS)
+    for gate in (0, 1):
+        failures = round(rate(cell, "unchanged", gate=gate) * COMPARISONS)
+        assert failures <= most_failures(COMPARISONS)
+
+
+@pytest.mark.parametrize("name, cell", [(name, cell) for name, cell in bench.BROKEN if cell.shapes == 4])
+def test_unchanged_code_keeps_alpha_where_the_sides_differ_or_rows_were_timed_once(name, cell):
+    """NEW re-timed in 3 repetitions at twice BASE's spread (each side's spread its own, Welch's degrees of
+    freedom), and judged rows timed once in screening (each its own median's error beside the placements'):
+    the first rule pooled both sides' spread and lent screening rows the finalists', and failed such
+    comparisons in 4-63% (the review of issue 32)."""
+    assert round(rate(cell, "unchanged", gate=1) * COMPARISONS) <= most_failures(COMPARISONS)
 
 
 @pytest.mark.parametrize("run, per_shape", [(0.003, 0.0), (0.01, 0.0), (0.015, 0.0)])
@@ -69,6 +83,18 @@ def test_the_calibration_measures_the_spread_the_runs_were_drawn_with(run, per_s
     spread = between_runs.calibrate(_runs(bench.Cell(run, per_shape, 0.006, 10, 4), 60, 1))[bench.OURS]
     assert spread.shift == pytest.approx(run, abs=0.0015) and spread.shift_df == 59
     assert spread.shape == pytest.approx(per_shape, abs=0.0008) and spread.shape_df == 59 * 9
+
+
+def test_a_calibration_of_one_shape_bounds_each_shape_s_own_part_by_the_run_s():
+    """One shape cannot tell a shape's own part from the run's; the sd of its runs carries both, with its
+    K - 1 degrees of freedom, and stands for each (it once stood for tau as 0, exactly: 43% false alarms
+    comparing ten shapes that each moved 1% on their own)."""
+    cell = bench.Cell(0.0, 0.01, 0.006, 10, 4, calibration_shapes=1)
+    rng = np.random.default_rng(5)
+    spread = between_runs.calibrate([bench.draw_run(cell, rng, shapes=1) for _ in range(40)])[bench.OURS]
+    assert spread.shape == spread.shift == pytest.approx(0.01, abs=0.002)
+    assert spread.shape_df == spread.shift_df == 39
+    assert round(rate(cell, "unchanged", 300, gate=1) * 300) <= most_failures(300)
 
 
 def test_a_calibration_needs_three_runs():
@@ -109,6 +135,33 @@ def test_exact_t_quantiles():
         assert between_runs.t_quantile(0.0015, freedom) == pytest.approx(t, rel=1e-3)
 
 
+def test_a_domain_of_one_shape_is_judged_by_its_shift_alone():
+    """A row is judged against the shift of the other shapes of its kernel; with none, its change cannot be
+    told from the run's, and only the shift speaks for it (it said +2.4% caught where +8% was not)."""
+    cell = bench.Cell(0.003, 0.0, 0.006, 1, 4)
+    rng = np.random.default_rng(7)
+    spreads = between_runs.calibrate([bench.draw_run(cell, rng) for _ in range(6)])
+    base, new = bench.draw_run(cell, rng), bench.draw_run(cell, rng, (1, math.log(1.08)))
+    pairs = bench.pairs_of(cell, base, new)
+    judgement = between_runs.judge(pairs, between_runs.Rule(fail_on_slow=0.02), spreads)
+    assert {r["verdict"] for r in judgement.rows} == {between_runs.ONE_SHAPE}
+    assert all(math.isnan(r["catches"]) for r in judgement.rows)
+    assert judgement.shifts[bench.OURS].verdict == "SLOW"
+
+
+def test_each_side_s_noise_is_its_own():
+    """BASE in 10 repetitions spreading 0.3%, NEW in 3 spreading 1.2%: the difference's variance is
+    s_b^2/10 + s_n^2/3, not a pooled s^2 times (1/10 + 1/3)."""
+    spread = np.array([-1.5, -1, -.5, 0, 0, 0, 0, .5, 1, 1.5])
+    base = between_runs.Figure(tuple(np.log(1 + 0.003 * spread)), 10, 0.003)
+    new = between_runs.Figure((0.0, 0.012, -0.012), 3, 0.012)
+    pair = between_runs.Pair(("GPU", "k", "triton"), ("float16", "[8]"), base, new, 5.0, True)
+    by_group, by_size = between_runs._noise_classes([pair])
+    variance, freedom, where = between_runs._pair_noise(pair, by_group, by_size)
+    assert variance == pytest.approx(0.003 ** 2 / 10 + 0.012 ** 2 / 3)
+    assert 2 <= freedom < 3 and where == "shape s=0.30%/1.20% reps 10+3"
+
+
 def test_the_figure_is_the_mean_of_the_repetitions_medians():
     figure = between_runs.Figure.of(10.0, [9.0, 10.0, 12.0])
     assert figure.value == pytest.approx(np.mean(np.log([9.0, 10.0, 12.0])))
@@ -118,3 +171,11 @@ def test_the_figure_is_the_mean_of_the_repetitions_medians():
     old = between_runs.Figure.of(10.0, None, repetitions=5, noise=0.01)
     assert old.value == pytest.approx(math.log(10.0))
     assert old.share == pytest.approx(between_runs.P50_VARIANCE / 5)
+    # A spread recorded as NaN (a NULL of the store) is no spread.
+    assert between_runs.Figure.of(10.0, None, repetitions=5, noise=float("nan")).noise is None
+    # One median: its own error from its interval (the half-width over 1.96); none known, none judged.
+    assert between_runs.Figure.of(10.0, precision=0.02).own == pytest.approx((0.02 / 1.96) ** 2)
+    assert between_runs.Figure.of(10.0).own == math.inf
+    # A clock of 0.5 us on a 5 us kernel: every figure read off it carries (q / p50)^2 / 12.
+    quantized = between_runs.Figure.of(5.0, [5.0, 5.0, 5.0], resolution=0.1)
+    assert quantized.noise == 0.0 and quantized.own == pytest.approx(0.01 / 12)

@@ -1,22 +1,26 @@
 """Benchmark (CPU): a seeded Monte Carlo of compare's rule, runs drawn with more between-run spread than any
 rule may assume (issue 32):
 
-    python -m runners.benchmarks.bench_between_runs [--comparisons 1000] [--seed 2026]
+    python -m runners.benchmarks.bench_between_runs [--comparisons 1000] [--seed 2026] [--jobs N]
 
 Each run is drawn as a GPU gives it: per shape, `repetitions` placements of its inputs that every row of
 the shape shares (sd `spread`, the repetition spread), each repetition median with its own sampling noise
 (0.1%); per run, an offset every row shares (`run`: what a second machine of the kind moves a whole run
-by) or, in the per-shape cells, an offset per shape that repetitions do not see (`per_shape`). A
-calibration of 6 such runs (between_runs.calibrate) gives the rule its Spread, drawn anew for every 20
-comparisons; then BASE and NEW runs are compared by between_runs.judge with the gate at 2%:
-- unchanged: NEW as BASE; the share of comparisons that fail the gate (a false alarm);
-- one shape slowed 5%: our rows at one shape 5% slower; the share that fail it (caught);
+by) or, in the per-shape cells, an offset per shape that repetitions do not see (`per_shape`). Every
+comparison draws its own calibration of 6 such runs (between_runs.calibrate: the rule's promise is over
+calibrations too); then BASE and NEW runs are compared by between_runs.judge:
+- unchanged: NEW as BASE; the share of comparisons that fail the gate at 2% (a false alarm), and at 0%
+  (any judged row or shift SLOW);
+- one shape slowed 5%: our rows at one shape 5% slower; the share that fail the gate at 2% (caught);
 - every shape slowed 3%: our rows at every shape (not the baselines) 3% slower; the share caught.
 Cells: run-level spread 0.3%, 1%, 1.5% and a per-shape spread of 1%; repetition spread 0.3%, 0.6%,
 1.2%; 4 judged rows (4 shapes, the winner of each) and 40 (10 shapes, 4 finalists each); every shape
-has 4 finalists and 2 baselines, all re-timed in 5 repetitions. Unchanged code is compared 4x as often
-(its rate is near the 1% it is held to). The table prints last; then the variance of the p50 of the
-pooled samples against that of the mean of the repetitions' medians (P50_VARIANCE).
+has 4 finalists and 2 baselines, all re-timed in 5 repetitions. Then cells that break what the first
+table keeps equal: NEW re-timed in 3 repetitions at twice the spread (a re-validation with other
+settings); judged rows timed once, in screening (their median known to ±2%); a calibration of one shape
+judging ten. Unchanged code is compared 4x as often (its rate is near the 1% it is held to). The tables
+print last; then the variance of the p50 of the pooled samples against that of the mean of the
+repetitions' medians (P50_VARIANCE).
 """
 from __future__ import annotations
 
@@ -27,12 +31,14 @@ import os
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
+from typing import Optional
 
 import numpy as np
 
 from runners.results import between_runs as rule_of
 
 SAMPLING = 0.001  # sd of ln of one repetition's median about its placement's (CUPTI: 0.02-0.2%)
+SCREEN_PRECISION = 0.02  # a screening row's median: timing=screen stops at 2% (95% half-width)
 REPETITIONS = 5
 FINALISTS, BASELINES = 4, 2
 CALIBRATION_RUNS = 6
@@ -50,10 +56,14 @@ class Cell:
     spread: float  # sd of a repetition's placement
     shapes: int
     judged_per_shape: int
+    new_repetitions: int = REPETITIONS  # NEW's, where it was re-timed otherwise
+    new_spread: float = 1.0  # NEW's repetition spread, times BASE's
+    screened: int = 0  # rows a shape measured in screening only (one median), every one judged
+    calibration_shapes: Optional[int] = None  # the calibration's runs measured this many shapes
 
     @property
     def judged(self) -> int:
-        return self.shapes * self.judged_per_shape
+        return self.shapes * (self.judged_per_shape + self.screened)
 
     @property
     def noise(self) -> str:
@@ -67,66 +77,97 @@ def cells(spreads=(0.003, 0.006, 0.012)) -> list[Cell]:
             in itertools.product(noises, spreads, sizes)]
 
 
-def draw_run(cell: Cell, rng: np.random.Generator, slowed: tuple = (0, 0.0)) -> dict:
+UNEQUAL = {"new_repetitions": 3, "new_spread": 2.0}  # NEW re-timed otherwise than BASE
+BROKEN = [  # (what the cell breaks, the cell)
+    ("NEW in 3 repetitions, twice the spread", Cell(0.01, 0.0, 0.006, 4, 1, **UNEQUAL)),
+    ("NEW in 3 repetitions, twice the spread", Cell(0.01, 0.0, 0.006, 10, 4, **UNEQUAL)),
+    ("judged rows timed once (screening)", Cell(0.01, 0.0, 0.006, 4, 1, screened=4)),
+    ("judged rows timed once (screening)", Cell(0.01, 0.0, 0.006, 10, 4, screened=4)),
+    ("a calibration of one shape", Cell(0.0, 0.01, 0.006, 10, 4, calibration_shapes=1)),
+]
+
+
+def draw_run(cell: Cell, rng: np.random.Generator, slowed: tuple = (0, 0.0), new: bool = False,
+             shapes: Optional[int] = None) -> dict:
     """{trial: RunFigure} of one run; `slowed`: (how many shapes, None for all; ln of the slowdown) of
-    our rows."""
+    our rows; `new`: timed as the cell's NEW side is; `shapes`: only the first so many."""
     shapes_slowed, by = slowed
+    shapes = shapes or cell.shapes
+    repetitions = cell.new_repetitions if new else REPETITIONS
+    spread = cell.spread * (cell.new_spread if new else 1.0)
     rows = FINALISTS + BASELINES
-    g = np.arange(cell.shapes)[:, None, None]
+    g = np.arange(shapes)[:, None, None]
     j = np.arange(rows)[None, :, None]
-    slow = by * (j < FINALISTS) * (g < (cell.shapes if shapes_slowed is None else shapes_slowed))
-    offsets = rng.normal(0.0, cell.run) + rng.normal(0.0, cell.per_shape, (cell.shapes, 1, 1))
-    placements = rng.normal(0.0, cell.spread, (cell.shapes, 1, REPETITIONS))
-    logs = (np.log(5.0 + 5 * g) + 0.02 * j + slow + offsets + placements
-            + rng.normal(0.0, SAMPLING, (cell.shapes, rows, REPETITIONS)))
+    ours = (j < FINALISTS) * (g < (shapes if shapes_slowed is None else shapes_slowed))
+    offsets = rng.normal(0.0, cell.run) + rng.normal(0.0, cell.per_shape, (shapes, 1, 1))
+    placements = rng.normal(0.0, spread, (shapes, 1, repetitions))
+    logs = (np.log(5.0 + 5 * g) + 0.02 * j + by * ours + offsets + placements
+            + rng.normal(0.0, SAMPLING, (shapes, rows, repetitions)))
     spreads = logs.std(axis=2, ddof=1)
-    return {(a, b): rule_of.RunFigure(domain(b), ("float16", a),
-                                      rule_of.Figure(tuple(logs[a, b]), REPETITIONS, float(spreads[a, b])))
-            for a in range(cell.shapes) for b in range(rows)}
+    run = {(a, b): rule_of.RunFigure(domain(b), ("float16", a),
+                                     rule_of.Figure(tuple(logs[a, b]), repetitions, float(spreads[a, b])))
+           for a in range(shapes) for b in range(rows)}
+    for a, b in itertools.product(range(shapes), range(cell.screened)):  # one median on the first placement
+        slow = by * (shapes_slowed is None or a < shapes_slowed)
+        value = (math.log(5.0 + 5 * a) + 0.1 + 0.02 * b + slow
+                 + offsets[a, 0, 0] + placements[a, 0, 0] + rng.normal(0.0, SCREEN_PRECISION / 1.96))
+        run[(a, rows + b)] = rule_of.RunFigure(OURS, ("float16", a), rule_of.Figure.of(
+            math.exp(value), precision=SCREEN_PRECISION))
+    return run
 
 
 def domain(row: int) -> tuple:
-    """Our finalists share a domain; each baseline is a provider of its own."""
-    return ("GPU", "kernel", "triton" if row < FINALISTS else f"baseline{row}")
+    """Our finalists and screened rows share a domain; each baseline is a provider of its own."""
+    return OURS if row < FINALISTS or row >= FINALISTS + BASELINES else ("GPU", "kernel", f"baseline{row}")
 
 
 def pairs_of(cell: Cell, base: dict, new: dict) -> list:
     return [rule_of.Pair(b.domain, b.group, b.figure, new[key].figure, math.exp(b.figure.value),
-                         judged=key[1] < cell.judged_per_shape) for key, b in base.items()]
+                         judged=key[1] < cell.judged_per_shape or key[1] >= FINALISTS + BASELINES)
+            for key, b in base.items()]
 
 
-def failure_rate(cell: Cell, scenario: str, comparisons: int, rng: np.random.Generator) -> float:
-    """The share of `comparisons` that fail the gate (at 2%, alpha 1%), each with a calibration of its own
-    (the rule's promise is over calibrations too)."""
-    rule = rule_of.Rule(alpha=0.01, min_effect=0.01, fail_on_slow=GATE)
-    failures = 0
+def failure_rates(cell: Cell, scenario: str, comparisons: int, rng: np.random.Generator) -> tuple:
+    """The shares of `comparisons` that fail the gate at 2% and at 0% (alpha 1%), each with a
+    calibration of its own (the rule's promise is over calibrations too)."""
+    rules = [rule_of.Rule(alpha=0.01, min_effect=0.01, fail_on_slow=gate) for gate in (GATE, 0.0)]
+    failures = [0, 0]
     for _ in range(comparisons):
-        spreads = rule_of.calibrate([draw_run(cell, rng) for _ in range(CALIBRATION_RUNS)])
-        base, new = draw_run(cell, rng), draw_run(cell, rng, SCENARIOS[scenario])
+        runs = [draw_run(cell, rng, shapes=cell.calibration_shapes) for _ in range(CALIBRATION_RUNS)]
+        spreads = rule_of.calibrate(runs)
+        base, new = draw_run(cell, rng), draw_run(cell, rng, SCENARIOS[scenario], new=True)
         pairs = pairs_of(cell, base, new)
-        judgement = rule_of.judge(pairs, rule, spreads)
-        rows, shifts = rule_of.gate_failures(judgement, pairs, rule)
-        failures += bool(rows or shifts)
-    return failures / comparisons
+        judgement = rule_of.judge(pairs, rules[0], spreads)
+        for index, rule in enumerate(rules):
+            rows, shifts = rule_of.gate_failures(judgement, pairs, rule)
+            failures[index] += bool(rows or shifts)
+    return tuple(f / comparisons for f in failures)
 
 
 def cell_rates(cell: Cell, comparisons: int, seed: int) -> list[float]:
-    """The gate's failure rate in each scenario of one cell (its own seeded draws)."""
+    """Unchanged at 2% and 0%, then the slowdowns at 2%: one cell's draws, seeded."""
     rng = np.random.default_rng(seed)
-    return [failure_rate(cell, scenario, comparisons * (UNCHANGED_MORE if scenario == "unchanged" else 1),
-                         rng) for scenario in SCENARIOS]
+    rates = list(failure_rates(cell, "unchanged", comparisons * UNCHANGED_MORE, rng))
+    return rates + [failure_rates(cell, scenario, comparisons, rng)[0] for scenario in list(SCENARIOS)[1:]]
 
 
-def table(comparisons: int, seed: int, chosen: list[Cell], jobs: int) -> list[str]:
-    lines = ["| between runs | repetition spread | judged rows | unchanged: gate fails | one shape 5% "
-             "slower: caught | every shape 3% slower: caught |", "|---|---|---|---|---|---|"]
+HEAD = ("judged rows | unchanged: gate fails at 2% | at 0% | one shape 5% slower: caught | every shape 3% "
+        "slower: caught |")
+
+
+def table(comparisons: int, seed: int, jobs: int) -> list[str]:
+    chosen = cells() + [cell for _, cell in BROKEN]
     with ProcessPoolExecutor(jobs) as pool:
         seeds = [seed + i for i in range(len(chosen))]
-        rates = pool.map(cell_rates, chosen, [comparisons] * len(chosen), seeds)
-        for cell, cell_rate in zip(chosen, rates):
-            lines.append(f"| {cell.noise} | {100 * cell.spread:g}% | {cell.judged} | "
-                         + " | ".join(f"{100 * r:.1f}%" for r in cell_rate) + " |")
-            print(lines[-1], flush=True)
+        rates = list(pool.map(cell_rates, chosen, [comparisons] * len(chosen), seeds))
+    lines = ["| between runs | repetition spread | " + HEAD, "|---|---|---|---|---|---|---|"]
+    for cell, cell_rate in zip(chosen, rates[:len(cells())]):
+        lines.append(f"| {cell.noise} | {100 * cell.spread:g}% | {cell.judged} | "
+                     + " | ".join(f"{100 * r:.1f}%" for r in cell_rate) + " |")
+    lines += ["", "| what breaks | between runs | repetition spread | " + HEAD, "|---" * 8 + "|"]
+    for (name, cell), cell_rate in zip(BROKEN, rates[len(cells()):]):
+        lines.append(f"| {name} | {cell.noise} | {100 * cell.spread:g}% | {cell.judged} | "
+                     + " | ".join(f"{100 * r:.1f}%" for r in cell_rate) + " |")
     return lines
 
 
@@ -154,11 +195,10 @@ def main(argv=None) -> None:
     parser.add_argument("--jobs", type=int, default=os.cpu_count(), help="processes (cells run in parallel)")
     args = parser.parse_args(argv)
     began = time.perf_counter()
-    lines = table(args.comparisons, args.seed, cells(), args.jobs)
+    lines = table(args.comparisons, args.seed, args.jobs)
     lines += [""] + p50_variance(np.random.default_rng(args.seed))
     print(f"\n{args.comparisons} comparisons per cell and scenario ({UNCHANGED_MORE}x unchanged), "
-          f"seed {args.seed}, "
-          f"{time.perf_counter() - began:.0f} s\n")
+          f"seed {args.seed}, {time.perf_counter() - began:.0f} s\n")
     print("\n".join(lines))
 
 

@@ -18,7 +18,8 @@ other: each is a run, the unit the gate's rule is about (runners/results/between
   in this process), and `--tries` runs with it, each compared with the base: how often the gate fails.
 - against: this machine's `--runs` runs of each sweep, each compared with run 0 of OTHER.sqlite (the store
   `reruns` left on another machine of the kind), calibrated on the other runs of both machines; then the
-  spread of all runs of both machines, per GPU and kernel class, as between_runs.MEASURED entries.
+  spread of all runs of both machines.
+A calibration never holds the compared runs themselves (runners.compare leaves them out too).
 """
 from __future__ import annotations
 
@@ -144,7 +145,7 @@ def reruns(args) -> None:
         for sweep_id in ids:
             sweep(SWEEPS[name], sweep_id, args.store)
         runs = frames(args.store, *ids)
-        calibrated = calibration(runs[:args.runs], f"{name} on one machine: ")
+        calibrated = calibration(runs[1:args.runs], f"{name} on one machine: ")  # BASE is not its own
         calibrations += calibration_table(calibrated)[0 if not calibrations else 2:]
         results = [gate(runs[0], new, calibrated) for new in runs[args.runs:]]
         _report(results, "re-run")
@@ -215,7 +216,7 @@ def slowdown(args) -> None:
     for sweep_id in ids:
         sweep(SLOWED, sweep_id, args.store, **{SPIN_VARIABLE: "0"})
     runs = frames(args.store, *ids)
-    calibrated = calibration(runs, "the unslowed kernel: ")
+    calibrated = calibration(runs[1:], "the unslowed kernel: ")  # BASE, runs[0], is not its own
     shares, measured = spin_shares(_winners(args.store, ids[0]), args.percents)
     print("\n".join(measured + [""] + calibration_table(calibrated)), flush=True)
     table = ["| slowdown asked | tries | gate failures at 2% | by the shift | by rows | our shift NEW/BASE "
@@ -242,11 +243,9 @@ def slowdown(args) -> None:
 
 
 def against(args) -> None:
-    from runners import compare
-
     table = ["| sweep | BASE (other machine) | runs here | calibrated on " + HEAD,
              "|---|---|---|---|---|---|---|---|---|---|---|"]
-    everything, classes = {}, {}
+    everything = {}
     for name in args.sweeps:
         ids = [f"{name}_here_{i}" for i in range(args.runs)]
         for sweep_id in ids:
@@ -255,20 +254,15 @@ def against(args) -> None:
         here = frames(args.store, *ids)
         results = []
         for index, new in enumerate(here):
-            others = theirs + here[:index] + here[index + 1:]
+            others = theirs[1:] + here[:index] + here[index + 1:]  # neither BASE's run nor NEW's
             calibrated = calibration(others, f"{name} on two machines: ")
             results.append(gate(theirs[0], new, calibrated))
         _report(results, "machine B run")
-        table.append(f"| {name} | {len(theirs)} runs | {args.runs} | {len(theirs) + args.runs - 1} runs, "
+        table.append(f"| {name} | {len(theirs)} runs | {args.runs} | {len(theirs) + args.runs - 2} runs, "
                      "two machines | " + _describe(results))
         everything.update(calibration(theirs + here, f"{name} on two machines: "))
-        classes.update(compare.kernel_classes(*theirs, *here))
     print("\n".join(["", *table, "", "Calibration of all runs of both machines:", "",
-                     *calibration_table(everything), "", "As between_runs.MEASURED entries (ours):"]))
-    for (gpu, kernel, provider), spread in sorted(everything.items()):
-        if provider == "triton":
-            print(f"    ({gpu!r}, {classes.get((gpu, kernel))!r}): Spread({spread.shift:.5f}, "
-                  f"{spread.shift_df:g}, {spread.shape:.5f}, {spread.shape_df:g}, {spread.source!r}),")
+                     *calibration_table(everything)]))
 
 
 def _runs_of(store: str, name: str) -> list:

@@ -7,52 +7,57 @@ Three things move a row's figure between two runs, each measured where it can be
 - the placement of its buffers, and its own sampling: measured inside each run by repetitions (a trial's
   samples taken in blocks on buffers placed anew, runners/measure/timing.py). The figure compared is the
   mean of ln(each repetition's median) (`rep_p50s_us`), whose variance is s^2/R: s the spread of those
-  logs, pooled over both sides' rows of the same provider, dtype and shape (they share each repetition's
-  placement, so its degrees of freedom count once per placement: (R_base - 1) + (R_new - 1), not once
-  per row), else over the provider's rows of the same size class of p50; R the repetitions;
+  logs, pooled per side over that side's rows of the same provider, dtype and shape (they share each
+  repetition's placement, so its degrees of freedom count once per placement, R - 1, not once per row;
+  the two sides' combine by Welch-Satterthwaite), else over the provider's rows of the same size class of
+  p50; R the repetitions. A row timed once (screening) adds its own median's error, from its 95% interval;
+  every row, the clock's resolution (q^2/12: the CUDA-event fallback reads about 0.5 us);
 - the shift a whole run shares (its machine, process, clock state): on a second machine of one kind every
   row of a kernel moves together (BENCHMARKS.md, 2026-11-24: a matmul by 1.6%). It is estimated from the
   data, per provider of a kernel on a GPU (a change of the kernel moves ours, not the baselines): the
-  median over shapes of each shape's median ln(NEW/BASE), robust to regressions at fewer than half the
-  shapes; every row is judged against it, and the shift itself once, against what runs of this kind of
-  machine differ by; the variance of that median is simulated from each shape's (one noisy shape among
-  quiet ones barely moves it);
+  median over shapes of each shape's median ln(NEW/BASE), judged once against what runs of this kind of
+  machine differ by. Each row is judged against the same median over the other shapes of its kernel
+  alone: independent of the row, so a change of its shape is neither half taken by the shift (two shapes)
+  nor judged against a reference that holds it; a kernel of one shape has no other, and its rows get no
+  verdict of their own (ONE SHAPE: the shift speaks for them). The variance of a median over shapes is
+  simulated from each shape's (one noisy shape among quiet ones barely moves it);
 - a per-shape part of the run's shift that repetitions do not show (each shape its own clock state): from
   the same calibration.
 What runs of one kind of machine differ by (`Spread`: the sd of a run's shift and of the per-shape
 part, with their degrees of freedom) is measured, never assumed: `calibrate` reads it off three or more
-runs of the same sweep (compare's `--calibration`: the CI recipe runs the gated sweep six times on its
-runner class), else the spread measured here per GPU model and kernel class is used (MEASURED; a GPU or
-class not in it cannot have its shift judged, and the gate refuses rather than pass it silently).
+runs of the same sweep on the machines the comparison is about (compare's `--calibration`; the CI recipe
+runs the gated sweep six times on its runner class), or the user states it (`--machine-spread`). Without
+either a shift cannot be judged, and the gate refuses rather than pass a change of every row silently.
+No table of spreads ships with the tool: two H100 machines (BENCHMARKS.md) give a machine effect one
+degree of freedom, no bound for a third machine.
 
 The alternatives weighed (figures: BENCHMARKS.md, 2026-11-25):
 - A stated run noise widening every row's threshold (the rule before issue 32, 0.5%): it held only while
   machines differ by less; an independent Monte Carlo with its own functions failed unchanged code in
   3-12% of comparisons where runs differ by 1-1.5%, and at 40 judged rows the 2 r^2 term alone made every
-  threshold at least 3%. With the shift estimated and taken out, unchanged code fails the gate in 0.0-0.7%
-  of the Monte Carlo's comparisons in every cell, runs differing by 0.3% to 1.5% as a whole or by 1% per
-  shape (runners/benchmarks/bench_between_runs.py), and a regression of one shape is judged against its
-  repetitions alone: 5% at one shape is caught in 100% of comparisons wherever the repetitions spread
-  0.6% or less, however far the whole run moved.
+  threshold at least 3%. With the shift estimated and taken out, unchanged code keeps alpha in every cell
+  of the Monte Carlo (runners/benchmarks/bench_between_runs.py), runs differing by 0.3% to 1.5% as a
+  whole or by 1% per shape, and a regression of one shape is judged against its repetitions and the
+  other shapes alone.
 - A calibration alone, its spread added to every row (a calibration command run on the CI runner class):
   it measures what the old rule assumed, but every row then pays the machines' spread, which repetitions
   make needless for a change of one shape. Here the calibration judges only what the data cannot tell
   from another machine, a change of every row; where the machines of a kind differ by 1% or more, no rule
-  catches a 3% change of every row reliably (the Monte Carlo: 5-14%; one that knew the spread exactly:
-  12-32%), and the report's `catches` says so.
+  catches a 3% change of every row reliably (a test that knew the spread exactly: 12-32%), and the
+  report's `catches` says so.
 - The baselines as the control of a kernel change: they are not in every sweep, and a torch upgrade moves
   them as surely as a kernel change moves ours; each provider has its own shift instead.
-On H100s: 12 comparisons of unchanged runs, on one machine and across two, passed with no row not SAME; a
-5% slowdown put into softmax failed the gate in 20 of 20 tries, by its shift (threshold ±1.7%).
 
-The verdicts. Each row: SLOW (FAST) when ln(NEW/BASE) less the shift is above (below minus) its
-threshold: Student's t quantile (scipy) of its family's share of alpha times the standard deviation of
-that difference, sqrt(s^2/R_base + s^2/R_new + 2 tau^2 + var(shift)), with Welch-Satterthwaite degrees of
-freedom; and at least ln(1 + min_effect). Each shift: the same, with sqrt(2 sigma^2 + var(shift)) and the
-fewer degrees of freedom of its two terms (_verdict_of_shift says why). The
-rows the gate judges and the shifts share alpha (half each, Bonferroni within), so that unchanged code
-fails the gate in at most alpha of comparisons; the other rows are a family of their own at alpha.
-Every judged row and shift also carries the smallest slowdown it catches in 95% of runs.
+The verdicts. Each row: SLOW (FAST) when ln(NEW/BASE) less the other shapes' shift is above (below minus)
+its threshold: Student's t quantile (scipy) of its family's share of alpha times the standard deviation
+of that difference, sqrt(var(row) + 2 tau^2 + var(their shift)), with Welch-Satterthwaite degrees of
+freedom but never more than tau's; and at least ln(1 + min_effect). Each shift: the same, with
+sqrt(2 sigma^2 + var(shift)) and the fewer degrees of freedom of its two terms (_verdict_of_shift says
+why). The rows the gate judges and the shifts share alpha (half each, Bonferroni within), so that
+unchanged code fails the gate in at most alpha of comparisons; the other rows are a family of their own at
+alpha. The promise is over calibrations: a calibration of few runs that came out low keeps failing more
+often until it is made again. Every judged row and shift carries the smallest slowdown it catches in 95%
+of runs.
 """
 from __future__ import annotations
 
@@ -72,7 +77,7 @@ MEDIAN_DRAWS = 4000  # draws of the simulation of a median's variance (its own e
 # medians) was 1.02-1.29 in bench_between_runs' simulation of repetitions (larger with the spread) and
 # 1.21-1.38 in the audit of issue 32.
 P50_VARIANCE = 1.4
-MEMORY_BOUND, COMPUTE_BOUND = "memory-bound", "compute-bound"
+ONE_SHAPE = "ONE SHAPE"  # a row alone in its domain: no other shape to tell its change from the shift
 
 
 @dataclass(frozen=True)
@@ -87,35 +92,33 @@ class Spread:
     source: str
 
 
-# (GPU, kernel class) -> the spread of runs measured on this project's lent machines, used where a
-# comparison gives no --calibration: runs of the README sweep (softmax, memory-bound) and of a matmul space
-# (compute-bound) on two H100 machines, 8 runs on one and 3 on the other (BENCHMARKS.md, 2026-11-25,
-# `bench_gate reruns` then `bench_gate against`). A spread of 0 is what those runs left once their own
-# repetition noise was taken out: the shift is then judged by the comparison's own noise alone.
-MEASURED: dict[tuple[str, str], Spread] = {
-    ("NVIDIA H100 80GB HBM3", COMPUTE_BOUND): Spread(0.00370, 10, 0.0, 10,
-                                                      "matmul on two H100 machines, 11 runs of 2 shapes"),
-    ("NVIDIA H100 80GB HBM3", MEMORY_BOUND): Spread(0.0, 10, 0.0, 20,
-                                                     "softmax on two H100 machines, 11 runs of 3 shapes"),
-}
-
-
 @dataclass(frozen=True)
 class Figure:
     """One row as the rule reads it: ln of each repetition's median, or of the p50 where none was kept
-    (then `repetitions` and `noise` are as recorded)."""
+    (then `repetitions` and `noise` are as recorded); `own`: the variance of the figure its repetitions'
+    spread cannot show, in ln units squared: a single median's own sampling error (from its interval) and
+    the clock's resolution."""
     logs: tuple
     repetitions: int
     noise: Optional[float]  # sd of the logs of the repetitions' medians
+    own: float = 0.0
 
     @classmethod
-    def of(cls, p50_us: float, rep_p50s_us=None, repetitions=None, noise=None) -> "Figure":
-        if rep_p50s_us is not None and len(rep_p50s_us) >= 1:
+    def of(cls, p50_us: float, rep_p50s_us=None, repetitions=None, noise=None, precision=None,
+           resolution: float = 0.0) -> "Figure":
+        """A row's figure. `precision`: the half-width of its p50's 95% interval, relative (a row of one
+        repetition: that is its own error; infinite: unknown); `resolution`: the clock's quantum over the
+        p50 (a value read off it is within one quantum: variance q^2/12 each side of a difference)."""
+        clock = resolution ** 2 / 12
+        if rep_p50s_us is not None and len(rep_p50s_us) > 1:
             logs = tuple(float(v) for v in np.log(np.asarray(rep_p50s_us, dtype=np.float64)))
-            spread = float(np.std(logs, ddof=1)) if len(logs) > 1 else None
-            return cls(logs, len(logs), spread)
-        count = 1 if repetitions is None or not repetitions > 1 else int(repetitions)
-        return cls((math.log(p50_us),), count, None if count < 2 or noise is None else float(noise))
+            return cls(logs, len(logs), float(np.std(logs, ddof=1)), clock)
+        count = 1 if pd_missing(repetitions) or not repetitions > 1 else int(repetitions)
+        spread = None if count < 2 or noise is None or pd_missing(noise) else float(noise)
+        own = clock
+        if count == 1:  # one median: its own sampling error is the repetitions' part too
+            own += math.inf if precision is None or pd_missing(precision) else (precision / 1.96) ** 2
+        return cls((math.log(p50_us),), count, spread, own)
 
     @property
     def value(self) -> float:
@@ -127,6 +130,11 @@ class Figure:
         if len(self.logs) == self.repetitions:
             return 1.0 / self.repetitions
         return P50_VARIANCE / self.repetitions
+
+
+def pd_missing(value) -> bool:
+    """A missing number as a store or JSON gives it: None or NaN."""
+    return value is None or (isinstance(value, float) and math.isnan(value))
 
 
 @dataclass
@@ -195,38 +203,56 @@ def satterthwaite(terms: Sequence[tuple[float, float]]) -> float:
 
 
 def _noise_classes(pairs: list[Pair]) -> tuple[dict, dict]:
-    """(s, freedom) pooled per (domain, group) over both sides' figures with repetitions, and per (domain,
-    size class) over those groups."""
+    """Each side's (s, freedom) pooled per (domain, group) over its figures with repetitions (the rows of a
+    group share each repetition's placement, so its degrees of freedom count once per placement, R - 1),
+    and per (domain, size class) over those groups: keys (domain, group or size class, side)."""
     sums: dict[tuple, list] = {}
     for pair in pairs:
-        entry = sums.setdefault((pair.domain, pair.group), [0.0, 0, 1, 1, pair.p50_us])
-        for side, figure in ((2, pair.base), (3, pair.new)):
+        for side, figure in (("base", pair.base), ("new", pair.new)):
+            entry = sums.setdefault((pair.domain, pair.group, side), [0.0, 0, 1, pair.p50_us])
             if figure.noise is not None and figure.repetitions > 1:
                 entry[0] += (figure.repetitions - 1) * figure.noise ** 2
                 entry[1] += figure.repetitions - 1
-                entry[side] = max(entry[side], figure.repetitions)
+                entry[2] = max(entry[2], figure.repetitions)
     by_group, by_size = {}, {}
-    for key, (squares, weight, r_base, r_new, p50) in sums.items():
+    for (domain, group, side), (squares, weight, repetitions, p50) in sums.items():
         if weight:
-            freedom = (r_base - 1) + (r_new - 1)  # once per placement, not once per row
-            by_group[key] = (math.sqrt(squares / weight), freedom)
-            size = by_size.setdefault((key[0], size_class(p50)), [0.0, 0])
+            freedom = repetitions - 1
+            by_group[(domain, group, side)] = (math.sqrt(squares / weight), freedom)
+            size = by_size.setdefault((domain, size_class(p50), side), [0.0, 0])
             size[0] += freedom * squares / weight
             size[1] += freedom
     return by_group, {key: (math.sqrt(s / f), f) for key, (s, f) in by_size.items()}
+
+
+def _pair_noise(pair: Pair, by_group: dict, by_size: dict) -> Optional[tuple[float, float, str]]:
+    """(variance, degrees of freedom, where from) of a pair's difference from its repetitions: each side's
+    spread from its own rows of the group (a side without repetitions takes the other's: the same code on
+    the same kind of machine), else of the size class; None where neither side has any, or a single
+    median's own error is unknown."""
+    terms, where = [], "shape"
+    found = {side: by_group.get((pair.domain, pair.group, side)) for side in ("base", "new")}
+    if not any(found.values()):
+        where = "size class"
+        found = {side: by_size.get((pair.domain, size_class(pair.p50_us), side)) for side in ("base", "new")}
+    if not any(found.values()):
+        return None
+    for side, figure in (("base", pair.base), ("new", pair.new)):
+        s, freedom = found[side] or found["new" if side == "base" else "base"]
+        terms.append((s * s * figure.share + figure.own, freedom))
+    variance = sum(v for v, _ in terms)
+    if not math.isfinite(variance):
+        return None
+    spreads = "/".join(f"{100 * found[side][0]:.2f}%" if found[side] else "-" for side in ("base", "new"))
+    reps = f"{pair.base.repetitions}+{pair.new.repetitions}"
+    return variance, satterthwaite(terms), f"{where} s={spreads} reps {reps}"
 
 
 def judge(pairs: list[Pair], rule: Rule, spreads: dict) -> Judgement:
     """The verdict of every pair and of every domain's shift (module doc); `spreads`: domain -> Spread or
     None."""
     by_group, by_size = _noise_classes([p for p in pairs if p.comparable])
-    noise = []
-    for pair in pairs:
-        found = by_group.get((pair.domain, pair.group))
-        where = "shape"
-        if found is None:
-            found, where = by_size.get((pair.domain, size_class(pair.p50_us))), "size class"
-        noise.append(None if found is None or not pair.comparable else (*found, where))
+    noise = [_pair_noise(p, by_group, by_size) if p.comparable else None for p in pairs]
     result = Judgement()
     for domain in dict.fromkeys(p.domain for p in pairs):
         members = [i for i, p in enumerate(pairs) if p.domain == domain and noise[i] is not None]
@@ -242,37 +268,72 @@ def judge(pairs: list[Pair], rule: Rule, spreads: dict) -> Judgement:
         tails[judged] = rule.alpha / 2 / max(rows, 1)
         for shift in shifts:
             _verdict_of_shift(shift, rule, rule.alpha / 2 / len(shifts))
-    tails = [tails[pair.judged] for pair in pairs]
-    result.rows = _rows(pairs, noise, [result.shifts.get(p.domain) for p in pairs], rule, tails)
+    others = {domain: _others(pairs, noise, domain, spreads.get(domain)) for domain in result.shifts}
+    result.rows = _rows(pairs, noise, others, spreads, rule, [tails[pair.judged] for pair in pairs])
     return result
 
 
-def _variance(pair: Pair, s: float) -> float:
-    return s * s * (pair.base.share + pair.new.share)
+def _groups(pairs: list[Pair], noise: list, members: list[int]) -> dict[tuple, tuple[float, float, float]]:
+    """group -> (its median difference, the median variance of its rows, their fewest degrees of freedom),
+    from its re-timed rows where it has them."""
+    by_group: dict[tuple, list[int]] = {}
+    for i in members:
+        by_group.setdefault(pairs[i].group, []).append(i)
+    found = {}
+    for group, indices in by_group.items():
+        retimed = [i for i in indices if pairs[i].base.repetitions > 1 and pairs[i].new.repetitions > 1]
+        used = retimed or indices
+        found[group] = (float(np.median([pairs[i].difference for i in used])),
+                        float(np.median([noise[i][0] for i in used])), min(noise[i][1] for i in used))
+    return found
+
+
+def _estimate(groups: list[tuple[float, float, float]],
+              spread: Optional[Spread]) -> tuple[float, float, float]:
+    """(the median of the groups' differences, its variance, its degrees of freedom): the groups' own
+    noise and the spread's per-shape part."""
+    shape = 2 * (spread.shape if spread else 0.0) ** 2
+    total = median_variance([v + shape for _, v, _ in groups])
+    return float(np.median([d for d, _, _ in groups])), total, _freedom(total, groups, shape, spread)
+
+
+def _freedom(total: float, groups: list[tuple[float, float, float]], shape: float,
+             spread: Optional[Spread]) -> float:
+    """The degrees of freedom of a median's variance `total`, shared between the groups' own noise and the
+    spread's per-shape part (`shape`, 2 tau^2) as their means are."""
+    noise = float(np.mean([v for _, v, _ in groups]))
+    weight = noise + shape or 1.0
+    return satterthwaite([(total * noise / weight, min(f for _, _, f in groups)),
+                          (total * shape / weight, spread.shape_df if spread else math.inf)])
 
 
 def _shift(pairs: list[Pair], noise: list, members: list[int], spread: Optional[Spread],
            judged: bool) -> Optional[Shift]:
-    """The median over groups of each group's median difference (its re-timed rows where it has them),
-    and the variance of that estimate from the rows' noise and the spread's per-shape part."""
+    """The median over groups of each group's median difference, and the variance of that estimate."""
     if not members:
         return None
-    groups: dict[tuple, list[int]] = {}
-    for i in members:
-        groups.setdefault(pairs[i].group, []).append(i)
-    values, variances, freedoms = [], [], []
-    for indices in groups.values():
-        retimed = [i for i in indices if pairs[i].base.repetitions > 1 and pairs[i].new.repetitions > 1]
-        used = retimed or indices
-        values.append(float(np.median([pairs[i].difference for i in used])))
-        variances.append(float(np.median([_variance(pairs[i], noise[i][0]) for i in used])))
-        freedoms.append(min(noise[i][1] for i in used))
+    groups = list(_groups(pairs, noise, members).values())
+    value, variance, freedom = _estimate(groups, spread)
+    return Shift(value, variance, freedom, len(groups), spread, judged)
+
+
+def _others(pairs: list[Pair], noise: list, domain: tuple, spread: Optional[Spread]) -> dict:
+    """group -> the shift of its domain estimated without it (value, variance, freedom), what its rows are
+    judged against: independent of them, so that a change of the group is not half taken by the shift
+    (two shapes) and no covariance is left out; None where the group is its domain's only one."""
+    members = [i for i, p in enumerate(pairs) if p.domain == domain and noise[i] is not None]
+    groups = _groups(pairs, noise, members)
+    if len(groups) == 1:
+        return dict.fromkeys(groups)
     shape = 2 * (spread.shape if spread else 0.0) ** 2
-    total = median_variance([v + shape for v in variances])
-    noise = float(np.mean(variances))
-    terms = [(total * noise / (noise + shape), min(freedoms)),
-             (total * shape / (noise + shape), spread.shape_df if spread else math.inf)]
-    return Shift(float(np.median(values)), total, satterthwaite(terms), len(values), spread, judged)
+    values = [d for d, _, _ in groups.values()]
+    variances = without_one_median_variances([v + shape for _, v, _ in groups.values()])
+    found = {}
+    for index, group in enumerate(groups):
+        rest = [g for other, g in groups.items() if other != group]
+        found[group] = (float(np.median(values[:index] + values[index + 1:])), variances[index],
+                        _freedom(variances[index], rest, shape, spread))
+    return found
 
 
 def median_variance(variances: list[float]) -> float:
@@ -283,6 +344,33 @@ def median_variance(variances: list[float]) -> float:
         return sum(variances) / len(variances) ** 2
     draws = _standard_normal(len(variances)) * np.sqrt(variances)
     return float(np.var(np.median(draws, axis=1)))
+
+
+def without_one_median_variances(variances: list[float]) -> list[float]:
+    """For each value, the variance of the median of the others (independent normals of these variances):
+    one seeded simulation sorted once, each median read off the order statistics with that value left
+    out (the i-th smallest of the others is the i-th of all, or the next where the one left out is at or
+    below it)."""
+    count = len(variances)
+    if count <= 3:  # the others are one value, or two whose median is their mean
+        return [(sum(variances) - v) / (count - 1) ** 2 for v in variances]
+    draws = _standard_normal(count) * np.sqrt(variances)
+    order = np.argsort(draws, axis=1)
+    ranks = np.argsort(order, axis=1)
+    ordered = np.take_along_axis(draws, order, axis=1)
+    rows = np.arange(len(draws))
+    others = count - 1
+    found = []
+    for index in range(count):
+        left_out = ranks[:, index]
+
+        def smallest(i):
+            return ordered[rows, i + (left_out <= i)]
+
+        median = (smallest(others // 2) if others % 2
+                  else (smallest(others // 2 - 1) + smallest(others // 2)) / 2)
+        found.append(float(np.var(median)))
+    return found
 
 
 @lru_cache(maxsize=64)
@@ -305,25 +393,33 @@ def _verdict_of_shift(shift: Shift, rule: Rule, tail: float) -> None:
     shift.catches = max(threshold, math.log1p(rule.fail_on_slow)) + POWER_Z * sd
 
 
-def _rows(pairs: list[Pair], noise: list, shifts: list, rule: Rule, tails: list[float]) -> list[dict]:
-    """Each pair's verdict against its domain's shift (the t quantiles in one call: a sweep has
-    thousands of rows)."""
+def _rows(pairs: list[Pair], noise: list, others: dict, spreads: dict, rule: Rule,
+          tails: list[float]) -> list[dict]:
+    """Each pair's verdict against the shift of the other shapes of its domain (the t quantiles in one
+    call: a sweep has thousands of rows)."""
     rows, judged = [], []
-    for pair, found, shift, tail in zip(pairs, noise, shifts, tails):
+    for pair, found, tail in zip(pairs, noise, tails):
         row = {"ratio": math.exp(pair.difference), "vs_shift": math.nan, "threshold": math.nan,
                "catches": math.nan, "noise_from": "-"}
         if not pair.comparable or found is None:
             rows.append({**row, "verdict": "OTHER TIMER" if not pair.comparable else "NO REPETITIONS"})
             continue
-        s, freedom, where = found
-        spread = shift.spread
+        variance, freedom, where = found
+        shift = others[pair.domain][pair.group]
+        if shift is None:
+            rows.append({**row, "verdict": ONE_SHAPE, "noise_from": where})
+            continue
+        value, shift_variance, shift_freedom = shift
+        spread = spreads.get(pair.domain)
         tau = spread.shape if spread else 0.0
-        terms = [(_variance(pair, s), freedom), (2 * tau * tau, spread.shape_df if spread else math.inf),
-                 (shift.variance, shift.freedom)]
-        row.update(vs_shift=math.exp(pair.difference - shift.value),
-                   noise_from=f"{where} s={100 * s:.2f}% reps {pair.base.repetitions}+{pair.new.repetitions}")
+        terms = [(variance, freedom), (2 * tau * tau, spread.shape_df if spread else math.inf),
+                 (shift_variance, shift_freedom)]
+        row.update(vs_shift=math.exp(pair.difference - value), noise_from=where)
         rows.append(row)
-        judged.append((row, math.sqrt(sum(v for v, _ in terms)), tail, satterthwaite(terms)))
+        # The calibration's few runs may put tau low by chance, and Welch-Satterthwaite's degrees of freedom
+        # grow exactly then (the shift's reason, _verdict_of_shift): never more than tau's own.
+        freedom = min(satterthwaite(terms), spread.shape_df if spread else math.inf)
+        judged.append((row, math.sqrt(sum(v for v, _ in terms)), tail, freedom))
     quantiles = _t_quantiles([tail for *_, tail, _ in judged], [freedom for *_, freedom in judged])
     floor = math.log1p(rule.min_effect)
     for (row, sd, _, _), quantile in zip(judged, quantiles):
@@ -361,15 +457,15 @@ def calibrate(runs: list[dict], source: str = "") -> dict:
     the runs. A two-way analysis of variance of that table with the repetitions' noise taken out (it is
     what each comparison adds for itself): sigma^2 = (MS_runs - MS_residual) / shapes, K - 1 degrees of
     freedom; tau^2 = MS_residual - the mean noise of a shape's figure, (K - 1)(G - 1); both at least 0.
-    One shape: tau is not told apart from sigma, which then carries it."""
+    One shape: tau is not told apart from sigma; sigma, which carries both, stands for it too."""
     spreads = {}
     if len(runs) < MIN_RUNS:
         return spreads
-    common = set.intersection(*(set(run) for run in runs))
     by_domain: dict[tuple, dict[tuple, list]] = {}
-    for key in sorted(common):
+    for key in sorted(runs[0]):
         first = runs[0][key]
-        by_domain.setdefault(first.domain, {}).setdefault(first.group, []).append(key)
+        if all(key in run and run[key].domain == first.domain for run in runs[1:]):
+            by_domain.setdefault(first.domain, {}).setdefault(first.group, []).append(key)
     for domain, groups in by_domain.items():
         table, noises = [], []
         for keys in groups.values():
@@ -385,12 +481,14 @@ def calibrate(runs: list[dict], source: str = "") -> dict:
 
 
 def _figure_noise(figures: list[Figure]) -> Optional[float]:
-    """The variance of one trial's figure in one run, from the pooled repetition spread of `figures`."""
+    """The variance of one trial's figure in one run, from the pooled repetition spread of `figures` and
+    their own error; None where none has repetitions or its own error is unknown."""
     squares = sum((f.repetitions - 1) * f.noise ** 2 for f in figures if f.noise is not None)
     weight = sum(f.repetitions - 1 for f in figures if f.noise is not None)
-    if not weight:
+    own = float(np.median([f.own for f in figures]))
+    if not weight or not math.isfinite(own):
         return None
-    return squares / weight * float(np.median([f.share for f in figures]))
+    return squares / weight * float(np.median([f.share for f in figures])) + own
 
 
 def _two_way(table: np.ndarray, noise: float, source: str) -> Spread:
@@ -398,9 +496,9 @@ def _two_way(table: np.ndarray, noise: float, source: str) -> Spread:
     runs, shapes = table.shape
     run_means = table.mean(axis=1)
     if shapes == 1:
-        shift = max(float(np.var(run_means, ddof=1)) - noise, 0.0)
-        return Spread(math.sqrt(shift), runs - 1, 0.0, math.inf,
-                      f"{source}{runs} runs of 1 shape (its own part carried by the run's)")
+        shift = math.sqrt(max(float(np.var(run_means, ddof=1)) - noise, 0.0))
+        return Spread(shift, runs - 1, shift, runs - 1,
+                      f"{source}{runs} runs of 1 shape (each shape's own part taken as the run's)")
     residual = table - run_means[:, None] - table.mean(axis=0)[None, :] + table.mean()
     freedom = (runs - 1) * (shapes - 1)
     ms_residual = float((residual ** 2).sum()) / freedom

@@ -152,12 +152,13 @@ def _number(value):
 
 
 def _noise(row: pd.Series) -> dict:
-    """A row's repetitions, their medians and the spread of their logs, where it was timed in several:
-    what `runners.compare` judges a later measurement of the export against (the mean of the medians'
-    logs is the figure it compares)."""
+    """What `runners.compare` judges a later measurement of the export against: a row's repetitions, their
+    medians (the mean of their logs is the figure it compares) and the spread of their logs, where it was
+    timed in several; else the precision of its one median (the half-width of its 95% interval)."""
     repetitions = row.get("repetitions")
     if repetitions is None or pd.isna(repetitions) or repetitions < 2:
-        return {}
+        precision = _number(row.get("p50_precision"))
+        return {} if precision is None or not math.isfinite(precision) else {"p50_precision": precision}
     medians = row.get("rep_p50s_us")
     return {"repetitions": int(repetitions), "rep_noise": _number(row.get("rep_noise")),
             **({"rep_p50s_us": [round(float(m), 4) for m in medians]} if medians is not None else {})}
