@@ -281,7 +281,7 @@ def workload_table(mapped: dict, seconds: dict) -> list[str]:
 def load_specs(spec_paths: list[str]) -> tuple[dict, dict]:
     """name -> spec of every built-in kernel and of each --spec; name -> the --spec path of the latter."""
     from kernels import builtin
-    from runners.engine.trials import load_spec
+    from runners.engine.specs import load_spec
 
     specs = {name: load_spec(name, None) for name in builtin()}
     paths = {}

@@ -47,7 +47,7 @@ import pandas as pd
 
 from runners.engine.finalists import winner
 from runners.engine.row import COLUMN_NAMES, NAMED
-from runners.engine.trials import TRITON_PROVIDER, Trial
+from runners.engine.trial import TRITON_PROVIDER, Trial
 from runners.export import sweep_export_conf
 from runners.results import between_runs
 from runners.results.export import ExportError, covering_set, read_export, sections

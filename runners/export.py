@@ -13,7 +13,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from runners.engine.trials import ConfigError
+from runners.engine.trial import ConfigError
 from runners.results.export import ExportError, _settings, export_kernel, parse_key
 from runners.results.store import DamagedStore, ResultStore
 
@@ -42,7 +42,9 @@ def calls_of(path: str, kernel: str, spec_path: str | None, dims: tuple | None) 
     """shape -> calls of a sweep file's kernel.shapes and kernel.calls (--calls)."""
     from omegaconf import OmegaConf
 
-    from runners.engine.trials import builtin_spec, load_spec, parse_calls
+    from runners.engine.specs import builtin_spec, load_spec
+
+    from runners.engine.trials import parse_calls
 
     captured = OmegaConf.to_container(OmegaConf.load(path), resolve=True).get("kernel") or {}
     if captured.get("calls") is None:

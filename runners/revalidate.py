@@ -39,7 +39,7 @@ from typing import Optional
 
 import pandas as pd
 
-from runners.engine.trials import TRITON_PROVIDER, ConfigError, Trial
+from runners.engine.trial import TRITON_PROVIDER, ConfigError, Trial
 from runners.export import CONF_DIR
 from runners.results import between_runs
 from runners.results.export import ExportError, export_kernel, read_export
@@ -282,7 +282,7 @@ def _rescreen(args, kernel: str, stale: list[dict], new: pd.DataFrame, rows: pd.
 
 def _write(args, data: dict, kernel: str, rows: pd.DataFrame, tolerance: float) -> None:
     """The section of this GPU and Triton version, from `rows`, into the export (the others kept)."""
-    from runners.engine.trials import builtin_spec, load_spec
+    from runners.engine.specs import builtin_spec, load_spec
 
     out_dir = Path(args.out_dir) if args.out_dir else Path(args.export).parent
     spec = load_spec("external", args.spec) if args.spec else builtin_spec(kernel)  # the sweeps loaded it

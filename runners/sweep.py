@@ -135,7 +135,7 @@ def main(cfg: DictConfig) -> Optional[dict]:
     try:
         return run_job(cfg, sweep_id, output_dir, finish=not multirun)
     except Exception as error:  # bad input; or any other failure of one job of a multirun: keep the others'
-        from runners.engine.trials import ConfigError  # (imported by the job: torch and triton are in by now)
+        from runners.engine.trial import ConfigError
         from runners.results.store import DamagedStore
 
         if isinstance(error, (ConfigError, DamagedStore)):

@@ -10,7 +10,7 @@ from typing import Optional
 
 import numpy as np
 
-from runners.engine.trials import Trial
+from runners.engine.trial import Trial
 from runners.measure.stop_rule import median_precision
 from runners.results.store import ResultStore
 

@@ -11,7 +11,9 @@ import pytest
 import torch
 
 from runners.benchmarks import bench_export
-from runners.engine.trials import TRITON_PROVIDER, load_spec, plan_trials
+from runners.engine.trial import TRITON_PROVIDER
+from runners.engine.specs import load_spec
+from runners.engine.trials import plan_trials
 from runners.results.export import export_kernel
 from runners.results.store import ResultStore
 

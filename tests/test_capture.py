@@ -16,7 +16,9 @@ from omegaconf import OmegaConf
 
 from kernels.examples.transformer_steps import SMALL, workload
 from runners.capture import bucketed, launch_shape, unrunnable
-from runners.engine.trials import ConfigError, load_spec, parse_calls, plan_trials
+from runners.engine.trial import ConfigError
+from runners.engine.specs import load_spec
+from runners.engine.trials import parse_calls, plan_trials
 from runners.results.export import Measured, export_kernel, read_export, weighted_loss
 from runners.results.store import ResultStore
 from tests.conftest import REPO, run_sweep

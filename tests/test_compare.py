@@ -423,7 +423,8 @@ def test_the_slower_softmax_revision_matches_softmax_trial_by_trial():
     import torch
 
     from kernels import softmax
-    from runners.engine.trials import kernel_source_hash, plan_trials
+    from runners.engine.specs import kernel_source_hash
+    from runners.engine.trials import plan_trials
     from runners.measure.check import TOLERANCES
     from tests import softmax_twice
 

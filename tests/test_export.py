@@ -23,7 +23,9 @@ from omegaconf import OmegaConf
 
 from kernels import softmax
 from runners.engine.schema import register_configs
-from runners.engine.trials import TRITON_PROVIDER, load_spec, plan_trials
+from runners.engine.trial import TRITON_PROVIDER
+from runners.engine.specs import load_spec
+from runners.engine.trials import plan_trials
 from runners.export import main as export_main
 from runners.results.export import export_kernel, settings_from_config
 from runners.measure.check import compare

@@ -11,7 +11,8 @@ import torch
 import triton
 
 from kernels import attention, builtin, fused_gelu, layernorm, matmul, softmax, softmax_online, vector_add
-from runners.engine.trials import check_key, load_spec, plan_trials
+from runners.engine.specs import load_spec
+from runners.engine.trials import check_key, plan_trials
 from runners.measure.check import TOLERANCES, as_tuple, compare, compare_outputs, upcast
 from tests.conftest import HAS_CUDA
 

@@ -28,7 +28,8 @@ from omegaconf import OmegaConf
 
 from runners.engine.launch import LauncherConfigError, take_gpus
 from runners.engine.schema import register_configs
-from runners.engine.trials import load_spec, plan_trials
+from runners.engine.specs import load_spec
+from runners.engine.trials import plan_trials
 from runners.results.store import ResultStore
 from tests.conftest import REPO, run_sweep
 

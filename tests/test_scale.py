@@ -10,7 +10,9 @@ from runners.engine.finalists import decide
 from runners.engine.process import WorkerProcess, stop_all
 from runners.engine.scheduler import Scheduler
 from runners.engine.search import Search
-from runners.engine.trials import Trial, load_spec, plan_trials
+from runners.engine.trial import Trial
+from runners.engine.specs import load_spec
+from runners.engine.trials import plan_trials
 from runners.measure import check
 from runners.results.store import ResultStore
 from tests.conftest import run_sweep

@@ -10,7 +10,7 @@ import pandas as pd
 from runners.engine import compile_pool
 from runners.engine.process import WorkerProcess, stop_all
 from runners.engine.scheduler import Scheduler
-from runners.engine.trials import Trial
+from runners.engine.trial import Trial
 from runners.results.finisher import Finisher
 from runners.results.store import ResultStore
 from tests.conftest import run_sweep
@@ -191,7 +191,8 @@ def test_the_benchmark_small_list_is_what_our_sweep_plans_at_four_shapes():
     """Both sides of bench_speed's slow_import row try, at each shape, the configs our sweep plans there
     (those the kernel's constraints keep), from a list of at most 50."""
     from runners.benchmarks import bench_speed
-    from runners.engine.trials import load_spec, plan_trials
+    from runners.engine.specs import load_spec
+    from runners.engine.trials import plan_trials
 
     case = bench_speed.CASES["slow_import"]
     tried = bench_speed.tried_configs(case)

@@ -75,7 +75,7 @@ def _p50_us(timer, fn) -> float:
 
 def sweep(kernel: str, sweep_id: str, work: Path, export_dir: Path, shapes: list | None = None) -> tuple:
     """`+sweep=<kernel>_export` (at `shapes` instead of its grid where given): (wall seconds, stdout)."""
-    from runners.engine.trials import load_spec
+    from runners.engine.specs import load_spec
 
     args = [sys.executable, "-m", "runners.sweep", f"+sweep={kernel}_export", "logger.mode=disabled",
             f"store={work}/results.sqlite", f"export_dir={export_dir}",
@@ -376,7 +376,7 @@ def tune(kernel: str, work: Path) -> dict:
 
 
 def bench_kernel(kernel: str, work: Path, timer, full: bool) -> dict:
-    from runners.engine.trials import load_spec
+    from runners.engine.specs import load_spec
 
     began = time.perf_counter()
     result = tune(kernel, work)

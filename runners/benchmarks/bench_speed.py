@@ -162,7 +162,7 @@ def tried_configs(case: dict) -> list[list[dict]]:
     configs = _configs(case["space"])
     if not case.get("pruned"):
         return [configs for _ in case["shapes"]]
-    from runners.engine.trials import load_spec
+    from runners.engine.specs import load_spec
 
     spec = load_spec(case["spec"], None)
     return [[c for c in configs if not spec.constraints(tuple(shape), DTYPE, c)] for shape in case["shapes"]]
@@ -185,7 +185,7 @@ def careful_remeasure(kernel: str, shape: list, configs: list[dict]) -> dict[str
     10 s."""
     import torch
 
-    from runners.engine.trials import load_spec
+    from runners.engine.specs import load_spec
     from runners.measure.device import cuda_timer
     from runners.measure.stop_rule import StopRule
 

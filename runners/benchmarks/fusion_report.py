@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import argparse
 
-from runners.engine.trials import TRITON_PROVIDER, load_spec
+from runners.engine.trial import TRITON_PROVIDER
+
+from runners.engine.specs import load_spec
 
 
 def kernels_per_call(run, calls: int) -> float:

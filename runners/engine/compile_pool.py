@@ -21,13 +21,11 @@ from __future__ import annotations
 
 import os
 import time
-from typing import TYPE_CHECKING, Optional
+from typing import Optional
 
 from runners.engine.process import ForkServer, WorkerProcess
+from runners.engine.trial import Trial
 from runners.measure import check
-
-if TYPE_CHECKING:  # runners.engine.trials imports torch and triton: the sweep imports this module before them
-    from runners.engine.trials import Trial
 
 BUILT = None  # the outcome of a successful compile
 DEFERRED = "deferred"  # not decided here; the GPU worker compiles it
@@ -58,7 +56,7 @@ def _compile_main(conn, kernel_name: str, spec_path: Optional[str]) -> None:
     from triton.runtime import driver
     from triton.runtime.jit import JITFunction
 
-    from runners.engine.trials import load_spec
+    from runners.engine.specs import load_spec
 
     spec = load_spec(kernel_name, spec_path)
     launch = JITFunction.run
@@ -131,7 +129,7 @@ def fork_server(kernel_name: str, spec_path: Optional[str]) -> ForkServer:
     """A fork server (not started) that imports torch, Triton, this module and the kernel's module
     once: a kernel library whose import takes seconds is imported there, not again in every compile
     worker (17 processes importing one at once on a 16-core host made a sweep's start 22 s)."""
-    preload = ("torch", "triton", "runners.engine.trials", "runners.engine.compile_pool")
+    preload = ("torch", "triton", "runners.engine.specs", "runners.engine.compile_pool")
     module = kernel_module(kernel_name, spec_path)
     return ForkServer(preload + ((module,) if module else ()))
 

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
+from runners.engine.trial import TRITON_PROVIDER
 from runners.measure.stop_rule import median_interval
 
 if TYPE_CHECKING:  # pandas is heavy, and every spawned worker imports this module through runners.sweep
@@ -78,8 +79,6 @@ def finalist_groups(frame: pd.DataFrame, trials: list, measured_groups: set, top
     """The trials to re-time, one group a (shape, dtype) this job measured: the top_k configs of ours by
     screened p50 (each trial's newest ok row of the job's rows in `frame`), then the baselines that were
     ok there. None where top_k < 2 or a group would have fewer than 2 configs."""
-    from runners.engine.trials import TRITON_PROVIDER
-
     if top_k < 2 or not measured_groups:
         return []
     by_key = {t.key: t for t in trials}
@@ -97,8 +96,6 @@ def finalist_groups(frame: pd.DataFrame, trials: list, measured_groups: set, top
 def on_finalists(record, tie_floor: float):
     """What to do with a group's re-timed results: rank, tie and choose ours (decide), record every row
     (phase final), and say which was chosen; a group that failed leaves the screening results standing."""
-    from runners.engine.trials import TRITON_PROVIDER
-
     def on_result(worker, group: list, results: list[dict]) -> None:
         where = f"{group[0].kernel} {list(group[0].shape)} {group[0].dtype}"
         if len(results) != len(group):

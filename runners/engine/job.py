@@ -29,16 +29,14 @@ import subprocess
 import time
 from contextlib import ExitStack
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Optional
+from typing import Callable, Optional
 
 from omegaconf import DictConfig
 
 from runners.engine.process import ask_to_stop, stop_all
 from runners.engine.row import DEVICE_COLUMNS
+from runners.engine.trial import TRITON_PROVIDER, Trial
 from runners.measure.stop_rule import StopRule
-
-if TYPE_CHECKING:
-    from runners.engine.trials import Trial
 
 
 def now() -> str:
@@ -158,7 +156,7 @@ class Job:
     def ceilings(self) -> None:
         """The environment every row carries, the prior store's rows (jobs run apart), and the device's
         measured ceilings (from the store, else measured now and kept)."""
-        from runners.engine.trials import kernel_source_hash
+        from runners.engine.specs import kernel_source_hash
 
         cfg, store = self.cfg, self.store
         info = self.scheduler.gpu_workers[0].info
@@ -181,8 +179,6 @@ class Job:
 
     def record(self, worker, trial: Trial, result: dict, phase: str = "screen") -> None:
         """A trial's outcome as a row: into the store, to the outputs, and told to the search."""
-        from runners.engine.trials import TRITON_PROVIDER
-
         info = (worker.info if worker is not None and worker.info else None) or self.env
         row = {**self.common, **{k: info[k] for k in DEVICE_COLUMNS}, "trial_key": trial.key,
                "kernel": trial.kernel, "provider": trial.provider, "shape": trial.shape, "dtype": trial.dtype,

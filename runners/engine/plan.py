@@ -13,6 +13,8 @@ from typing import Optional
 
 from omegaconf import DictConfig, OmegaConf
 
+from runners.engine.trial import TRITON_PROVIDER, ConfigError
+
 NO_GPU_MESSAGE = (
     "backend=cuda but no CUDA GPU is visible (torch.cuda.is_available() is False). To run the whole "
     "pipeline on the CPU through the Triton interpreter, add backend=interpret (use small shapes; its "
@@ -31,8 +33,6 @@ def stop_rules(cfg: DictConfig):
         try:
             made.append(OmegaConf.to_object(cfg[group]))
         except StopRuleError as error:
-            from runners.engine.trials import ConfigError  # imports Triton: only on the way out
-
             raise ConfigError(f"{group}.{error}") from None
     return tuple(made)
 
@@ -48,7 +48,7 @@ class Plan:
 
 def _check_export_settings(cfg: DictConfig, spec) -> None:
     """export.tolerance and the kernel's export.key, checked before the sweep rather than at its end."""
-    from runners.engine.trials import ConfigError, check_key
+    from runners.engine.trials import check_key
 
     tolerance = cfg.export.tolerance
     if not 0 <= tolerance < 1:
@@ -61,8 +61,6 @@ def _check_export_settings(cfg: DictConfig, spec) -> None:
 
 
 def _workers(cfg: DictConfig) -> int:
-    from runners.engine.trials import ConfigError
-
     available = 1
     if cfg.backend == "cuda":
         import torch
@@ -81,7 +79,8 @@ def validate(cfg: DictConfig, trials: Optional[list] = None) -> Plan:
     checked before any launch (the stopping rules first). trials: these exact trials instead of the grid
     of kernel.shapes x dtypes x space (runners/revalidate.py re-times what an export ships)."""
     from runners.engine.search import Search
-    from runners.engine.trials import TRITON_PROVIDER, ConfigError, load_spec, plan_trials
+    from runners.engine.specs import load_spec
+    from runners.engine.trials import plan_trials
 
     stop_rules(cfg)
     if cfg.compile.timeout_s <= 0 or (cfg.compile.workers is not None and cfg.compile.workers < 0):

@@ -30,7 +30,7 @@ from typing import Callable, Optional
 
 from runners.engine import compile_pool
 from runners.engine.process import WorkerLost, WorkerProcess, drive, stop_all
-from runners.engine.trials import TRITON_PROVIDER, Trial
+from runners.engine.trial import TRITON_PROVIDER, Trial
 from runners.measure import check
 
 

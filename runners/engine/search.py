@@ -23,7 +23,7 @@ import random
 from collections import defaultdict
 from typing import Optional
 
-from runners.engine.trials import TRITON_PROVIDER, ConfigError, Trial
+from runners.engine.trial import TRITON_PROVIDER, ConfigError, Trial
 
 METHODS = ("grid", "random", "optuna")
 MAX_PROPOSALS_PER_TRIAL = 50  # optuna: proposals (pruned or repeated) allowed per trial of the budget

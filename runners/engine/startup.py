@@ -12,7 +12,7 @@ from runners.engine.process import ForkServer, WorkerProcess, stop_all
 
 if TYPE_CHECKING:
     from runners.engine.scheduler import Scheduler
-    from runners.engine.trials import Trial
+    from runners.engine.trial import Trial
 
 
 def start_early(cfg: DictConfig, rule) -> tuple[Optional[WorkerProcess], Optional[ForkServer]]:

@@ -1,124 +1,20 @@
-"""From a composed kernel config to the list of trials, with every bad input rejected before any launch.
-
-A trial is (kernel, provider, shape, dtype, config). `provider` is "triton" for the kernel itself and a
-baseline's name (e.g. "torch") for the kernel's baselines, which run once per (shape, dtype).
-"""
+"""From a composed kernel config to the list of trials, with every bad input rejected before any launch:
+the shapes (a list, or a grid of forms), dtypes and search space a kernel is swept at (runners/engine/
+trial.py: the trial itself)."""
 from __future__ import annotations
 
-import functools
-import hashlib
-import importlib
-import inspect
 import itertools
-import json
 import math
-import os
-import sys
-import sysconfig
-from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
-from triton.runtime.interpreter import InterpretedFunction
-from triton.runtime.jit import JITFunction
-
-from kernels import builtin
 from kernels.spec import KernelSpec, is_power_of_two
+from runners.engine.trial import TRITON_PROVIDER, ConfigError, Trial
 
 DTYPES = ("float16", "bfloat16", "float32")
-TRITON_PROVIDER = "triton"
 # num_warps beyond 32 exceeds the 1024 threads of a CUDA block.
 NUM_WARPS_ALLOWED = (1, 2, 4, 8, 16, 32)
 # The interpreter runs every program in Python: past this many elements one trial takes minutes.
 INTERPRET_MAX_ELEMENTS = 1 << 20
-
-
-class ConfigError(ValueError):
-    """Bad user input, found before anything is launched; the message names the field."""
-
-
-@dataclass(frozen=True)
-class Trial:
-    kernel: str
-    provider: str
-    shape: tuple[int, ...]
-    dtype: str
-    config: dict = field(hash=False)
-    pruned_reason: Optional[str] = None
-
-    @property
-    def key(self) -> str:
-        """Stable identity of the trial: the same trial planned in-job or across jobs has one key."""
-        payload = json.dumps(
-            [self.kernel, self.provider, list(self.shape), self.dtype, sorted(self.config.items())]
-        )
-        return hashlib.sha256(payload.encode()).hexdigest()[:20]
-
-    @property
-    def label(self) -> str:
-        shape = "x".join(map(str, self.shape))
-        settings = " ".join(f"{k}={v}" for k, v in self.config.items())
-        return f"{self.kernel}[{self.provider}] {shape} {self.dtype} {settings}".strip()
-
-
-def load_spec(name: str, spec_path: Optional[str]) -> KernelSpec:
-    """The KernelSpec for kernel.name (a builtin) or kernel.spec ("pkg.module:ATTR")."""
-    if name == "external":
-        if not spec_path:
-            raise ConfigError("kernel.spec: an external kernel needs an import path, e.g. pkg.module:SPEC")
-        target = spec_path
-    elif name in builtin():
-        if spec_path:
-            raise ConfigError(f"kernel.spec: only kernel=external takes an import path (kernel is {name})")
-        target = builtin()[name]
-    else:
-        known = ", ".join(sorted(builtin()) + ["external"])
-        raise ConfigError(f"kernel.name: unknown kernel {name!r}; known: {known}")
-    module_name, _, attr = target.partition(":")
-    if not attr:
-        raise ConfigError(f"kernel.spec: {target!r} must look like pkg.module:ATTR")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as error:
-        raise ConfigError(f"kernel.spec: cannot import {module_name!r}: {error}") from error
-    spec = getattr(module, attr, None)
-    if not isinstance(spec, KernelSpec):
-        raise ConfigError(f"kernel.spec: {target!r} is not a kernels.spec.KernelSpec "
-                          f"(got {type(spec).__name__})")
-    return spec
-
-
-def builtin_spec(name: str) -> Optional[KernelSpec]:
-    """The KernelSpec of a built-in kernel of that name (its module imported), None for any other name."""
-    return load_spec(name, None) if name in builtin() else None
-
-
-def kernel_source_hash(spec: KernelSpec) -> str:
-    """Hash of the sources that define the kernel: a changed kernel is measured again.
-
-    The module of the launcher, the module of every Triton kernel it holds a name for (a launcher may
-    call a @triton.jit function imported from elsewhere), and every module of the user's own code it
-    imports (`from kernels import vector_add`; not installed libraries), sorted by name.
-    """
-    launch = spec.launch.func if isinstance(spec.launch, functools.partial) else spec.launch
-    module = sys.modules[launch.__module__]
-    modules = {module.__name__: module}
-    for value in vars(module).values():
-        if isinstance(value, (JITFunction, InterpretedFunction)):
-            value = sys.modules[value.fn.__module__]
-        if inspect.ismodule(value) and _is_user_code(value):
-            modules[value.__name__] = value
-    digest = hashlib.sha256()
-    for name in sorted(modules):
-        digest.update(inspect.getsource(modules[name]).encode())
-    return digest.hexdigest()[:12]
-
-
-_INSTALLED = tuple({sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")})
-
-
-def _is_user_code(module) -> bool:
-    path = getattr(module, "__file__", None)
-    return bool(path) and not os.path.abspath(path).startswith(_INSTALLED)
 
 
 def _as_list(value: Any) -> list:

@@ -11,13 +11,11 @@ import hashlib
 import os
 import random
 import time
-from typing import TYPE_CHECKING, Callable, Optional
+from typing import Callable, Optional
 
 from runners.engine.process import WorkerProcess
+from runners.engine.trial import TRITON_PROVIDER, Trial
 from runners.measure import check
-
-if TYPE_CHECKING:  # runners.engine.trials imports torch and triton: the sweep starts a worker before them
-    from runners.engine.trials import Trial
 
 
 def input_seed(seed: int, trial: Trial) -> int:
@@ -128,8 +126,6 @@ def run_trial(spec, trial: Trial, cache: ShapeCache, timer, device, peaks: dict)
     """Gate then time one trial; every outcome is a row fragment with a status, never an exception."""
     import torch
 
-    from runners.engine.trials import TRITON_PROVIDER
-
     first_launch_done = False
     try:
         inputs, references, bound = cache.get(trial, with_bound=trial.provider == TRITON_PROVIDER)
@@ -169,8 +165,6 @@ def timed_call(spec, trial: Trial, inputs: tuple, placements: Optional[Placement
     """(the zero-argument call that is timed, the output it writes into): our kernel launches into an
     output allocated here (placed anew by `placements`, if given); a baseline returns its output (None
     here)."""
-    from runners.engine.trials import TRITON_PROVIDER
-
     if trial.provider == TRITON_PROVIDER:
         out = spec.output_like(inputs)
         if placements is not None:
@@ -291,7 +285,7 @@ def _worker_main(conn, backend: str, kernel_name: str, spec_path: Optional[str],
     try:
         import torch
 
-        from runners.engine.trials import load_spec
+        from runners.engine.specs import load_spec
         from runners.measure import device as device_info
         from runners.measure.timing import METHOD_CUPTI, InterpreterTimer
 

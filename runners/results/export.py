@@ -60,7 +60,8 @@ from typing import Optional
 import pandas as pd
 
 from runners.engine.finalists import resource_key, winner
-from runners.engine.trials import TRITON_PROVIDER, ConfigError, check_key
+from runners.engine.trial import TRITON_PROVIDER, ConfigError
+from runners.engine.trials import check_key
 from runners.engine.row import ENV_KEY
 
 FORMAT = 3  # of the JSON; 2 had one section a GPU, 1 one file a GPU with the configs ok at every shape
@@ -328,7 +329,7 @@ def gpu_section(rows: pd.DataFrame, tolerance: float, baselines: Optional[pd.Dat
 
 def kernel_dims(kernel: str, rank: int) -> tuple[str, ...]:
     """The names of a built-in kernel's shape dims (its KernelSpec's), else d0, d1, ... (see --dims)."""
-    from runners.engine.trials import builtin_spec
+    from runners.engine.specs import builtin_spec
 
     spec = builtin_spec(kernel)
     if spec is not None and len(spec.dims) == rank:
@@ -584,7 +585,9 @@ def settings_from_config(cfg, kernel: str) -> dict:
     """export_kernel's settings from a sweep's config (conf/config.yaml's export section)."""
     from omegaconf import OmegaConf
 
-    from runners.engine.trials import load_spec, parse_calls
+    from runners.engine.specs import load_spec
+
+    from runners.engine.trials import parse_calls
 
     spec_path = cfg.kernel.spec if cfg.kernel.name == "external" else None
     settings = _settings(cfg.export, kernel, spec_path)
@@ -600,7 +603,7 @@ def _settings(export_conf, kernel: str, spec_path) -> dict:
     """The export's settings: the tolerance and merge of the export section, the key the section gives
     the kernel (export.key.<kernel>), else the one the kernel declares (KernelSpec.export_key); an
     external kernel's dims from its spec."""
-    from runners.engine.trials import builtin_spec, load_spec
+    from runners.engine.specs import builtin_spec, load_spec
 
     spec = load_spec("external", spec_path) if spec_path else builtin_spec(kernel)
     spec = spec if spec is not None and spec.name == kernel else None

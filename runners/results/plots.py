@@ -29,7 +29,7 @@ from typing import Callable, Optional
 import pandas as pd
 
 from runners.engine.finalists import winner
-from runners.engine.trials import TRITON_PROVIDER
+from runners.engine.trial import TRITON_PROVIDER
 from runners.results.report import speedups
 from runners.results.store import ResultStore, shape_label
 

@@ -7,7 +7,7 @@ from typing import Optional
 import pandas as pd
 
 from runners.engine.finalists import winner
-from runners.engine.trials import TRITON_PROVIDER
+from runners.engine.trial import TRITON_PROVIDER
 from runners.results.store import shape_label
 
 

@@ -12,6 +12,7 @@ from typing import Optional
 import pandas as pd
 
 from runners.engine.row import SAMPLE_COLUMNS
+from runners.engine.trial import TRITON_PROVIDER
 from runners.results.store import shape_label
 
 
@@ -56,7 +57,6 @@ def best_keys(frame: pd.DataFrame) -> dict:
     p50_us, gbps, tflops and config ("BLOCK_SIZE=1024 num_stages=1 num_warps=4"), and speedup_vs_<baseline>
     (the baseline's p50 over ours) for each baseline measured there."""
     from runners.engine.finalists import winner
-    from runners.engine.trials import TRITON_PROVIDER
     from runners.results.export import newest_per_trial
 
     keys = {}
@@ -95,7 +95,6 @@ def chart_tables(table: pd.DataFrame) -> dict:
     a wandb.plot function (scatter, bar). They answer the README's dashboard questions across the
     sweep's shapes, where p50s do not compare but a share of the best at the same shape does:
     pct_of_our_best, 100 x our fastest config's p50 there / this one's."""
-    from runners.engine.trials import TRITON_PROVIDER
     from runners.results.export import newest_per_trial
 
     charts = {}

@@ -1,0 +1,43 @@
+"""The trial: the unit everything is keyed by (pruning, compile, check, timing, the store, W&B, the export),
+and the error of bad user input. Imports neither torch nor Triton: the results side (report, plots, W&B
+tables, the export, compare) reads trials without loading either.
+
+A trial is (kernel, provider, shape, dtype, config). `provider` is "triton" for the kernel itself and a
+baseline's name (e.g. "torch") for the kernel's baselines, which run once per (shape, dtype).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Optional
+
+TRITON_PROVIDER = "triton"
+
+
+class ConfigError(ValueError):
+    """Bad user input, found before anything is launched; the message names the field."""
+
+
+@dataclass(frozen=True)
+class Trial:
+    kernel: str
+    provider: str
+    shape: tuple[int, ...]
+    dtype: str
+    config: dict = field(hash=False)
+    pruned_reason: Optional[str] = None
+
+    @property
+    def key(self) -> str:
+        """Stable identity of the trial: the same trial planned in-job or across jobs has one key."""
+        payload = json.dumps(
+            [self.kernel, self.provider, list(self.shape), self.dtype, sorted(self.config.items())]
+        )
+        return hashlib.sha256(payload.encode()).hexdigest()[:20]
+
+    @property
+    def label(self) -> str:
+        shape = "x".join(map(str, self.shape))
+        settings = " ".join(f"{k}={v}" for k, v in self.config.items())
+        return f"{self.kernel}[{self.provider}] {shape} {self.dtype} {settings}".strip()
