@@ -1,11 +1,12 @@
 """Export the tuned configs of a store: `python -m runners.export --kernel softmax [--key n_cols=cols]
 [--tolerance 0.03] [--sweep-id ID]` writes `<kernel>_configs.json` and `<kernel>_configs.py`
-(runners/results/export.py says what they hold and how the configs are chosen).
+(runners/results/export/ says what they hold and how the configs are chosen).
 
 The command takes its settings from the sweep's own config (conf/config.yaml's export section: the
 built-in kernels' keys, the tolerance, merge), so that it writes the files the end of a sweep writes;
---key, --tolerance and --no-merge override them. An external kernel's export takes its dims and key
-from its KernelSpec with `--spec pkg.module:SPEC` (or --dims and --key).
+--key, --tolerance and --no-merge override them (runners/results/export/settings.py resolves them all).
+An external kernel's export takes its dims and key from its KernelSpec with `--spec pkg.module:SPEC` (or
+--dims and --key).
 """
 from __future__ import annotations
 
@@ -14,46 +15,9 @@ import sys
 from pathlib import Path
 
 from runners.engine.trial import ConfigError
-from runners.results.export import ExportError, _settings, export_kernel, parse_key
+from runners.results.export import export_kernel
+from runners.results.export.settings import ExportError, from_command
 from runners.results.store import DamagedStore, ResultStore
-
-CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
-
-
-def sweep_export_conf():
-    """The sweep's export settings when no override is given: the export section of conf/config.yaml
-    over its schema (the section is the primary config's own; no group changes it)."""
-    from omegaconf import OmegaConf
-
-    from runners.engine.schema import ExportConf
-
-    primary = OmegaConf.load(CONF_DIR / "config.yaml")
-    return OmegaConf.merge(OmegaConf.structured(ExportConf), primary.export)
-
-
-def default_settings(kernel: str, spec_path: str | None = None) -> dict:
-    """The settings the end of a sweep exports `kernel` with when no override is given (the key its
-    KernelSpec declares, the tolerance of conf/config.yaml), so that the command writes what the sweep
-    writes; spec_path: an external kernel's "pkg.module:ATTR", for its dims and key."""
-    return _settings(sweep_export_conf(), kernel, spec_path)
-
-
-def calls_of(path: str, kernel: str, spec_path: str | None, dims: tuple | None) -> dict:
-    """shape -> calls of a sweep file's kernel.shapes and kernel.calls (--calls)."""
-    from omegaconf import OmegaConf
-
-    from runners.engine.specs import builtin_spec, load_spec
-
-    from runners.engine.trials import parse_calls
-
-    captured = OmegaConf.to_container(OmegaConf.load(path), resolve=True).get("kernel") or {}
-    if captured.get("calls") is None:
-        raise ConfigError(f"--calls: {path} has no kernel.calls (python -m runners.capture writes them)")
-    spec = load_spec("external", spec_path) if spec_path else builtin_spec(kernel)
-    rank = len(dims) if dims else len(spec.dims) if spec is not None else None
-    if rank is None:
-        raise ConfigError(f"--calls: {kernel} is not built in; give --spec or --dims")
-    return parse_calls(captured["calls"], captured.get("shapes"), rank)
 
 
 def main(argv=None) -> int:
@@ -101,17 +65,8 @@ def main(argv=None) -> int:
     status = 0
     for kernel in kernels:
         try:
-            settings = default_settings(kernel, args.spec)  # what the end of a sweep exports with
-            if args.key:
-                settings.update(key=parse_key(args.key), key_field="--key")
-            if args.tolerance is not None:
-                settings["tolerance"] = args.tolerance
-            if args.no_merge:
-                settings["merge"] = False
-            if dims:
-                settings["dims"] = dims
-            if args.calls:
-                settings["calls"] = calls_of(args.calls, kernel, args.spec, dims)
+            settings = from_command(kernel, args.spec, args.key, args.tolerance, not args.no_merge, dims,
+                                    args.calls)
             for path in export_kernel(frame, kernel, args.out_dir, **settings):
                 print(path)
         except (ExportError, ConfigError) as error:  # ConfigError: a --spec that cannot be loaded

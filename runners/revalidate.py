@@ -5,7 +5,7 @@
 After a driver, torch, Triton or kernel change, the configs an export ships may have got slower or stopped
 working. On the current environment (this GPU, the running Triton):
 1. The export's section for this GPU is read: the running Triton version's, else the nearest older
-   measured, else the nearest newer (the generated module's own rule, runners/results/export_runtime.py).
+   measured, else the nearest newer (the generated module's own rule, runners/results/export/runtime.py).
 2. Each config it ships is re-timed at the shapes where it was recorded, with each shape's winner and
    the baselines measured beside it, in repetitions on buffers placed anew (`timing.repetitions`) and
    round-robin as finalists, as the recorded figures were taken: a sweep of exactly those trials.
@@ -40,11 +40,12 @@ from typing import Optional
 import pandas as pd
 
 from runners.engine.trial import TRITON_PROVIDER, ConfigError, Trial
-from runners.export import CONF_DIR
 from runners.results import between_runs
-from runners.results.export import ExportError, export_kernel, read_export
-from runners.results.export import sections as export_sections
-from runners.results.export_runtime import pick_version
+from runners.results.export import export_kernel
+from runners.results.export.fileformat import read_export
+from runners.results.export.fileformat import sections as export_sections
+from runners.results.export.runtime import pick_version
+from runners.results.export.settings import CONF_DIR, ExportError, from_export
 from runners.results.store import shape_label
 
 SHAPE_LIST = 20  # shapes listed in the report unless --all
@@ -212,13 +213,13 @@ def main(argv=None) -> int:
 
 def revalidate(args, data: dict, gpu: str, version: str, section: dict, how: str, running: str) -> int:
     """Steps 2 to 5 of the module docstring; the exit status."""
-    from runners import compare
+    from runners.results import comparison
 
     kernel, tolerance = data["kernel"], section["tolerance"]
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M%S")
     print(f"{kernel} on {gpu}, Triton {running}: the export's section of Triton {version} ({how}), "
           f"tolerance {100 * tolerance:g}%")
-    base, _ = compare.export_frame(data, [(gpu, version)])
+    base, _ = comparison.export_frame(data, [(gpu, version)])
     trials = shipped_trials(kernel, section)
     top_k = max(base[base["provider"] == TRITON_PROVIDER].groupby(["dtype", "shape"]).size())
     sweep_id = f"revalidate-{kernel}-{stamp}"
@@ -231,9 +232,9 @@ def revalidate(args, data: dict, gpu: str, version: str, section: dict, how: str
         print(f"error: {error}", file=sys.stderr)
         return 2
     print(f"re-timed {len(trials)} trials in {time.perf_counter() - began:.1f} s ({gpu_s:.1f} s of GPU time)")
-    result = compare.compare(base, new, between_runs.Rule(), gate_all=True)
+    result = comparison.compare(base, new, between_runs.Rule(), gate_all=True)
     print("\n".join(["the shift of every row (runners/results/between_runs.py):",
-                     *compare.shift_lines(result)]))
+                     *comparison.shift_lines(result)]))
     shapes = judge_shapes(result, base, tolerance)
     print("\n".join(_table(shapes, args.list_all)))
     stale = [s for s in shapes if s["rescreen"]]
@@ -282,14 +283,9 @@ def _rescreen(args, kernel: str, stale: list[dict], new: pd.DataFrame, rows: pd.
 
 def _write(args, data: dict, kernel: str, rows: pd.DataFrame, tolerance: float) -> None:
     """The section of this GPU and Triton version, from `rows`, into the export (the others kept)."""
-    from runners.engine.specs import builtin_spec, load_spec
-
     out_dir = Path(args.out_dir) if args.out_dir else Path(args.export).parent
-    spec = load_spec("external", args.spec) if args.spec else builtin_spec(kernel)  # the sweeps loaded it
     try:
-        paths = export_kernel(rows, kernel, out_dir, tolerance=tolerance, key=data["key"],
-                              dims=tuple(data["dims"]), merge=True,
-                              rule=spec.constraints if spec is not None else None)
+        paths = export_kernel(rows, kernel, out_dir, **from_export(data, tolerance, args.spec))
     except ExportError as error:  # interpreter rows, or nothing ok: the existing file is left as it is
         print(f"no new section written: {error}")
         return

@@ -9,7 +9,7 @@ import csv
 from pathlib import Path
 from typing import Optional
 
-from runners.results.outputs import Finished, Output
+from runners.results.outputs.output import Finished, Output
 
 
 class RowsCsv(Output):

@@ -19,7 +19,9 @@ from runners.capture import bucketed, launch_shape, unrunnable
 from runners.engine.trial import ConfigError
 from runners.engine.specs import load_spec
 from runners.engine.trials import parse_calls, plan_trials
-from runners.results.export import Measured, export_kernel, read_export, weighted_loss
+from runners.results.export import export_kernel
+from runners.results.export.cover import Measured, weighted_loss
+from runners.results.export.fileformat import read_export
 from runners.results.store import ResultStore
 from tests.conftest import REPO, run_sweep
 

@@ -10,13 +10,13 @@ every cell the issue names, is tests/test_between_runs.py.
 """
 
 import json
-import math
 
 import numpy as np
 import pytest
 from scipy import stats
 
 from runners import compare
+from runners.results import comparison
 from runners.results import between_runs, export
 from runners.results.store import ResultStore
 from tests.synthetic_store import SHAPES, SPACE, noisy_run, row
@@ -47,15 +47,15 @@ def _calibration(tmp_path, rng, run_noise, name="calibration", shapes=SHAPES) ->
     for index in range(CALIBRATION_RUNS):
         noisy_run(store, f"cal{index}", rng, run_noise=run_noise, shapes=shapes)
     store.close()
-    return compare.load_calibration(str(path), ())[0]
+    return comparison.load_calibration(str(path), ())[0]
 
 
 def _gate(base, new, calibrated, shipped=None) -> tuple[list[dict], int]:
     """Every compared row, and the exit status of `--fail-on-slow 2%`."""
     if shipped is None:
-        shipped = compare.shipped_keys(compare.Side("BASE", "", base), 0.03)
-    result = compare.compare(base, new, GATE, shipped, calibrated=calibrated)
-    return result["matched"] + result["winners"], compare.gate_verdict(result, GATE)[1]
+        shipped = comparison.shipped_keys(comparison.Side("BASE", "", base), 0.03)
+    result = comparison.compare(base, new, GATE, shipped, calibrated=calibrated)
+    return result["matched"] + result["winners"], comparison.gate_verdict(result, GATE)[1]
 
 
 def _runs(tmp_path, pairs: int, run_noise: float, seed: int = 2026, shapes=SHAPES, **changes):
@@ -339,9 +339,9 @@ def test_a_missing_or_broken_timing_is_named_whatever_its_form(p50, reps):
 
     row = pd.Series({"kernel": "softmax", "provider": "triton", "dtype": "float16", "shape": "[8, 100]",
                      "config": '{"BLOCK_SIZE": 128}', "p50_us": p50, "rep_p50s_us": reps, "repetitions": 2})
-    with pytest.raises(compare.CompareError, match="BASE: softmax triton float16 8x100 BLOCK_SIZE=128 is ok "
-                                                   "with a p50 of"):
-        compare._figure(row, "BASE")
+    with pytest.raises(comparison.CompareError,
+                       match="BASE: softmax triton float16 8x100 BLOCK_SIZE=128 is ok with a p50 of"):
+        comparison._figure(row, "BASE")
 
 
 def test_an_export_entry_without_a_p50_is_named(tmp_path, capsys):

@@ -27,7 +27,8 @@ from runners.engine.trial import TRITON_PROVIDER
 from runners.engine.specs import load_spec
 from runners.engine.trials import plan_trials
 from runners.export import main as export_main
-from runners.results.export import export_kernel, settings_from_config
+from runners.results.export import export_kernel
+from runners.results.export.settings import from_sweep
 from runners.measure.check import compare
 from runners.results.store import ResultStore
 
@@ -293,7 +294,7 @@ def test_default_sweep_exports_a_list_for_every_shape(default_config, tmp_path):
     store = ResultStore(tmp_path / "results.sqlite")
     frame = store.load(sweep_id="readme")
     store.close()
-    export_kernel(frame, "softmax", tmp_path / "exports", **settings_from_config(default_config, "softmax"))
+    export_kernel(frame, "softmax", tmp_path / "exports", **from_sweep(default_config, "softmax"))
     module = _load(tmp_path / "exports" / "softmax_configs.py")
     assert module["KEY"] == {"n_cols": "cols"}  # softmax.SPEC.export_key
     cover = module["COVER"]["NVIDIA H200"]["3.6.0"]["float16"]
@@ -318,7 +319,7 @@ def test_readme_example_runs(default_config, tmp_path):
     store = ResultStore(tmp_path / "results.sqlite")
     frame = store.load(sweep_id="readme")
     store.close()
-    export_kernel(frame, "softmax", tmp_path / "exports", **settings_from_config(default_config, "softmax"))
+    export_kernel(frame, "softmax", tmp_path / "exports", **from_sweep(default_config, "softmax"))
     code = _readme_example()
     harness = "import torch\n"
     if not torch.cuda.is_available():
@@ -347,7 +348,7 @@ def test_the_export_command_writes_what_the_end_of_the_sweep_writes(default_conf
     store = ResultStore(tmp_path / "results.sqlite")
     frame = store.load(sweep_id="readme")
     store.close()
-    export_kernel(frame, "softmax", tmp_path / "sweep", **settings_from_config(plain, "softmax"))
+    export_kernel(frame, "softmax", tmp_path / "sweep", **from_sweep(plain, "softmax"))
     assert export_main(["--store", str(tmp_path / "results.sqlite"), "--kernel", "softmax",
                         "--out-dir", str(tmp_path / "command")]) == 0
     stamp = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00")

@@ -13,7 +13,8 @@ import sys
 import pytest
 
 from runners.measure.device import INTERPRETER_DEVICE_NAME
-from runners.results.export import baseline_rows, gpu_section, write_export
+from runners.results.export import gpu_section, write_export
+from runners.results.export.rows import baseline_rows
 from runners.results.store import ResultStore
 from runners.revalidate import judge_shapes
 from tests.conftest import REPO, run_sweep

@@ -96,7 +96,7 @@ def winners(work: Path, kernel: str, sweep_id: str) -> dict[tuple, dict]:
     """(dtype, shape) -> the exhaustive sweep's winning config there (runners/engine/finalists.py's
     choice)."""
     from runners.engine.finalists import winner
-    from runners.results.export import select_rows
+    from runners.results.export.rows import select_rows
     from runners.results.store import ResultStore
 
     store = ResultStore(work / "results.sqlite")
@@ -207,7 +207,7 @@ def bench_shape(kernel: str, spec, exported, shape: tuple, dtype: str, best: dic
     import torch
 
     from runners.measure import check
-    from runners.results.generalization import as_triton_config
+    from runners.results.export.generalization import as_triton_config
 
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     inputs = spec.make_inputs(shape, getattr(torch, dtype), 0, torch.device(device))

@@ -76,25 +76,25 @@ def frames(store: str, *sweep_ids: str):
 
 def gate(base, new, calibrated: dict) -> dict:
     """runners.compare's defaults, the calibration and --fail-on-slow 2% on one pair of runs."""
-    from runners import compare
-    from runners.results import between_runs
+    from runners.results import between_runs, comparison
+    from runners.results.export.settings import sweep_export_conf
 
     rule = between_runs.Rule(fail_on_slow=GATE)
-    shipped = compare.shipped_keys(compare.Side("BASE", "", base), compare.sweep_export_conf().tolerance)
-    result = compare.compare(base, new, rule, shipped, calibrated=calibrated)
+    shipped = comparison.shipped_keys(comparison.Side("BASE", "", base), sweep_export_conf().tolerance)
+    result = comparison.compare(base, new, rule, shipped, calibrated=calibrated)
     rows = result["matched"] + result["winners"]
     judged = [r for r in rows if r["judged"] and not math.isnan(r["threshold"])]
     ours = [s for (_, _, provider), s in result["shifts"].items() if provider == "triton" and s is not None]
-    line, status = compare.gate_verdict(result, rule)
+    line, status = comparison.gate_verdict(result, rule)
     return {"rows": len(rows), "not_same": sum(r["verdict"] != "SAME" for r in rows), "judged": len(judged),
             "status": status, "line": line, "thresholds": [r["threshold"] for r in judged],
             "catches": [r["catches"] for r in judged], "shifts": ours, "unlisted": rows}
 
 
 def calibration(runs: list, source: str) -> dict:
-    from runners import compare
+    from runners.results.comparison import calibration_of
 
-    return compare.calibration_of(runs, source)
+    return calibration_of(runs, source)
 
 
 def calibration_table(calibrated: dict) -> list[str]:

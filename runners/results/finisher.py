@@ -180,7 +180,7 @@ def _write(outputs: dict, wanted: list[dict], done, seconds: dict) -> dict:
 
 
 def main(argv=None) -> int:
-    from runners.results.outputs import Finished, made
+    from runners.results.outputs.output import Finished, made
 
     argv = sys.argv[1:] if argv is None else argv
     status = os.fdopen(int(argv[0]), "w", buffering=1)

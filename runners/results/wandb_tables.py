@@ -13,6 +13,7 @@ import pandas as pd
 
 from runners.engine.row import SAMPLE_COLUMNS
 from runners.engine.trial import TRITON_PROVIDER
+from runners.results.export.rows import newest_per_trial
 from runners.results.store import shape_label
 
 
@@ -57,8 +58,6 @@ def best_keys(frame: pd.DataFrame) -> dict:
     p50_us, gbps, tflops and config ("BLOCK_SIZE=1024 num_stages=1 num_warps=4"), and speedup_vs_<baseline>
     (the baseline's p50 over ours) for each baseline measured there."""
     from runners.engine.finalists import winner
-    from runners.results.export import newest_per_trial
-
     keys = {}
     newest = newest_per_trial(frame[(frame["status"] == "ok") & frame["p50_us"].notna()])
     for (kernel, dtype, shape), group in newest.groupby(["kernel", "dtype", "shape"]):
@@ -95,8 +94,6 @@ def chart_tables(table: pd.DataFrame) -> dict:
     a wandb.plot function (scatter, bar). They answer the README's dashboard questions across the
     sweep's shapes, where p50s do not compare but a share of the best at the same shape does:
     pct_of_our_best, 100 x our fastest config's p50 there / this one's."""
-    from runners.results.export import newest_per_trial
-
     charts = {}
     newest = newest_per_trial(table)  # a finalist's re-timed row
     ok = newest[(newest["status"] == "ok") & newest["p50_us"].notna()]

@@ -14,75 +14,10 @@ on an output: a failing output says so in a line and the others go on.
 """
 from __future__ import annotations
 
-import importlib
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
 
-if TYPE_CHECKING:
-    import pandas as pd
-
-
-@dataclass
-class Finished:
-    """What an output's `write` is given at the end of a sweep."""
-
-    cfg: Any  # the sweep's config (its logger, export and export_dir sections)
-    sweep_id: str
-    output_dir: Path
-    store: str  # the store's path
-    frame: Optional["pd.DataFrame"] = None  # the sweep's rows
-    files: dict = field(default_factory=dict)  # output name -> the files it wrote, for later outputs
-
-
-class Output:
-    """An output of the sweep (module docstring). `name` is its key under `output`."""
-
-    background = False  # written by the finishing process
-    needs_foreground = False  # (background) only once the foreground outputs have written
-
-    def __init__(self, **settings):
-        self.name = ""
-        self.settings = settings
-        self.planned = 0  # set before start: the trials the job plans to run (not pruned)
-        self.multirun = False  # set before start: whether the job is one job of a multirun
-
-    def start(self, cfg, sweep_id: str, dims: tuple) -> None:
-        """Before the trials, with the job's dims (and self.planned, self.multirun set)."""
-
-    def row(self, trial, row: dict, label: str) -> None:
-        """Every row the job records (pruned ones included)."""
-
-    def close(self) -> None:
-        """Once the last row is recorded; may be called twice."""
-
-    def handover(self) -> dict:
-        """(background) What the finishing process's instance needs to know of this one."""
-        return {}
-
-    def warm(self) -> None:
-        """(background) Import what `write` needs, in the finishing process while the trials run."""
-
-    def write(self, done: Finished, handover: Optional[dict] = None) -> list[Path]:
-        """The output's files (or nothing: a printed table)."""
-        return []
-
-    def seconds(self) -> dict:
-        """Figures for the job's summary.json."""
-        return {}
-
-
-def target(output: Output) -> str:
-    return f"{type(output).__module__}:{type(output).__qualname__}"
-
-
-def made(spec: str, name: str, settings: dict) -> Output:
-    """An Output from "module:Class" and its settings (in the finishing process)."""
-    module, _, qualname = spec.partition(":")
-    output = getattr(importlib.import_module(module), qualname)(**settings)
-    output.name = name
-    return output
+from runners.results.outputs.output import Finished, Output, target
 
 
 class Outputs:

@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from runners.results.outputs import Finished, Output
+from runners.results.outputs.output import Finished, Output
 from runners.results.store import write_parquet
 
 

@@ -5,14 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from runners.results.outputs import Finished, Output
+from runners.results.outputs.output import Finished, Output
 
 
 class Plots(Output):
     background = True
 
     def warm(self) -> None:
-        from runners.results import plots  # noqa: F401  (pandas, numpy, torch and triton, through its report)
+        from runners.results import plots  # noqa: F401  (pandas and numpy, through its report)
 
         try:
             from matplotlib import colormaps  # noqa: F401

@@ -12,7 +12,7 @@ from typing import Optional
 from omegaconf import OmegaConf
 
 from runners.engine.row import WANDB_CONFIG, WANDB_SUMMARY
-from runners.results.outputs import Finished, Output
+from runners.results.outputs.output import Finished, Output
 
 
 class Wandb(Output):
@@ -93,7 +93,7 @@ class Wandb(Output):
 
         if not (handover or {}).get("summary", self.wanted):
             return []
-        from runners.results.export import kernel_dims
+        from runners.results.export.settings import kernel_dims
 
         handover = handover or {}
         exports = done.files.get("export", [])

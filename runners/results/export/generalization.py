@@ -5,7 +5,7 @@ Each measured point of the export key (a combination of the key's dims' values, 
 it, whatever its other dims: at run time a call that lies between measured points has none of them)
 is left out in turn. The export built from the other shapes (the same list rule, the same
 winners) then picks a config at each left-out shape with the exported module's own lookup code
-(export_runtime.py: _kept for the prune, _choice for config_for), knowing there only what the module
+(runtime.py: _kept for the prune, _choice for config_for), knowing there only what the module
 would know: the kernel's constraints as the caller's `check` where the export has the kernel's spec
 (built in, or --spec), else no check at all. What the sweep measured at the left-out shape only scores
 the pick, never steers it:
@@ -23,7 +23,7 @@ Leaving a point out opens a hole twice the grid's spacing there, so the estimate
 the density: on the cautious side for calls between measured points, and it says nothing about calls
 beyond the measured range (the module warns about those at run time).
 
-Where both kinds of size were measured in a key dim (multiples of 16 and not: export_runtime.ALIGNMENT),
+Where both kinds of size were measured in a key dim (multiples of 16 and not: runtime.ALIGNMENT),
 the shapes around a left-out one can be taken among all the measured shapes or among those of its kind
 alone. The module looks sizes up apart (ALIGNED_APART) where the estimate of all points is higher so (the
 mean log figure over both paths). The figure reported at each left-out point is that of the way the
@@ -33,12 +33,12 @@ differ (layernorm's on an H200: BENCHMARKS.md, issue 20).
 """
 from __future__ import annotations
 
-import json
 import math
 from typing import Optional
 
-from runners.results import export_runtime as runtime
-from runners.results.export import LAUNCH_OPTIONS, Measured
+from runners.results.export.runtime import ALIGNMENT, _choice, _is_aligned, _kept
+from runners.results.export.cover import Measured
+from runners.results.export.render import LAUNCH_OPTIONS
 
 PATHS = ("autotune", "config_for")  # the two ways a module picks a config, as the line names them
 
@@ -79,7 +79,7 @@ def estimate(measured: Measured, tolerance: float, dims: tuple, key_dims: list[s
     together."""
     lookup = lookup or Lookup()
     together = leave_one_out(measured, tolerance, dims, key_dims, lookup=lookup)
-    both_kinds = any(len({runtime._is_aligned(shape[dims.index(dim)]) for shape in measured.shapes}) == 2
+    both_kinds = any(len({_is_aligned(shape[dims.index(dim)]) for shape in measured.shapes}) == 2
                      for dim in key_dims)
     if not (both_kinds and together["shapes"]):
         return {**together, "aligned_apart": False}
@@ -171,8 +171,8 @@ def leave_one_out(measured: Measured, tolerance: float, dims: tuple, key_dims: l
             def passes(config, shape=shape):
                 return lookup.passes(measured.configs[key_of[id(config)]]["config"], shape)
 
-            kept = [key_of[id(c)] for c in runtime._kept(cover, sizes, passes, dims, apart=apart)]
-            chosen = runtime._choice(cover, best, dict(zip(dims, shape)), passes, dims, apart=apart)  # whole
+            kept = [key_of[id(c)] for c in _kept(cover, sizes, passes, dims, apart=apart)]
+            chosen = _choice(cover, best, dict(zip(dims, shape)), passes, dims, apart=apart)  # whole
             chosen = None if chosen is None else key_of[id(chosen)]
             status = "ok" if chosen is None else lookup.status(measured, chosen, shape)
             result["shapes"].append({"shape": list(shape),
@@ -264,7 +264,7 @@ def summary_line(result: dict, dims: tuple) -> str:
     if "apart_at" in result:
         together = [f"{name} {result['together'][name]['good']}/{result['together'][name]['shapes']}"
                     for name in PATHS]
-        parts.append(f"sizes that are multiples of {runtime.ALIGNMENT} and sizes that are not looked up "
+        parts.append(f"sizes that are multiples of {ALIGNMENT} and sizes that are not looked up "
                      f"{'apart' if result['aligned_apart'] else 'together'} (the other shapes chose apart "
                      f"at {result['apart_at']}/{result['points']} left-out points; all together: "
                      f"{', '.join(together)} at the bar)")

@@ -1,22 +1,23 @@
-"""The triton.Config export of every kernel of the sweep (runners/export.py), with the settings of the
-config's `export` section, into `export_dir`."""
+"""The triton.Config export of every kernel of the sweep (runners/results/export/), with the settings of
+the config's `export` section, into `export_dir`; those settings checked before anything is launched."""
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Optional
 
-from runners.results.outputs import Finished, Output
+from runners.results.outputs.output import Finished, Output
 
 
 class Export(Output):
     def write(self, done: Finished, handover: Optional[dict] = None) -> list[Path]:
-        from runners.results.export import ExportError, export_kernel, settings_from_config
+        from runners.results.export import export_kernel
+        from runners.results.export.settings import ExportError, from_sweep
 
         paths = []
         for kernel in done.frame["kernel"].unique():
             try:
                 paths += export_kernel(done.frame, kernel, done.cfg.export_dir,
-                                       **settings_from_config(done.cfg, kernel))
+                                       **from_sweep(done.cfg, kernel))
             except ExportError as error:
                 print(f"export skipped: {error}")
         for path in paths:

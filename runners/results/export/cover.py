@@ -1,0 +1,161 @@
+"""The covering set of one (GPU, dtype): the smallest list found such that at every measured shape the
+fastest config of the list that was ok there is within `tolerance` (default 3%) of the fastest config
+measured there. At a shape whose finalists were re-timed round-robin (runners/engine/finalists.py), only
+the finalists' re-timed p50s compete, so that every time compared was taken in the same rounds; elsewhere
+the p50s of screening. Greedy set cover: each step adds the config that covers the most shapes still
+uncovered; ties go to the config that is the winner (the finalists' choice, else the lowest p50) at more
+of those shapes, then to the higher geometric mean of best p50 / its p50 over them, then to the fewest
+resources (num_stages, num_warps, BLOCK product: the finalists' tie rule), then to the first measured.
+Every shape has an ok config (its fastest covers it), so the list is never empty. Greedy may return more
+configs than the minimum (at most 1 + ln(number of shapes) times as many, the set-cover bound).
+Weighted by calls (`kernel.calls`, from python -m runners.capture; `--calls` of the command): each step
+first adds the config with the most call-weighted speed over the shapes it newly covers (the sum of
+calls x best p50 / its p50), so that the shapes called most get the configs nearest their best; the
+tolerance still bounds every shape, a shape of no calls included. The section then gives the
+call-weighted expected loss (the mean over calls of the list's p50 / the best - 1).
+
+The exported list is the covering set followed by the alternates: every other config within `tolerance`
+of the fastest at one measured shape at least (those within it at more shapes first, then the first
+measured). The covering set is enough at the measured shapes; between them the best is often a config
+that was only near-best at the points around (a block's ragged last tile, a wave of programs more or
+less): on an H200, at 14 held-out shapes, the covering set alone held a config within 3% of the best at
+8 (float16) and 10 (bfloat16) for layernorm, the list with its alternates at 13 and 14 (BENCHMARKS.md,
+issue 20). The prune (runtime.py) keeps only the alternates plausible around a call, and at a measured
+shape none.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import math
+from typing import Optional
+
+import pandas as pd
+
+from runners.engine.finalists import resource_key, winner
+from runners.results.export.rows import baselines_at, canonical, row_figures, json_number, parse_shape
+
+WINNER_FIELDS = ("p50_us", "gbps", "tflops", "pct_copy_bw")  # of each shape's winner, in BEST_BY_SHAPE
+
+
+class Measured:
+    """One (GPU, dtype)'s rows, as the covering set and the leave-one-out estimate read them: every
+    config (canonical JSON -> the config, its first row id, {shape: its figures there} where ok), the
+    p50s that compete at each shape (`timed`: the finalists' where they were re-timed), the best of them,
+    and each shape's winner row."""
+
+    def __init__(self, rows: pd.DataFrame):
+        rows = rows.sort_values("id")
+        self.shapes = list(dict.fromkeys(parse_shape(s) for s in rows["shape"]))
+        self.configs: dict[str, dict] = {}
+        for (_, row) in rows.iterrows():
+            entry = self.configs.setdefault(canonical(row["config"]), {
+                "config": json.loads(row["config"]), "first_id": row["id"], "ok_at": {}})
+            entry["ok_at"][parse_shape(row["shape"])] = {"p50_us": float(row["p50_us"]), **row_figures(row)}
+        self.best, self.timed, self.winners = {}, {}, {}
+        for shape_json, group in rows.groupby("shape", sort=False):
+            shape = parse_shape(shape_json)
+            final = group[group["phase"] == "final"]
+            competing = final if not final.empty else group
+            self.timed[shape] = {canonical(config): float(p50)
+                                 for config, p50 in zip(competing["config"], competing["p50_us"])}
+            self.best[shape] = min(self.timed[shape].values())
+            self.winners[shape] = group.loc[winner(group)]
+        self.winner_keys = {shape: canonical(row["config"]) for shape, row in self.winners.items()}
+
+    def without(self, shapes: list) -> "Measured":
+        """The same rows less those at `shapes` (the leave-one-out's remaining shapes)."""
+        rest = copy.copy(self)
+        gone = set(shapes)
+        rest.shapes = [s for s in self.shapes if s not in gone]
+        rest.configs = {key: {**entry, "ok_at": {s: at for s, at in entry["ok_at"].items() if s not in gone}}
+                        for key, entry in self.configs.items()}
+        rest.best, rest.timed, rest.winners, rest.winner_keys = (
+            {s: v for s, v in table.items() if s not in gone}
+            for table in (self.best, self.timed, self.winners, self.winner_keys))
+        return rest
+
+    def p50_at(self, key: str, shape: tuple) -> Optional[float]:
+        """The config's p50 of record at the shape (its re-timed one where it was a finalist), None where
+        it was not ok there."""
+        at = self.configs[key]["ok_at"].get(shape)
+        return None if at is None else at["p50_us"]
+
+    def near(self, shapes: list, tolerance: float) -> dict[str, list]:
+        """Each config -> the shapes of `shapes` where it is within `tolerance` of the best, in order."""
+        limit = {s: (1 + tolerance) * self.best[s] for s in shapes}
+        return {key: [s for s in shapes if self.timed[s].get(key, math.inf) <= limit[s]]
+                for key in self.configs}
+
+    def cover(self, shapes: list, tolerance: float, calls: Optional[dict] = None) -> list[str]:
+        """The covering set of `shapes` (module doc: the greedy rule, weighted by `calls`: shape -> count,
+        where given), as canonical configs, best first."""
+        return self._greedy(shapes, self.near(shapes, tolerance), calls)
+
+    def _greedy(self, shapes: list, near: dict, calls: Optional[dict]) -> list[str]:
+        """The covering set (module doc: the greedy rule), given each config's shapes within the tolerance."""
+        covers = {key: set(at) for key, at in near.items()}
+
+        def rank(key: str, uncovered: set) -> tuple:
+            gain = covers[key] & uncovered
+            wins = sum(self.winner_keys[s] == key for s in gain)
+            speed = math.exp(sum(math.log(self.best[s] / self.timed[s][key]) for s in gain) / len(gain))
+            weighted = sum(calls.get(s, 0) * self.best[s] / self.timed[s][key] for s in gain) if calls else 0
+            entry = self.configs[key]
+            return -weighted, -len(gain), -wins, -speed, resource_key(entry["config"]), entry["first_id"]
+
+        chosen, uncovered = [], set(shapes)
+        while uncovered:
+            pick = min((key for key in self.configs if covers[key] & uncovered),
+                       key=lambda key: rank(key, uncovered))
+            chosen.append(pick)
+            uncovered -= covers[pick]
+        return chosen
+
+    def listed(self, shapes: list, tolerance: float, calls: Optional[dict] = None) -> list[str]:
+        """The exported list (module doc): the covering set of `shapes`, then the alternates, every other
+        config within `tolerance` of the best at one of them at least, those within it at more shapes
+        first (then the first measured)."""
+        near = self.near(shapes, tolerance)
+        chosen = self._greedy(shapes, near, calls)
+        alternates = sorted((key for key, at in near.items() if at and key not in chosen),
+                            key=lambda key: (-len(near[key]), self.configs[key]["first_id"]))
+        return chosen + alternates
+
+
+def weighted_loss(list_p50: dict, best: dict, calls: dict) -> Optional[float]:
+    """The mean over calls of list p50 / best p50 - 1 (shape -> figure), None without calls."""
+    total = sum(calls.get(s, 0) for s in best)
+    if not total:
+        return None
+    return sum(calls.get(s, 0) * (list_p50[s] / best[s] - 1) for s in best) / total
+
+
+def covering_set(rows: pd.DataFrame, tolerance: float, baselines: Optional[pd.DataFrame] = None,
+                 calls: Optional[dict] = None) -> dict:
+    """The covering set and the winner of each shape, from one (GPU, dtype)'s rows (module doc: how);
+    weighted by `calls` (shape -> count) where given."""
+    measured = Measured(rows)
+    shapes, configs, timed, winners = measured.shapes, measured.configs, measured.timed, measured.winners
+    chosen = measured.listed(shapes, tolerance, calls)
+    covers = measured.near(shapes, tolerance)
+
+    # (p50, canonical config) of the list's fastest at each shape
+    list_best = {s: min((timed[s][key], key) for key in chosen if key in timed[s]) for s in shapes}
+    weighted = {}
+    if calls:
+        loss = weighted_loss({s: p50 for s, (p50, _) in list_best.items()}, measured.best, calls)
+        weighted = {"calls": {json.dumps(list(s)): calls.get(s, 0) for s in shapes}, "weighted_loss": loss}
+    return {
+        **weighted,
+        "configs": [{"config": configs[key]["config"],
+                     "ok_at": [{"shape": list(s), **configs[key]["ok_at"][s]} for s in shapes
+                               if s in configs[key]["ok_at"]],
+                     "covers": [list(s) for s in covers[key]]} for key in chosen],
+        "best_by_shape": [{"shape": list(s), "config": json.loads(winners[s]["config"]),
+                           **{name: json_number(winners[s][name]) for name in WINNER_FIELDS},
+                           **row_figures(winners[s]),
+                           "fastest_p50_us": measured.best[s], "list_p50_us": list_best[s][0],
+                           "list_config": json.loads(list_best[s][1]),
+                           "baselines": baselines_at(baselines, json.dumps(list(s)))} for s in shapes],
+    }
