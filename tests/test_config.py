@@ -106,9 +106,6 @@ def test_wrong_type_fails_naming_the_field():
     ("finalists.repetitions=0", "finalists.repetitions: 0 must be >= 1"),
     ("finalists.top_k=-1", "finalists.top_k: -1 and tie_floor: 0.005 must be >= 0"),
     ("timing.warmup_s=-1", "timing.warmup_s: -1.0 must be >= 0"),
-    ("export.tolerance=3", "export.tolerance: 3.0 must be a share in [0, 1)"),
-    ("+export.key.softmax.n_cols=columns",
-     "export.key.softmax: n_cols=columns: 'columns' is not a dim of softmax"),
 ])
 def test_bad_values_fail_before_any_launch_naming_the_field(override, message):
     from runners.engine.trial import ConfigError
@@ -118,6 +115,39 @@ def test_bad_values_fail_before_any_launch_naming_the_field(override, message):
     with pytest.raises(ConfigError) as error:
         validate(cfg)
     assert message in str(error.value)
+
+
+@pytest.mark.parametrize("override, message", [
+    ("export.tolerance=3", "export.tolerance: 3.0 must be a share in [0, 1)"),
+    ("+export.key.softmax.n_cols=columns",
+     "export.key.softmax: n_cols=columns: 'columns' is not a dim of softmax"),
+])
+def test_bad_export_settings_fail_before_any_launch_naming_the_field(override, message):
+    """The export's settings are its output's (runners/results/outputs/export_files.py), checked by the job
+    right after validate; a sweep that writes no export does not need them right."""
+    from runners.engine.plan import validate
+    from runners.engine.trial import ConfigError
+    from runners.results.outputs import Outputs
+
+    cfg = compose("config", overrides=["backend=interpret", "kernel.shapes=[[4,100]]", override])
+    spec = validate(cfg).spec
+    with pytest.raises(ConfigError) as error:
+        Outputs.from_config(cfg).check(cfg, spec)
+    assert message in str(error.value)
+    without = compose("config", overrides=["backend=interpret", "kernel.shapes=[[4,100]]", override,
+                                           "output=[parquet,table]"])
+    Outputs.from_config(without).check(without, spec)
+
+
+def test_a_bad_export_setting_stops_the_sweep_before_any_launch(tmp_path):
+    from tests.conftest import run_sweep
+
+    result = run_sweep(tmp_path, "kernel=softmax", "kernel.shapes=[[4,100]]",
+                       "+export.key.softmax.n_cols=columns", check=False)
+    assert result.returncode == 2
+    assert "export.key.softmax: n_cols=columns: 'columns' is not a dim of softmax" in result.stderr
+    assert "worker(s)" not in result.stdout  # the job stopped before it started the trial workers' work
+    assert not (tmp_path / "results.sqlite").exists()
 
 
 def _planned_shapes(overrides):

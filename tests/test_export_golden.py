@@ -1,4 +1,4 @@
-"""The export, byte for byte: two synthetic stores (every row drawn from a seeded generator, no kernel run)
+"""The export, byte for byte: a synthetic store (every row drawn from a seeded generator, no kernel run)
 exported with the kernel's settings, against the files the export wrote before the export became one
 package (issue 34), timestamps aside. A change of what an export holds or how its module reads is a
 change of these files, made on purpose (regenerate them with `python -m tests.test_export_golden`)."""

@@ -12,7 +12,8 @@ import triton
 
 from kernels import attention, builtin, fused_gelu, layernorm, matmul, softmax, softmax_online, vector_add
 from runners.engine.specs import load_spec
-from runners.engine.trials import check_key, plan_trials
+from runners.engine.trials import plan_trials
+from runners.results.export.settings import check_key
 from runners.measure.check import TOLERANCES, as_tuple, compare, compare_outputs, upcast
 from tests.conftest import HAS_CUDA
 

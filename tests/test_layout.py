@@ -135,8 +135,9 @@ def imported_modules(path: Path, project: set[str]) -> set[str]:
     found = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom) and node.module:
-            found |= {f"{node.module}.{alias.name}" if f"{node.module}.{alias.name}" in project else node.module
-                      for alias in node.names}
+            for alias in node.names:
+                submodule = f"{node.module}.{alias.name}"
+                found.add(submodule if submodule in project else node.module)
         elif isinstance(node, ast.Import):
             found |= {alias.name for alias in node.names}
     return found & project

@@ -9,7 +9,8 @@ from runners.engine import compile_pool
 from runners.engine.finalists import decide
 from runners.engine.process import WorkerProcess, stop_all
 from runners.engine.scheduler import Scheduler
-from runners.engine.search import Search
+from runners.engine.search.optuna import Optuna
+from runners.engine.search.random import Random
 from runners.engine.trial import Trial
 from runners.engine.specs import load_spec
 from runners.engine.trials import plan_trials
@@ -126,16 +127,16 @@ def _matmul_trials():
                        "cuda")  # planning only: nothing runs
 
 
-@pytest.mark.parametrize("method", ["random", "optuna"])
-def test_search_budget_and_seed_are_honoured(method):
+@pytest.mark.parametrize("strategy", [Random, Optuna])
+def test_search_budget_and_seed_are_honoured(strategy):
     trials = _matmul_trials()
 
     def first_batch(seed):
-        search = Search(method, trials, budget_trials=6, seed=seed, batch=8)
-        batch = search.next_batch()
+        search = strategy(trials, budget_trials=6, seed=seed, batch=8)
+        batch = search.ask()
         for trial in batch:  # pretend every trial ran; optuna must then stop at its budget
             search.tell(trial, {"status": "ok", "p50_us": float(sum(v for _, v in trial.config.items()))})
-        assert search.next_batch() == []
+        assert search.ask() == []
         return batch
 
     batch = first_batch(seed=1)
@@ -149,9 +150,9 @@ def test_search_budget_and_seed_are_honoured(method):
 
 def test_optuna_asks_in_rounds_until_its_budget_and_never_repeats():
     trials = _matmul_trials()
-    search = Search("optuna", trials, budget_trials=20, seed=0, batch=4)
+    search = Optuna(trials, budget_trials=20, seed=0, batch=4)
     rounds, asked = [], []
-    while batch := search.next_batch():
+    while batch := search.ask():
         rounds.append(len(_triton_configs(batch)))
         asked += [t.key for t in batch if t.provider == "triton"]
         for trial in batch:

@@ -139,13 +139,14 @@ class Job:
         if finish and (os.cpu_count() or 1) >= importers:
             self.outputs.start_finisher()
         self.plan = validate(cfg, self.given_trials)
+        self.outputs.check(cfg, self.plan.spec)  # their settings (the export's), before any launch too
         self.store = self.open_store(self.store_path)
         cleanup.callback(self.store.close)
         plan = self.plan
         print(f"sweep {self.sweep_id}: {plan.spec.name}, {len(plan.trials)} trials planned "
-              f"({cfg.search.method.value} search); "
+              f"({type(plan.search).__name__} search); "
               f"starting {plan.workers} {cfg.backend.value} worker(s) and {plan.compilers} compile worker(s)")
-        self.batch = plan.search.next_batch()
+        self.batch = plan.search.ask()
         self.scheduler = start_workers(cfg, plan.workers, plan.compilers, rule, self.batch, tuple(self.early))
         self.early = [None, None]  # the scheduler's now
         if finish:
@@ -225,7 +226,7 @@ class Job:
                 self.progress.total += len(todo)
                 self.progress.refresh()
                 scheduler.run(todo, self.record, deadline)
-                batch = search.next_batch() if time.monotonic() < deadline else []
+                batch = search.ask() if time.monotonic() < deadline else []
         finally:
             self.progress.close()
         note = compile_note(scheduler)

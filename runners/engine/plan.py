@@ -41,23 +41,9 @@ def stop_rules(cfg: DictConfig):
 class Plan:
     spec: object  # the KernelSpec
     trials: list  # every trial of the job, pruned ones included
-    search: object  # runners/engine/search.py: which configs run, batch by batch
+    search: object  # a Strategy (runners/engine/search/): which configs run, batch by batch
     workers: int  # trial workers (GPUs, or interpreter processes)
     compilers: int  # compile workers
-
-
-def _check_export_settings(cfg: DictConfig, spec) -> None:
-    """export.tolerance and the kernel's export.key, checked before the sweep rather than at its end."""
-    from runners.engine.trials import check_key
-
-    tolerance = cfg.export.tolerance
-    if not 0 <= tolerance < 1:
-        raise ConfigError(f"export.tolerance: {tolerance!r} must be a share in [0, 1), e.g. 0.03 for 3%")
-    key = OmegaConf.to_container(cfg.export.key, resolve=True).get(spec.name)
-    if key:
-        check_key(key, tuple(spec.dims), spec.name, f"export.key.{spec.name}")
-    else:  # the kernel's own: a mistake of its author, found before the sweep
-        check_key(dict(spec.export_key), tuple(spec.dims), spec.name, f"{spec.name}'s KernelSpec.export_key")
 
 
 def _workers(cfg: DictConfig) -> int:
@@ -78,7 +64,7 @@ def validate(cfg: DictConfig, trials: Optional[list] = None) -> Plan:
     """Everything that can be wrong with the input and that the schema does not catch at composition,
     checked before any launch (the stopping rules first). trials: these exact trials instead of the grid
     of kernel.shapes x dtypes x space (runners/revalidate.py re-times what an export ships)."""
-    from runners.engine.search import Search
+    from runners.engine.search import load_strategy
     from runners.engine.specs import load_spec
     from runners.engine.trials import plan_trials
 
@@ -92,11 +78,9 @@ def validate(cfg: DictConfig, trials: Optional[list] = None) -> Plan:
     if cfg.backend == "interpret":
         os.environ["TRITON_INTERPRET"] = "1"  # before any kernel module is imported
     spec = load_spec(cfg.kernel.name, cfg.kernel.spec)
-    _check_export_settings(cfg, spec)
     if trials is None:
         trials = plan_trials(spec, OmegaConf.to_container(cfg.kernel, resolve=True), cfg.backend.value)
-    search = Search(cfg.search.method.value, trials, cfg.search.budget_trials, cfg.search.seed,
-                    cfg.search.batch)
+    search = load_strategy(cfg.search, trials)
     workers = _workers(cfg)
     to_compile = sum(1 for t in trials if t.provider == TRITON_PROVIDER and not t.pruned_reason)
     compilers = 0

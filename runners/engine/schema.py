@@ -24,12 +24,6 @@ class Backend(str, Enum):
     interpret = "interpret"  # the Triton interpreter on the CPU; timings never exported
 
 
-class SearchMethod(str, Enum):
-    grid = "grid"  # every config of the space
-    random = "random"  # a seeded random sample of the configs that pass the constraints
-    optuna = "optuna"  # Optuna's TPE sampler, ask-and-tell inside the job (runners/engine/search.py says why)
-
-
 class LoggerMode(str, Enum):
     offline = "offline"  # no account, no network; `wandb sync` later
     online = "online"
@@ -91,11 +85,15 @@ class LoggerConf:
 
 @dataclass
 class SearchConf:
-    method: SearchMethod = SearchMethod.grid
+    """A search strategy (runners/engine/search/): the fields every strategy takes, and its own under
+    `settings`, which the strategy checks (a name it does not declare fails, naming it)."""
+
+    _target_: str = "runners.engine.search.grid.Grid"  # "pkg.module.Class" of a Strategy
     budget_trials: Optional[int] = None  # configs measured per (shape, dtype); None: no limit
     budget_s: Optional[float] = None  # stop handing out new trials after this many seconds; None: no limit
     seed: int = 0  # random order / Optuna sampler seed (the inputs use the top-level seed)
     batch: int = 8  # optuna: configs asked per round, compiled and timed in parallel
+    settings: Dict[str, Any] = field(default_factory=dict)  # the strategy's own: name -> value
 
 
 @dataclass
@@ -129,7 +127,8 @@ class FinalistsConf(StopRule):
 class ExportConf:
     # A covering set per (kernel, GPU, dtype): at every measured shape the fastest config of the list
     # that was ok there is within this share of the fastest measured there; then the alternates, every
-    # other config within it at one measured shape at least (runners/results/export.py).
+    # other config within it at one measured shape at least (runners/results/export/cover.py). This
+    # section and export.key are checked, before any launch, by the export output (export/settings.py).
     tolerance: float = 0.03
     # kernel -> {argument of its @triton.jit kernel: dim of its shapes}, stored in the export: the prune
     # function reads the call's sizes from these arguments. Replaces the kernel's own KernelSpec.export_key.

@@ -238,16 +238,3 @@ def plan_trials(spec: KernelSpec, kernel_conf: dict, backend: str) -> list[Trial
         for name in baselines:
             trials.append(Trial(spec.name, name, shape, dtype, {}))
     return trials
-
-
-def check_key(key: dict, dims: tuple, kernel: str, field: str) -> dict[str, str]:
-    """An export key ({argument of the kernel: dim}) checked against the kernel's dims; `field` names
-    where it was given (export.key.<kernel>, --key)."""
-    for argument, dim in key.items():
-        if not str(argument).isidentifier():
-            raise ConfigError(f"{field}: {argument!r} is not a Python name (an argument of {kernel}'s "
-                              "kernel)")
-        if dim not in dims:
-            raise ConfigError(f"{field}: {argument}={dim}: {dim!r} is not a dim of {kernel} "
-                              f"({', '.join(dims)})")
-    return {str(argument): str(dim) for argument, dim in key.items()}

@@ -5,7 +5,8 @@ conf/config.yaml selects `output: [parquet, table, export, plots, wandb]`, in th
 `python -m runners.sweep 'output=[parquet,table]'` selects others. A new output is a module here with an
 Output subclass and a YAML beside the others: the job calls it (runners/engine/job.py), whatever it is.
 
-An output may act at three moments: `start` before the trials (the W&B output checks wandb there and
+An output may act at four moments: `check` before any launch (the export's settings), `start` before
+the trials (the W&B output checks wandb there and
 starts its trial runs), `row` for every row the job records, and `write` at the end, with the sweep's
 rows. Outputs marked `background` are written by the finishing process (runners/results/finisher.py),
 off the critical path: the plots, drawn while the foreground outputs write; the W&B summary run, once
@@ -52,6 +53,10 @@ class Outputs:
         if background and self.finisher is None:
             self.finisher = Finisher.start([{"name": o.name, "target": target(o), "settings": o.settings}
                                             for o in background])
+
+    def check(self, cfg, spec) -> None:
+        for output in self.all:
+            output.check(cfg, spec)
 
     def start(self, cfg, sweep_id: str, dims: tuple, planned: int = 0, multirun: bool = False) -> None:
         for output in self.all:

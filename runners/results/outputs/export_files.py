@@ -9,6 +9,11 @@ from runners.results.outputs.output import Finished, Output
 
 
 class Export(Output):
+    def check(self, cfg, spec) -> None:
+        from runners.results.export.settings import check_sweep
+
+        check_sweep(cfg, spec)
+
     def write(self, done: Finished, handover: Optional[dict] = None) -> list[Path]:
         from runners.results.export import export_kernel
         from runners.results.export.settings import ExportError, from_sweep

@@ -37,6 +37,11 @@ class Output:
         self.planned = 0  # set before start: the trials the job plans to run (not pruned)
         self.multirun = False  # set before start: whether the job is one job of a multirun
 
+    def check(self, cfg, spec) -> None:
+        """Before any launch, with the sweep's config and the kernel's spec: a wrong setting of this output
+        raises ConfigError (runners/engine/trial.py) naming its field, so the sweep stops before it
+        measures anything it could not write."""
+
     def start(self, cfg, sweep_id: str, dims: tuple) -> None:
         """Before the trials, with the job's dims (and self.planned, self.multirun set)."""
 
