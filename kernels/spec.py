@@ -32,6 +32,11 @@ A kernel module builds one `KernelSpec` named `SPEC`. The runner knows nothing e
   tensor as (dtype name, shape)), or None when the launch is not this kernel's (one jit function serving
   several specs: matmul with and without its epilogue). Without it, the dims come from the integer
   arguments `export_key` names and those named like a dim.
+- `prepare_output(inputs, out)`, for a kernel whose outputs are also read (one writing in place): fills
+  `out` before each checked call, and before the timed calls on buffers placed anew, in place of the
+  NaN poison (runners/engine/replay.py: a tensor only written is poisoned, the others restored).
+- `sources`: texts that define the kernel besides its launcher's module (a replayed kernel: the
+  program's module and its launch records), hashed into every row's kernel_hash.
 - `default_shapes`, `default_dtypes`: what `python -m runners.sweep kernel=<name>` sweeps when
   kernel.shapes / kernel.dtypes are not given.
 
@@ -72,6 +77,8 @@ class KernelSpec:
     launch_shape: Optional[Callable[[Mapping[str, object]], Optional[Shape]]] = None
     default_shapes: tuple = ()
     default_dtypes: tuple = ("float16",)
+    prepare_output: Optional[Callable[[tuple, object], None]] = None
+    sources: tuple[str, ...] = ()
 
 
 def is_power_of_two(value: int) -> bool:

@@ -1,6 +1,6 @@
 """Tune what a program really calls: `python -m runners.capture [--out sweeps/NAME] [--spec PKG.MOD:SPEC]
-[--bucket pow2] -- python my_app.py ARGS` runs the program unchanged (its exit status is the command's)
-with a hook on its Triton launches (runners/launch_hook/triton_launch_hook.py), then:
+[--bucket pow2] [--replay] -- python my_app.py ARGS` runs the program unchanged (its exit status is the
+command's) with a hook on its Triton launches (runners/launch_hook/triton_launch_hook.py), then:
 
 - maps each launch to a kernel spec: the built-in kernels by their @triton.jit functions, a kernel of
   another package by `--spec` (the functions of its spec's module); the shape comes from the spec's
@@ -12,6 +12,9 @@ with a hook on its Triton launches (runners/launch_hook/triton_launch_hook.py), 
   --bucket-dims), their call counts as `kernel.calls` (the export's covering set weighs its shapes by
   them), the dtypes called; and `<out>_launches.json`, every launch
   as captured;
+- with `--replay`, also records what running each launch again takes, and writes a sweep file for each
+  function no spec maps (`<out>_<function>.yaml`, `kernel.spec: replay:<out>_launches.json#<function>`:
+  runners/engine/replay.py says what such a sweep inputs, checks and searches), or says why it cannot;
 - prints the workload: kernel, shape, dtype, calls, share of the kernel's calls and of all calls, and
   on a GPU the share of kernel time (calls x the p50 of the config the program launched, timed after it
   ends with the sweep's timer), and the hook's own time against the program's wall time.
@@ -35,12 +38,14 @@ HOOK_DIR = Path(__file__).resolve().parent / "launch_hook"
 FLOAT_DTYPES = ("float16", "bfloat16", "float32")
 
 
-def run_program(command: list[str], folder: str) -> tuple[int, float]:
+def run_program(command: list[str], folder: str, replay: bool = False) -> tuple[int, float]:
     """Run the program with the hook on its PYTHONPATH; (its exit status as a shell gives it: 128 + N
     when a signal N ended it, its wall seconds). Ctrl-C goes to the program alone: the capture waits for
-    it to end and still reports what it launched."""
+    it to end and still reports what it launched. replay: the hook records what a replay needs."""
     python_path = os.pathsep.join(filter(None, [str(HOOK_DIR), os.environ.get("PYTHONPATH")]))
     env = {**os.environ, "PYTHONPATH": python_path, "TRITON_CAPTURE_DIR": folder}
+    if replay:
+        env["TRITON_CAPTURE_REPLAY"] = "1"
     began = time.perf_counter()
     process = subprocess.Popen(command, env=env)
     interrupt = signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -66,6 +71,8 @@ def read_launches(folder: str) -> tuple[dict, float]:
                 slot = merged.setdefault(key, {"args": launch["args"], "calls": 0, "tuning_calls": 0})
                 slot["calls"] += launch["calls"]
                 slot["tuning_calls"] += launch["tuning_calls"]
+                if "replay" in launch:  # the first process that launched it recorded it
+                    slot.setdefault("replay", launch["replay"])
     return functions, hook_seconds
 
 
@@ -231,6 +238,45 @@ def sweep_file(spec, spec_path: Optional[str], entries: dict, command: list[str]
     return "\n".join(lines)
 
 
+def replay_file(out: Path, function: str, command: list[str]) -> Optional[Path]:
+    """The sweep file that replays the launches of a function no spec maps, or a line saying why it
+    cannot be replayed (the capture goes on with the others)."""
+    from runners.engine.replay import PREFIX, Replay
+    from runners.engine.trial import ConfigError
+
+    target = f"{out}_launches.json#{function}"
+    try:
+        replay = Replay(Path(f"{out}_launches.json"), function, None)
+    except ConfigError as error:
+        print(f"not replayed: {str(error).removeprefix('kernel.spec: ')}")
+        return None
+    by_shape: dict[tuple, int] = {}  # calls summed over dtypes, as for the kernels of a spec
+    for (shape, _), calls in replay.calls().items():
+        by_shape[shape] = by_shape.get(shape, 0) + calls
+    shapes = sorted(by_shape, key=lambda s: -by_shape[s])
+    dtypes = sorted({dtype for _, dtype in replay.calls()})
+    name = f"{out.name}_{function.rsplit('.', 1)[-1].strip('_')}"
+    path = out.parent / f"{name}.yaml"
+    lines = ["# @package _global_",
+             f"# Replayed by python -m runners.capture --replay from: {' '.join(command)}",
+             f"# {function}: {sum(by_shape.values())} calls at {len(shapes)} shapes (dims: "
+             f"{', '.join(replay.dims)}), dtypes {', '.join(dtypes)}; no spec: each launch is checked "
+             "against the program's own config (runners/engine/replay.py).",
+             "# TFLOPS: append ;flops=<expression of the dims> to kernel.spec.",
+             f"# to run (the file in sweeps/): python -m runners.sweep +sweep={name}",
+             "defaults:", "  - override /kernel: external", "  - override /timing: screen", "",
+             "kernel:", f"  spec: {json.dumps(PREFIX + target)}",
+             f"  shapes: {json.dumps([list(s) for s in shapes])}",
+             f"  calls: {json.dumps([by_shape[s] for s in shapes])}",
+             f"  dtypes: {json.dumps(dtypes)}", ""]
+    path.write_text("\n".join(lines))
+    print(f"replay: {function}: sweep file {path} ({len(replay.calls())} shape(s) x dtype(s))")
+    for why in sorted({why for why, _ in replay.left_out}):
+        calls_left = sum(c for w, c in replay.left_out if w == why)
+        print(f"  not replayed: {calls_left} call(s) of {function}: {why}")
+    return path
+
+
 def kernel_seconds(specs: dict, mapped: dict) -> dict:
     """(kernel, shape, dtype) -> seconds of GPU time per call, at the config the program launched most
     there (timed with the sweep's CUPTI timer; the spec's launch); {} without a GPU."""
@@ -307,6 +353,8 @@ def main(argv=None) -> int:
     parser.add_argument("--bucket-dims", type=lambda text: text.split(","), metavar="DIM,DIM",
                         help=f"the dims --bucket rounds (default: those taking more than {VARYING} sizes)")
     parser.add_argument("--no-time", action="store_true", help="skip timing the shapes on the GPU")
+    parser.add_argument("--replay", action="store_true",
+                        help="record what replaying each launch takes; a sweep file per kernel no spec maps")
     args = parser.parse_args(argv[:split])
     command = argv[split + 1:]
     if not command:
@@ -318,7 +366,7 @@ def main(argv=None) -> int:
         print(f"error: --spec: {error}", file=sys.stderr)
         return 2
     with tempfile.TemporaryDirectory(prefix="capture_") as folder:
-        status, wall_s = run_program(command, folder)
+        status, wall_s = run_program(command, folder, args.replay)
         functions, hook_seconds = read_launches(folder)
     report(args, command, specs, spec_paths, functions, hook_seconds, wall_s)
     return status
@@ -344,7 +392,10 @@ def report(args, command: list[str], specs: dict, spec_paths: dict, functions: d
     mapped = {kernel: bucketed(entries, args.bucket, specs[kernel].dims, args.bucket_dims)
               for kernel, entries in mapped.items()}
     for function, calls, sets, why in unmapped:
-        print(f"not mapped: {function}: {calls} calls at {sets} argument set(s): {why}")
+        if args.replay:
+            replay_file(out, function, command)
+        else:
+            print(f"not mapped: {function}: {calls} calls at {sets} argument set(s): {why}")
     if not mapped:
         print("no launch of a known kernel: no sweep file written")
         return

@@ -13,6 +13,8 @@ from typing import Optional
 
 from kernels import builtin
 from kernels.spec import KernelSpec
+from runners.engine.replay import PREFIX as REPLAY_PREFIX
+from runners.engine.replay import replay_spec
 from runners.engine.trial import ConfigError
 
 
@@ -21,6 +23,8 @@ def load_spec(name: str, spec_path: Optional[str]) -> KernelSpec:
     if name == "external":
         if not spec_path:
             raise ConfigError("kernel.spec: an external kernel needs an import path, e.g. pkg.module:SPEC")
+        if spec_path.startswith(REPLAY_PREFIX):  # a kernel a program launched (runners/engine/replay.py)
+            return replay_spec(spec_path)
         target = spec_path
     elif name in builtin():
         if spec_path:
@@ -69,6 +73,8 @@ def kernel_source_hash(spec: KernelSpec) -> str:
     digest = hashlib.sha256()
     for name in sorted(modules):
         digest.update(inspect.getsource(modules[name]).encode())
+    for text in spec.sources:
+        digest.update(text.encode())
     return digest.hexdigest()[:12]
 
 

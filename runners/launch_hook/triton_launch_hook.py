@@ -17,6 +17,16 @@ parent's counts. Not counted: fn.warmup() (nothing runs); a process killed by a 
 workers a `with Pool(...)` block ends with SIGTERM (a handler writing the counts there proved unreliable
 and once hung the pool: close() and join() the pool instead); what never goes through a JITFunction's
 run: the replays of a captured CUDA graph, the kernels torch.compile generates.
+
+With $TRITON_CAPTURE_REPLAY set (`python -m runners.capture --replay`), the first launch of each such
+combination (at most REPLAY_LAUNCHES a function) also records what running it again takes
+(runners/engine/replay.py runs it): every argument (a tensor's dtype, shape, strides, storage offset and
+device, and the values of an integer or bool tensor of at most VALUES_BOUND elements; a number, a bool,
+None as they are), which are constexprs, the launch's options (num_warps, num_stages), the grid (a tuple
+as it is; a callable one evaluated for the launched meta-parameters and for the powers of two around
+each BLOCK-like one: a table), the configs of an @triton.autotune around it and the names an
+@triton.heuristics computes. Then every function's `run` is wrapped (its pre-run hooks do not see the
+grid).
 """
 import atexit
 import importlib.abc
@@ -30,6 +40,11 @@ import time
 _counts = {}  # "module.qualname" -> [the jit function, {launch key: [calls, tuning_calls]}]
 _state = threading.local()  # .tuning: inside an @triton.autotune benchmark on this thread
 _seconds = [0.0]  # time spent in the hook, for the overhead the capture reports
+_records = {}  # "module.qualname" -> {launch key: what a replay of that launch needs}
+_wrappers = {}  # id of a @triton.jit function -> {"autotune": [configs], "heuristics": [names]}
+REPLAY = bool(os.environ.get("TRITON_CAPTURE_REPLAY"))
+REPLAY_LAUNCHES = 64  # launch records kept per function: a program's distinct shapes, not its every call
+VALUES_BOUND = 65536  # integer tensors up to this many elements are recorded with their values
 WATCHED = ("triton.runtime.jit", "triton.runtime.interpreter", "triton.runtime.autotuner")
 
 
@@ -57,9 +72,11 @@ def _recorded(value):
 
 def _hook_for(jit_function):
     fn = getattr(jit_function, "fn", jit_function)
-    counts = _counts.setdefault(f"{fn.__module__}.{fn.__qualname__}", [jit_function, {}])[1]
+    name = f"{fn.__module__}.{fn.__qualname__}"
+    counts = _counts.setdefault(name, [jit_function, {}])[1]
+    records = _records.setdefault(name, {})
 
-    def hook(*args, **kwargs):
+    def hook(*args, grid=None, **kwargs):
         # At every launch: kept to list comprehensions and one dict lookup (about 3-8 us a launch).
         began = time.perf_counter()
         try:
@@ -68,12 +85,100 @@ def _hook_for(jit_function):
             slot = counts.get(key)
             if slot is None:
                 slot = counts[key] = [0, 0]
-            slot[1 if getattr(_state, "tuning", False) else 0] += 1
+            tuning = getattr(_state, "tuning", False)
+            # The program's own first launch of the key (an autotuner's benchmark may have made it first).
+            if REPLAY and not tuning and key not in records and len(records) < REPLAY_LAUNCHES:
+                records[key] = _launch_record(jit_function, args, kwargs, grid)
+            slot[1 if tuning else 0] += 1
         except Exception:  # a warmup, or an argument nothing here foresaw: never the program's failure
             pass
         _seconds[0] += time.perf_counter() - began
 
     return hook
+
+
+def _is_constexpr(parameter) -> bool:
+    annotation = parameter.annotation
+    return "constexpr" in (annotation if isinstance(annotation, str) else getattr(annotation, "__name__", ""))
+
+
+def _described(value) -> dict:
+    """An argument as a replay rebuilds it: a tensor by its layout (and an integer tensor's values, up
+    to VALUES_BOUND elements), a number, bool, None or string as it is; anything else by its type."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        kind = "none" if value is None else type(value).__name__
+        return {"kind": kind, "value": value}
+    if hasattr(value, "__index__") and not hasattr(value, "data_ptr"):
+        return {"kind": "int", "value": int(value)}
+    if not hasattr(value, "data_ptr"):
+        kind = "descriptor" if hasattr(value, "base") else type(value).__name__
+        return {"kind": kind, "value": None}
+    extent = value.storage_offset() + 1 + sum((size - 1) * stride for size, stride in
+                                              zip(value.shape, value.stride()) if size > 0)
+    described = {"kind": "tensor", "dtype": str(value.dtype).replace("torch.", ""),
+                 "shape": list(value.shape), "stride": list(value.stride()),
+                 "offset": value.storage_offset(), "extent": extent if value.numel() else 0,
+                 "device": str(value.device), "nbytes": value.numel() * value.element_size()}
+    if not value.is_floating_point() and not value.is_complex() and value.numel() <= VALUES_BOUND:
+        described["values"] = value.detach().cpu().tolist()
+    return described
+
+
+def _blocks(named: dict, constexprs: set, made: set) -> list[str]:
+    """The meta-parameters a replay varies: constexpr ints named like a block, or powers of two >= 16,
+    that no @triton.heuristics computes."""
+    return [name for name in named if name in constexprs and name not in made
+            and isinstance(named[name], int) and not isinstance(named[name], bool)
+            and ("BLOCK" in name.upper() or (named[name] >= 16 and named[name] & (named[name] - 1) == 0))]
+
+
+def _grid_table(grid, named: dict, blocks: list[str], configs: list) -> dict:
+    """A callable grid evaluated at the launch's meta-parameters, at the powers of two around each block
+    (1/4x to 4x; fewer where there are many blocks) and at each autotune config: a table."""
+    import itertools
+
+    reach = (-2, -1, 0, 1, 2) if len(blocks) <= 3 else (-1, 0, 1) if len(blocks) <= 5 else (0,)
+    values = [sorted({max(1, int(named[b] * 2.0 ** k)) for k in reach}) for b in blocks]
+    combos = set(itertools.product(*values))
+    combos |= {tuple(config.get(b, named[b]) for b in blocks) for config in configs}
+    table = []
+    for combo in sorted(combos):
+        evaluated = grid({**named, **dict(zip(blocks, combo))})
+        table.append([list(combo), [int(g) for g in (evaluated if isinstance(evaluated, tuple)
+                                                          else tuple(evaluated))]])
+    return {"blocks": blocks, "table": table}
+
+
+def _launch_record(jit_function, args: tuple, kwargs: dict, grid) -> dict:
+    """What a replay of this launch needs (the module docstring); grid: the launch's grid."""
+    import inspect
+
+    fn = getattr(jit_function, "fn", jit_function)
+    parameters = inspect.signature(fn).parameters
+    constexprs = {name for name, parameter in parameters.items() if _is_constexpr(parameter)}
+    names = list(parameters)
+    named = {name: parameter.default for name, parameter in parameters.items()
+             if parameter.default is not inspect.Parameter.empty}
+    named.update(zip(names, args))
+    named.update({k: v for k, v in kwargs.items() if k in parameters})
+    wrappers = _wrappers.get(id(jit_function), {})
+    configs = wrappers.get("autotune", [])
+    made = set(wrappers.get("heuristics", []))
+    blocks = _blocks(named, constexprs, made)
+    if callable(grid):
+        try:
+            grid_record = _grid_table(grid, named, blocks, configs)
+        except Exception as error:  # the grid reads more than the arguments: the launch's own only
+            grid_record = {"blocks": blocks, "table": [[[named[b] for b in blocks],
+                                                        [int(g) for g in grid(named)]]],
+                           "note": f"evaluated at the launched meta-parameters only ({error!r})"}
+    else:
+        grid_record = {"fixed": [int(g) for g in grid]} if grid is not None else {"fixed": None}
+    return {"file": inspect.getsourcefile(fn), "module": fn.__module__, "qualname": fn.__qualname__,
+            "positional": [[name, _described(value)] for name, value in zip(names, args)],
+            "keywords": [[name, _described(value)] for name, value in kwargs.items()],
+            "constexprs": sorted(constexprs), "blocks": blocks, "grid": grid_record,
+            "autotune": configs, "heuristics": sorted(made), "path0": sys.path[0]}
 
 
 def _named(jit_function, key) -> dict:
@@ -91,14 +196,14 @@ def _named(jit_function, key) -> dict:
 
 def _attach(jit_function):
     hook = _hook_for(jit_function)
-    if hasattr(jit_function, "add_pre_run_hook"):
+    if hasattr(jit_function, "add_pre_run_hook") and not REPLAY:
         jit_function.add_pre_run_hook(hook)
         return
     run = jit_function.run
 
     def run_with_hook(*args, grid, warmup, **kwargs):
         if not warmup:
-            hook(*args, **kwargs)
+            hook(*args, grid=grid, **kwargs)
         return run(*args, grid=grid, warmup=warmup, **kwargs)
 
     jit_function.run = run_with_hook
@@ -117,6 +222,8 @@ def _patch(module):
                 _state.tuning = False
 
         tuner._bench = _bench
+        for cls in (tuner, module.Heuristics):
+            _remember_wrapper(cls)
         return
     cls = module.JITFunction if module.__name__ == "triton.runtime.jit" else module.InterpretedFunction
     init = cls.__init__
@@ -124,6 +231,26 @@ def _patch(module):
     def __init__(self, *args, **kwargs):
         init(self, *args, **kwargs)
         _attach(self)
+
+    cls.__init__ = __init__
+
+
+def _remember_wrapper(cls):
+    """An @triton.autotune's configs and an @triton.heuristics's names, kept for the @triton.jit
+    function they wrap (for a replay's space)."""
+    init = cls.__init__
+
+    def __init__(self, fn, *args, **kwargs):
+        init(self, fn, *args, **kwargs)
+        inner = fn
+        while type(inner).__name__ in ("Autotuner", "Heuristics"):
+            inner = inner.fn
+        into = _wrappers.setdefault(id(inner), {})
+        if hasattr(self, "configs"):
+            into["autotune"] = [{**config.kwargs, "num_warps": config.num_warps,
+                                 "num_stages": config.num_stages} for config in self.configs]
+        else:
+            into.setdefault("heuristics", []).extend(self.values)
 
     cls.__init__ = __init__
 
@@ -157,7 +284,9 @@ def _write():
         return
     functions = []
     for name, (jit_function, counts) in _counts.items():
-        launches = [{"args": _named(jit_function, key), "calls": calls, "tuning_calls": tuning}
+        records = _records.get(name, {})
+        launches = [{"args": _named(jit_function, key), "calls": calls, "tuning_calls": tuning,
+                     **({"replay": records[key]} if key in records else {})}
                     for key, (calls, tuning) in counts.items()]
         if launches:
             functions.append({"function": name, "launches": launches})

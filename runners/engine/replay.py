@@ -1,0 +1,460 @@
+"""A kernel a program launched, swept with no spec written. `python -m runners.capture --replay` records
+what each launch of a @triton.jit function needs to run it again (runners/launch_hook/
+triton_launch_hook.py); `kernel=external kernel.spec="replay:FILE#FUNCTION"` makes a KernelSpec of the
+records of one function in that file (the capture's <out>_launches.json), which sweeps, checks, times and
+exports like any kernel:
+
+- shape: the integer arguments (not constexprs) that vary from launch to launch, named as the kernel
+  names them (so they are the export's key too); where they do not tell two launches apart, or none
+  varies, a dim `launch` (the record's number, from 1) is added. dtype: the launch's first floating tensor's
+  (else its first tensor's). A (shape, dtype) the program never launched is pruned.
+- inputs: fresh seeded random data of each tensor's recorded dtype, shape, strides and storage offset
+  (standard normal for floating tensors, the recorded values for integer and bool ones); numbers, bools
+  and None as the program passed them.
+- outputs: every tensor argument (copies of the inputs), compared after the call with the program's own
+  config run on the same inputs (the reference). Those the program's config writes are found by
+  comparing with a snapshot; a written tensor whose result does not depend on what it held before
+  (the reference run again with it poisoned gives the same results) is poisoned before each checked
+  call, every other tensor is restored to its inputs (the restore_value of @triton.autotune).
+- space: the configs of the program's @triton.autotune, else the powers of two around each launched
+  BLOCK-like meta-parameter (1/4x to 4x), num_warps 1-32 and num_stages 1-4; the grid of a config is the
+  program's own (a callable grid, evaluated for those configs when it was captured), else the recorded
+  grid. A config whose grid was not recorded is pruned; one that fails to compile or to match is
+  recorded as such.
+- throughput: bytes moved are the tensor arguments' sizes, each once (a bound: a tensor read and
+  written counts once, one read twice too); FLOPs 0 unless the target gives a model of the dims:
+  "replay:FILE#FUNCTION;flops=2*M*N*K".
+
+Not replayable, said per kernel (`why_not`): a tensor descriptor, an integer that looks like an address
+(a pointer passed without its tensor), an integer tensor over the recorded bound, an argument of
+another type, a kernel defined inside a function, tensors beyond REPLAY_MAX_BYTES. A kernel with side
+effects outside its arguments is not detected: its replay checks its arguments only.
+"""
+from __future__ import annotations
+
+import ast
+import functools
+import importlib
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from typing import Optional
+
+import torch
+
+from kernels.spec import KernelSpec, seeded_randn
+from runners.engine.trial import ConfigError
+
+PREFIX = "replay:"
+LAUNCH_DIM = "launch"
+ADDRESS_LIKE = 1 << 40  # an int argument above this is an address, not a size
+REPLAY_MAX_BYTES = 4 << 30  # a launch's tensors, each held three times (inputs, outputs, reference)
+NUM_WARPS = (1, 2, 4, 8, 16, 32)
+NUM_STAGES = (1, 2, 3, 4)
+OPTIONS = ("num_warps", "num_stages")
+
+
+def parse_target(target: str) -> tuple[Path, str, Optional[str]]:
+    """"replay:FILE#FUNCTION[;flops=EXPR]" -> (file, function, FLOP expression or None)."""
+    body = target[len(PREFIX):]
+    body, _, flops = body.partition(";flops=")
+    path, _, function = body.partition("#")
+    if not path or not function:
+        raise ConfigError(f"kernel.spec: {target!r} must look like replay:FILE#FUNCTION (the capture's "
+                          "<out>_launches.json and a function's module.qualname)")
+    return Path(path), function, flops or None
+
+
+def why_not(record: dict) -> Optional[str]:
+    """Why a launch cannot be replayed, None when it can."""
+    if "<locals>" in record["qualname"]:
+        return "the kernel is defined inside a function (a replay imports it from its module)"
+    tensors = 0
+    for name, arg in record["positional"] + record["keywords"]:
+        kind = arg["kind"]
+        if kind == "descriptor":
+            return f"argument {name} is a tensor descriptor"
+        if kind == "int" and abs(arg["value"]) >= ADDRESS_LIKE and name not in record["constexprs"]:
+            return f"argument {name} = {arg['value']} looks like an address (a pointer without its tensor)"
+        if kind == "tensor":
+            if not arg["dtype"].startswith(("float", "bfloat")) and "values" not in arg and arg["extent"]:
+                return (f"argument {name} is an integer tensor of {arg['extent']} elements, over the "
+                        "recorded bound (its values, indices perhaps, are not known)")
+            tensors += arg["nbytes"]
+        elif kind not in ("int", "float", "bool", "none", "str"):
+            return f"argument {name} is a {kind}"
+    if tensors > REPLAY_MAX_BYTES:
+        return (f"its tensors take {tensors / 2**30:.1f} GiB, over the {REPLAY_MAX_BYTES / 2**30:.0f} GiB "
+                "bound")
+    if record["grid"].get("fixed", 0) is None:
+        return "its grid was not recorded"
+    return None
+
+
+def launch_dtype(record: dict) -> str:
+    tensors = [arg for _, arg in record["positional"] + record["keywords"] if arg["kind"] == "tensor"]
+    floating = [arg for arg in tensors if arg["dtype"].startswith(("float", "bfloat"))]
+    return (floating or tensors or [{"dtype": "float32"}])[0]["dtype"]
+
+
+def _varying(records: list) -> list[str]:
+    """The integer arguments (not constexprs) whose value differs between launches."""
+    values: dict[str, set] = {}
+    for record in records:
+        for name, arg in record["positional"] + record["keywords"]:
+            if arg["kind"] == "int" and name not in record["constexprs"] and name not in OPTIONS:
+                values.setdefault(name, set()).add(arg["value"])
+    return [name for name, seen in values.items() if len(seen) > 1]
+
+
+def _value(record: dict, name: str):
+    for arg_name, arg in record["positional"] + record["keywords"]:
+        if arg_name == name:
+            return arg["value"]
+    raise KeyError(name)
+
+
+class Replay:
+    """The replayable launches of one function, and what a KernelSpec of them does."""
+
+    def __init__(self, path: Path, function: str, flops: Optional[str]):
+        if not path.is_file():
+            raise ConfigError(f"kernel.spec: {path} does not exist (python -m runners.capture --replay "
+                              "writes it)")
+        functions = json.loads(path.read_text()).get("functions", {})
+        if function not in functions:
+            raise ConfigError(f"kernel.spec: {path} has no launch of {function} (it has: "
+                              f"{', '.join(sorted(functions)) or 'none'})")
+        launches = [launch for launch in functions[function].values()
+                    if launch.get("replay") and launch["calls"]]
+        recorded = [launch["replay"] for launch in launches]
+        kept = [launch for launch in launches if why_not(launch["replay"]) is None]
+        self.records = [launch["replay"] for launch in kept]
+        self.counts = [launch["calls"] for launch in kept]
+        self.left_out = [(why_not(launch["replay"]), launch["calls"]) for launch in launches
+                         if why_not(launch["replay"]) is not None]  # (why, calls) of the others
+        if not self.records:
+            why = why_not(recorded[0]) if recorded else "no launch record (capture with --replay)"
+            raise ConfigError(f"kernel.spec: {function} cannot be replayed: {why}")  # capture: "not replayed"
+        self.function, self.path = function, path
+        self.flops_model = _flops_model(flops) if flops else None
+        self.dims = _varying(self.records)
+        self.by_key = {}
+        for index, record in enumerate(self.records):
+            self.by_key.setdefault((self.shape_of(record), launch_dtype(record)), []).append(index)
+        if not self.dims or any(len(indexes) > 1 for indexes in self.by_key.values()):
+            self.dims.append(LAUNCH_DIM)
+            self.by_key = {(self.shape_of(record, index), launch_dtype(record)): [index]
+                           for index, record in enumerate(self.records)}
+        self.loaded: Optional[_Kernel] = None
+        self.written: dict[int, dict[str, bool]] = {}  # launch index -> {tensor: poisoned before a call}
+
+    @property
+    def kernel(self) -> "_Kernel":
+        """The @triton.jit function, imported on first use (the capture writes sweep files without)."""
+        if self.loaded is None:
+            self.loaded = _load_kernel(self.records[0])
+        return self.loaded
+
+    def calls(self) -> dict:
+        """(shape, dtype) -> how many times the program launched it."""
+        return {key: sum(self.counts[i] for i in indexes) for key, indexes in self.by_key.items()}
+
+    def shape_of(self, record: dict, index: int = 0) -> tuple:
+        """The launch's sizes in the dims; its dim `launch` is its record's number, from 1."""
+        return tuple(index + 1 if dim == LAUNCH_DIM else _value(record, dim) for dim in self.dims)
+
+    def index(self, shape, dtype: str) -> Optional[int]:
+        found = self.by_key.get((tuple(shape), dtype))
+        return found[0] if found else None
+
+    def space(self) -> dict:
+        """Every block's candidate values over the launches (or the autotune configs' values)."""
+        space: dict[str, set] = {}
+        for record in self.records:
+            if record["autotune"]:
+                for config in record["autotune"]:
+                    for name, value in config.items():
+                        space.setdefault(name, set()).add(value)
+                continue
+            table = record["grid"].get("table")
+            for position, block in enumerate(record["blocks"]):
+                if table:
+                    space.setdefault(block, set()).update(row[0][position] for row in table)
+                else:
+                    launched = _value(record, block)
+                    space.setdefault(block, set()).update(max(1, int(launched * 2.0 ** k))
+                                                          for k in range(-2, 3))
+            launched = self.launched_config(record)
+            for name, values in (("num_warps", NUM_WARPS), ("num_stages", NUM_STAGES)):
+                space.setdefault(name, set()).update(values, [launched[name]] if name in launched else [])
+        return {name: sorted(values) for name, values in space.items()}
+
+    def constraints(self, shape, dtype: str, config) -> Optional[str]:
+        index = self.index(shape, dtype)
+        if index is None:
+            return "the program never launched this shape and dtype"
+        record = self.records[index]
+        if record["autotune"]:
+            tuned = [{k: v for k, v in c.items()} for c in record["autotune"]]
+            if dict(config) not in tuned:
+                return "not one of the program's @triton.autotune configs"
+            return None
+        if self._grid(record, config) is None:
+            blocks = ", ".join(f"{b}={config[b]}" for b in record["blocks"])
+            return f"the program's grid was not recorded at {blocks}"
+        return None
+
+    def _grid(self, record: dict, config) -> Optional[tuple]:
+        grid = record["grid"]
+        if "fixed" in grid:
+            return tuple(grid["fixed"])
+        wanted = [config.get(b, _value(record, b)) for b in grid["blocks"]]
+        for combo, evaluated in grid["table"]:
+            if combo == wanted:
+                return tuple(evaluated)
+        return None
+
+    def make_inputs(self, shape, dtype, seed: int, device) -> tuple:
+        index = self.index(shape, str(dtype).replace("torch.", ""))
+        if index is None:
+            raise ConfigError(f"{self.function}: no launch at {list(shape)} {dtype}")
+        record = self.records[index]
+        generator = torch.Generator().manual_seed(seed)
+        return tuple(_rebuilt(arg, int(torch.randint(0, 2**31, (1,), generator=generator)), device)
+                     for _, arg in record["positional"] + record["keywords"])
+
+    def output_like(self, inputs: tuple) -> tuple:
+        return tuple(torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device)
+                     for x in inputs if isinstance(x, torch.Tensor))
+
+    def prepare_output(self, inputs: tuple, out: tuple) -> None:
+        """Before a checked call: a tensor the kernel only writes poisoned, every other one restored."""
+        written = self.written.get(self._index_of(inputs), {})
+        tensors = [x for x in inputs if isinstance(x, torch.Tensor)]
+        for position, (source, target) in enumerate(zip(tensors, out)):
+            if written.get(position):
+                _poison(target)
+            else:
+                target.copy_(source)
+
+    def _index_of(self, inputs: tuple, upcast: bool = False) -> Optional[int]:
+        """The launch whose arguments these are: tensors by shape (and dtype and strides, unless the
+        gate upcast them), the other arguments by value."""
+        for index, record in enumerate(self.records):
+            args = [arg for _, arg in record["positional"] + record["keywords"]]
+            if len(args) == len(inputs) and all(_matches(x, arg, upcast) for x, arg in zip(inputs, args)):
+                return index
+        return None
+
+    def launch(self, inputs: tuple, out, config) -> None:
+        index = self._index_of(inputs)
+        record = self.records[0 if index is None else index]
+        tensors = iter(out if isinstance(out, tuple) else (out,))
+        values = [next(tensors) if isinstance(x, torch.Tensor) else x for x in inputs]
+        self._call(record, values, config)
+
+    def _call(self, record: dict, values: list, config) -> None:
+        """The kernel at `config` on `values` (every argument in the recorded order, passed as the
+        program passed it: the first ones by position, the others by name)."""
+        names = [name for name, _ in record["positional"] + record["keywords"]]
+        named = {**dict(zip(names, values)), **config}
+        for name, heuristic in self.kernel.heuristics:  # outermost first, as Triton runs them
+            named[name] = heuristic(named)
+        positional = [named[name] for name, _ in record["positional"]]
+        keywords = {name: value for name, value in named.items() if name not in names[:len(positional)]}
+        grid = self._grid(record, config)
+        if grid is None:
+            raise ValueError(f"the program's grid was not recorded for {dict(config)}")
+        self.kernel.jit.run(*positional, grid=grid, warmup=False, **keywords)
+
+    def launched_config(self, record: dict) -> dict:
+        names = set(record["blocks"]) | ({k for c in record["autotune"] for k in c} - set(OPTIONS))
+        config = {name: _value(record, name) for name in names}
+        for name in OPTIONS:
+            try:
+                config[name] = _value(record, name)
+            except KeyError:
+                pass
+        return config
+
+    def reference(self, *inputs) -> tuple:
+        """The program's own config on the inputs (upcast by the gate: cast back to the recorded
+        dtypes, which is exact): every tensor argument after the call, floating ones in float64. Finds
+        which tensors the kernel writes, and which of those it never reads."""
+        index = self._index_of(inputs, upcast=True)
+        if index is None:
+            raise ValueError(f"{self.function}: inputs of no recorded launch")
+        record = self.records[index]
+        pristine = _restored(record, inputs)
+        config = self.launched_config(record)
+        after = self._run_copies(record, pristine, config)
+        tensors = [x for x in pristine if isinstance(x, torch.Tensor)]
+        written = [position for position, (x, y) in enumerate(zip(tensors, after)) if not _same(x, y)]
+        only_written = {}
+        for position in written:
+            poisoned = self._run_copies(record, pristine, config, poison=position)
+            only_written[position] = all(_same(a, b) for a, b in zip(after, poisoned))
+        self.written[index] = only_written
+        return tuple(y.double() if y.is_floating_point() else y for y in after)
+
+    def _run_copies(self, record: dict, pristine: tuple, config: dict, poison: Optional[int] = None) -> list:
+        copies, position = [], 0
+        for x in pristine:
+            if isinstance(x, torch.Tensor):
+                copy = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device)
+                copy.copy_(x)
+                if position == poison:
+                    _poison(copy)
+                position += 1
+                copies.append(copy)
+            else:
+                copies.append(x)
+        self._call(record, copies, config)
+        if torch.cuda.is_available() and any(isinstance(x, torch.Tensor) and x.is_cuda for x in copies):
+            torch.cuda.synchronize()
+        return [x for x in copies if isinstance(x, torch.Tensor)]
+
+    def bytes_moved(self, shape, dtype) -> float:
+        index = self.index(shape, str(dtype).replace("torch.", ""))
+        record = self.records[0 if index is None else index]
+        return float(sum(arg["nbytes"] for _, arg in record["positional"] + record["keywords"]
+                         if arg["kind"] == "tensor"))
+
+    def flops(self, shape) -> float:
+        return float(self.flops_model(dict(zip(self.dims, shape)))) if self.flops_model else 0.0
+
+    def spec(self) -> KernelSpec:
+        shapes = sorted({shape for shape, _ in self.by_key})
+        dtypes = tuple(sorted({dtype for _, dtype in self.by_key}))
+        name = self.function.rsplit(".", 1)[-1].strip("_") or "replayed"
+        return KernelSpec(
+            name=name, dims=tuple(self.dims), dtypes=dtypes, make_inputs=self.make_inputs,
+            output_like=self.output_like, launch=self.launch, reference=self.reference,
+            flops=self.flops, bytes_moved=self.bytes_moved, space=self.space(),
+            constraints=self.constraints, prepare_output=self.prepare_output,
+            export_key={dim: dim for dim in self.dims if dim != LAUNCH_DIM},
+            default_shapes=tuple(shapes), default_dtypes=dtypes,
+            sources=(self.kernel.source, json.dumps(self.records, sort_keys=True)))
+
+
+def replay_spec(target: str) -> KernelSpec:
+    """The KernelSpec of a "replay:FILE#FUNCTION[;flops=EXPR]" target."""
+    return Replay(*parse_target(target)).spec()
+
+
+class _Kernel:
+    def __init__(self, jit, heuristics: list, source: str):
+        self.jit, self.heuristics, self.source = jit, heuristics, source
+
+
+def _load_kernel(record: dict) -> _Kernel:
+    """The @triton.jit function of the record, from its module (a program's own script is loaded from its
+    file under another name, so that its `if __name__ == "__main__":` part does not run), with the
+    @triton.heuristics around it."""
+    for entry in (record.get("path0"), str(Path(record["file"]).parent)):
+        if entry and entry not in sys.path:
+            sys.path.append(entry)
+    module_name = record["module"]
+    try:
+        if module_name == "__main__":
+            module = _module_from_file(record["file"])
+        else:
+            module = importlib.import_module(module_name)
+    except Exception as error:
+        raise ConfigError(f"kernel.spec: cannot import {module_name} ({record['file']}) to replay "
+                          f"{record['qualname']}: {type(error).__name__}: {error}") from error
+    obj = module
+    for part in record["qualname"].split("."):
+        obj = getattr(obj, part, None)
+    if obj is None:
+        raise ConfigError(f"kernel.spec: {module_name} has no {record['qualname']}")
+    heuristics = []
+    while type(obj).__name__ in ("Autotuner", "Heuristics"):
+        if type(obj).__name__ == "Heuristics":
+            heuristics.extend(obj.values.items())
+        obj = obj.fn
+    return _Kernel(obj, heuristics, Path(record["file"]).read_text())
+
+
+@functools.lru_cache(maxsize=None)
+def _module_from_file(path: str):
+    name = f"_replayed_{Path(path).stem}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _rebuilt(arg: dict, seed: int, device):
+    """An argument made anew: a tensor of the recorded layout with fresh data, else the value."""
+    if arg["kind"] != "tensor":
+        return arg["value"]
+    dtype = getattr(torch, arg["dtype"])
+    storage = torch.empty(max(arg["extent"], 1), dtype=dtype, device=device)
+    tensor = storage.as_strided(arg["shape"], arg["stride"], arg["offset"])
+    if torch.device(device).type == "meta":
+        return tensor
+    if "values" in arg:
+        tensor.copy_(torch.tensor(arg["values"], dtype=dtype).reshape(arg["shape"]))
+    else:
+        storage.copy_(seeded_randn((storage.numel(),), dtype, seed, torch.device(device)))
+    return tensor
+
+
+def _restored(record: dict, inputs: tuple) -> tuple:
+    """The gate's upcast inputs back in the recorded dtypes and layouts."""
+    restored = []
+    for (_, arg), x in zip(record["positional"] + record["keywords"], inputs):
+        if isinstance(x, torch.Tensor):
+            storage = torch.empty(max(arg["extent"], 1), dtype=getattr(torch, arg["dtype"]), device=x.device)
+            tensor = storage.as_strided(arg["shape"], arg["stride"], arg["offset"])
+            tensor.copy_(x)
+            x = tensor
+        restored.append(x)
+    return tuple(restored)
+
+
+def _matches(x, arg: dict, upcast: bool) -> bool:
+    if not isinstance(x, torch.Tensor):
+        return arg["kind"] != "tensor" and x == arg["value"]
+    if arg["kind"] != "tensor" or list(x.shape) != arg["shape"]:
+        return False
+    dtype = str(x.dtype).replace("torch.", "")
+    if upcast:
+        return dtype == arg["dtype"] or (dtype == "float64" and x.is_floating_point())
+    return dtype == arg["dtype"] and list(x.stride()) == arg["stride"]
+
+
+def _poison(tensor: torch.Tensor) -> None:
+    if tensor.is_floating_point():
+        tensor.fill_(float("nan"))
+    elif tensor.dtype != torch.bool:
+        tensor.fill_(torch.iinfo(tensor.dtype).min)
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Bitwise equal (NaN where NaN)."""
+    if a.is_floating_point():
+        return bool(((a == b) | (torch.isnan(a) & torch.isnan(b))).all())
+    return bool(torch.equal(a, b))
+
+
+_ARITHMETIC = (ast.Expression, ast.BinOp, ast.UnaryOp, ast.Name, ast.Load, ast.Constant, ast.Add, ast.Sub,
+               ast.Mult, ast.Div, ast.FloorDiv, ast.Pow, ast.Mod, ast.USub, ast.UAdd)
+
+
+def _flops_model(expression: str):
+    """A FLOP model of the dims: an arithmetic expression of their names and numbers only."""
+    try:
+        tree = ast.parse(expression, mode="eval")
+    except SyntaxError as error:
+        raise ConfigError(f"kernel.spec: flops={expression!r} is not an expression: {error}") from error
+    for node in ast.walk(tree):
+        if not isinstance(node, _ARITHMETIC):
+            raise ConfigError(f"kernel.spec: flops={expression!r}: only numbers, the dims and + - * / // ** %"
+                              f" (found {type(node).__name__})")
+    code = compile(tree, "<flops>", "eval")
+    return lambda dims: eval(code, {"__builtins__": {}}, dims)

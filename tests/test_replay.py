@@ -1,0 +1,143 @@
+"""A program's kernels swept with no spec (runners/engine/replay.py), on the interpreter: `python -m
+runners.capture --replay` of tests/replay_program.py writes a sweep file for each kernel it can replay
+and says why it cannot replay the one defined inside a function; each sweep then checks every config
+against the program's own: a kernel writing in place (restored before each checked call), one reading
+an index tensor (its recorded values), one under @triton.autotune (its configs, the others pruned)."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from runners.engine.replay import Replay, why_not
+from runners.engine.trial import ConfigError
+from runners.measure.check import compare
+from runners.results.store import ResultStore
+from tests.conftest import REPO, run_sweep
+
+PROGRAM = REPO / "tests" / "replay_program.py"
+ONE_OPTION = ("+kernel.space.num_warps=[1]", "+kernel.space.num_stages=[1]")  # the interpreter ignores both
+
+
+@pytest.fixture(scope="module")
+def captured(tmp_path_factory):
+    """(the capture's folder, its printed lines): the sweep files moved to <folder>/conf/sweep/."""
+    folder = tmp_path_factory.mktemp("replay")
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(REPO)}
+    command = [sys.executable, "-m", "runners.capture", "--replay", "--out", str(folder / "app"), "--",
+               sys.executable, str(PROGRAM)]
+    result = subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    (folder / "conf" / "sweep").mkdir(parents=True)
+    for path in folder.glob("app_*.yaml"):
+        path.rename(folder / "conf" / "sweep" / path.name)
+    return folder, result.stdout
+
+
+def swept(captured, tmp_path, name: str, *overrides: str):
+    """The rows of a sweep of the captured file app_<name>.yaml."""
+    folder, _ = captured
+    run_sweep(tmp_path, f"hydra.searchpath=[file://{folder / 'conf'}]", f"+sweep=app_{name}", *overrides)
+    frame = ResultStore(tmp_path / "results.sqlite").load()
+    return frame.assign(config=frame["config"].map(json.loads))
+
+
+def test_the_capture_writes_a_sweep_file_per_replayable_kernel_and_says_why_not(captured):
+    folder, printed = captured
+    assert sorted(p.name for p in (folder / "conf" / "sweep").iterdir()) == [
+        "app_axpy_inplace.yaml", "app_gather_rows.yaml", "app_scaled_row_sum.yaml"]
+    assert ("not replayed: __main__.negate.<locals>.negate_local cannot be replayed: the kernel is defined "
+            "inside a function") in printed
+    text = (folder / "conf" / "sweep" / "app_axpy_inplace.yaml").read_text()
+    assert f'spec: "replay:{folder}/app_launches.json#__main__.axpy_inplace"' in text
+    assert "shapes: [[300], [100]]" in text and "calls: [2, 1]" in text  # n varies: the dim; calls counted
+
+
+def test_a_kernel_writing_in_place_is_restored_before_each_checked_call(captured, tmp_path):
+    rows = swept(captured, tmp_path, "axpy_inplace", *ONE_OPTION)
+    triton_rows = rows[rows["provider"] == "triton"]
+    # BLOCK 16..256 with the program's own grid (a lambda of BLOCK): every one correct, at both sizes. An
+    # x not restored to its inputs would have been poisoned (NaN) and every row incorrect.
+    assert sorted(triton_rows["status"]) == ["ok"] * 10
+    assert {c["BLOCK"] for c in triton_rows["config"]} == {16, 32, 64, 128, 256}
+
+
+def test_an_in_place_write_that_misses_elements_is_incorrect(captured, tmp_path):
+    """The recorded grid of BLOCK=16 cut to one program: x is updated in its first 16 elements only."""
+    folder, _ = captured
+    launches = json.loads((folder / "app_launches.json").read_text())
+    for launch in launches["functions"]["__main__.axpy_inplace"].values():
+        for row in launch["replay"]["grid"]["table"]:
+            if row[0] == [16]:
+                row[1] = [1]
+    path = tmp_path / "cut.json"
+    path.write_text(json.dumps(launches))
+    replay = Replay(path, "__main__.axpy_inplace", None)
+    inputs = replay.make_inputs((100,), torch.float32, 0, "cpu")
+    references = replay.reference(*[x.double() if isinstance(x, torch.Tensor) else x for x in inputs])
+    assert replay.written[replay.index((100,), "float32")] == {0: False}  # x read and written; y read only
+    for block, problem in ((64, None), (16, "elements outside")):
+        out = replay.output_like(inputs)
+        replay.prepare_output(inputs, out)
+        replay.launch(inputs, out, {"BLOCK": block, "num_warps": 1, "num_stages": 1})
+        found = compare(out[0], references[0])
+        assert (found is None) if problem is None else (problem in found), (block, found)
+        assert compare(out[1], references[1]) is None  # y untouched
+
+
+def test_a_kernel_reading_an_index_tensor_replays_its_values(captured, tmp_path):
+    folder, _ = captured
+    replay = Replay(folder / "app_launches.json", "__main__.gather_rows", None)
+    assert replay.dims == ["launch"]  # n_cols is 24 at both launches: the record's number tells them apart
+    recorded = [arg for name, arg in replay.records[0]["positional"] if name == "index_ptr"][0]
+    inputs = replay.make_inputs((1,), torch.float32, 0, "cpu")
+    assert inputs[2].tolist() == recorded["values"] and inputs[2].dtype == torch.int64
+    rows = swept(captured, tmp_path, "gather_rows", *ONE_OPTION)
+    status = {c["BLOCK_COLS"]: s for c, s in zip(rows["config"], rows["status"])}
+    # The grid is the program's fixed one (a row a program): blocks under the 24 columns leave some unwritten.
+    assert status == {8: "incorrect", 16: "incorrect", 32: "ok", 64: "ok", 128: "ok"}
+    assert rows.loc[rows["status"] == "incorrect", "message"].str.contains("never written").all()
+
+
+def test_an_autotuned_kernel_is_swept_over_its_configs(captured, tmp_path):
+    rows = swept(captured, tmp_path, "scaled_row_sum")
+    ok = rows[rows["status"] == "ok"]
+    assert {tuple(sorted(c.items())) for c in ok["config"]} == {tuple(sorted(c.items())) for c in (
+        {"BLOCK": 32, "num_warps": 1, "num_stages": 3}, {"BLOCK": 64, "num_warps": 2, "num_stages": 3},
+        {"BLOCK": 128, "num_warps": 4, "num_stages": 3})}
+    assert len(ok) == 6  # 3 configs at both row lengths
+    pruned = rows[rows["status"] == "pruned"]
+    assert len(pruned) and (pruned["message"] == "not one of the program's @triton.autotune configs").all()
+
+
+def _record(**arg) -> dict:
+    return {"qualname": "k", "constexprs": ["BLOCK"], "grid": {"fixed": [1]},
+            "positional": [["x_ptr", {"kind": "tensor", "dtype": "float16", "shape": [4], "extent": 4,
+                                      "nbytes": 8}], ["a", arg]], "keywords": []}
+
+
+def test_what_cannot_be_replayed_is_named():
+    assert why_not(_record(kind="int", value=7)) is None
+    assert "looks like an address" in why_not(_record(kind="int", value=0x7F00_0000_0000))
+    assert "tensor descriptor" in why_not(_record(kind="descriptor", value=None))
+    assert "over the recorded bound" in why_not(_record(kind="tensor", dtype="int32", shape=[70000],
+                                                        extent=70000, nbytes=280000))
+    assert "is a dict" in why_not(_record(kind="dict", value=None))
+
+
+def test_a_target_that_cannot_load_names_the_field(tmp_path):
+    with pytest.raises(ConfigError, match="kernel.spec: .* does not exist"):
+        Replay(tmp_path / "missing.json", "m.k", None)
+    path = tmp_path / "launches.json"
+    path.write_text(json.dumps({"functions": {}}))
+    with pytest.raises(ConfigError, match="has no launch of m.k"):
+        Replay(path, "m.k", None)
+
+
+def test_integer_outputs_are_compared_exactly():
+    ref = torch.tensor([3, 1, 2], dtype=torch.int32)
+    assert compare(ref.clone(), ref) is None
+    wrong = torch.tensor([3, 0, 2], dtype=torch.int32)
+    assert "1 of 3 int32 elements differ, first at [1]" in compare(wrong, ref)
