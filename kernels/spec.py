@@ -35,6 +35,8 @@ A kernel module builds one `KernelSpec` named `SPEC`. The runner knows nothing e
 - `prepare_output(inputs, out)`, for a kernel whose outputs are also read (one writing in place): fills
   `out` before each checked call, and before the timed calls on buffers placed anew, in place of the
   NaN poison (runners/engine/replay.py: a tensor only written is poisoned, the others restored).
+- `reference_in_float64`: False for a reference that runs in the inputs' own dtypes (a replayed kernel's
+  is the program's own config): it then gets the inputs as made, not upcast.
 - `sources`: texts that define the kernel besides its launcher's module (a replayed kernel: the
   program's module and its launch records), hashed into every row's kernel_hash.
 - `default_shapes`, `default_dtypes`: what `python -m runners.sweep kernel=<name>` sweeps when
@@ -78,6 +80,7 @@ class KernelSpec:
     default_shapes: tuple = ()
     default_dtypes: tuple = ("float16",)
     prepare_output: Optional[Callable[[tuple, object], None]] = None
+    reference_in_float64: bool = True
     sources: tuple[str, ...] = ()
 
 

@@ -7,11 +7,12 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
 
-from runners.engine.replay import Replay, why_not
+from runners.engine.replay import Replay, parse_target, why_not
 from runners.engine.trial import ConfigError
 from runners.measure.check import compare
 from runners.results.store import ResultStore
@@ -76,7 +77,7 @@ def test_an_in_place_write_that_misses_elements_is_incorrect(captured, tmp_path)
     path.write_text(json.dumps(launches))
     replay = Replay(path, "__main__.axpy_inplace", None)
     inputs = replay.make_inputs((100,), torch.float32, 0, "cpu")
-    references = replay.reference(*[x.double() if isinstance(x, torch.Tensor) else x for x in inputs])
+    references = replay.reference(*inputs)
     assert replay.written[replay.index((100,), "float32")] == {0: False}  # x read and written; y read only
     for block, problem in ((64, None), (16, "elements outside")):
         out = replay.output_like(inputs)
@@ -87,12 +88,33 @@ def test_an_in_place_write_that_misses_elements_is_incorrect(captured, tmp_path)
         assert compare(out[1], references[1]) is None  # y untouched
 
 
+def test_launches_of_two_dtypes_at_one_shape_are_told_apart(captured, tmp_path):
+    """The program's axpy launched in float16 too (its records copied): each dtype's inputs find their own
+    record, and the reference runs in that dtype."""
+    folder, _ = captured
+    launches = json.loads((folder / "app_launches.json").read_text())
+    function = launches["functions"]["__main__.axpy_inplace"]
+    for key, launch in list(function.items()):
+        half = json.loads(json.dumps(launch).replace('"float32"', '"float16"'))
+        function[key + "half"] = half
+    path = tmp_path / "two_dtypes.json"
+    path.write_text(json.dumps(launches))
+    replay = Replay(path, "__main__.axpy_inplace", None)
+    assert replay.dims == ["n"] and replay.spec().dtypes == ("float16", "float32")
+    for dtype in (torch.float16, torch.float32):
+        inputs = replay.make_inputs((100,), dtype, 0, "cpu")
+        x, y = inputs[0].double(), inputs[1].double()
+        (after_x, _) = replay.reference(*inputs)
+        assert after_x.dtype == torch.float64 and inputs[0].dtype == dtype
+        torch.testing.assert_close(after_x, (x + 0.5 * y).to(dtype).double(), rtol=1e-3, atol=1e-3)
+
+
 def test_a_kernel_reading_an_index_tensor_replays_its_values(captured, tmp_path):
     folder, _ = captured
     replay = Replay(folder / "app_launches.json", "__main__.gather_rows", None)
-    assert replay.dims == ["launch"]  # n_cols is 24 at both launches: the record's number tells them apart
+    assert replay.dims == ["out_ptr_shape0"]  # n_cols is 24 at both launches: the rows tell them apart
     recorded = [arg for name, arg in replay.records[0]["positional"] if name == "index_ptr"][0]
-    inputs = replay.make_inputs((1,), torch.float32, 0, "cpu")
+    inputs = replay.make_inputs((5,), torch.float32, 0, "cpu")
     assert inputs[2].tolist() == recorded["values"] and inputs[2].dtype == torch.int64
     rows = swept(captured, tmp_path, "gather_rows", *ONE_OPTION)
     status = {c["BLOCK_COLS"]: s for c, s in zip(rows["config"], rows["status"])}
@@ -141,3 +163,13 @@ def test_integer_outputs_are_compared_exactly():
     assert compare(ref.clone(), ref) is None
     wrong = torch.tensor([3, 0, 2], dtype=torch.int32)
     assert "1 of 3 int32 elements differ, first at [1]" in compare(wrong, ref)
+
+
+def test_a_flop_model_given_in_the_target_counts_the_dims(captured):
+    folder, _ = captured
+    assert parse_target("replay:a/b.json#m.k;flops=2*n") == (Path("a/b.json"), "m.k", "2*n")
+    replay = Replay(folder / "app_launches.json", "__main__.axpy_inplace", "2*n")
+    assert replay.flops((300,)) == 600.0 and replay.spec().export_key == {"n": "n"}
+    assert Replay(folder / "app_launches.json", "__main__.axpy_inplace", None).flops((300,)) == 0.0
+    with pytest.raises(ConfigError, match=r"flops='__import__\(\"os\"\)': only numbers, the dims"):
+        Replay(folder / "app_launches.json", "__main__.axpy_inplace", '__import__("os")')

@@ -211,7 +211,7 @@ def bench_shape(kernel: str, spec, exported, shape: tuple, dtype: str, best: dic
 
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     inputs = spec.make_inputs(shape, getattr(torch, dtype), 0, torch.device(device))
-    references = check.as_tuple(spec.reference(*check.upcast(inputs)))
+    references = check.references(spec, inputs)
     bound = spec.accumulation_bound(*inputs) if spec.accumulation_bound else None
     row = {"shape": shape, "dtype": dtype, "picks": {"exhaustive": best}, "notes": []}
     kept = {}

@@ -5,15 +5,17 @@ records of one function in that file (the capture's <out>_launches.json), which 
 exports like any kernel:
 
 - shape: the integer arguments (not constexprs) that vary from launch to launch, named as the kernel
-  names them (so they are the export's key too); where they do not tell two launches apart, or none
-  varies, a dim `launch` (the record's number, from 1) is added. dtype: the launch's first floating tensor's
+  names them (so they are the export's key too); where they do not tell two launches of a dtype apart,
+  the axes of tensor arguments that do (ARG_shapeN: rows that only the grid and the tensors carry; a
+  config_for lookup, not an autotune key), and where those do not either, `launch` (the record's
+  number, from 1). dtype: the launch's first floating tensor's
   (else its first tensor's). A (shape, dtype) the program never launched is pruned.
 - inputs: fresh seeded random data of each tensor's recorded dtype, shape, strides and storage offset
   (standard normal for floating tensors, the recorded values for integer and bool ones); numbers, bools
   and None as the program passed them.
 - outputs: every tensor argument (copies of the inputs), compared after the call with the program's own
-  config run on the same inputs (the reference). Those the program's config writes are found by
-  comparing with a snapshot; a written tensor whose result does not depend on what it held before
+  config run on the same inputs, in their own dtypes (the reference). Those the program's config writes
+  are found by comparing with a snapshot; a written tensor whose result does not depend on what it held before
   (the reference run again with it poisoned gives the same results) is poisoned before each checked
   call, every other tensor is restored to its inputs (the restore_value of @triton.autotune).
 - space: the configs of the program's @triton.autotune, else the powers of two around each launched
@@ -98,14 +100,39 @@ def launch_dtype(record: dict) -> str:
     return (floating or tensors or [{"dtype": "float32"}])[0]["dtype"]
 
 
-def _varying(records: list) -> list[str]:
-    """The integer arguments (not constexprs) whose value differs between launches."""
+def _dims(records: list) -> list[str]:
+    """Every integer argument (not a constexpr) whose value differs between launches; then, while two
+    launches of one dtype still share their sizes, the axes of tensor arguments that tell more apart
+    (named ARG_shapeN: a row count only the grid and the tensors carry); then `launch`."""
     values: dict[str, set] = {}
     for record in records:
         for name, arg in record["positional"] + record["keywords"]:
             if arg["kind"] == "int" and name not in record["constexprs"] and name not in OPTIONS:
                 values.setdefault(name, set()).add(arg["value"])
-    return [name for name, seen in values.items() if len(seen) > 1]
+            elif arg["kind"] == "tensor":
+                for axis, size in enumerate(arg["shape"]):
+                    values.setdefault(f"{name}_shape{axis}", set()).add(size)
+    dims = [name for name, seen in values.items() if len(seen) > 1 and "_shape" not in name]
+
+    def kinds(chosen: list) -> int:
+        return len({(tuple(_size(r, d) for d in chosen), launch_dtype(r)) for r in records})
+
+    for name, seen in values.items():
+        if kinds(dims) == len(records):
+            break
+        if len(seen) > 1 and name not in dims and kinds(dims + [name]) > kinds(dims):
+            dims.append(name)
+    return dims if dims and kinds(dims) == len(records) else dims + [LAUNCH_DIM]
+
+
+def _size(record: dict, dim: str):
+    """A dim's size at a launch: an integer argument's value, or a tensor argument's axis (ARG_shapeN)."""
+    arg, _, axis = dim.rpartition("_shape")
+    if arg and axis.isdigit():
+        for name, described in record["positional"] + record["keywords"]:
+            if name == arg and described["kind"] == "tensor":
+                return described["shape"][int(axis)]
+    return _value(record, dim)
 
 
 def _value(record: dict, name: str):
@@ -139,16 +166,13 @@ class Replay:
             raise ConfigError(f"kernel.spec: {function} cannot be replayed: {why}")  # capture: "not replayed"
         self.function, self.path = function, path
         self.flops_model = _flops_model(flops) if flops else None
-        self.dims = _varying(self.records)
-        self.by_key = {}
-        for index, record in enumerate(self.records):
-            self.by_key.setdefault((self.shape_of(record), launch_dtype(record)), []).append(index)
-        if not self.dims or any(len(indexes) > 1 for indexes in self.by_key.values()):
-            self.dims.append(LAUNCH_DIM)
-            self.by_key = {(self.shape_of(record, index), launch_dtype(record)): [index]
-                           for index, record in enumerate(self.records)}
+        self.dims = _dims(self.records)
+        self.by_key = {(self.shape_of(record, index), launch_dtype(record)): index
+                       for index, record in enumerate(self.records)}
         self.loaded: Optional[_Kernel] = None
-        self.written: dict[int, dict[str, bool]] = {}  # launch index -> {tensor: poisoned before a call}
+        # launch index -> {position among the tensor arguments of one the program's config writes: whether
+        # it is only written (poisoned before a checked call) rather than read too (restored)}
+        self.written: dict[int, dict[int, bool]] = {}
 
     @property
     def kernel(self) -> "_Kernel":
@@ -159,15 +183,14 @@ class Replay:
 
     def calls(self) -> dict:
         """(shape, dtype) -> how many times the program launched it."""
-        return {key: sum(self.counts[i] for i in indexes) for key, indexes in self.by_key.items()}
+        return {key: self.counts[index] for key, index in self.by_key.items()}
 
     def shape_of(self, record: dict, index: int = 0) -> tuple:
         """The launch's sizes in the dims; its dim `launch` is its record's number, from 1."""
-        return tuple(index + 1 if dim == LAUNCH_DIM else _value(record, dim) for dim in self.dims)
+        return tuple(index + 1 if dim == LAUNCH_DIM else _size(record, dim) for dim in self.dims)
 
     def index(self, shape, dtype: str) -> Optional[int]:
-        found = self.by_key.get((tuple(shape), dtype))
-        return found[0] if found else None
+        return self.by_key.get((tuple(shape), dtype))
 
     def space(self) -> dict:
         """Every block's candidate values over the launches (or the autotune configs' values)."""
@@ -197,8 +220,7 @@ class Replay:
             return "the program never launched this shape and dtype"
         record = self.records[index]
         if record["autotune"]:
-            tuned = [{k: v for k, v in c.items()} for c in record["autotune"]]
-            if dict(config) not in tuned:
+            if dict(config) not in record["autotune"]:
                 return "not one of the program's @triton.autotune configs"
             return None
         if self._grid(record, config) is None:
@@ -239,18 +261,20 @@ class Replay:
             else:
                 target.copy_(source)
 
-    def _index_of(self, inputs: tuple, upcast: bool = False) -> Optional[int]:
-        """The launch whose arguments these are: tensors by shape (and dtype and strides, unless the
-        gate upcast them), the other arguments by value."""
+    def _index_of(self, inputs: tuple) -> Optional[int]:
+        """The launch whose arguments these are: tensors by shape, dtype and strides, the other arguments
+        by value."""
         for index, record in enumerate(self.records):
             args = [arg for _, arg in record["positional"] + record["keywords"]]
-            if len(args) == len(inputs) and all(_matches(x, arg, upcast) for x, arg in zip(inputs, args)):
+            if len(args) == len(inputs) and all(_matches(x, arg) for x, arg in zip(inputs, args)):
                 return index
         return None
 
     def launch(self, inputs: tuple, out, config) -> None:
         index = self._index_of(inputs)
-        record = self.records[0 if index is None else index]
+        if index is None:
+            raise ValueError(f"{self.function}: inputs of no recorded launch")
+        record = self.records[index]
         tensors = iter(out if isinstance(out, tuple) else (out,))
         values = [next(tensors) if isinstance(x, torch.Tensor) else x for x in inputs]
         self._call(record, values, config)
@@ -279,15 +303,14 @@ class Replay:
                 pass
         return config
 
-    def reference(self, *inputs) -> tuple:
-        """The program's own config on the inputs (upcast by the gate: cast back to the recorded
-        dtypes, which is exact): every tensor argument after the call, floating ones in float64. Finds
-        which tensors the kernel writes, and which of those it never reads."""
-        index = self._index_of(inputs, upcast=True)
+    def reference(self, *pristine) -> tuple:
+        """The program's own config on copies of the inputs (as made: reference_in_float64 is False):
+        every tensor argument after the call, floating ones in float64. Finds which tensors the kernel
+        writes, and which of those it never reads."""
+        index = self._index_of(pristine)
         if index is None:
             raise ValueError(f"{self.function}: inputs of no recorded launch")
         record = self.records[index]
-        pristine = _restored(record, inputs)
         config = self.launched_config(record)
         after = self._run_copies(record, pristine, config)
         tensors = [x for x in pristine if isinstance(x, torch.Tensor)]
@@ -333,8 +356,8 @@ class Replay:
             name=name, dims=tuple(self.dims), dtypes=dtypes, make_inputs=self.make_inputs,
             output_like=self.output_like, launch=self.launch, reference=self.reference,
             flops=self.flops, bytes_moved=self.bytes_moved, space=self.space(),
-            constraints=self.constraints, prepare_output=self.prepare_output,
-            export_key={dim: dim for dim in self.dims if dim != LAUNCH_DIM},
+            constraints=self.constraints, prepare_output=self.prepare_output, reference_in_float64=False,
+            export_key={dim: dim for dim in self.dims if dim != LAUNCH_DIM and "_shape" not in dim},
             default_shapes=tuple(shapes), default_dtypes=dtypes,
             sources=(self.kernel.source, json.dumps(self.records, sort_keys=True)))
 
@@ -404,28 +427,11 @@ def _rebuilt(arg: dict, seed: int, device):
     return tensor
 
 
-def _restored(record: dict, inputs: tuple) -> tuple:
-    """The gate's upcast inputs back in the recorded dtypes and layouts."""
-    restored = []
-    for (_, arg), x in zip(record["positional"] + record["keywords"], inputs):
-        if isinstance(x, torch.Tensor):
-            storage = torch.empty(max(arg["extent"], 1), dtype=getattr(torch, arg["dtype"]), device=x.device)
-            tensor = storage.as_strided(arg["shape"], arg["stride"], arg["offset"])
-            tensor.copy_(x)
-            x = tensor
-        restored.append(x)
-    return tuple(restored)
-
-
-def _matches(x, arg: dict, upcast: bool) -> bool:
+def _matches(x, arg: dict) -> bool:
     if not isinstance(x, torch.Tensor):
         return arg["kind"] != "tensor" and x == arg["value"]
-    if arg["kind"] != "tensor" or list(x.shape) != arg["shape"]:
-        return False
-    dtype = str(x.dtype).replace("torch.", "")
-    if upcast:
-        return dtype == arg["dtype"] or (dtype == "float64" and x.is_floating_point())
-    return dtype == arg["dtype"] and list(x.stride()) == arg["stride"]
+    return (arg["kind"] == "tensor" and list(x.shape) == arg["shape"] and list(x.stride()) == arg["stride"]
+            and str(x.dtype).replace("torch.", "") == arg["dtype"])
 
 
 def _poison(tensor: torch.Tensor) -> None:

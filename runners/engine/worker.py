@@ -48,7 +48,7 @@ class ShapeCache:
             self.inputs = self.references = self.bound = None  # free the old shape before making the new one
             dtype = getattr(torch, trial.dtype)
             self.inputs = self.spec.make_inputs(trial.shape, dtype, input_seed(self.seed, trial), self.device)
-            self.references = check.as_tuple(self.spec.reference(*check.upcast(self.inputs)))
+            self.references = check.references(self.spec, self.inputs)
             self.key = key
         if with_bound and self.bound is None and self.spec.accumulation_bound:
             self.bound = self.spec.accumulation_bound(*self.inputs)

@@ -125,11 +125,10 @@ def _described(value) -> dict:
 
 
 def _blocks(named: dict, constexprs: set, made: set) -> list[str]:
-    """The meta-parameters a replay varies: constexpr ints named like a block, or powers of two >= 16,
-    that no @triton.heuristics computes."""
-    return [name for name in named if name in constexprs and name not in made
-            and isinstance(named[name], int) and not isinstance(named[name], bool)
-            and ("BLOCK" in name.upper() or (named[name] >= 16 and named[name] & (named[name] - 1) == 0))]
+    """The meta-parameters a replay varies: constexpr ints named like a block (BLOCK_SIZE, BLOCK_M) that
+    no @triton.heuristics computes. Other constexprs (a head count, a padded size) keep their values."""
+    return [name for name in named if name in constexprs and name not in made and "BLOCK" in name.upper()
+            and isinstance(named[name], int) and not isinstance(named[name], bool)]
 
 
 def _grid_table(grid, named: dict, blocks: list[str], configs: list) -> dict:

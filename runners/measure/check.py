@@ -62,6 +62,12 @@ def upcast(inputs: tuple) -> tuple:
     return tuple(x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs)
 
 
+def references(spec, inputs: tuple) -> tuple:
+    """The kernel's reference outputs on these inputs: computed in float64 (the inputs upcast), unless
+    the spec's reference runs in the inputs' own dtypes (kernels/spec.py)."""
+    return as_tuple(spec.reference(*(upcast(inputs) if spec.reference_in_float64 else inputs)))
+
+
 def compare_outputs(outputs: tuple, references: tuple, normwise: bool = False, bound=None) -> Optional[str]:
     """compare() for each output of a kernel (e.g. layernorm's y, mean, rstd); None when all match."""
     if len(outputs) != len(references):
