@@ -141,3 +141,25 @@ def test_plots_for_sweep_without_matplotlib_costs_the_plots_only(tmp_path, capsy
     assert plots.plots_for_sweep(tmp_path / "r.sqlite", frame, tmp_path / "run") == []
     out = capsys.readouterr().out
     assert out.count("\n") == 1 and out.startswith("warning: plots skipped:") and "matplotlib" in out
+
+
+def test_a_heatmap_of_many_shapes_is_one_summary_panel_per_dtype(tmp_path, capsys, monkeypatch):
+    """Past MAX_PANELS shapes the grid of small multiples (120 panels: 14 s to draw, unreadable) becomes
+    one panel per dtype with the shapes along x; every shape's cells and its winner are in it."""
+    shapes = tuple((rows, cols) for rows in (1024, 2048, 4096) for cols in (256, 512, 1024, 2048, 4096, 8192))
+    _store(tmp_path, shapes=shapes).close()
+    drawn = {}
+    real = plots.summary_heatmap
+
+    def spy(panels, kernel, path, x, y):
+        drawn.update(panels=len(panels), axes=(x, y))
+        return real(panels, kernel, path, x, y)
+
+    monkeypatch.setattr(plots, "summary_heatmap", spy)
+    status, out, err = _plot(capsys, tmp_path)
+    assert status == 0, out + err
+    assert drawn["panels"] == len(shapes) > plots.MAX_PANELS
+    _assert_image(tmp_path / "plots" / "heatmap_softmax.png")
+    monkeypatch.setattr(plots, "MAX_PANELS", len(shapes))  # at the cap: the small multiples, as before
+    drawn.clear()
+    assert _plot(capsys, tmp_path)[0] == 0 and not drawn

@@ -8,7 +8,9 @@ and for the command `python -m runners.plot` (runners/plot.py).
 - heatmap_<kernel>.png: % of the best p50 (100 = the fastest config of ours at that shape) over two
   meta-parameters, one panel per (dtype, shape); each cell holds the best config with those two values
   (the best over the other meta-parameters); empty cells were pruned or failed. By default the two
-  meta-parameters with the most distinct values; --x and --y choose.
+  meta-parameters with the most distinct values; --x and --y choose. Past MAX_PANELS (dtype, shape)s,
+  one panel per dtype instead: shapes along x, the (y, x) pairs along y, no numbers in the cells; a
+  grid of 120 panels took 14 s to draw and came out unreadable.
 - speedup_<kernel>.png: the end-to-end speedup of our winner over each baseline per (dtype, shape), as
   the end table quotes it (runners/results/report.py speedups; > 1: ours faster).
 
@@ -34,6 +36,7 @@ from runners.results.report import speedups
 from runners.results.store import ResultStore, shape_label
 
 DPI = 110
+MAX_PANELS = 12  # heatmap panels of one figure; past it, the summary (one panel a dtype)
 BASELINE_MARKERS = "osD^vP<>hX"
 
 
@@ -200,6 +203,8 @@ def heatmap(frame: pd.DataFrame, kernel: str, path: Path, x: Optional[str] = Non
               if key[0] == kernel and not ours.empty]
     if not panels:
         return f"no ok config of {kernel}"
+    if len(panels) > MAX_PANELS:
+        return summary_heatmap(panels, kernel, path, x, y)
     columns = min(3, len(panels))
     lines = math.ceil(len(panels) / columns)
     fig = _figure(max(4.5, 0.9 * len(x_values) + 2.5) * columns, max(3.5, 0.5 * len(y_values) + 2) * lines)
@@ -236,6 +241,51 @@ def heatmap(frame: pd.DataFrame, kernel: str, path: Path, x: Optional[str] = Non
                  "meta-parameters; red: the winner; -: pruned or failed)", fontsize=10)
     fig.savefig(path)
     return None
+
+
+def _percent_of_best(ours: pd.DataFrame, cells: list, axes: tuple) -> list:
+    """% of the best p50 at each (y value, x value) cell: the best config with those two values."""
+    ours = _newest(ours)
+    best_p50 = ours["p50_us"].min()
+    found: dict = {}
+    for config, p50 in zip(ours["config"], ours["p50_us"]):
+        config = json.loads(config)
+        cell = (config.get(axes[0]), config.get(axes[1]))
+        found[cell] = max(found.get(cell, 0.0), 100 * best_p50 / p50)
+    return [found.get(cell, float("nan")) for cell in cells]
+
+
+def summary_heatmap(panels: list, kernel: str, path: Path, x: str, y: str) -> None:
+    """The heatmap of many shapes: one panel per dtype, its shapes along x (as the sweep ordered them),
+    every (y, x) pair measured along y, the winner of each shape framed."""
+    import numpy as np
+
+    dtypes = list(dict.fromkeys(dtype for (_, dtype, _), _, _ in panels))
+    cells = sorted({(c.get(y), c.get(x)) for _, ours, _ in panels for c in map(json.loads, ours["config"])
+                    if c.get(x) is not None and c.get(y) is not None})
+    widest = max(sum(1 for (_, d, _), _, _ in panels if d == dtype) for dtype in dtypes)
+    fig = _figure(min(30.0, max(8.0, 0.14 * widest + 3)), (0.22 * len(cells) + 1.8) * len(dtypes))
+    axes = np.atleast_1d(fig.subplots(len(dtypes), 1, squeeze=False)).ravel()
+    image = None
+    for ax, dtype in zip(axes, dtypes):
+        mine = [(shape, ours, best) for (_, d, shape), ours, best in panels if d == dtype]
+        grid = np.array([_percent_of_best(ours, cells, (y, x)) for _, ours, _ in mine]).T
+        image = ax.imshow(np.ma.masked_invalid(grid), cmap="viridis", vmin=0, vmax=100, origin="lower",
+                          aspect="auto", interpolation="nearest")
+        for column, (_, _, best) in enumerate(mine):
+            config = json.loads(best["config"]) if best is not None else {}
+            if (config.get(y), config.get(x)) in cells:
+                ax.scatter([column], [cells.index((config[y], config[x]))], s=12, marker="s",
+                           facecolors="none", edgecolors="red", linewidths=1)
+        step = max(1, len(mine) // 40)  # at most ~40 labels along x
+        ax.set_xticks(range(0, len(mine), step), [shape_label(s) for s, _, _ in mine][::step], rotation=90,
+                      fontsize=6)
+        ax.set_yticks(range(len(cells)), [f"{y}={a} {x}={b}" for a, b in cells], fontsize=6)
+        ax.set_title(f"{dtype}: {len(mine)} shapes", fontsize=9)
+    fig.colorbar(image, ax=axes.tolist(), label="% of the best p50 (100 = fastest)")
+    fig.suptitle(f"{kernel}: % of the best p50 at each shape by {y} and {x}\n(each cell: the best over the "
+                 "other meta-parameters; red: the winner; blank: pruned or failed)", fontsize=10)
+    fig.savefig(path)
 
 
 def speedup(frame: pd.DataFrame, kernel: str, path: Path) -> Optional[str]:
