@@ -247,15 +247,19 @@ def replay_file(out: Path, function: str, command: list[str]) -> Optional[Path]:
     target = f"{out}_launches.json#{function}"
     try:
         replay = Replay(Path(f"{out}_launches.json"), function, None)
+        calls = replay.calls()
     except ConfigError as error:
         print(f"not replayed: {str(error).removeprefix('kernel.spec: ')}")
         return None
+    except Exception as error:  # a record nothing here foresaw: this kernel's loss, not the capture's
+        print(f"not replayed: {function}: {type(error).__name__}: {error}")
+        return None
     by_shape: dict[tuple, int] = {}  # calls summed over dtypes, as for the kernels of a spec
-    for (shape, _), calls in replay.calls().items():
-        by_shape[shape] = by_shape.get(shape, 0) + calls
+    for (shape, _), count in calls.items():
+        by_shape[shape] = by_shape.get(shape, 0) + count
     shapes = sorted(by_shape, key=lambda s: -by_shape[s])
-    dtypes = sorted({dtype for _, dtype in replay.calls()})
-    name = f"{out.name}_{function.rsplit('.', 1)[-1].strip('_')}"
+    dtypes = sorted({dtype for _, dtype in calls})
+    name = f"{out.name}_{replay.name}"
     path = out.parent / f"{name}.yaml"
     lines = ["# @package _global_",
              f"# Replayed by python -m runners.capture --replay from: {' '.join(command)}",
@@ -270,7 +274,7 @@ def replay_file(out: Path, function: str, command: list[str]) -> Optional[Path]:
              f"  calls: {json.dumps([by_shape[s] for s in shapes])}",
              f"  dtypes: {json.dumps(dtypes)}", ""]
     path.write_text("\n".join(lines))
-    print(f"replay: {function}: sweep file {path} ({len(replay.calls())} shape(s) x dtype(s))")
+    print(f"replay: {function}: sweep file {path} ({len(calls)} shape(s) x dtype(s))")
     for why in sorted({why for why, _ in replay.left_out}):
         calls_left = sum(c for w, c in replay.left_out if w == why)
         print(f"  not replayed: {calls_left} call(s) of {function}: {why}")

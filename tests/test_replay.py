@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from runners.engine.replay import Replay, parse_target, why_not
+from runners.engine.replay import Replay, kernel_name, parse_target, why_not
 from runners.engine.trial import ConfigError
 from runners.measure.check import compare
 from runners.results.store import ResultStore
@@ -22,19 +22,23 @@ PROGRAM = REPO / "tests" / "replay_program.py"
 ONE_OPTION = ("+kernel.space.num_warps=[1]", "+kernel.space.num_stages=[1]")  # the interpreter ignores both
 
 
-@pytest.fixture(scope="module")
-def captured(tmp_path_factory):
+def _capture(folder: Path, program: Path) -> tuple[Path, str]:
     """(the capture's folder, its printed lines): the sweep files moved to <folder>/conf/sweep/."""
-    folder = tmp_path_factory.mktemp("replay")
+    folder.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(REPO)}
     command = [sys.executable, "-m", "runners.capture", "--replay", "--out", str(folder / "app"), "--",
-               sys.executable, str(PROGRAM)]
+               sys.executable, str(program)]
     result = subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr
     (folder / "conf" / "sweep").mkdir(parents=True)
     for path in folder.glob("app_*.yaml"):
         path.rename(folder / "conf" / "sweep" / path.name)
     return folder, result.stdout
+
+
+@pytest.fixture(scope="module")
+def captured(tmp_path_factory):
+    return _capture(tmp_path_factory.mktemp("replay"), PROGRAM)
 
 
 def swept(captured, tmp_path, name: str, *overrides: str):
@@ -173,3 +177,50 @@ def test_a_flop_model_given_in_the_target_counts_the_dims(captured):
     assert Replay(folder / "app_launches.json", "__main__.axpy_inplace", None).flops((300,)) == 0.0
     with pytest.raises(ConfigError, match=r"flops='__import__\(\"os\"\)': only numbers, the dims"):
         Replay(folder / "app_launches.json", "__main__.axpy_inplace", '__import__("os")')
+
+
+def test_what_a_replay_gets_wrong_most_easily(tmp_path):
+    """tests/replay_edges.py: two arguments that are one tensor are refused (each would get its own
+    memory); a block left at its default, an expanded (stride 0) bias and an optional tensor that is None
+    at one launch replay, partial blocks found unwritten; an integer count the kernel adds to is
+    restored before every call, the finalists' included (it would drift, and an offset would run off)."""
+    folder, printed = _capture(tmp_path / "capture", REPO / "tests" / "replay_edges.py")
+    assert ("not replayed: __main__.reverse cannot be replayed: arguments src_ptr and dst_ptr overlap in "
+            "memory") in printed
+    statuses = {}
+    for name in ("double", "add_bias", "maybe_add", "count_positive"):
+        rows = swept((folder, printed), tmp_path / name, name, *ONE_OPTION, "finalists.top_k=2")
+        for config, status, phase in zip(rows["config"], rows["status"], rows["phase"]):
+            block = config.get("BLOCK", config.get("BLOCK_COLS"))
+            statuses.setdefault(name, {}).setdefault(block, set()).add((status, phase))
+    ok = {("ok", "screen"), ("ok", "final")}
+    assert {b: s <= ok for b, s in statuses["double"].items()} == {16: False, 32: False, 64: True, 128: True,
+                                                                    256: True}
+    assert {b for b, s in statuses["add_bias"].items() if s <= ok} == {64, 128, 256}  # 40 columns
+    assert {b for b, s in statuses["maybe_add"].items() if s <= ok} == {64, 128, 256}
+    assert all(s <= ok for s in statuses["count_positive"].values())
+    assert ("ok", "final") in set().union(*statuses["count_positive"].values())
+
+
+def test_two_functions_of_one_name_get_their_modules_names():
+    functions = ["moda._fwd_kernel", "modb._fwd_kernel", "moda.other"]
+    assert [kernel_name(f, functions) for f in functions] == ["moda_fwd_kernel", "modb_fwd_kernel", "other"]
+
+
+def test_a_script_that_works_at_its_top_level_is_a_named_error(captured, tmp_path):
+    """A replay imports the program's script without its `if __name__ == "__main__":` part; a script that
+    parses its arguments (or exits) at its top level stops that import with a named error, not the sweep."""
+    folder, _ = captured
+    script = tmp_path / "toplevel.py"
+    parser = ("import argparse\nparser = argparse.ArgumentParser()\nparser.add_argument('data')\n"
+              "parser.parse_args()")
+    script.write_text(PROGRAM.read_text().replace('if __name__ == "__main__":\n    main()', parser))
+    launches = json.loads((folder / "app_launches.json").read_text())
+    for launch in launches["functions"]["__main__.axpy_inplace"].values():
+        launch["replay"]["file"] = str(script)
+    path = tmp_path / "launches.json"
+    path.write_text(json.dumps(launches).replace("__main__.axpy_inplace", "toplevel.axpy_inplace"))
+    replay = Replay(path, "toplevel.axpy_inplace", None)
+    replay.spec()  # the sweep's process makes the spec without importing the program
+    with pytest.raises(ConfigError, match="cannot import __main__ .*SystemExit: 2"):
+        replay.kernel  # the script wants an argument: it sees none, as a sweep's worker gives none

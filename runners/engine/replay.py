@@ -15,9 +15,13 @@ exports like any kernel:
   and None as the program passed them.
 - outputs: every tensor argument (copies of the inputs), compared after the call with the program's own
   config run on the same inputs, in their own dtypes (the reference). Those the program's config writes
-  are found by comparing with a snapshot; a written tensor whose result does not depend on what it held before
-  (the reference run again with it poisoned gives the same results) is poisoned before each checked
-  call, every other tensor is restored to its inputs (the restore_value of @triton.autotune).
+  are found by comparing with a snapshot. A floating one whose result does not depend on what it held
+  (the reference run again with it poisoned agrees) is poisoned (NaN) before each checked call; every
+  other tensor is restored to its inputs (the restore_value of @triton.autotune). An integer or bool
+  tensor is never poisoned (it may be an offset: a counter, an index), so an element a config leaves
+  unwritten there is caught only where the value it held differs from the program's result; one the
+  program's config writes is restored before every call, timed ones too (a count that drifted would
+  send later calls off; its copy is in the time).
 - space: the configs of the program's @triton.autotune, else the powers of two around each launched
   BLOCK-like meta-parameter (1/4x to 4x), num_warps 1-32 and num_stages 1-4; the grid of a config is the
   program's own (a callable grid, evaluated for those configs when it was captured), else the recorded
@@ -29,7 +33,8 @@ exports like any kernel:
 
 Not replayable, said per kernel (`why_not`): a tensor descriptor, an integer that looks like an address
 (a pointer passed without its tensor), an integer tensor over the recorded bound, an argument of
-another type, a kernel defined inside a function, tensors beyond REPLAY_MAX_BYTES. A kernel with side
+another type, a kernel defined inside a function, tensor arguments whose memory overlaps (one tensor
+passed twice), tensors beyond REPLAY_MAX_BYTES. A kernel with side
 effects outside its arguments is not detected: its replay checks its arguments only.
 """
 from __future__ import annotations
@@ -47,10 +52,12 @@ import torch
 
 from kernels.spec import KernelSpec, seeded_randn
 from runners.engine.trial import ConfigError
+from runners.measure.check import copy_storage
 
 PREFIX = "replay:"
 LAUNCH_DIM = "launch"
 ADDRESS_LIKE = 1 << 40  # an int argument above this is an address, not a size
+REPLAY_LAUNCHES = 64  # the hook's bound on launch records per function
 REPLAY_MAX_BYTES = 4 << 30  # a launch's tensors, each held three times (inputs, outputs, reference)
 NUM_WARPS = (1, 2, 4, 8, 16, 32)
 NUM_STAGES = (1, 2, 3, 4)
@@ -86,11 +93,28 @@ def why_not(record: dict) -> Optional[str]:
             tensors += arg["nbytes"]
         elif kind not in ("int", "float", "bool", "none", "str"):
             return f"argument {name} is a {kind}"
+    overlap = _overlapping(record)
+    if overlap:
+        return (f"arguments {overlap[0]} and {overlap[1]} overlap in memory (a replay gives each tensor "
+                "memory of its own)")
     if tensors > REPLAY_MAX_BYTES:
         return (f"its tensors take {tensors / 2**30:.1f} GiB, over the {REPLAY_MAX_BYTES / 2**30:.0f} GiB "
                 "bound")
     if record["grid"].get("fixed", 0) is None:
         return "its grid was not recorded"
+    return None
+
+
+def _overlapping(record: dict) -> Optional[tuple]:
+    """Two tensor arguments whose memory overlaps (one passed twice, or views into one part of a buffer);
+    views of one buffer that do not overlap (q and k cut from qkv) replay apart as they ran."""
+    spans = [(name, arg["storage"] + arg["offset"] * arg["itemsize"], arg["storage"] + arg["extent"]
+              * arg["itemsize"]) for name, arg in record["positional"] + record["keywords"]
+             if arg["kind"] == "tensor" and arg.get("storage") and arg["extent"]]
+    for i, (name, start, end) in enumerate(spans):
+        for other, other_start, other_end in spans[i + 1:]:
+            if start < other_end and other_start < end:
+                return name, other
     return None
 
 
@@ -109,10 +133,11 @@ def _dims(records: list) -> list[str]:
         for name, arg in record["positional"] + record["keywords"]:
             if arg["kind"] == "int" and name not in record["constexprs"] and name not in OPTIONS:
                 values.setdefault(name, set()).add(arg["value"])
-            elif arg["kind"] == "tensor":
+            elif arg["kind"] == "tensor" and all(_tensor(r, name) for r in records):
                 for axis, size in enumerate(arg["shape"]):
                     values.setdefault(f"{name}_shape{axis}", set()).add(size)
-    dims = [name for name, seen in values.items() if len(seen) > 1 and "_shape" not in name]
+    dims = [name for name, seen in values.items() if len(seen) > 1 and "_shape" not in name
+            and all(_has_int(r, name) for r in records)]
 
     def kinds(chosen: list) -> int:
         return len({(tuple(_size(r, d) for d in chosen), launch_dtype(r)) for r in records})
@@ -125,20 +150,31 @@ def _dims(records: list) -> list[str]:
     return dims if dims and kinds(dims) == len(records) else dims + [LAUNCH_DIM]
 
 
+def _tensor(record: dict, name: str) -> Optional[dict]:
+    return next((arg for arg_name, arg in record["positional"] + record["keywords"]
+                 if arg_name == name and arg["kind"] == "tensor"), None)
+
+
+def _has_int(record: dict, name: str) -> bool:
+    return any(arg_name == name and arg["kind"] == "int" for arg_name, arg in record["positional"]
+               + record["keywords"])
+
+
 def _size(record: dict, dim: str):
     """A dim's size at a launch: an integer argument's value, or a tensor argument's axis (ARG_shapeN)."""
     arg, _, axis = dim.rpartition("_shape")
-    if arg and axis.isdigit():
-        for name, described in record["positional"] + record["keywords"]:
-            if name == arg and described["kind"] == "tensor":
-                return described["shape"][int(axis)]
+    if arg and axis.isdigit() and _tensor(record, arg):
+        return _tensor(record, arg)["shape"][int(axis)]
     return _value(record, dim)
 
 
 def _value(record: dict, name: str):
+    """An argument's value at the launch; a block left at its default, its default."""
     for arg_name, arg in record["positional"] + record["keywords"]:
         if arg_name == name:
             return arg["value"]
+    if name in record.get("launched", {}):
+        return record["launched"][name]
     raise KeyError(name)
 
 
@@ -155,16 +191,22 @@ class Replay:
                               f"{', '.join(sorted(functions)) or 'none'})")
         launches = [launch for launch in functions[function].values()
                     if launch.get("replay") and launch["calls"]]
+        unrecorded = sum(launch["calls"] for launch in functions[function].values()
+                         if launch["calls"] and not launch.get("replay"))
         recorded = [launch["replay"] for launch in launches]
         kept = [launch for launch in launches if why_not(launch["replay"]) is None]
         self.records = [launch["replay"] for launch in kept]
         self.counts = [launch["calls"] for launch in kept]
         self.left_out = [(why_not(launch["replay"]), launch["calls"]) for launch in launches
                          if why_not(launch["replay"]) is not None]  # (why, calls) of the others
+        if unrecorded:
+            self.left_out.append((f"no launch record (past the {REPLAY_LAUNCHES} a function keeps, or made "
+                                  "while a CUDA graph was captured)", unrecorded))
         if not self.records:
             why = why_not(recorded[0]) if recorded else "no launch record (capture with --replay)"
             raise ConfigError(f"kernel.spec: {function} cannot be replayed: {why}")  # capture: "not replayed"
         self.function, self.path = function, path
+        self.name = kernel_name(function, functions)
         self.flops_model = _flops_model(flops) if flops else None
         self.dims = _dims(self.records)
         self.by_key = {(self.shape_of(record, index), launch_dtype(record)): index
@@ -173,6 +215,8 @@ class Replay:
         # launch index -> {position among the tensor arguments of one the program's config writes: whether
         # it is only written (poisoned before a checked call) rather than read too (restored)}
         self.written: dict[int, dict[int, bool]] = {}
+        # launch index -> positions of the integer and bool tensors the program's config writes
+        self.counters: dict[int, list] = {}
 
     @property
     def kernel(self) -> "_Kernel":
@@ -252,14 +296,15 @@ class Replay:
                      for x in inputs if isinstance(x, torch.Tensor))
 
     def prepare_output(self, inputs: tuple, out: tuple) -> None:
-        """Before a checked call: a tensor the kernel only writes poisoned, every other one restored."""
+        """Before a checked call, and the timed calls on buffers placed anew: a floating tensor the kernel
+        only writes poisoned (NaN), every other one restored to its inputs."""
         written = self.written.get(self._index_of(inputs), {})
         tensors = [x for x in inputs if isinstance(x, torch.Tensor)]
         for position, (source, target) in enumerate(zip(tensors, out)):
             if written.get(position):
-                _poison(target)
+                target.fill_(float("nan"))
             else:
-                target.copy_(source)
+                copy_storage(target, source)
 
     def _index_of(self, inputs: tuple) -> Optional[int]:
         """The launch whose arguments these are: tensors by shape, dtype and strides, the other arguments
@@ -275,7 +320,10 @@ class Replay:
         if index is None:
             raise ValueError(f"{self.function}: inputs of no recorded launch")
         record = self.records[index]
-        tensors = iter(out if isinstance(out, tuple) else (out,))
+        outputs = out if isinstance(out, tuple) else (out,)
+        for position in self.counters.get(index, ()):  # an integer tensor it writes: restored, every call
+            copy_storage(outputs[position], [x for x in inputs if isinstance(x, torch.Tensor)][position])
+        tensors = iter(outputs)
         values = [next(tensors) if isinstance(x, torch.Tensor) else x for x in inputs]
         self._call(record, values, config)
 
@@ -317,9 +365,12 @@ class Replay:
         written = [position for position, (x, y) in enumerate(zip(tensors, after)) if not _same(x, y)]
         only_written = {}
         for position in written:
+            if not tensors[position].is_floating_point():
+                continue  # never poisoned: an integer it reads may be an offset (a counter, an index)
             poisoned = self._run_copies(record, pristine, config, poison=position)
             only_written[position] = all(_same(a, b) for a, b in zip(after, poisoned))
         self.written[index] = only_written
+        self.counters[index] = [p for p in written if not tensors[p].is_floating_point()]
         return tuple(y.double() if y.is_floating_point() else y for y in after)
 
     def _run_copies(self, record: dict, pristine: tuple, config: dict, poison: Optional[int] = None) -> list:
@@ -327,9 +378,9 @@ class Replay:
         for x in pristine:
             if isinstance(x, torch.Tensor):
                 copy = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device)
-                copy.copy_(x)
+                copy_storage(copy, x)
                 if position == poison:
-                    _poison(copy)
+                    copy.fill_(float("nan"))
                 position += 1
                 copies.append(copy)
             else:
@@ -351,15 +402,26 @@ class Replay:
     def spec(self) -> KernelSpec:
         shapes = sorted({shape for shape, _ in self.by_key})
         dtypes = tuple(sorted({dtype for _, dtype in self.by_key}))
-        name = self.function.rsplit(".", 1)[-1].strip("_") or "replayed"
         return KernelSpec(
-            name=name, dims=tuple(self.dims), dtypes=dtypes, make_inputs=self.make_inputs,
+            name=self.name, dims=tuple(self.dims), dtypes=dtypes, make_inputs=self.make_inputs,
             output_like=self.output_like, launch=self.launch, reference=self.reference,
             flops=self.flops, bytes_moved=self.bytes_moved, space=self.space(),
             constraints=self.constraints, prepare_output=self.prepare_output, reference_in_float64=False,
             export_key={dim: dim for dim in self.dims if dim != LAUNCH_DIM and "_shape" not in dim},
             default_shapes=tuple(shapes), default_dtypes=dtypes,
-            sources=(self.kernel.source, json.dumps(self.records, sort_keys=True)))
+            sources=(_text(self.records[0]["file"]), json.dumps(self.records, sort_keys=True)))
+
+
+def kernel_name(function: str, functions) -> str:
+    """The kernel's name: the function's, underscores stripped; with its module's where another function
+    the program launched has that name too."""
+    def short(name: str) -> str:
+        return name.rsplit(".", 1)[-1].strip("_") or "replayed"
+
+    if sum(short(other) == short(function) for other in functions) < 2:
+        return short(function)
+    module = function.rsplit(".", 1)[0].replace(".", "_").strip("_")
+    return f"{module}_{short(function)}"
 
 
 def replay_spec(target: str) -> KernelSpec:
@@ -368,26 +430,31 @@ def replay_spec(target: str) -> KernelSpec:
 
 
 class _Kernel:
-    def __init__(self, jit, heuristics: list, source: str):
-        self.jit, self.heuristics, self.source = jit, heuristics, source
+    def __init__(self, jit, heuristics: list):
+        self.jit, self.heuristics = jit, heuristics
 
 
 def _load_kernel(record: dict) -> _Kernel:
-    """The @triton.jit function of the record, from its module (a program's own script is loaded from its
-    file under another name, so that its `if __name__ == "__main__":` part does not run), with the
-    @triton.heuristics around it."""
+    """The @triton.jit function of the record, from its module (a program's own script, or a module that
+    its name finds elsewhere than the file the program ran, is loaded from that file under another name,
+    so that a script's `if __name__ == "__main__":` part does not run), with the @triton.heuristics
+    around it. A module whose top level fails or exits is a named error, never the sweep's end."""
     for entry in (record.get("path0"), str(Path(record["file"]).parent)):
         if entry and entry not in sys.path:
             sys.path.append(entry)
     module_name = record["module"]
+    argv = sys.argv
     try:
-        if module_name == "__main__":
+        sys.argv = [record["file"]]  # a script that parses its arguments at import sees none
+        module = None if module_name == "__main__" else importlib.import_module(module_name)
+        if module is None or not _same_file(getattr(module, "__file__", None), record["file"]):
             module = _module_from_file(record["file"])
-        else:
-            module = importlib.import_module(module_name)
-    except Exception as error:
+    except BaseException as error:  # SystemExit from a script's argparse too
         raise ConfigError(f"kernel.spec: cannot import {module_name} ({record['file']}) to replay "
-                          f"{record['qualname']}: {type(error).__name__}: {error}") from error
+                          f"{record['qualname']}: {type(error).__name__}: {error} (a script's program "
+                          "belongs under if __name__ == \"__main__\":)") from None
+    finally:
+        sys.argv = argv
     obj = module
     for part in record["qualname"].split("."):
         obj = getattr(obj, part, None)
@@ -398,7 +465,19 @@ def _load_kernel(record: dict) -> _Kernel:
         if type(obj).__name__ == "Heuristics":
             heuristics.extend(obj.values.items())
         obj = obj.fn
-    return _Kernel(obj, heuristics, Path(record["file"]).read_text())
+    return _Kernel(obj, heuristics)
+
+
+def _text(path: str) -> str:
+    """A file's text for the kernel's hash (read, not imported: the sweep's process imports no program)."""
+    try:
+        return Path(path).read_text()
+    except OSError:
+        return ""
+
+
+def _same_file(a: Optional[str], b: str) -> bool:
+    return bool(a) and Path(a).resolve() == Path(b).resolve()
 
 
 @functools.lru_cache(maxsize=None)
@@ -421,7 +500,13 @@ def _rebuilt(arg: dict, seed: int, device):
     if torch.device(device).type == "meta":
         return tensor
     if "values" in arg:
-        tensor.copy_(torch.tensor(arg["values"], dtype=dtype).reshape(arg["shape"]))
+        values = torch.tensor(arg["values"], dtype=dtype).reshape(arg["shape"])
+        # An expanded tensor's elements share memory: each written once, through its first index.
+        for axis, stride in enumerate(arg["stride"]):
+            if stride == 0 and tensor.shape[axis]:
+                tensor, values = tensor.narrow(axis, 0, 1), values.narrow(axis, 0, 1)
+        tensor.copy_(values.to(device))
+        return storage.as_strided(arg["shape"], arg["stride"], arg["offset"])
     else:
         storage.copy_(seeded_randn((storage.numel(),), dtype, seed, torch.device(device)))
     return tensor
@@ -432,13 +517,6 @@ def _matches(x, arg: dict) -> bool:
         return arg["kind"] != "tensor" and x == arg["value"]
     return (arg["kind"] == "tensor" and list(x.shape) == arg["shape"] and list(x.stride()) == arg["stride"]
             and str(x.dtype).replace("torch.", "") == arg["dtype"])
-
-
-def _poison(tensor: torch.Tensor) -> None:
-    if tensor.is_floating_point():
-        tensor.fill_(float("nan"))
-    elif tensor.dtype != torch.bool:
-        tensor.fill_(torch.iinfo(tensor.dtype).min)
 
 
 def _same(a: torch.Tensor, b: torch.Tensor) -> bool:

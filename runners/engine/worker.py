@@ -85,7 +85,7 @@ class Placements:
         storage = torch.empty(extent + offset, dtype=tensor.dtype, device=tensor.device)
         placed = storage.as_strided(tensor.shape, tensor.stride(), offset + tensor.storage_offset())
         if copy:
-            placed.copy_(tensor)
+            check.copy_storage(placed, tensor)  # an expanded tensor's elements overlap
         self.held.append(storage)
         return placed
 
@@ -133,9 +133,7 @@ def run_trial(spec, trial: Trial, cache: ShapeCache, timer, device, peaks: dict)
         began = time.perf_counter()
         run, out = timed_call(spec, trial, inputs)
         if out is not None:
-            if spec.prepare_output:  # outputs the kernel also reads (runners/engine/replay.py)
-                spec.prepare_output(inputs, out)
-            else:
+            if not spec.prepare_output:  # (a kernel that reads its outputs had them prepared by timed_call)
                 for tensor in check.as_tuple(out):
                     tensor.fill_(float("nan"))  # poison: an element the kernel never writes stays NaN
             run()
@@ -173,8 +171,8 @@ def timed_call(spec, trial: Trial, inputs: tuple, placements: Optional[Placement
         if placements is not None:
             out = (tuple(placements.place(o, copy=False) for o in out) if isinstance(out, tuple)
                    else placements.place(out, copy=False))
-            if spec.prepare_output:  # outputs it also reads hold their inputs, not what the memory held
-                spec.prepare_output(inputs, out)
+        if spec.prepare_output:  # outputs it also reads hold their inputs, not what the memory held
+            spec.prepare_output(inputs, out)
         return (lambda: spec.launch(inputs, out, trial.config)), out
     baseline = spec.baselines[trial.provider]
     return (lambda: baseline(inputs)), None

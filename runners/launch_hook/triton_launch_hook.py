@@ -86,8 +86,10 @@ def _hook_for(jit_function):
             if slot is None:
                 slot = counts[key] = [0, 0]
             tuning = getattr(_state, "tuning", False)
-            # The program's own first launch of the key (an autotuner's benchmark may have made it first).
-            if REPLAY and not tuning and key not in records and len(records) < REPLAY_LAUNCHES:
+            # The program's own first launch of the key (an autotuner's benchmark may have made it first);
+            # none while a CUDA graph is captured (copying an integer tensor to the host would break it).
+            if REPLAY and not tuning and key not in records and len(records) < REPLAY_LAUNCHES \
+                    and not _capturing_graph():
                 records[key] = _launch_record(jit_function, args, kwargs, grid)
             slot[1 if tuning else 0] += 1
         except Exception:  # a warmup, or an argument nothing here foresaw: never the program's failure
@@ -95,6 +97,12 @@ def _hook_for(jit_function):
         _seconds[0] += time.perf_counter() - began
 
     return hook
+
+
+def _capturing_graph() -> bool:
+    torch = sys.modules.get("torch")
+    return bool(torch is not None and torch.cuda.is_initialized()
+                and torch.cuda.is_current_stream_capturing())
 
 
 def _is_constexpr(parameter) -> bool:
@@ -118,7 +126,9 @@ def _described(value) -> dict:
     described = {"kind": "tensor", "dtype": str(value.dtype).replace("torch.", ""),
                  "shape": list(value.shape), "stride": list(value.stride()),
                  "offset": value.storage_offset(), "extent": extent if value.numel() else 0,
-                 "device": str(value.device), "nbytes": value.numel() * value.element_size()}
+                 "device": str(value.device), "nbytes": value.numel() * value.element_size(),
+                 # where its memory starts, to find arguments that share memory (one buffer, two views)
+                 "storage": value.untyped_storage().data_ptr(), "itemsize": value.element_size()}
     if not value.is_floating_point() and not value.is_complex() and value.numel() <= VALUES_BOUND:
         described["values"] = value.detach().cpu().tolist()
     return described
@@ -177,6 +187,7 @@ def _launch_record(jit_function, args: tuple, kwargs: dict, grid) -> dict:
             "positional": [[name, _described(value)] for name, value in zip(names, args)],
             "keywords": [[name, _described(value)] for name, value in kwargs.items()],
             "constexprs": sorted(constexprs), "blocks": blocks, "grid": grid_record,
+            "launched": {block: named[block] for block in blocks},  # a block left at its default too
             "autotune": configs, "heuristics": sorted(made), "path0": sys.path[0]}
 
 

@@ -21,6 +21,10 @@ TOLERANCES = {
     "float16": (1e-3, 1e-5),
     "bfloat16": (8e-3, 1e-5),
     "float64": (1e-12, 1e-12),  # a kernel in float64 (a replayed one): its arithmetic's order only
+    # fp8 (a replayed kernel's quantized tensors, compared with the program's own config): one unit of
+    # rounding of the format (3 and 2 mantissa bits), atol its smallest subnormal.
+    "float8_e4m3fn": (2**-3, 2**-9),
+    "float8_e5m2": (2**-2, 2**-16),
 }
 
 # Baselines (the user's eager or native code, not ours) round after every op of a chain, so where an
@@ -60,6 +64,18 @@ def upcast(inputs: tuple) -> tuple:
     import torch
 
     return tuple(x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs)
+
+
+def copy_storage(target, source) -> None:
+    """source's elements into target, two tensors of one layout, through the memory they span: a view
+    whose elements overlap (expanded, stride 0) cannot be copied into element by element."""
+    import torch
+
+    if source.numel() == 0:
+        return
+    span = 1 + sum((size - 1) * stride for size, stride in zip(source.shape, source.stride()))
+    flat = [torch.as_strided(t, (span,), (1,), t.storage_offset()) for t in (target, source)]
+    flat[0].copy_(flat[1])
 
 
 def references(spec, inputs: tuple) -> tuple:
@@ -107,7 +123,10 @@ def compare(out, ref, normwise: bool = False, bound=None) -> Optional[str]:
         first = [int(i) for i in unwritten.nonzero()[0]]
         return (f"{int(unwritten.sum())} of {out.numel()} output elements never written (still NaN), "
                 f"first at {first}")
-    rtol, atol = TOLERANCES[str(out.dtype).removeprefix("torch.")]
+    dtype = str(out.dtype).removeprefix("torch.")
+    if dtype not in TOLERANCES:
+        return f"no tolerance for {dtype} outputs (runners/measure/check.py TOLERANCES)"
+    rtol, atol = TOLERANCES[dtype]
     if normwise:
         relative = float(torch.linalg.vector_norm(out64 - ref) / torch.linalg.vector_norm(ref))
         return None if relative <= rtol else f"||out - ref|| / ||ref|| = {relative:.3g} > {rtol}"
