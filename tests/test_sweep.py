@@ -151,3 +151,23 @@ def test_a_new_output_is_a_module_and_a_config_node(tmp_path):
     result = run_sweep(tmp_path, *SMALL_ADD, "sweep_id=only_table", "force=true", "output=[table]",
                        f"hydra.run.dir={tmp_path}/run2")
     assert not (tmp_path / "run2" / "results.parquet").exists() and "trials: " in result.stdout
+
+
+def test_the_time_spent_adds_up_the_rows_of_the_job(tmp_path):
+    """summary.json's time_spent (issue 33): the seconds the rows report, by phase (a group's finalists are
+    timed in one loop that each of its rows reports: counted once), and the limit of this host from them."""
+    result = run_sweep(tmp_path, *SMALL_ADD, "finalists.top_k=2")
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    spent, rows = summary["time_spent"], _trials(tmp_path / "results.sqlite")
+    screen, final = rows[rows["phase"] == "screen"], rows[rows["phase"] == "final"]
+    assert spent["phases"]["screen"]["measure_s"] == pytest.approx(screen["measure_s"].fillna(0).sum())
+    assert spent["phases"]["screen"]["first_call_s"] == pytest.approx(screen["first_call_s"].fillna(0).sum())
+    loops = final.groupby(final["shape"].map(str))["measure_s"].max().sum()
+    assert len(final) > final["shape"].map(str).nunique() and spent["phases"]["final"]["measure_s"] == \
+        pytest.approx(loops)
+    phases = summary["phase_seconds"]
+    assert spent["phases"]["screen"]["busy_share"] == pytest.approx(
+        spent["phases"]["screen"]["measure_s"] / phases["trials"])
+    assert spent["limit"] == pytest.approx({"start_s": phases["start"], "compile_s": 0.0,
+                                            "measure_s": screen["measure_s"].sum() + loops})
+    assert f"against {phases['start'] + phases['trials'] + phases['finalists']:.1f} s" in result.stdout

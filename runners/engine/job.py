@@ -38,6 +38,8 @@ from runners.engine.row import DEVICE_COLUMNS
 from runners.engine.trial import TRITON_PROVIDER, Trial
 from runners.measure.stop_rule import StopRule
 
+SPENT = ("measure_s", "first_call_s", "compile_s")  # a row's seconds that time_spent() sums by phase
+
 
 def now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds")
@@ -78,6 +80,10 @@ class Job:
         self.phases: dict[str, float] = {}  # seconds: start, peaks, trials, finalists, finish
         self.single = True  # a job of its own; run(finish=False): one job of a multirun
         self.statuses: dict[str, int] = {}
+        # phase -> seconds its rows report: in the timer's loops (kernels, L2 flushes, holds), in first
+        # calls (load, or compile where the pool did not), in the compile pool (summed over processes)
+        self.spent: dict[str, dict[str, float]] = {}
+        self.final_loops: dict[tuple, float] = {}  # (shape, dtype) -> seconds of its finalists' loop
         self.measured_groups: set = set()  # (shape, dtype) where this job measured a config of the kernel
         self.reused_ids: list[int] = []
         # the first trial worker and the fork server, until the scheduler takes them
@@ -188,6 +194,13 @@ class Job:
                "timestamp": now()}
         self.store.append(row)
         self.statuses[row["status"]] = self.statuses.get(row["status"], 0) + 1
+        spent = self.spent.setdefault(phase, dict.fromkeys(SPENT, 0.0))
+        for name in SPENT:
+            spent[name] += result.get(name) or 0.0
+        if phase == "final":  # a group's finalists are timed in one loop: each row reports all of it
+            group = self.final_loops.setdefault((trial.shape, trial.dtype), 0.0)
+            self.final_loops[(trial.shape, trial.dtype)] = max(group, result.get("measure_s") or 0.0)
+            spent["measure_s"] = sum(self.final_loops.values())
         self.outputs.row(trial, row, trial.label + (" (finalist)" if phase == "final" else ""))
         if phase == "screen":
             self.plan.search.tell(trial, result)
@@ -271,11 +284,39 @@ class Job:
         return {key: value for output in self.outputs.all for key, value in output.seconds().items()
                 if key not in summary}
 
+    def time_spent(self) -> dict:
+        """Where the trials and finalists phases went, against the limit of this host: its start as it
+        took, the pool's compile seconds over its processes, and the seconds in the timer's loops (the
+        GPU busy with kernels, flushes and holds). Printed; kept in summary.json."""
+        spent = {phase: dict(values) for phase, values in self.spent.items()}
+        processes = max(self.plan.compilers, 1) if self.plan else 1
+        for name, phase in (("trials", "screen"), ("finalists", "final")):
+            if phase in spent and self.phases.get(name):
+                spent[phase]["busy_share"] = spent[phase]["measure_s"] / self.phases[name]
+        measuring = sum(values["measure_s"] for values in spent.values())
+        compiling = sum(values["compile_s"] for values in spent.values())
+        limit = {"start_s": self.phases.get("start", 0.0), "compile_s": compiling / processes,
+                 "measure_s": measuring}
+        took = sum(self.phases.get(name, 0.0) for name in ("start", "trials", "finalists"))
+        screen = spent.get("screen")
+        if screen:
+            busy = f" ({100 * screen['busy_share']:.0f}% of the phase)" if "busy_share" in screen else ""
+            final = spent.get("final", {})
+            final_busy = (f"; finalists in the timer's loops {final['measure_s']:.1f} s "
+                          f"({100 * final['busy_share']:.0f}%)" if "busy_share" in final else "")
+            print(f"time spent: trials in the timer's loops {screen['measure_s']:.1f} s{busy}, first calls "
+                  f"{screen['first_call_s']:.1f} s, compiling {compiling:.1f} s in {processes} process(es)"
+                  f"{final_busy}; the limit on this host: start {limit['start_s']:.1f} + compiling "
+                  f"{limit['compile_s']:.1f} + measuring {measuring:.1f} = {sum(limit.values()):.1f} s, "
+                  f"against {took:.1f} s for start, trials and finalists")
+        return {"phases": spent, "limit": limit, "took_s": took}
+
     def _report(self, summary: dict) -> dict:
         """The job's time by phase, the share W&B took, where the finish went; summary.json."""
         summary["wall_seconds"] = time.perf_counter() - self.began
         summary["phase_seconds"] = self.phases
         summary["before_job_seconds"] = self.before_job_s
+        summary["time_spent"] = self.time_spent()
         logging_seconds = (summary.get("wandb_seconds") or 0.0) + (
             summary.get("background_seconds", {}).get("wandb") or 0.0)
         share = 100 * logging_seconds / summary["wall_seconds"]
