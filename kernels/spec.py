@@ -34,7 +34,8 @@ A kernel module builds one `KernelSpec` named `SPEC`. The runner knows nothing e
   arguments `export_key` names and those named like a dim.
 - `prepare_output(inputs, out)`, for a kernel whose outputs are also read (one writing in place): fills
   `out` before each checked call, and before the timed calls on buffers placed anew, in place of the
-  NaN poison (runners/engine/replay.py: a tensor only written is poisoned, the others restored).
+  NaN poison (runners/engine/replay.py: a floating tensor only written is poisoned, the others
+  restored).
 - `reference_in_float64`: False for a reference that runs in the inputs' own dtypes (a replayed kernel's
   is the program's own config): it then gets the inputs as made, not upcast.
 - `sources`: texts that define the kernel besides its launcher's module (a replayed kernel: the
