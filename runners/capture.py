@@ -212,8 +212,9 @@ def unrunnable(spec, entries: dict) -> list[tuple]:
 
 
 def sweep_file(spec, spec_path: Optional[str], entries: dict, command: list[str], bucket: Optional[str],
-               name: str) -> str:
-    """The sweep file of one kernel: its captured shapes, their calls (summed over dtypes), the dtypes."""
+               name: str, notes: tuple = ()) -> str:
+    """The sweep file of one kernel: its captured shapes, their calls (summed over dtypes), the dtypes;
+    `notes`, comment lines of its own (a replayed kernel's)."""
     calls: dict[tuple, int] = {}
     for (shape, _), entry in entries.items():
         calls[shape] = calls.get(shape, 0) + entry["calls"]
@@ -227,11 +228,12 @@ def sweep_file(spec, spec_path: Optional[str], entries: dict, command: list[str]
              + f", dtypes {', '.join(dtypes)}; shapes by calls, most first.",
              "# The export weighs each shape by its calls (kernel.calls); every dtype is swept at every "
              "shape.",
+             *(f"# {note}" for note in notes),
              f"# to run (the file in sweeps/): python -m runners.sweep +sweep={name}",
              "defaults:", f"  - override /kernel: {kernel}", "  - override /timing: screen", "",
              "kernel:"]
     if spec_path:
-        lines.append(f"  spec: {spec_path}")
+        lines.append(f"  spec: {json.dumps(spec_path)}")
     lines += [f"  shapes: {json.dumps([list(s) for s in shapes])}",
               f"  calls: {json.dumps([calls[s] for s in shapes])}",
               f"  dtypes: {json.dumps(dtypes)}", ""]
@@ -247,33 +249,20 @@ def replay_file(out: Path, function: str, command: list[str]) -> Optional[Path]:
     target = f"{out}_launches.json#{function}"
     try:
         replay = Replay(Path(f"{out}_launches.json"), function, None)
-        calls = replay.calls()
+        spec, calls = replay.spec(), replay.calls()
     except ConfigError as error:
         print(f"not replayed: {str(error).removeprefix('kernel.spec: ')}")
         return None
     except Exception as error:  # a record nothing here foresaw: this kernel's loss, not the capture's
         print(f"not replayed: {function}: {type(error).__name__}: {error}")
         return None
-    by_shape: dict[tuple, int] = {}  # calls summed over dtypes, as for the kernels of a spec
-    for (shape, _), count in calls.items():
-        by_shape[shape] = by_shape.get(shape, 0) + count
-    shapes = sorted(by_shape, key=lambda s: -by_shape[s])
-    dtypes = sorted({dtype for _, dtype in calls})
     name = f"{out.name}_{replay.name}"
     path = out.parent / f"{name}.yaml"
-    lines = ["# @package _global_",
-             f"# Replayed by python -m runners.capture --replay from: {' '.join(command)}",
-             f"# {function}: {sum(by_shape.values())} calls at {len(shapes)} shapes (dims: "
-             f"{', '.join(replay.dims)}), dtypes {', '.join(dtypes)}; no spec: each launch is checked "
+    notes = (f"Replayed ({function}, dims {', '.join(replay.dims)}): no spec; each launch is checked "
              "against the program's own config (runners/engine/replay.py).",
-             "# TFLOPS: append ;flops=<expression of the dims> to kernel.spec.",
-             f"# to run (the file in sweeps/): python -m runners.sweep +sweep={name}",
-             "defaults:", "  - override /kernel: external", "  - override /timing: screen", "",
-             "kernel:", f"  spec: {json.dumps(PREFIX + target)}",
-             f"  shapes: {json.dumps([list(s) for s in shapes])}",
-             f"  calls: {json.dumps([by_shape[s] for s in shapes])}",
-             f"  dtypes: {json.dumps(dtypes)}", ""]
-    path.write_text("\n".join(lines))
+             "TFLOPS: append ;flops=<expression of the dims> to kernel.spec.")
+    entries = {key: {"calls": count} for key, count in calls.items()}
+    path.write_text(sweep_file(spec, PREFIX + target, entries, command, None, name, notes))
     print(f"replay: {function}: sweep file {path} ({len(calls)} shape(s) x dtype(s))")
     for why in sorted({why for why, _ in replay.left_out}):
         calls_left = sum(c for w, c in replay.left_out if w == why)

@@ -174,8 +174,10 @@ def sweep_files(out: Path) -> list[tuple[Path, str]]:
 
 
 def kernel_name(function: str) -> str:
-    """The replayed kernel's name (runners/engine/replay.py: the function's name, underscores stripped)."""
-    return function.rsplit(".", 1)[-1].strip("_") or "replayed"
+    """The replayed kernel's name, by the replay's own rule among the program's four kernels."""
+    from runners.engine.replay import kernel_name as named
+
+    return named(function, KERNELS)
 
 
 def search_options(launches: Path, function: str, budget: int, max_space: int) -> tuple[list[str], dict]:
