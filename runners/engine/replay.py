@@ -211,6 +211,8 @@ class Replay:
         self.dims = _dims(self.records)
         self.by_key = {(self.shape_of(record, index), launch_dtype(record)): index
                        for index, record in enumerate(self.records)}
+        # the arguments' signature -> its launch: found at every call, timed ones too
+        self.by_signature = {_signature(record): index for index, record in enumerate(self.records)}
         self.loaded: Optional[_Kernel] = None
         # launch index -> {position among the tensor arguments of one the program's config writes: whether
         # it is only written (poisoned before a checked call) rather than read too (restored)}
@@ -307,13 +309,11 @@ class Replay:
                 copy_storage(target, source)
 
     def _index_of(self, inputs: tuple) -> Optional[int]:
-        """The launch whose arguments these are: tensors by shape, dtype and strides, the other arguments
+        """The launch whose arguments these are: tensors by shape, strides and dtype, the other arguments
         by value."""
-        for index, record in enumerate(self.records):
-            args = [arg for _, arg in record["positional"] + record["keywords"]]
-            if len(args) == len(inputs) and all(_matches(x, arg) for x, arg in zip(inputs, args)):
-                return index
-        return None
+        return self.by_signature.get(tuple(
+            (tuple(x.shape), tuple(x.stride()), str(x.dtype).replace("torch.", ""))
+            if isinstance(x, torch.Tensor) else x for x in inputs))
 
     def launch(self, inputs: tuple, out, config) -> None:
         index = self._index_of(inputs)
@@ -321,8 +321,11 @@ class Replay:
             raise ValueError(f"{self.function}: inputs of no recorded launch")
         record = self.records[index]
         outputs = out if isinstance(out, tuple) else (out,)
-        for position in self.counters.get(index, ()):  # an integer tensor it writes: restored, every call
-            copy_storage(outputs[position], [x for x in inputs if isinstance(x, torch.Tensor)][position])
+        counters = self.counters.get(index)
+        if counters:  # an integer tensor it writes: restored, every call
+            tensors = [x for x in inputs if isinstance(x, torch.Tensor)]
+            for position in counters:
+                copy_storage(outputs[position], tensors[position])
         tensors = iter(outputs)
         values = [next(tensors) if isinstance(x, torch.Tensor) else x for x in inputs]
         self._call(record, values, config)
@@ -512,11 +515,10 @@ def _rebuilt(arg: dict, seed: int, device):
     return tensor
 
 
-def _matches(x, arg: dict) -> bool:
-    if not isinstance(x, torch.Tensor):
-        return arg["kind"] != "tensor" and x == arg["value"]
-    return (arg["kind"] == "tensor" and list(x.shape) == arg["shape"] and list(x.stride()) == arg["stride"]
-            and str(x.dtype).replace("torch.", "") == arg["dtype"])
+def _signature(record: dict) -> tuple:
+    """A launch's arguments as Replay._index_of reads them from a call's."""
+    return tuple((tuple(arg["shape"]), tuple(arg["stride"]), arg["dtype"]) if arg["kind"] == "tensor"
+                 else arg["value"] for _, arg in record["positional"] + record["keywords"])
 
 
 def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
