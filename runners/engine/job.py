@@ -198,9 +198,8 @@ class Job:
         for name in SPENT:
             spent[name] += result.get(name) or 0.0
         if phase == "final":  # a group's finalists are timed in one loop: each row reports all of it
-            group = self.final_loops.setdefault((trial.shape, trial.dtype), 0.0)
-            self.final_loops[(trial.shape, trial.dtype)] = max(group, result.get("measure_s") or 0.0)
-            spent["measure_s"] = sum(self.final_loops.values())
+            group = (trial.shape, trial.dtype)
+            self.final_loops[group] = max(self.final_loops.get(group, 0.0), result.get("measure_s") or 0.0)
         self.outputs.row(trial, row, trial.label + (" (finalist)" if phase == "final" else ""))
         if phase == "screen":
             self.plan.search.tell(trial, result)
@@ -289,6 +288,8 @@ class Job:
         took, the pool's compile seconds over its processes, and the seconds in the timer's loops (the
         GPU busy with kernels, flushes and holds). Printed; kept in summary.json."""
         spent = {phase: dict(values) for phase, values in self.spent.items()}
+        if "final" in spent:
+            spent["final"]["measure_s"] = sum(self.final_loops.values())
         processes = max(self.plan.compilers, 1) if self.plan else 1
         for name, phase in (("trials", "screen"), ("finalists", "final")):
             if phase in spent and self.phases.get(name):
