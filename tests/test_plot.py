@@ -163,3 +163,18 @@ def test_a_heatmap_of_many_shapes_is_one_summary_panel_per_dtype(tmp_path, capsy
     monkeypatch.setattr(plots, "MAX_PANELS", len(shapes))  # at the cap: the small multiples, as before
     drawn.clear()
     assert _plot(capsys, tmp_path)[0] == 0 and not drawn
+
+
+def test_a_heatmap_cell_holds_the_best_config_with_its_two_values():
+    """Two configs share a (num_warps, BLOCK_SIZE) cell, apart in num_stages: the cell shows the faster
+    (100% of the best), as the plot's title says; it showed the slower (50%) before."""
+    import pandas as pd
+
+    ours = pd.DataFrame({"id": [1, 2, 3], "trial_key": ["a", "b", "c"], "phase": ["screen"] * 3,
+                         "p50_us": [10.0, 20.0, 40.0],
+                         "config": ['{"num_warps": 4, "BLOCK_SIZE": 1024, "num_stages": 1}',
+                                    '{"num_warps": 4, "BLOCK_SIZE": 1024, "num_stages": 2}',
+                                    '{"num_warps": 8, "BLOCK_SIZE": 1024, "num_stages": 1}']})
+    cells = [(4, 1024), (8, 1024), (8, 2048)]
+    values = plots._percent_of_best(ours, cells, ("num_warps", "BLOCK_SIZE"))
+    assert values[:2] == [100.0, 25.0] and np.isnan(values[2])

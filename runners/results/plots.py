@@ -210,16 +210,10 @@ def heatmap(frame: pd.DataFrame, kernel: str, path: Path, x: Optional[str] = Non
     fig = _figure(max(4.5, 0.9 * len(x_values) + 2.5) * columns, max(3.5, 0.5 * len(y_values) + 2) * lines)
     axes = np.atleast_1d(fig.subplots(lines, columns, squeeze=False)).ravel()
     image = None
+    cells = [(y_value, x_value) for y_value in y_values for x_value in x_values]
     for ax, ((_, dtype, shape), ours, best) in zip(axes, panels):
-        ours = _newest(ours)
-        grid = np.full((len(y_values), len(x_values)), np.nan)
-        best_p50 = ours["p50_us"].min()
-        for config, p50 in zip(ours["config"], ours["p50_us"]):
-            config = json.loads(config)
-            if config.get(x) not in x_values or config.get(y) not in y_values:
-                continue  # a config without one of the two meta-parameters
-            cell = (y_values.index(config[y]), x_values.index(config[x]))
-            grid[cell] = np.nanmin([grid[cell], 100 * best_p50 / p50])  # the best over other meta-parameters
+        best_p50 = _newest(ours)["p50_us"].min()
+        grid = np.array(_percent_of_best(ours, cells, (y, x))).reshape(len(y_values), len(x_values))
         image = ax.imshow(np.ma.masked_invalid(grid), cmap="viridis", vmin=0, vmax=100, origin="lower",
                           aspect="auto")
         for (i, j), value in np.ndenumerate(grid):
