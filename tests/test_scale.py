@@ -198,7 +198,8 @@ def test_finalists_and_baselines_are_retimed_together_and_the_report_uses_them(t
     result = run_sweep(tmp_path, "kernel=vector_add", "kernel.shapes=[1000,3000]",
                        "kernel.space.num_warps=[2,4]", "kernel.space.BLOCK_SIZE=[1024,2048,4096]",
                        "finalists.top_k=3", "finalists.min_samples=6", "finalists.min_time_s=0",
-                       "finalists.max_time_s=0.2", "sweep_id=fin", "kernel.baselines=[torch]")
+                       "finalists.max_time_s=0.2", "finalists.screen_margin=100",  # the top 3 however far
+                       "sweep_id=fin", "kernel.baselines=[torch]")
     store = ResultStore(tmp_path / "results.sqlite")
     rows = store.load(sweep_id="fin")
     store.close()

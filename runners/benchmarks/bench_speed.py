@@ -5,6 +5,7 @@
     python -m runners.benchmarks.bench_speed search                  # Optuna and random vs the grid
     python -m runners.benchmarks.bench_speed gpus                    # throughput on 1 GPU vs all visible
     python -m runners.benchmarks.bench_speed startup [OVERRIDES...]  # where a sweep's start and finish go
+    python -m runners.benchmarks.bench_speed firstcall [--kernel softmax]   # where a config's first call goes
 
 autotune: the same kernel, the same list of configs, each side with a fresh Triton cache of its own:
   theirs = the first call of @triton.autotune over triton.Configs of the same list, in a fresh process
@@ -354,22 +355,100 @@ def bench_startup(overrides: list[str]) -> None:
     print("\n".join(lines))
 
 
+def bench_first_call(kernel: str, top: int = 25) -> None:
+    """The GPU worker's first call of each config of `kernel`'s default shapes and space, its binary
+    built beforehand by a compile process as the pool builds it (TRITON_CACHE_DIR: cold or warm, the
+    caller's choice), each first call timed and profiled in this process; then each baseline's first
+    call. Prints the seconds and the profile of the Triton first calls (cumulative, then own time)."""
+    import cProfile
+    import multiprocessing
+    import pstats
+
+    import torch
+    import triton
+
+    from runners.engine import compile_pool
+    from runners.engine.specs import load_spec
+    from runners.engine.trial import TRITON_PROVIDER, Trial
+    from runners.engine.worker import ShapeCache, timed_call
+    from runners.measure.device import cuda_timer
+    from runners.measure.stop_rule import StopRule
+
+    spec = load_spec(kernel, None)
+    dtype = spec.default_dtypes[0]
+    trials = [Trial(kernel, TRITON_PROVIDER, tuple(shape), dtype, config)
+              for shape in spec.default_shapes for config in _configs(spec.space)
+              if not spec.constraints(tuple(shape), dtype, config)]
+    device = torch.device("cuda", 0)
+    torch.cuda.set_device(device)
+    target = triton.runtime.driver.active.get_current_target()
+    target = (target.backend, target.arch, target.warp_size)
+    parent, child = multiprocessing.get_context("spawn").Pipe()
+    compiler = multiprocessing.get_context("spawn").Process(
+        target=compile_pool._compile_main, args=(child, kernel, None))
+    began = time.perf_counter()
+    compiler.start()
+    parent.recv()  # ready
+    compile_s = []
+    for trial in trials:
+        parent.send(compile_pool.compile_request(trial, target))
+        compile_s.append(parent.recv()[1]["compile_s"])
+    parent.send(None)
+    compiler.join()
+    print(f"{len(trials)} configs of {kernel} {dtype} built by a compile process in "
+          f"{time.perf_counter() - began:.1f} s (compiles {sum(compile_s):.1f} s, median "
+          f"{sorted(compile_s)[len(compile_s) // 2]:.3f})", flush=True)
+    timer = cuda_timer(0, StopRule(min_samples=10, rel_precision=0.02, max_time_s=0.05), 0.005)
+    cache = ShapeCache(spec, 0, device)
+    profile = cProfile.Profile()
+    first, measured = [], []
+    for trial in trials:
+        inputs, _, _ = cache.get(trial, with_bound=False)  # once a shape: not the first call's
+        torch.cuda.synchronize()
+        called = time.perf_counter()
+        profile.enable()
+        run, out = timed_call(spec, trial, inputs)
+        run()
+        torch.cuda.synchronize()
+        profile.disable()
+        first.append(time.perf_counter() - called)
+        measured.append(timer.measure(run).measure_s)
+    print(f"Triton first calls: {sum(first):.2f} s over {len(first)} configs (first three "
+          f"{', '.join(f'{s:.3f}' for s in first[:3])}; median {sorted(first)[len(first) // 2]:.3f}; max "
+          f"{max(first):.3f}); their screening measurements {sum(measured):.2f} s", flush=True)
+    for name, baseline in spec.baselines.items():
+        for shape in spec.default_shapes:
+            inputs, _, _ = cache.get(Trial(kernel, name, tuple(shape), dtype, {}), with_bound=False)
+            called = time.perf_counter()
+            baseline(inputs)
+            torch.cuda.synchronize()
+            print(f"baseline {name} {shape}: first call {time.perf_counter() - called:.3f} s", flush=True)
+    stats = pstats.Stats(profile)
+    stats.sort_stats("cumulative").print_stats(top)
+    stats.sort_stats("tottime").print_stats(top)
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("what", choices=["autotune", "search", "gpus", "startup"])
+    parser.add_argument("what", choices=["autotune", "search", "gpus", "startup", "firstcall"])
     parser.add_argument("overrides", nargs="*", help="startup: the sweep's overrides (default: the README's)")
-    parser.add_argument("--kernel", choices=sorted(CASES), action="append")
+    parser.add_argument("--kernel", action="append",
+                        help=f"autotune: of {sorted(CASES)}; firstcall: a built-in kernel (default softmax)")
     parser.add_argument("--gpus", type=int, action="append",
                         help="gpus: these GPU counts only (default 1 and all)")
     args = parser.parse_args(argv)
     if args.overrides and args.what != "startup":
         parser.error(f"overrides: only the startup benchmark takes them, not {args.what}")
+    if args.what == "autotune" and not set(args.kernel or []) <= set(CASES):
+        parser.error(f"--kernel: autotune's cases are {sorted(CASES)}")
     if args.what == "autotune":
         bench_autotune(args.kernel or ["matmul", "softmax", "slow_import"])
     elif args.what == "search":
         bench_search()
     elif args.what == "gpus":
         bench_gpus(args.gpus)
+    elif args.what == "firstcall":
+        bench_first_call((args.kernel or ["softmax"])[0])
     else:
         bench_startup(args.overrides)
 

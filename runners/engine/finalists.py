@@ -14,6 +14,18 @@ The tie rule (stated in the message of every finalist row):
   then num_warps, then product of its BLOCK sizes, then the lowest p50. Fewer stages, warps and
   smaller tiles leave shared memory and registers to other kernels and compile faster, at no
   measurable cost at the measured shape.
+
+What they cost (issue 33):
+- Who: the top_k configs by screened p50 among those within screen_margin of the screened best (at
+  least two: the winner is always re-timed against a runner-up). On 448 (shape, dtype) groups of H100
+  export and README sweeps the config chosen had screened at most 2.6% over the screened best and a
+  tied finalist at most 8.6%; the default margin is 10% (BENCHMARKS.md, 2026-11-25).
+- How long: each block of rounds (a repetition) stops once every median is known to the rule's
+  precision, or earlier, after its min_samples and min_time_s, once the decision is settled on all the
+  rounds so far (`settled`): every finalist either slower than the fastest beyond the tie floor or
+  within it, by the same interval the tie rule reads. The test is repeated as the rounds come in, so a
+  finalist whose true difference sits near the floor can be settled either way on a lucky stretch more
+  often than 5% of the time: the rule's promise is the floor's, not the interval's level.
 """
 from __future__ import annotations
 
@@ -66,6 +78,23 @@ def decide(configs: list[dict], samples_us: list[Sequence[float]], tie_floor: fl
     return decisions
 
 
+def settled(samples_us: list[Sequence[float]], tie_floor: float) -> bool:
+    """Whether more rounds would leave every tie verdict as it is: for each finalist other than the
+    fastest, the 95% interval of its paired differences from the fastest lies wholly above tie_floor x
+    p50(fastest) (slower) or wholly below it (tied). Round-paired samples, as decide() takes them."""
+    p50s = [float(np.median(s)) for s in samples_us]
+    fastest = int(np.argmin(p50s))
+    floor_us = tie_floor * p50s[fastest]
+    for index, samples in enumerate(samples_us):
+        if index == fastest:
+            continue
+        n = min(len(samples), len(samples_us[fastest]))
+        low, high = median_interval(np.asarray(samples[:n]) - np.asarray(samples_us[fastest][:n]))
+        if low <= floor_us < high:
+            return False
+    return True
+
+
 def winner(rows: pd.DataFrame):
     """Index of the winning row of one (kernel, dtype, shape): the finalist chosen in the newest round
     of finalists if there was one, else the lowest p50."""
@@ -75,10 +104,12 @@ def winner(rows: pd.DataFrame):
     return rows["p50_us"].idxmin()
 
 
-def finalist_groups(frame: pd.DataFrame, trials: list, measured_groups: set, top_k: int) -> list[list]:
+def finalist_groups(frame: pd.DataFrame, trials: list, measured_groups: set, top_k: int,
+                    screen_margin: float) -> list[list]:
     """The trials to re-time, one group a (shape, dtype) this job measured: the top_k configs of ours by
-    screened p50 (each trial's newest ok row of the job's rows in `frame`), then the baselines that were
-    ok there. None where top_k < 2 or a group would have fewer than 2 configs."""
+    screened p50 (each trial's newest ok row of the job's rows in `frame`) among those within
+    screen_margin of the best, and the runner-up wherever it is, then the baselines that were ok there.
+    None where top_k < 2 or a group would have fewer than 2 configs."""
     if top_k < 2 or not measured_groups:
         return []
     by_key = {t.key: t for t in trials}
@@ -86,7 +117,9 @@ def finalist_groups(frame: pd.DataFrame, trials: list, measured_groups: set, top
     ours = ok[ok["provider"] == TRITON_PROVIDER]
     groups = []
     for (shape, dtype), rows in ours.groupby(["shape", "dtype"], sort=False):
-        finalists = [by_key[k] for k in rows.nsmallest(top_k, "p50_us")["trial_key"] if k in by_key]
+        ranked = rows.nsmallest(top_k, "p50_us")
+        near = ranked[ranked["p50_us"] <= (1 + screen_margin) * ranked["p50_us"].iloc[0]]
+        finalists = [by_key[k] for k in ranked["trial_key"].iloc[:max(len(near), 2)] if k in by_key]
         if len(finalists) >= 2 and (finalists[0].shape, finalists[0].dtype) in measured_groups:
             beside = ok[(ok["provider"] != TRITON_PROVIDER) & (ok["shape"] == shape) & (ok["dtype"] == dtype)]
             groups.append(finalists + [by_key[k] for k in beside["trial_key"] if k in by_key])

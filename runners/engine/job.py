@@ -260,12 +260,13 @@ class Job:
 
         final = self.cfg.finalists
         groups = finalist_groups(self.store.load(sweep_id=self.sweep_id, kernel=self.plan.trials[0].kernel),
-                                 self.plan.trials, self.measured_groups, final.top_k)
+                                 self.plan.trials, self.measured_groups, final.top_k, final.screen_margin)
         if not groups:
             return 0
         print(f"re-timing the top {final.top_k} of {len(groups)} (shape, dtype) group(s) round-robin, "
               "with their baselines")
-        self.scheduler.run_finalists(groups, StopRule.of(final), on_finalists(self.record, final.tie_floor))
+        self.scheduler.run_finalists(groups, StopRule.of(final), final.tie_floor,
+                                     on_finalists(self.record, final.tie_floor))
         return len(groups)
 
     # --- finish --------------------------------------------------------------------------------------

@@ -65,6 +65,7 @@ class Scheduler:
         self._starting = False
         self._on_finalists: Optional[Callable] = None
         self._final_rule = None  # the finalists' StopRule
+        self._tie_floor = 0.0
         self.pool_compile_s: list[float] = []  # seconds of each compile in the pool, this job
         self.gpu_compile_s: list[float] = []  # first-call seconds of each config a GPU worker compiled
         self.gpu_compiled: set[str] = set()  # keys of the configs GPU workers compiled themselves
@@ -132,12 +133,13 @@ class Scheduler:
         self.compiling.difference_update(t.key for t in dropped)
         self._drive()
 
-    def run_finalists(self, groups: list[list[Trial]], rule, on_result: Callable) -> None:
+    def run_finalists(self, groups: list[list[Trial]], rule, tie_floor: float, on_result: Callable) -> None:
         """Re-time each group (the finalists of one (shape, dtype)) interleaved on one GPU worker
-        until `rule` (a StopRule) holds; on_result(worker, trials, results) for each group."""
+        until `rule` (a StopRule) holds or the ties at tie_floor are settled; on_result(worker, trials,
+        results) for each group."""
         self.deadline = float("inf")
         self.finalist_groups.extend(groups)
-        self._final_rule, self._on_finalists = rule, on_result
+        self._final_rule, self._tie_floor, self._on_finalists = rule, tie_floor, on_result
         self._drive()
 
     # --- the loop ---------------------------------------------------------------------------
@@ -243,8 +245,8 @@ class Scheduler:
         self.last_group[id(worker)] = (trials[0].shape, trials[0].dtype)
         # Each finalist was already timed once; the round-robin re-timing gets that long per finalist.
         timeout_s = self.trial_timeout_s * len(trials)
-        return (("finalists", trials, self.peaks, self._final_rule), ("finalists", trials), timeout_s,
-                f"re-timing {len(trials)} finalists at {trials[0].label}")
+        message = ("finalists", trials, self.peaks, self._final_rule, self._tie_floor)
+        return message, ("finalists", trials), timeout_s, f"re-timing {len(trials)} finalists at {trials[0].label}"
 
     def _deliver(self, worker: WorkerProcess, task, answer, lost: Optional[WorkerLost]) -> None:
         if task == "start":

@@ -105,8 +105,9 @@ class CompileConf:
 
 @dataclass
 class FinalistsConf(StopRule):
-    """The top_k configs of each (shape, dtype) re-timed round-robin on one GPU until the stopping rule
-    holds for each (min_samples is rounds: one sample of each finalist a round); ties and the choice
+    """The top_k configs of each (shape, dtype) within screen_margin of the screened best (at least two)
+    re-timed round-robin on one GPU until the stopping rule holds for each, or the decision is settled
+    (min_samples is rounds: one sample of each finalist a round); ties, the choice and what they cost
     follow runners/engine/finalists.py. top_k 0 or 1: no finalists. The rounds are taken in
     `repetitions` blocks, each on buffers placed anew: the winners' and baselines' between-run noise,
     which runners/compare.py judges a change by."""
@@ -116,11 +117,15 @@ class FinalistsConf(StopRule):
     repetitions: int = 5
     top_k: int = 8
     tie_floor: float = 0.005  # differences below this share of the fastest p50 are ties
+    screen_margin: float = 0.10  # finalists screened within this share of the screened best
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.top_k < 0 or self.tie_floor < 0:
             raise StopRuleError(f"top_k: {self.top_k} and tie_floor: {self.tie_floor} must be >= 0")
+        if self.screen_margin < 0:
+            raise StopRuleError(f"screen_margin: {self.screen_margin} must be >= 0 (0.10: within 10% of "
+                                "the screened best)")
 
 
 @dataclass

@@ -103,19 +103,27 @@ class Placements:
         self.held.clear()
 
 
-def measure_repetitions(timer, calls_at: Callable[[int], list], rule, placements: Placements) -> list:
+def measure_repetitions(timer, calls_at: Callable[[int], list], rule, placements: Placements,
+                        settled: Optional[Callable[[list], bool]] = None) -> list:
     """Time calls_at(r)'s calls round-robin in rule.repetitions blocks, r = 0 on the buffers the gate
-    checked, each later one on buffers placed anew; one pooled Measurement a call (timing.pooled)."""
+    checked, each later one on buffers placed anew; one pooled Measurement a call (timing.pooled).
+    `settled`: a block also stops once it holds for each call's samples of all blocks so far."""
     from runners.measure.timing import pooled
 
     if rule.repetitions <= 1:
-        return timer.measure_interleaved(calls_at(0), rule)
+        return timer.measure_interleaved(calls_at(0), rule, settled=settled)
     block = rule.per_repetition()
     blocks = []
+
+    def settled_so_far(samples: list) -> bool:
+        return settled([[s for m in blocks for s in m[i].samples_s] + block_samples
+                        for i, block_samples in enumerate(samples)])
+
     try:
         for r in range(rule.repetitions):
             # Repetitions after the first: binaries loaded, one call each touches the new buffers.
-            blocks.append(timer.measure_interleaved(calls_at(r), block, warmup_s=None if r == 0 else 0.0))
+            blocks.append(timer.measure_interleaved(calls_at(r), block, warmup_s=None if r == 0 else 0.0,
+                                                    settled=settled_so_far if settled else None))
             placements.keep_or_release()
     finally:
         placements.release()
@@ -178,10 +186,15 @@ def timed_call(spec, trial: Trial, inputs: tuple, placements: Optional[Placement
     return (lambda: baseline(inputs)), None
 
 
-def run_finalists(spec, trials: list[Trial], cache: ShapeCache, timer, peaks: dict, rule) -> list[dict]:
+def run_finalists(spec, trials: list[Trial], cache: ShapeCache, timer, peaks: dict, rule,
+                  tie_floor: float) -> list[dict]:
     """Re-time trials of one (shape, dtype) that already passed the gate (configs of ours, and the
-    baselines beside them), interleaved round-robin with the L2 flush before every call; one row
-    fragment per trial (or one failure for all)."""
+    baselines beside them), interleaved round-robin with the L2 flush before every call, until `rule`
+    holds or the ties of ours at tie_floor are settled (runners/engine/finalists.py); one row fragment
+    per trial (or one failure for all)."""
+    from runners.engine.finalists import settled
+
+    ours = [i for i, trial in enumerate(trials) if trial.provider == TRITON_PROVIDER]
     try:
         inputs, _, _ = cache.get(trials[0], with_bound=False)
         placements = Placements(cache.device)
@@ -192,7 +205,8 @@ def run_finalists(spec, trials: list[Trial], cache: ShapeCache, timer, peaks: di
             placed = tuple(placements.place(x) for x in inputs)  # one placement for the whole round
             return [timed_call(spec, trial, placed, placements)[0] for trial in trials]
 
-        measurements = measure_repetitions(timer, calls_at, rule, placements)
+        measurements = measure_repetitions(timer, calls_at, rule, placements,
+                                           lambda samples: settled([samples[i] for i in ours], tie_floor))
         return [measured_fields(spec, trial, m, peaks) for trial, m in zip(trials, measurements)]
     except Exception as error:
         return [_failure(error, first_launch_done=True)]
@@ -341,8 +355,8 @@ def _worker_main(conn, backend: str, kernel_name: str, spec_path: Optional[str],
             if result.get("sticky"):
                 return  # the CUDA context is unusable; the parent replaces this worker
         elif kind == "finalists":
-            trials, peaks, final_rule = payload
-            results = run_finalists(spec, trials, cache, timer, peaks, final_rule)
+            trials, peaks, final_rule, tie_floor = payload
+            results = run_finalists(spec, trials, cache, timer, peaks, final_rule, tie_floor)
             conn.send(("finalists", results))
             if results[0].get("sticky"):
                 return

@@ -19,6 +19,9 @@ from typing import Optional, Sequence
 
 STOP_CONVERGED = "converged"
 STOP_TIMEOUT = "timeout"
+# Finalists: the decision their rounds feed (runners/engine/finalists.py: settled) is known before every
+# median reaches the rule's precision.
+STOP_SETTLED = "settled"
 TAIL_95 = 0.025  # each tail of a two-sided 95% interval
 # The exact 95% interval of the median exists from 6 values on (min to max covers 1 - 2 / 2^n: 96.9% at
 # n = 6, 93.8% at n = 5); up to 8 values it spans the whole sample.

@@ -36,7 +36,7 @@ import numpy as np
 import triton
 import triton.language as tl
 
-from runners.measure.stop_rule import STOP_CONVERGED, STOP_TIMEOUT, StopRule, median_precision
+from runners.measure.stop_rule import STOP_CONVERGED, STOP_SETTLED, STOP_TIMEOUT, StopRule, median_precision
 
 
 # What produced a row's samples (the store's `timing_method`, part of the resume key): the kernel's
@@ -114,12 +114,14 @@ class Measurement:
 
 def pooled(blocks: Sequence[Measurement]) -> Measurement:
     """One measurement of a call from its repetitions: every sample kept, the median of each block
-    beside them; converged only if every block converged; clocks from the first and the last."""
+    beside them; converged only if every block converged, timeout if one did, else settled; clocks from
+    the first and the last."""
     events = [e for m in blocks for e in (m.event_samples_s or [])]
     counts = [m.kernels_per_call for m in blocks if m.kernels_per_call is not None]
     return Measurement(
         samples_s=[s for m in blocks for s in m.samples_s],
-        stop_reason=STOP_CONVERGED if all(m.stop_reason == STOP_CONVERGED for m in blocks) else STOP_TIMEOUT,
+        stop_reason=next((reason for reason in (STOP_TIMEOUT, STOP_SETTLED)
+                          if any(m.stop_reason == reason for m in blocks)), STOP_CONVERGED),
         method=blocks[0].method, event_samples_s=events or None,
         kernels_per_call=float(np.median(counts)) if counts else None,
         measure_s=sum(m.measure_s for m in blocks), sm_clock_start_mhz=blocks[0].sm_clock_start_mhz,
@@ -149,10 +151,17 @@ def _rotated(count: int, round_index: int) -> list[int]:
     return list(range(first, count)) + list(range(first))
 
 
-def _stop_reasons(rule: StopRule, samples: list[list[float]], elapsed_s: float) -> Optional[list[str]]:
-    """Each function's stop reason once the rule holds for all of them, else None."""
+def _stop_reasons(rule: StopRule, samples: list[list[float]], elapsed_s: float,
+                  settled: Optional[Callable[[list[list[float]]], bool]] = None) -> Optional[list[str]]:
+    """Each function's stop reason once the rule holds for all of them, else None; with `settled` (a
+    test of the samples so far), also once min_samples and min_time_s are reached and it holds."""
     reasons = [rule.check(s, elapsed_s) for s in samples]
-    return None if None in reasons else reasons
+    if None not in reasons:
+        return reasons
+    if (settled is not None and elapsed_s >= rule.min_time_s
+            and min(map(len, samples)) >= rule.min_samples and settled(samples)):
+        return [STOP_SETTLED] * len(samples)
+    return None
 
 
 # --- the clean flush -------------------------------------------------------------------------
@@ -323,10 +332,12 @@ class CudaTimer:
         return self.measure_interleaved([fn], rule)[0]
 
     def measure_interleaved(self, fns: Sequence[Callable[[], object]], rule: Optional[StopRule] = None,
-                            warmup_s: Optional[float] = None) -> list[Measurement]:
+                            warmup_s: Optional[float] = None,
+                            settled: Optional[Callable[[list[list[float]]], bool]] = None) -> list[Measurement]:
         """Time several functions round-robin (finalists), one sample of each per round, until `rule`
-        holds for every one of them. Interleaving exposes all of them to the same clocks, temperature
-        and neighbours; the order rotates every round so that none always runs first after the hold.
+        holds for every one of them (or `settled` does: _stop_reasons). Interleaving exposes all of
+        them to the same clocks, temperature and neighbours; the order rotates every round so that none
+        always runs first after the hold.
         warmup_s: instead of the timer's (0: one call each, for a repetition whose binaries are loaded)."""
         torch = self._torch
         rule = rule or self.rule
@@ -343,7 +354,7 @@ class CudaTimer:
             rounds = next_batch_rounds(rule, samples, time.perf_counter() - sampling_began)
             host_seconds_per_call = self._sample_batch(fns, rounds, host_seconds_per_call, samples,
                                                        event_samples, activities)
-            reasons = _stop_reasons(rule, samples, time.perf_counter() - sampling_began)
+            reasons = _stop_reasons(rule, samples, time.perf_counter() - sampling_began, settled)
             if reasons:
                 clock_end = self.read_sm_clock()
                 measure_s = time.perf_counter() - began
@@ -412,7 +423,8 @@ class InterpreterTimer:
         return self.measure_interleaved([fn], rule)[0]
 
     def measure_interleaved(self, fns: Sequence[Callable[[], object]], rule: Optional[StopRule] = None,
-                            warmup_s: Optional[float] = None) -> list[Measurement]:
+                            warmup_s: Optional[float] = None,
+                            settled: Optional[Callable[[list[list[float]]], bool]] = None) -> list[Measurement]:
         rule = rule or self.rule
         began = time.perf_counter()
         for fn in fns:
@@ -425,7 +437,7 @@ class InterpreterTimer:
                     start = time.perf_counter()
                     fns[index]()
                     samples[index].append(time.perf_counter() - start)
-            reasons = _stop_reasons(rule, samples, time.perf_counter() - sampling_began)
+            reasons = _stop_reasons(rule, samples, time.perf_counter() - sampling_began, settled)
             if reasons:
                 measure_s = time.perf_counter() - began
                 return [Measurement(s, r, METHOD_WALL, measure_s=measure_s) for s, r in zip(samples, reasons)]

@@ -1,0 +1,99 @@
+"""The finalists' cost rules (runners/engine/finalists.py): who is re-timed (the screen margin) and when a
+block of rounds stops (settled), against the full-precision rule they replace, on draws with more noise
+than the paired interval assumes: heavy tails, a clock shared by each round, a placement offset per
+repetition."""
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from runners.engine.finalists import decide, finalist_groups, settled
+from runners.engine.trial import TRITON_PROVIDER, Trial
+from runners.measure.stop_rule import STOP_SETTLED, StopRule
+from runners.measure.timing import _stop_reasons, next_batch_rounds
+
+FLOOR = 0.005  # the default tie floor
+
+
+def _rounds(rng, differences, count, noise=0.005, tail=0.0):
+    """`count` rounds of round-paired samples (us) of configs slower than the first by `differences`."""
+    clock = np.exp(rng.normal(0, noise, count))  # shared by the round: cancels in the pairs
+    own = np.exp(rng.normal(0, noise, (len(differences), count)))
+    slow = np.where(rng.random((len(differences), count)) < tail, 1.3, 1.0)  # a heavy tail
+    return [list(10.0 * (1 + d) * clock * own[i] * slow[i]) for i, d in enumerate(differences)]
+
+
+def test_settled_says_when_every_verdict_is_clear():
+    rng = np.random.default_rng(0)
+    assert settled(_rounds(rng, [0.0, 0.05, 0.2], 40), FLOOR)  # both clearly slower
+    assert settled(_rounds(rng, [0.0, 0.0], 400, noise=0.001), FLOOR)  # clearly within the floor
+    assert not settled(_rounds(rng, [0.0, 0.05, FLOOR], 40), FLOOR)  # one sits on the floor
+    assert not settled(_rounds(rng, [0.0, 0.05], 5), FLOOR)  # too few rounds for an interval
+
+
+def _finalists(rng, differences, noise, tail, sequential, repetitions=5):
+    """The finalists' blocks as the worker takes them (batches of next_batch_rounds, the default rule's
+    block, a placement offset per block and config), stopping on the rule or, if `sequential`, once
+    settled; returns (tie verdicts of the slower configs, rounds taken)."""
+    block = StopRule(min_samples=20, min_time_s=0.02, rel_precision=0.005, max_time_s=0.5,
+                     repetitions=repetitions).per_repetition()
+    taken = [[] for _ in differences]
+    for _ in range(repetitions):
+        placed = np.exp(rng.normal(0, 0.003, len(differences)))
+        samples, elapsed = [[] for _ in differences], 0.0
+        while True:
+            rounds = next_batch_rounds(block, samples, elapsed)
+            for i, new in enumerate(_rounds(rng, differences, rounds, noise, tail)):
+                samples[i] += list(placed[i] * np.asarray(new))
+            elapsed += rounds * len(differences) * 40e-6  # a flush and a 10 us kernel a call
+            test = (lambda s: settled([a + b for a, b in zip(taken, s)], FLOOR)) if sequential else None
+            if _stop_reasons(block, samples, elapsed, test):
+                break
+        taken = [a + b for a, b in zip(taken, samples)]
+    decisions = decide([{"num_warps": 2 ** i} for i in range(len(differences))], taken, FLOOR)
+    return [d["tie"] for d in decisions[1:]], len(taken[0])
+
+
+@pytest.mark.parametrize("difference", [0.0, FLOOR / 2, 4 * FLOOR])
+def test_a_settled_stop_gives_the_verdicts_of_the_full_rule_in_fewer_rounds(difference):
+    """Noise 2% a sample with 5% of samples 30% slow: the full rule mostly runs to its cap. The tie rates
+    of the two stops agree within 0.1 (200 draws each), and the settled stop takes fewer rounds where
+    the verdict is clear."""
+    rng = np.random.default_rng(7)
+    runs = {sequential: [_finalists(rng, [0.0, difference, 0.1], 0.02, 0.05, sequential) for _ in range(200)]
+            for sequential in (False, True)}
+    tie_rate = {s: np.mean([ties[0] for ties, _ in r]) for s, r in runs.items()}
+    rounds = {s: np.mean([n for _, n in r]) for s, r in runs.items()}
+    assert abs(tie_rate[True] - tie_rate[False]) <= 0.1
+    assert (tie_rate[True] >= 0.9) if difference <= FLOOR / 2 else (tie_rate[True] <= 0.05)
+    assert all(not ties[1] for r in runs.values() for ties, _ in r)  # 10% slower: never tied
+    if difference == 4 * FLOOR:
+        assert rounds[True] < 0.8 * rounds[False]
+
+
+def _screened(p50s: dict) -> tuple[pd.DataFrame, list]:
+    trials = [Trial("k", TRITON_PROVIDER, (64,), "float16", {"num_warps": w}) for w in p50s]
+    frame = pd.DataFrame([{"id": i, "trial_key": t.key, "status": "ok", "provider": TRITON_PROVIDER,
+                           "shape": json.dumps([64]), "dtype": "float16", "p50_us": p50s[t.config["num_warps"]]}
+                          for i, t in enumerate(trials)])
+    return frame, trials
+
+
+@pytest.mark.parametrize("p50s, expected", [
+    ({1: 10.0, 2: 10.2, 4: 10.9, 8: 12.0, 16: 30.0}, [1, 2, 4]),  # within 10% of the best
+    ({1: 10.0, 2: 15.0, 4: 30.0}, [1, 2]),  # a clear winner still meets its runner-up
+    ({w: 10.0 + 0.01 * w for w in (1, 2, 4, 8, 16, 32)}, [1, 2, 4]),  # top_k caps the near ones
+])
+def test_finalists_are_the_top_k_within_the_screen_margin(p50s, expected):
+    frame, trials = _screened(p50s)
+    (group,) = finalist_groups(frame, trials, {((64,), "float16")}, top_k=3, screen_margin=0.10)
+    assert [t.config["num_warps"] for t in group] == expected
+
+
+def test_a_settled_block_says_so_and_keeps_its_minimum():
+    samples = _rounds(np.random.default_rng(3), [0.0, 0.3], 20, noise=0.05)
+    rule = StopRule(min_samples=20, min_time_s=0.0, rel_precision=0.001, max_time_s=10.0)
+    assert _stop_reasons(rule, samples, 0.01, lambda s: settled(s, FLOOR)) == [STOP_SETTLED] * 2
+    assert _stop_reasons(rule, [s[:19] for s in samples], 0.01, lambda s: settled(s, FLOOR)) is None
+    assert _stop_reasons(rule, samples, 0.01) is None  # without the test: the precision is not there
