@@ -9,14 +9,10 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.spec import KernelSpec, compiled, element_size, is_power_of_two, seeded_randn
+from kernels.spec import KernelSpec, compiled, element_size, is_power_of_two, seeded_randn, spilled_block_reason
 
 # Triton caps a block at 2**20 elements; past 64K fp32 values a single program spills heavily anyway.
 MAX_BLOCK_SIZE = 65536
-# A program holds its row in registers, BLOCK_SIZE / (32 * num_warps) fp32 values a thread. Past 128 the
-# row spills to local memory: on an H200 (fp16, 4096x4096 and 2048x16384) each such config ran 1.9x to
-# 12.7x slower than the best at its shape, and its first call took up to 6.5 s.
-MAX_VALUES_PER_THREAD = 128
 
 
 @triton.jit
@@ -90,11 +86,7 @@ def _constraints(shape, dtype, config):
     warps = config.get("num_warps", 4)  # the launcher's default
     if block < 32 * warps:
         return f"BLOCK_SIZE {block} < the {32 * warps} threads of {warps} warps: threads left idle"
-    per_thread = block // (32 * warps)
-    if per_thread > MAX_VALUES_PER_THREAD:
-        return (f"BLOCK_SIZE {block} over {warps} warps is {per_thread} values a thread "
-                f"(> {MAX_VALUES_PER_THREAD}): the row spills out of registers")
-    return None
+    return spilled_block_reason(config)
 
 
 def _make_inputs(shape, dtype, seed, device):

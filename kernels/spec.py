@@ -102,12 +102,34 @@ def seeded_randn(shape: Shape, dtype: torch.dtype, seed: int, device: torch.devi
     return torch.randn(shape, generator=generator, device=device, dtype=torch.float32).to(dtype)
 
 
+# A program holds a block of its row in registers, BLOCK_SIZE / (32 * num_warps) fp32 values a thread.
+# Past 128 the block spills to local memory. softmax (one block a row), on an H200 at fp16 4096x4096 and
+# 2048x16384: each such config 1.9x to 12.7x slower than the best at its shape, its first call up to
+# 6.5 s. layernorm (blocks looped over the row), on an H100 over 104 (shape, dtype)s of its export sweep:
+# at 256 values a thread never within 2.0x of the best, at 512 never within 10x, compiles up to 39 s and
+# 8 past the 60 s timeout; every winner held 64 or fewer (BENCHMARKS.md, 2026-11-25).
+MAX_VALUES_PER_THREAD = 128
+
+
+def spilled_block_reason(config: Config):
+    """Why to prune a config whose block holds more fp32 values a thread than registers do, else None."""
+    block, warps = config["BLOCK_SIZE"], config.get("num_warps", 4)  # the launcher's default warps
+    per_thread = block // (32 * warps)
+    if per_thread > MAX_VALUES_PER_THREAD:
+        return (f"BLOCK_SIZE {block} over {warps} warps is {per_thread} values a thread "
+                f"(> {MAX_VALUES_PER_THREAD}): the block spills out of registers")
+    return None
+
+
 def looped_row_reason(config: Config, n_cols: int):
     """Why to prune a config of a kernel that loops over a row in BLOCK_SIZE blocks, or reads it in one
     pass when a block holds it (softmax_online, layernorm): None if it is worth trying."""
     block = config["BLOCK_SIZE"]
     if block >= 2 * (1 << max(n_cols - 1, 0).bit_length()):  # 2x the next power of 2 of the row
         return f"BLOCK_SIZE {block} >= 2x the {n_cols} columns: half of every load masked off"
+    spilled = spilled_block_reason(config)
+    if spilled:
+        return spilled
     if block >= n_cols and config.get("num_stages", 1) > 1:
         # num_stages pipelines loads across loop iterations; the single pass has no loop.
         return (f"num_stages {config['num_stages']}: BLOCK_SIZE {block} holds the {n_cols} columns,"

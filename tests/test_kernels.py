@@ -196,6 +196,10 @@ def test_constraints_prune_with_a_reason():
         assert spec.constraints((8, 1000), "float16", {**single, "num_stages": 1}) is None
         assert spec.constraints((8, 1000), "float16", looped) is None
         assert "masked off" in spec.constraints((8, 1000), "float16", {"BLOCK_SIZE": 2048, "num_stages": 1})
+        # a block looped over a long row spills as a whole row does: 256 values a thread, 128 kept
+        assert "spills out of registers" in spec.constraints((8, 65536), "float16",
+                                                             {"BLOCK_SIZE": 32768, "num_warps": 4})
+        assert spec.constraints((8, 65536), "float16", {"BLOCK_SIZE": 32768, "num_warps": 8}) is None
 
 
 def test_byte_models_count_each_input_once_and_each_output_once():
