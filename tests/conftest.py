@@ -33,7 +33,8 @@ def run_sweep(tmp_path: Path, *overrides: str, multirun: bool = False, check: bo
     args = [sys.executable, "-m", "runners.sweep"] + (["-m"] if multirun else []) + [
         f"backend={backend}", f"store={tmp_path}/results.sqlite", f"export_dir={tmp_path}/exports",
         f"hydra.run.dir={tmp_path}/run", f"hydra.sweep.dir={tmp_path}/multirun",
-        "logger.mode=disabled", f"logger.dir={tmp_path}", *FAST_TIMING, *overrides,
+        "logger.mode=disabled", f"logger.dir={tmp_path}", "wait_for_background=true", *FAST_TIMING,
+        *overrides,
     ]
     python_path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
     env = {**os.environ, "WANDB_SILENT": "true", "PYTHONPATH": python_path}

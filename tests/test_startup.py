@@ -4,6 +4,7 @@ validation stopped by a bad input, and the results written whatever the plots an
 run do (runners/engine/process.py, runners/engine/scheduler.py, runners/sweep.py,
 runners/results/finisher.py)."""
 import json
+import time
 
 import pandas as pd
 
@@ -185,6 +186,28 @@ def test_a_summary_run_that_hangs_is_left_to_finish_on_its_own(tmp_path, monkeyp
     assert finisher.process.wait(timeout=60) == 0  # it goes on once released, and says what happened
     log = (out / "finish.log").read_text()
     assert "the run of sweep s was not written (RuntimeError: fake: the summary run could not" in log
+
+
+def test_by_default_the_command_exits_before_the_plots_which_land_after_it(tmp_path):
+    """wait_for_background=false (the default): the command returns once its own results are written;
+    the finishing process, started in a session of its own, writes the plots after it and says so."""
+    result = run_sweep(tmp_path, "kernel=vector_add", "kernel.shapes=[1000]",
+                       "kernel.space.BLOCK_SIZE=[256,512]", "kernel.space.num_warps=[1]",
+                       "kernel.baselines=[torch]", "sweep_id=left", "wait_for_background=false")
+    run = tmp_path / "run"
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["finish_in_background"] and summary["background_seconds"] == {}
+    assert len(pd.read_parquet(run / "results.parquet")) == 3  # its own results are there at its exit
+    line = next(line for line in result.stdout.splitlines() if "written in the background by process" in line)
+    assert line.startswith("plots, wandb: ") and str(run / "finish.log") in line
+    pid = int(line.split("by process ")[1].split(",")[0])
+    deadline = time.monotonic() + 120
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(pid)
+    # (one meta-parameter varies: no heatmap)
+    assert sorted(p.name for p in run.glob("*.png")) == ["roofline.png", "speedup_vector_add.png"]
+    assert "plots: roofline.png, speedup_vector_add.png in " in (run / "finish.log").read_text()
 
 
 def test_the_benchmark_small_list_is_what_our_sweep_plans_at_four_shapes():

@@ -14,11 +14,13 @@ writes its results (parquet file, table, export), which never wait for this proc
 hands it their files (`then`) and it writes the rest (the summary run, with the export and the plots).
 
 This process reports on the pipe given as its argument, one JSON line each: {"written": ...} once the
-first outputs are written, {"done": ...} at the end. What it prints goes to finish.log in the directory,
-which the sweep relays to its own output. The sweep waits for the first outputs at most FIRST_WAIT_S and
-for the rest at most THEN_WAIT_S more, then says where they will land and goes on: this process
-finishes on its own (in online mode an upload may take a while). The sweep's exit status and printed
-results never depend on it.
+first outputs are written, {"done": ...} at the end. What it prints goes to finish.log in the directory.
+By default (wait_for_background=false) the sweep does not wait for it: it says which outputs this
+process writes and where it reports, and exits once its own results are written (the README sweep's
+finish went from 7.5 s to ... on an H100: BENCHMARKS.md). With wait_for_background=true it relays
+finish.log to its own output, waits for the first outputs at most FIRST_WAIT_S and for the rest at most
+THEN_WAIT_S more, then says where they will land and goes on: this process finishes on its own (in
+online mode an upload may take a while). The sweep's exit status and printed results never depend on it.
 """
 from __future__ import annotations
 
@@ -130,6 +132,14 @@ class Finisher:
         self._relayed += len(whole)
         for line in whole.decode(errors="replace").splitlines():
             say(line)
+
+    def leave(self, say: Callable[[str], None] = print) -> dict:
+        """Leave the process to write the rest on its own (wait_for_background=false): say where, and
+        return as wait() does when it leaves it."""
+        say(f"{', '.join(self._names)}: written in the background by process {self.process.pid}, which says "
+            f"what it did in {self._log} (wait_for_background=true waits for it)")
+        self._close_status()
+        return {"files": {}, "seconds": {}, "background": True}
 
     def wait(self, say: Callable[[str], None] = print, first_wait_s: float = FIRST_WAIT_S,
              then_wait_s: float = THEN_WAIT_S) -> dict:

@@ -80,7 +80,8 @@ class Outputs:
     def finish(self, cfg, sweep_id: str, output_dir: Path) -> dict:
         """Every output written: the background ones that need no foreground file start at once in the
         finishing process, the foreground ones are written here in order, then the rest of the
-        background ones; each waited for a bounded time. Returns what was written and `finish_seconds`:
+        background ones, left to that process (or, with wait_for_background, each waited for a bounded
+        time). Returns what was written and `finish_seconds`:
         where the finish's seconds went, in the order they were spent."""
         from runners.results.store import ResultStore
 
@@ -108,7 +109,7 @@ class Outputs:
         background = {}
         if self.finisher is not None:
             self.finisher.then(done.files, self._background(True))
-            background = self.finisher.wait()
+            background = self.finisher.wait() if cfg.wait_for_background else self.finisher.leave()
             self.finisher = None
             done.files.update(background["files"])
             lap("background")
