@@ -4,7 +4,8 @@
                                                                      # ours vs @triton.autotune
     python -m runners.benchmarks.bench_speed search                  # Optuna and random vs the grid
     python -m runners.benchmarks.bench_speed gpus                    # throughput on 1 GPU vs all visible
-    python -m runners.benchmarks.bench_speed startup [OVERRIDES...]  # where a sweep's start and finish go
+    python -m runners.benchmarks.bench_speed sweeps [--old TREE] [--sweeps readme softmax_export ...]
+                                                         # where each sweep's time goes, old tree beside
     python -m runners.benchmarks.bench_speed firstcall [--kernel softmax]   # where a config's first call goes
 
 autotune: the same kernel, the same list of configs, each side with a fresh Triton cache of its own:
@@ -20,10 +21,12 @@ autotune: the same kernel, the same list of configs, each side with a fresh Trit
   sweep in its own process, its trial worker and its fork server, at once. Its "pick vs best" is the
   worst over the 4 shapes.
 
-startup: the README sweep (or the OVERRIDES' sweep, e.g. backend=interpret with tiny shapes on a CPU),
-  first on a fresh Triton cache and store, then again on the same ones with force=true; each run's
-  command seconds and its phase line: the seconds before the job (Python, imports, Hydra), start,
-  peaks, trials, finalists, finish and where the finish went.
+sweeps: the README sweep (on a fresh Triton cache and store, then again warm with force=true) and the
+  export-grade sweeps (cold), each from every tree given (--old: another checkout of the project, run
+  first) and from this one: command seconds, the phase line, the GPU-busy share of the trials and
+  finalists phases, the first calls and this host's limit (the job's time_spent); then compare's
+  verdict of this tree's run against the other's (--calibration: earlier README runs of this machine
+  kind, STORE:ID,...) and both runs' leave-one-out lines.
 """
 from __future__ import annotations
 
@@ -331,28 +334,93 @@ def bench_gpus(counts=None) -> None:
         print(f"measuring throughput on {count} GPUs / on 1: {rates[count] / rates[1]:.2f}x")
 
 
-def bench_startup(overrides: list[str]) -> None:
-    """The README sweep (or the overrides'), cold then warm: command seconds and its phase line."""
-    lines = ["| run | command s | before the job s | start s | peaks s | trials s | finalists s | finish s "
-             "| start + finish s | finish: where it went |", "|---|---|---|---|---|---|---|---|---|---|"]
-    with tempfile.TemporaryDirectory() as work:
-        cache_dir = tempfile.mkdtemp(prefix="triton-cache-startup-")
-        base = [sys.executable, "-m", "runners.sweep", f"store={work}/results.sqlite",
-                f"export_dir={work}/exports", f"logger.dir={work}", *overrides]
-        runs = (("fresh Triton cache and store", []), ("again, warm (force=true)", ["force=true"]))
-        for run, extra in runs:
-            run_dir = Path(work) / f"run_{len(lines)}"
-            seconds, result = _run(base + [f"hydra.run.dir={run_dir}", *extra], cache_dir)
-            print(result.stdout[-4000:], flush=True)
-            summary = json.loads((run_dir / "summary.json").read_text())
-            phases, finish = summary["phase_seconds"], summary.get("finish_seconds", {})
-            where = ", ".join(f"{name.replace('_', ' ')} {value:.2f}" for name, value in finish.items())
-            before = summary.get("before_job_seconds")
-            lines.append(f"| {run} | {seconds:.1f} | {'-' if before is None else f'{before:.1f}'} | "
-                         + " | ".join(f"{phases[name]:.1f}" for name in PHASES)
-                         + f" | {phases['start'] + phases['finish']:.1f} | {where} |")
-            print(lines[-1], flush=True)
-    print("\n".join(lines))
+# The sweeps `sweeps` times: the README's main command (cold, then warm) and the export-grade sweeps.
+SWEEPS = {"readme": [], "softmax_export": ["+sweep=softmax_export"],
+          "layernorm_export": ["+sweep=layernorm_export"]}
+
+
+def _tree_env(tree: Path) -> dict:
+    """PYTHONPATH with `tree` first and without this tree, so that another tree's code is the one run."""
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+             if p and Path(p).resolve() != REPO]
+    return {"PYTHONPATH": os.pathsep.join([str(tree)] + paths)}
+
+
+def _timed_sweep(tree: Path, work: Path, name: str, overrides: list[str], cache_dir: str,
+                 extra: list[str] = ()) -> dict:
+    """One sweep command run from `tree` with its store and runs under `work`: its seconds, summary,
+    and the export's leave-one-out lines."""
+    run_dir = work / f"run_{time.time_ns()}"
+    args = [sys.executable, "-m", "runners.sweep", *overrides, f"sweep_id={name}",
+            f"store={work}/results.sqlite", f"export_dir={work}/exports", f"logger.dir={work}",
+            f"hydra.run.dir={run_dir}", *extra]
+    environment = {**os.environ, "TRITON_CACHE_DIR": cache_dir, "WANDB_SILENT": "true", **_tree_env(tree)}
+    began = time.perf_counter()
+    result = subprocess.run(args, cwd=tree, env=environment, capture_output=True, text=True)
+    seconds = time.perf_counter() - began
+    if result.returncode != 0:
+        raise SystemExit(f"failed in {tree}: {' '.join(args)}\n{result.stdout[-3000:]}\n"
+                         f"{result.stderr[-3000:]}")
+    summary = json.loads((run_dir / "summary.json").read_text())
+    between = [line for line in result.stdout.splitlines() if "between measured shapes" in line]
+    return {"seconds": seconds, "summary": summary, "between": between, "stdout": result.stdout}
+
+
+def _spent_cells(summary: dict) -> str:
+    spent = summary.get("time_spent")
+    if not spent:
+        return "- | - | - | -"
+    phases = spent["phases"]
+
+    def share(phase: str) -> str:
+        busy = phases.get(phase, {}).get("busy_share")
+        return "-" if busy is None else f"{100 * busy:.0f}%"
+
+    first = phases.get("screen", {}).get("first_call_s", 0.0)
+    return f"{share('screen')} | {share('final')} | {first:.1f} | {sum(spent['limit'].values()):.1f}"
+
+
+def bench_sweeps(names: list[str], trees: list[Path], calibration: Optional[str]) -> None:
+    """Each sweep of `names` from each tree (this one last), cold (a fresh Triton cache and store) and,
+    for the README's, again warm (force=true): command and phase seconds, the GPU-busy shares, first
+    calls, this host's limit; then compare's verdict of the last tree's run against each other tree's,
+    and each run's leave-one-out lines."""
+    lines = ["| sweep | tree | run | command s | before job | start | peaks | trials | finalists | finish | "
+             "trials GPU-busy | finalists GPU-busy | first calls s | limit s |", "|" + "---|" * 14]
+    runs = {}
+    with tempfile.TemporaryDirectory() as scratch:
+        for name in names:
+            for tree in trees:
+                work = Path(scratch) / f"{name}_{len(runs)}"
+                work.mkdir()
+                cache_dir = tempfile.mkdtemp(prefix="triton-cache-sweeps-")
+                modes = [("cold", [])] + ([("warm", ["force=true"])] if name == "readme" else [])
+                for mode, extra in modes:
+                    sweep_id = name if mode == "cold" else f"{name}_{mode}"
+                    run = _timed_sweep(tree, work, sweep_id, SWEEPS[name], cache_dir, extra)
+                    summary, phases = run["summary"], run["summary"]["phase_seconds"]
+                    before = summary.get("before_job_seconds") or 0.0
+                    lines.append(f"| {name} | {tree.name} | {mode} | {run['seconds']:.1f} | {before:.1f} | "
+                                 + " | ".join(f"{phases.get(p, 0.0):.1f}" for p in PHASES)
+                                 + f" | {_spent_cells(summary)} |")
+                    print(lines[-1], flush=True)
+                    said = ("time spent", "wall time", "finish ")
+                    print("\n".join(l for l in run["stdout"].splitlines() if l.startswith(said)), flush=True)
+                    if mode == "cold":
+                        runs[(name, tree)] = (work, run["between"])
+        print("\n".join(lines))
+        for name in names:
+            new_work, new_between = runs[(name, trees[-1])]
+            for tree in trees[:-1]:
+                old_work, old_between = runs[(name, tree)]
+                args = [sys.executable, "-m", "runners.compare", f"{old_work}/results.sqlite:{name}",
+                        f"{new_work}/results.sqlite:{name}", "--fail-on-slow", "2%"]
+                args += ["--calibration", calibration] if calibration and name == "readme" else []
+                result = subprocess.run(args, cwd=REPO, capture_output=True, text=True)
+                print(f"compare {name}, {tree.name} -> {trees[-1].name} (exit status {result.returncode}):\n"
+                      + "\n".join(result.stdout.splitlines()[-12:]), flush=True)
+                for label, between in ((tree.name, old_between), (trees[-1].name, new_between)):
+                    print("\n".join(f"leave-one-out, {label}: {line}" for line in between))
 
 
 def bench_first_call(kernel: str, top: int = 25) -> None:
@@ -430,15 +498,16 @@ def bench_first_call(kernel: str, top: int = 25) -> None:
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("what", choices=["autotune", "search", "gpus", "startup", "firstcall"])
-    parser.add_argument("overrides", nargs="*", help="startup: the sweep's overrides (default: the README's)")
+    parser.add_argument("what", choices=["autotune", "search", "gpus", "sweeps", "firstcall"])
+    parser.add_argument("--sweeps", nargs="+", choices=sorted(SWEEPS), default=list(SWEEPS))
+    parser.add_argument("--old", type=Path, action="append", default=[],
+                        help="sweeps: another tree of the project, run before this one")
+    parser.add_argument("--calibration", help="sweeps: earlier README runs for compare (STORE:ID,...)")
     parser.add_argument("--kernel", action="append",
                         help=f"autotune: of {sorted(CASES)}; firstcall: a built-in kernel (default softmax)")
     parser.add_argument("--gpus", type=int, action="append",
                         help="gpus: these GPU counts only (default 1 and all)")
     args = parser.parse_args(argv)
-    if args.overrides and args.what != "startup":
-        parser.error(f"overrides: only the startup benchmark takes them, not {args.what}")
     if args.what == "autotune" and not set(args.kernel or []) <= set(CASES):
         parser.error(f"--kernel: autotune's cases are {sorted(CASES)}")
     if args.what == "autotune":
@@ -450,7 +519,7 @@ def main(argv=None) -> None:
     elif args.what == "firstcall":
         bench_first_call((args.kernel or ["softmax"])[0])
     else:
-        bench_startup(args.overrides)
+        bench_sweeps(args.sweeps, [tree.resolve() for tree in args.old] + [REPO], args.calibration)
 
 
 if __name__ == "__main__":
