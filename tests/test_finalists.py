@@ -75,8 +75,8 @@ def test_a_settled_stop_gives_the_verdicts_of_the_full_rule_in_fewer_rounds(diff
 def _screened(p50s: dict) -> tuple[pd.DataFrame, list]:
     trials = [Trial("k", TRITON_PROVIDER, (64,), "float16", {"num_warps": w}) for w in p50s]
     frame = pd.DataFrame([{"id": i, "trial_key": t.key, "status": "ok", "provider": TRITON_PROVIDER,
-                           "shape": json.dumps([64]), "dtype": "float16", "p50_us": p50s[t.config["num_warps"]]}
-                          for i, t in enumerate(trials)])
+                           "shape": json.dumps([64]), "dtype": "float16",
+                           "p50_us": p50s[t.config["num_warps"]]} for i, t in enumerate(trials)])
     return frame, trials
 
 

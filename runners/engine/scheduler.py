@@ -246,7 +246,8 @@ class Scheduler:
         # Each finalist was already timed once; the round-robin re-timing gets that long per finalist.
         timeout_s = self.trial_timeout_s * len(trials)
         message = ("finalists", trials, self.peaks, self._final_rule, self._tie_floor)
-        return message, ("finalists", trials), timeout_s, f"re-timing {len(trials)} finalists at {trials[0].label}"
+        doing = f"re-timing {len(trials)} finalists at {trials[0].label}"
+        return message, ("finalists", trials), timeout_s, doing
 
     def _deliver(self, worker: WorkerProcess, task, answer, lost: Optional[WorkerLost]) -> None:
         if task == "start":

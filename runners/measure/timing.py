@@ -151,8 +151,12 @@ def _rotated(count: int, round_index: int) -> list[int]:
     return list(range(first, count)) + list(range(first))
 
 
+# A test of the samples so far of each interleaved function: whether sampling may stop (finalists).
+Settled = Callable[[list[list[float]]], bool]
+
+
 def _stop_reasons(rule: StopRule, samples: list[list[float]], elapsed_s: float,
-                  settled: Optional[Callable[[list[list[float]]], bool]] = None) -> Optional[list[str]]:
+                  settled: Optional[Settled] = None) -> Optional[list[str]]:
     """Each function's stop reason once the rule holds for all of them, else None; with `settled` (a
     test of the samples so far), also once min_samples and min_time_s are reached and it holds."""
     reasons = [rule.check(s, elapsed_s) for s in samples]
@@ -333,7 +337,7 @@ class CudaTimer:
 
     def measure_interleaved(self, fns: Sequence[Callable[[], object]], rule: Optional[StopRule] = None,
                             warmup_s: Optional[float] = None,
-                            settled: Optional[Callable[[list[list[float]]], bool]] = None) -> list[Measurement]:
+                            settled: Optional[Settled] = None) -> list[Measurement]:
         """Time several functions round-robin (finalists), one sample of each per round, until `rule`
         holds for every one of them (or `settled` does: _stop_reasons). Interleaving exposes all of
         them to the same clocks, temperature and neighbours; the order rotates every round so that none
@@ -424,7 +428,7 @@ class InterpreterTimer:
 
     def measure_interleaved(self, fns: Sequence[Callable[[], object]], rule: Optional[StopRule] = None,
                             warmup_s: Optional[float] = None,
-                            settled: Optional[Callable[[list[list[float]]], bool]] = None) -> list[Measurement]:
+                            settled: Optional[Settled] = None) -> list[Measurement]:
         rule = rule or self.rule
         began = time.perf_counter()
         for fn in fns:

@@ -17,10 +17,11 @@ This process reports on the pipe given as its argument, one JSON line each: {"wr
 first outputs are written, {"done": ...} at the end. What it prints goes to finish.log in the directory.
 By default (wait_for_background=false) the sweep does not wait for it: it says which outputs this
 process writes and where it reports, and exits once its own results are written (the README sweep's
-finish went from 7.5 s to ... on an H100: BENCHMARKS.md). With wait_for_background=true it relays
-finish.log to its own output, waits for the first outputs at most FIRST_WAIT_S and for the rest at most
-THEN_WAIT_S more, then says where they will land and goes on: this process finishes on its own (in
-online mode an upload may take a while). The sweep's exit status and printed results never depend on it.
+finish went from 7.5 s to 2.0 s on an H100: BENCHMARKS.md, 2026-11-25). With wait_for_background=true
+it relays finish.log to its own output, waits for the first outputs at most FIRST_WAIT_S and for the
+rest at most THEN_WAIT_S more, then says where they will land and goes on: this process finishes on its
+own (in online mode an upload may take a while). The sweep's exit status and printed results never
+depend on it.
 """
 from __future__ import annotations
 
