@@ -40,7 +40,7 @@ def sweep(work: Path, backend: str, overrides: list[str]) -> dict:
     work.mkdir(parents=True)
     args = [sys.executable, "-m", "runners.sweep", f"backend={backend}", f"store={work}/results.sqlite",
             f"export_dir={work}/exports", f"hydra.run.dir={work}/run", f"logger.dir={work}", *SWEEP,
-            *overrides]
+            "wait_for_background=true", *overrides]  # the summary run's seconds and files counted too
     env = {**os.environ, "WANDB_SILENT": "true"}
     if backend == "interpret":
         env["TRITON_INTERPRET"] = "1"

@@ -263,8 +263,8 @@ class Job:
                                  self.plan.trials, self.measured_groups, final.top_k, final.screen_margin)
         if not groups:
             return 0
-        print(f"re-timing the top {final.top_k} of {len(groups)} (shape, dtype) group(s) round-robin, "
-              "with their baselines")
+        print(f"re-timing the top {final.top_k} within {100 * final.screen_margin:g}% of the screened best "
+              f"(at least 2) of {len(groups)} (shape, dtype) group(s) round-robin, with their baselines")
         self.scheduler.run_finalists(groups, StopRule.of(final), final.tie_floor,
                                      on_finalists(self.record, final.tie_floor))
         return len(groups)

@@ -190,29 +190,36 @@ def _cover(gpu, dtype, version=None):
     return COVER[gpu][version][dtype], version
 
 
-def _by_distance(shapes, sizes, dims):
-    """Measured shapes nearest first (log distance over the dims in `sizes`), larger first at a tie."""
+def _distance_order(sizes, dims):
+    """The sort key of measured shapes, nearest first (log distance over the dims in `sizes`), larger
+    first at a tie."""
     import math
 
+    logs = [(dims.index(dim), math.log(size)) for dim, size in sizes.items()]
+
     def order(shape):
-        distance = math.sqrt(sum((math.log(size) - math.log(shape[dims.index(dim)])) ** 2
-                                 for dim, size in sizes.items()))
+        distance = math.sqrt(sum((log - math.log(shape[index])) ** 2 for index, log in logs))
         return round(distance, 9), -math.prod(shape), tuple(-n for n in shape)
 
-    return sorted(shapes, key=order)
+    return order
+
+
+def _by_distance(shapes, sizes, dims):
+    """Measured shapes nearest first (_distance_order)."""
+    return sorted(shapes, key=_distance_order(sizes, dims))
 
 
 def _around(shapes, sizes, dims):
-    """The measured shapes around a call (module doc), nearest first."""
-    nearest = _by_distance(shapes, sizes, dims)
+    """The measured shapes around a call (module doc), nearest first; the nearest one where none is."""
     sides = {}
     for dim, size in sizes.items():
         measured = {shape[dims.index(dim)] for shape in shapes}
         below = [n for n in measured if n < size]
         above = [n for n in measured if n > size]
         sides[dim] = {size} if size in measured else {max(below, default=None), min(above, default=None)}
-    around = [shape for shape in nearest if all(shape[dims.index(dim)] in sides[dim] for dim in sizes)]
-    return around or nearest[:1]
+    around = [shape for shape in shapes if all(shape[dims.index(dim)] in sides[dim] for dim in sizes)]
+    order = _distance_order(sizes, dims)  # only the few shapes around are sorted
+    return sorted(around, key=order) if around else [min(shapes, key=order)]
 
 
 def _is_aligned(size):
