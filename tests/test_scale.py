@@ -225,3 +225,37 @@ def test_finalists_and_baselines_are_retimed_together_and_the_report_uses_them(t
         # interpreter has no event times: the end-to-end and GPU-time speedups are the same ratio)
         ratio = baseline["p50_us"].iloc[0] / chosen["p50_us"]
         assert f"torch {baseline['p50_us'].iloc[0]:.2f} ({ratio:.2f}x, {ratio:.2f}x)" in line
+
+
+def _timing_stand_in(conn) -> None:
+    """Stands in for a GPU worker: ready at once; each trial "timed" at once, and the one of 2 warps
+    ends in a sticky CUDA error, after which the worker exits, as a real one does."""
+    conn.send(("ready", {"gpu_name": "none"}))
+    while (message := conn.recv()) is not None:
+        sticky = message[1].config["num_warps"] == 2
+        conn.send(("result", {"status": "crashed" if sticky else "ok", "message": "stand-in",
+                              "sticky": sticky}))
+        if sticky:
+            return
+
+
+def test_a_gpu_worker_gets_its_next_trial_before_the_last_one_is_recorded():
+    """While this process records a row (its commit to disk, the outputs), the worker already runs the
+    next trial; after a sticky error it gets none (it is exiting), and the next trial goes to the
+    worker started in its place, never lost with it."""
+    trials = [Trial("k", "torch", (64,), "float16", {"num_warps": w}) for w in (1, 4, 2, 8, 16)]
+    gpu = WorkerProcess("GPU stand-in", _timing_stand_in, ())
+    scheduler = Scheduler([gpu], [], trial_timeout_s=60, compile_timeout_s=60)
+    busy_at_record = {}
+
+    def record(worker, trial, result):
+        busy_at_record[trial.config["num_warps"]] = (result["status"], worker.task is not None)
+
+    try:
+        scheduler.start(ahead=[])
+        scheduler.run(trials, record)
+    finally:
+        stop_all([gpu])
+    assert busy_at_record == {1: ("ok", True), 4: ("ok", True), 2: ("crashed", False), 8: ("ok", True),
+                              16: ("ok", False)}
+    assert gpu.starts == 2  # started again after the sticky error

@@ -149,7 +149,7 @@ class Scheduler:
         return self.gpu_workers + ([self.server] if self.server is not None else []) + self.compilers
 
     def _drive(self) -> None:
-        drive(self._workers(), self._assign, self._deliver, self._pending)
+        drive(self._workers(), self._assign, self._deliver, self._pending, early=self._early)
         if time.monotonic() >= self.deadline:
             self.not_run += len(self.wanted) + len(self.ready)
             self.to_compile.clear()
@@ -248,6 +248,15 @@ class Scheduler:
         message = ("finalists", trials, self.peaks, self._final_rule, self._tie_floor)
         doing = f"re-timing {len(trials)} finalists at {trials[0].label}"
         return message, ("finalists", trials), timeout_s, doing
+
+    def _early(self, worker: WorkerProcess, task, answer) -> bool:
+        """Whether a GPU worker gets its next task before this answer is recorded (the store's commit,
+        the outputs, the search told): an answer of a trial or finalists group that leaves it usable
+        (a sticky CUDA error ends the worker). Its GPU then works while this process records."""
+        if task == "start" or task[0] not in ("trial", "finalists") or worker not in self.gpu_workers:
+            return False
+        result = answer if task[0] == "trial" else answer[0]
+        return not result.get("sticky")
 
     def _deliver(self, worker: WorkerProcess, task, answer, lost: Optional[WorkerLost]) -> None:
         if task == "start":
