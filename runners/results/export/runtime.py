@@ -219,7 +219,9 @@ def _around(shapes, sizes, dims):
         sides[dim] = {size} if size in measured else {max(below, default=None), min(above, default=None)}
     around = [shape for shape in shapes if all(shape[dims.index(dim)] in sides[dim] for dim in sizes)]
     order = _distance_order(sizes, dims)  # only the few shapes around are sorted
-    return sorted(around, key=order) if around else [min(shapes, key=order)]
+    if around:
+        return sorted(around, key=order)
+    return [min(shapes, key=order)] if shapes else []
 
 
 def _is_aligned(size):
