@@ -34,6 +34,7 @@ import argparse
 import itertools
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -63,13 +64,15 @@ def _configs(space: dict) -> list[dict]:
     return [dict(zip(space, values)) for values in itertools.product(*space.values())]
 
 
-def _run(args: list[str], cache_dir: str, **env) -> tuple[float, subprocess.CompletedProcess]:
+def _run(args: list[str], cache_dir: str, cwd: Path = REPO,
+         **env) -> tuple[float, subprocess.CompletedProcess]:
     environment = {**os.environ, "TRITON_CACHE_DIR": cache_dir, "WANDB_SILENT": "true", **env}
     began = time.perf_counter()
-    result = subprocess.run(args, cwd=REPO, env=environment, capture_output=True, text=True)
+    result = subprocess.run(args, cwd=cwd, env=environment, capture_output=True, text=True)
     seconds = time.perf_counter() - began
     if result.returncode != 0:
-        raise SystemExit(f"failed: {' '.join(args)}\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+        raise SystemExit(f"failed in {cwd}: {' '.join(args)}\n{result.stdout[-3000:]}\n"
+                         f"{result.stderr[-3000:]}")
     return seconds, result
 
 
@@ -354,13 +357,7 @@ def _timed_sweep(tree: Path, work: Path, name: str, overrides: list[str], cache_
     args = [sys.executable, "-m", "runners.sweep", *overrides, f"sweep_id={name}",
             f"store={work}/results.sqlite", f"export_dir={work}/exports", f"logger.dir={work}",
             f"hydra.run.dir={run_dir}", *extra]
-    environment = {**os.environ, "TRITON_CACHE_DIR": cache_dir, "WANDB_SILENT": "true", **_tree_env(tree)}
-    began = time.perf_counter()
-    result = subprocess.run(args, cwd=tree, env=environment, capture_output=True, text=True)
-    seconds = time.perf_counter() - began
-    if result.returncode != 0:
-        raise SystemExit(f"failed in {tree}: {' '.join(args)}\n{result.stdout[-3000:]}\n"
-                         f"{result.stderr[-3000:]}")
+    seconds, result = _run(args, cache_dir, tree, **_tree_env(tree))
     summary = json.loads((run_dir / "summary.json").read_text())
     between = [line for line in result.stdout.splitlines() if "between measured shapes" in line]
     return {"seconds": seconds, "summary": summary, "between": between, "stdout": result.stdout}
@@ -465,7 +462,7 @@ def bench_first_call(kernel: str, top: int = 25) -> None:
     compiler.join()
     print(f"{len(trials)} configs of {kernel} {dtype} built by a compile process in "
           f"{time.perf_counter() - began:.1f} s (compiles {sum(compile_s):.1f} s, median "
-          f"{sorted(compile_s)[len(compile_s) // 2]:.3f})", flush=True)
+          f"{statistics.median(compile_s):.3f})", flush=True)
     timer = cuda_timer(0, StopRule(min_samples=10, rel_precision=0.02, max_time_s=0.05), 0.005)
     cache = ShapeCache(spec, 0, device)
     profile = cProfile.Profile()
@@ -482,7 +479,7 @@ def bench_first_call(kernel: str, top: int = 25) -> None:
         first.append(time.perf_counter() - called)
         measured.append(timer.measure(run).measure_s)
     print(f"Triton first calls: {sum(first):.2f} s over {len(first)} configs (first three "
-          f"{', '.join(f'{s:.3f}' for s in first[:3])}; median {sorted(first)[len(first) // 2]:.3f}; max "
+          f"{', '.join(f'{s:.3f}' for s in first[:3])}; median {statistics.median(first):.3f}; max "
           f"{max(first):.3f}); their screening measurements {sum(measured):.2f} s", flush=True)
     for name, baseline in spec.baselines.items():
         for shape in spec.default_shapes:

@@ -51,18 +51,12 @@ def decide(configs: list[dict], samples_us: list[Sequence[float]], tie_floor: fl
     Returns one dict per finalist, in input order: rank (1 = lowest p50), tie (with the fastest),
     chosen, and a message saying why.
     """
-    p50s = [float(np.median(s)) for s in samples_us]
+    p50s, fastest, intervals = _against_fastest(samples_us)
     order = sorted(range(len(configs)), key=lambda i: p50s[i])
-    fastest = order[0]
     floor_us = tie_floor * p50s[fastest]
     decisions = []
     for index in range(len(configs)):
-        if index == fastest:
-            decisions.append({"rank": 1, "tie": True, "low": 0.0, "high": 0.0})
-            continue
-        n = min(len(samples_us[index]), len(samples_us[fastest]))
-        differences = np.asarray(samples_us[index][:n]) - np.asarray(samples_us[fastest][:n])
-        low, high = median_interval(differences)
+        low, high = intervals.get(index, (0.0, 0.0))
         decisions.append({"rank": order.index(index) + 1, "tie": low <= floor_us, "low": low, "high": high})
     tied = [i for i in range(len(configs)) if decisions[i]["tie"]]
     chosen = min(tied, key=lambda i: (resource_key(configs[i]), p50s[i]))
@@ -78,21 +72,27 @@ def decide(configs: list[dict], samples_us: list[Sequence[float]], tie_floor: fl
     return decisions
 
 
+def _against_fastest(samples_us: list[Sequence[float]]) -> tuple[list[float], int, dict]:
+    """Each finalist's p50, the fastest's index (the first lowest p50), and for every other finalist the
+    95% interval of the median of its round-paired differences from the fastest (the shorter list's
+    rounds)."""
+    p50s = [float(np.median(s)) for s in samples_us]
+    fastest = min(range(len(p50s)), key=lambda i: p50s[i])
+    intervals = {}
+    for index, samples in enumerate(samples_us):
+        if index != fastest:
+            n = min(len(samples), len(samples_us[fastest]))
+            intervals[index] = median_interval(np.asarray(samples[:n]) - np.asarray(samples_us[fastest][:n]))
+    return p50s, fastest, intervals
+
+
 def settled(samples_us: list[Sequence[float]], tie_floor: float) -> bool:
     """Whether more rounds would leave every tie verdict as it is: for each finalist other than the
     fastest, the 95% interval of its paired differences from the fastest lies wholly above tie_floor x
     p50(fastest) (slower) or wholly below it (tied). Round-paired samples, as decide() takes them."""
-    p50s = [float(np.median(s)) for s in samples_us]
-    fastest = int(np.argmin(p50s))
+    p50s, fastest, intervals = _against_fastest(samples_us)
     floor_us = tie_floor * p50s[fastest]
-    for index, samples in enumerate(samples_us):
-        if index == fastest:
-            continue
-        n = min(len(samples), len(samples_us[fastest]))
-        low, high = median_interval(np.asarray(samples[:n]) - np.asarray(samples_us[fastest][:n]))
-        if low <= floor_us < high:
-            return False
-    return True
+    return not any(low <= floor_us < high for low, high in intervals.values())
 
 
 def winner(rows: pd.DataFrame):
