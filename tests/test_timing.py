@@ -292,3 +292,24 @@ def test_measured_in_repetitions_on_the_interpreter(monkeypatch):
     for m in measured:
         assert len(m.repetition_p50s_s) == 3 and len(m.samples_s) >= 3 * 8
     assert not placements.held  # released after the last block
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_the_warm_up_loop_runs_after_idle_only():
+    """One call, then the warm-up loop, on a GPU that has been idle; one call only while it is busy
+    (this timer sampled less than WARM_AFTER_IDLE_S ago); never a warm-up call in the samples."""
+    from runners.measure.device import cuda_timer
+    from runners.measure.timing import WARM_AFTER_IDLE_S
+
+    x = torch.randn(1 << 16, device="cuda")
+    calls = []
+    rule = StopRule(min_samples=10, min_time_s=0.0, rel_precision=0.5, max_time_s=1.0)
+    timer = cuda_timer(0, rule, warmup_s=0.05)
+    counts = []
+    for pause in (0.0, 0.0, 2 * WARM_AFTER_IDLE_S):
+        time.sleep(pause)
+        calls.clear()
+        samples = timer.measure(lambda: calls.append(x.mul(2))).samples_s
+        counts.append(len(calls) - len(samples))
+    assert counts[0] > 1 and counts[1] == 1 and counts[2] > 1, counts
