@@ -157,4 +157,5 @@ def compiled(fn: Callable[..., torch.Tensor]) -> Callable[[tuple], torch.Tensor]
             state.update(signature=signature, function=torch.compile(fn, dynamic=False))
         return state["function"](*inputs)
 
+    run.compiles = True  # its first call at a signature compiles: a worker of its own does it (worker.py)
     return run

@@ -78,3 +78,28 @@ def test_illegal_memory_access_mid_sweep_is_crashed_and_nothing_is_lost(tmp_path
              if p.stem != FLUSH_KERNEL_NAME]
     assert len(built) == len(set(built)) == 4
     assert rows["compile_s"].notna().all()
+
+
+def test_torch_compile_baselines_run_in_a_worker_of_their_own(tmp_path):
+    """The torch.compile baselines go to the side worker, compiled outside the GPU lock (their rows
+    carry the compile's seconds) and checked and timed inside it, their finalists groups too; the
+    lock's file is gone once the sweep ends."""
+    import glob
+    import tempfile
+
+    locks_before = set(glob.glob(f"{tempfile.gettempdir()}/triton-sweep-gpu0-*.lock"))
+    result = run_sweep(tmp_path, "kernel=softmax", "kernel.shapes=[[1823,781],[4096,1024]]",
+                       "kernel.dtypes=[float16]", "kernel.space.BLOCK_SIZE=[1024,2048]",
+                       "kernel.space.num_warps=[4,8]", "kernel.baselines=[torch,compile]",
+                       "sweep_id=side_test", backend="cuda")
+    store = ResultStore(tmp_path / "results.sqlite")
+    rows = store.load(sweep_id="side_test")
+    store.close()
+    assert (rows["status"] == "ok").all(), rows[["provider", "status", "message"]]
+    compiled = rows[rows["provider"] == "compile"]
+    assert set(compiled["phase"]) == {"screen", "final"} and len(compiled) == 4
+    screened = compiled[compiled["phase"] == "screen"]
+    assert (screened["compile_s"] > 0).all() and (screened["first_call_s"] < screened["compile_s"]).all()
+    assert "a worker for the torch.compile baselines" in result.stdout
+    assert "the torch.compile baselines in a worker of their own" in result.stdout
+    assert set(glob.glob(f"{tempfile.gettempdir()}/triton-sweep-gpu0-*.lock")) == locks_before

@@ -259,3 +259,81 @@ def test_a_gpu_worker_gets_its_next_trial_before_the_last_one_is_recorded():
     assert busy_at_record == {1: ("ok", True), 4: ("ok", True), 2: ("crashed", False), 8: ("ok", True),
                               16: ("ok", False)}
     assert gpu.starts == 2  # started again after the sticky error
+
+
+def _named_stand_in(conn, name: str, fails: bool) -> None:
+    """A GPU worker stand-in that answers every trial and finalists group with its own name; one that
+    `fails` says so instead of getting ready, as a worker whose imports fail does."""
+    if fails:
+        conn.send(("failed", "ImportError: no inductor here"))
+        return
+    conn.send(("ready", {"gpu_name": "none"}))
+    while (message := conn.recv()) is not None:
+        if message[0] == "trial":
+            conn.send(("result", {"status": "ok", "by": name}))
+        else:
+            conn.send(("finalists", [{"status": "ok", "by": name} for _ in message[1]]))
+
+
+@pytest.mark.parametrize("side_fails", [False, True])
+def test_torch_compile_baselines_go_to_the_side_worker(side_fails):
+    """The trials whose first call compiles, and the finalists groups that hold one, go to the side
+    worker, everything else to the trial worker; a side worker that cannot start leaves them to the
+    trial worker, and nothing is lost."""
+    shapes = [(64,), (128,)]
+    trials = [Trial("k", provider, shape, "float16", {"num_warps": w} if provider == "triton" else {})
+              for shape in shapes for provider, w in
+              [("triton", 1), ("triton", 4), ("torch", 0), ("compile", 0)]]
+    gpu = WorkerProcess("trial worker", _named_stand_in, ("trial worker", False))
+    side = WorkerProcess("side worker", _named_stand_in, ("side worker", side_fails))
+    scheduler = Scheduler([gpu], [], trial_timeout_s=60, compile_timeout_s=60, side=side,
+                          compiles=lambda trial: trial.provider == "compile")
+    ran, groups = {}, {}
+    try:
+        scheduler.start(ahead=[])
+        scheduler.run(trials, lambda worker, trial, result: ran.update({trial.label: result["by"]}))
+        finalists = [[t for t in trials if t.shape == shape and t.provider in ("triton", "compile")]
+                     for shape in shapes] + [[t for t in trials if t.shape == shapes[0] and t.provider != "compile"]]
+        scheduler.run_finalists(finalists, rule=None, tie_floor=0.01, on_result=lambda worker, group, results: (
+            groups.update({(group[0].shape, group[-1].provider): results[0]["by"]})))
+    finally:
+        stop_all(scheduler.on_gpu + [side])
+    for trial in trials:
+        expected = "side worker" if trial.provider == "compile" and not side_fails else "trial worker"
+        assert ran.pop(trial.label) == expected, trial.label
+    assert not ran
+    side_or_not = "trial worker" if side_fails else "side worker"
+    assert groups == {((64,), "compile"): side_or_not, ((128,), "compile"): side_or_not,
+                      ((64,), "torch"): "trial worker"}
+    assert (scheduler.side is None) == side_fails
+
+
+def _hold_the_lock(path: str, times, rounds: int, together) -> None:
+    import time
+
+    from runners.engine.worker import GpuLock
+
+    lock = GpuLock(path)
+    together.wait()  # both start asking at once
+    for _ in range(rounds):
+        with lock:
+            entered = time.monotonic()
+            time.sleep(0.02)
+            times.put((entered, time.monotonic()))
+
+
+def test_the_gpu_lock_lets_one_worker_at_a_time(tmp_path):
+    """Two processes on one lock file: their held intervals never overlap, and both get their turns."""
+    import multiprocessing
+
+    path = tmp_path / "gpu0.lock"
+    path.touch()
+    context = multiprocessing.get_context("spawn")
+    times, together = context.Queue(), context.Barrier(2)
+    processes = [context.Process(target=_hold_the_lock, args=(str(path), times, 5, together)) for _ in range(2)]
+    for process in processes:
+        process.start()
+    held = sorted(times.get(timeout=60) for _ in range(10))
+    for process in processes:
+        process.join(30)
+    assert all(earlier[1] <= later[0] for earlier, later in zip(held, held[1:])), held

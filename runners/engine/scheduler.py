@@ -20,6 +20,10 @@ Who compiles a config, decided as the job goes, from what this job measures:
   A list the GPU workers have taken by then gets no compile worker: the pool is skipped for a small
   list whose compiles all fit in the fork server's start (a kernel module that imports slowly, say),
   and grows to its full size for a large one.
+
+The torch.compile baselines (trials whose first call compiles) go to the side worker where there is
+one (runners/engine/worker.py), with the finalists groups that hold one; everything else goes to the
+trial workers. A side worker that cannot start leaves its trials to them.
 """
 from __future__ import annotations
 
@@ -40,10 +44,12 @@ class WorkerStartError(RuntimeError):
 
 class Scheduler:
     def __init__(self, gpu_workers: list[WorkerProcess], compilers: list[WorkerProcess],
-                 trial_timeout_s: float, compile_timeout_s: float, target: Optional[tuple] = None):
+                 trial_timeout_s: float, compile_timeout_s: float, target: Optional[tuple] = None,
+                 side: Optional[WorkerProcess] = None, compiles: Callable[[Trial], bool] = lambda trial: False):
         """`target`: what the pool compiles for until `set_device` gives the GPU's own (None: nothing
-        is compiled before then)."""
+        is compiled before then). `side`: the worker of the trials that `compiles` (module docstring)."""
         self.gpu_workers, self.compilers = gpu_workers, compilers
+        self.side, self.compiles = side, compiles
         # The fork server the compile workers come from (one per job); it takes part in `drive` until it
         # is ready, so that its ready message wakes the loop to fork them.
         self.server = next((w.server for w in compilers if w.server is not None), None)
@@ -57,6 +63,7 @@ class Scheduler:
         self.built: dict[str, dict] = {}  # key -> compile outcome (for self.target) not yet taken by run()
         self.wanted: dict[str, Trial] = {}  # key -> trial of run() waiting for its compile outcome
         self.ready: list[Trial] = []
+        self.ready_side: list[Trial] = []  # the side worker's
         self.finalist_groups: deque[list[Trial]] = deque()
         self.compile_s: dict[str, float] = {}  # trial key -> seconds its compile took in the pool
         self.last_group: dict[int, tuple] = {}  # id(worker) -> (shape, dtype) of its last trial
@@ -75,7 +82,7 @@ class Scheduler:
         """Start the GPU workers and the fork server (those not started yet: the sweep starts some
         before it validates its input) and return once every GPU worker is ready; meanwhile the pool
         compiles `ahead` (the first batch) if the target is known. Raises WorkerStartError."""
-        for worker in self.gpu_workers + ([self.server] if self.server is not None else []):
+        for worker in self.on_gpu + ([self.server] if self.server is not None else []):
             if worker.process is None:
                 worker.start()
         if self.target is not None:
@@ -88,6 +95,11 @@ class Scheduler:
                   until=lambda: all(worker.ready for worker in self.gpu_workers))
         finally:
             self._starting = False
+
+    @property
+    def on_gpu(self) -> list[WorkerProcess]:
+        """The processes that hold a CUDA context: the trial workers and the side worker."""
+        return self.gpu_workers + ([self.side] if self.side is not None else [])
 
     def keep_gpu_workers(self, keep: list[WorkerProcess]) -> None:
         """Use only `keep` from now on; the other GPU workers are stopped."""
@@ -125,6 +137,8 @@ class Scheduler:
                     self._settle(trial.key)
                 else:
                     self._queue_compile(trial)
+            elif self._mine(self.side, [trial]):
+                self.ready_side.append(trial)
             else:
                 self.ready.append(trial)
         # compiled ahead but not wanted (already in the store): not worth the pool's time any more
@@ -146,16 +160,17 @@ class Scheduler:
     def _workers(self) -> list[WorkerProcess]:
         # GPU workers first: within one turn of the loop they take what they will compile themselves
         # before the pool is asked to grow.
-        return self.gpu_workers + ([self.server] if self.server is not None else []) + self.compilers
+        return self.on_gpu + ([self.server] if self.server is not None else []) + self.compilers
 
     def _drive(self) -> None:
         drive(self._workers(), self._assign, self._deliver, self._pending, early=self._early)
         if time.monotonic() >= self.deadline:
-            self.not_run += len(self.wanted) + len(self.ready)
+            self.not_run += len(self.wanted) + len(self.ready) + len(self.ready_side)
             self.to_compile.clear()
             self.compiling.clear()
             self.wanted.clear()
             self.ready.clear()
+            self.ready_side.clear()
 
     def _needs_compile(self, trial: Trial) -> bool:
         return trial.provider == TRITON_PROVIDER and not trial.pruned_reason and bool(self.compilers)
@@ -177,7 +192,22 @@ class Scheduler:
             if worker.process is None:
                 return self._wants_compile_worker()
             return bool(self.to_compile)
-        return self._starting or bool(self.ready or self.finalist_groups) or self._stealable()
+        if worker is not self.side and worker not in self.gpu_workers:
+            return False  # a side worker that could not start, or a GPU of another model
+        has_work = bool(self._queue(worker)) or any(self._mine(worker, group) for group in self.finalist_groups)
+        if worker is self.side:
+            return has_work
+        return self._starting or has_work or self._stealable()
+
+    def _mine(self, worker: WorkerProcess, trials: list[Trial]) -> bool:
+        """Whether a trial (a list of one) or finalists group is `worker`'s: the side worker's when one
+        of them compiles and there is a side worker, a trial worker's otherwise."""
+        for_side = self.side is not None and any(self.compiles(trial) for trial in trials)
+        return for_side == (worker is self.side)
+
+    def _queue(self, worker: WorkerProcess) -> list[Trial]:
+        """The trials ready for `worker`: the side worker's own, or those of the trial workers."""
+        return self.ready_side if worker is self.side else self.ready
 
     def _wants_compile_worker(self) -> bool:
         """Whether to fork one more compile worker: the fork server is ready, and fewer have been
@@ -227,21 +257,25 @@ class Scheduler:
             trial = self.to_compile.popleft()
             return (compile_pool.compile_request(trial, self.target), ("compile", (trial, self.target)),
                     self.compile_timeout_s, f"compiling {trial.label}")
-        if self.ready:
+        if worker is not self.side and worker not in self.gpu_workers:
+            return None
+        queue = self._queue(worker)
+        if queue:
             group = self.last_group.get(id(worker))
-            index = next((i for i, t in enumerate(self.ready) if (t.shape, t.dtype) == group), 0)
-            trial = self.ready.pop(index)
+            index = next((i for i, t in enumerate(queue) if (t.shape, t.dtype) == group), 0)
+            trial = queue.pop(index)
             self.last_group[id(worker)] = (trial.shape, trial.dtype)
             return (("trial", trial, self.peaks), ("trial", trial), self.trial_timeout_s,
                     f"running {trial.label}")
-        trial = self._take_to_compile_on_gpu(worker)
+        trial = self._take_to_compile_on_gpu(worker) if worker is not self.side else None
         if trial is not None:
             self.last_group[id(worker)] = (trial.shape, trial.dtype)
             return (("trial", trial, self.peaks), ("trial", trial), self.trial_timeout_s,
                     f"compiling and running {trial.label}")
-        if not self.finalist_groups:
+        trials = next((group for group in self.finalist_groups if self._mine(worker, group)), None)
+        if trials is None:
             return None
-        trials = self.finalist_groups.popleft()
+        self.finalist_groups.remove(trials)
         self.last_group[id(worker)] = (trials[0].shape, trials[0].dtype)
         # Each finalist was already timed once; the round-robin re-timing gets that long per finalist.
         timeout_s = self.trial_timeout_s * len(trials)
@@ -253,14 +287,19 @@ class Scheduler:
         """Whether a GPU worker gets its next task before this answer is recorded (the store's commit,
         the outputs, the search told): an answer of a trial or finalists group that leaves it usable
         (a sticky CUDA error ends the worker). Its GPU then works while this process records."""
-        if task == "start" or task[0] not in ("trial", "finalists") or worker not in self.gpu_workers:
+        if task == "start" or task[0] not in ("trial", "finalists") or worker not in self.on_gpu:
             return False
         result = answer if task[0] == "trial" else answer[0]
         return not result.get("sticky")
 
     def _deliver(self, worker: WorkerProcess, task, answer, lost: Optional[WorkerLost]) -> None:
         if task == "start":
-            if lost is not None:
+            if lost is not None and worker is self.side:
+                self.side = None  # its trials go to the trial workers
+                self.ready += self.ready_side
+                self.ready_side.clear()
+                print(f"note: {worker.name} could not start ({lost}); the trial workers take its trials")
+            elif lost is not None:
                 raise WorkerStartError(f"{worker.name} could not start: {lost}")
             return
         kind, payload = task

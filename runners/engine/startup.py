@@ -1,10 +1,13 @@
 """The start of a job's processes: the first trial worker and the compile pool's fork server before the
 input is validated (start_early: the three processes import torch, Triton and the kernel's module at
-once), the other trial workers and the compile workers after (start_workers), and what the job says of
-them (the `ready after` line, who compiled)."""
+once), the worker of the torch.compile baselines once it is known there are some (start_side), the
+other trial workers and the compile workers after (start_workers), and what the job says of them (the
+`ready after` line, who compiled)."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional
+import os
+import tempfile
+from typing import TYPE_CHECKING, Callable, Optional
 
 from omegaconf import DictConfig
 
@@ -15,7 +18,18 @@ if TYPE_CHECKING:
     from runners.engine.trial import Trial
 
 
-def start_early(cfg: DictConfig, rule) -> tuple[Optional[WorkerProcess], Optional[ForkServer]]:
+def gpu_lock_file(cfg: DictConfig) -> Optional[str]:
+    """A new file for the lock of GPU 0 (runners/engine/worker.py: GpuLock), shared by its trial worker
+    and the side worker; None for the interpreter. The job removes it when it ends."""
+    if cfg.backend != "cuda":
+        return None
+    descriptor, path = tempfile.mkstemp(prefix="triton-sweep-gpu0-", suffix=".lock")
+    os.close(descriptor)
+    return path
+
+
+def start_early(cfg: DictConfig, rule, lock_file: Optional[str]
+                ) -> tuple[Optional[WorkerProcess], Optional[ForkServer]]:
     """The first trial worker (GPU 0, or the interpreter) and the compile pool's fork server, started
     before this process validates the input: validation imports torch and the kernel's module, as each
     of them does first, so the three import at once instead of one after another (a kernel library's
@@ -28,7 +42,7 @@ def start_early(cfg: DictConfig, rule) -> tuple[Optional[WorkerProcess], Optiona
     if kernel_module(cfg.kernel.name, cfg.kernel.spec) is None:
         return None, None
     gpu = trial_worker(cfg.backend.value, cfg.kernel.name, cfg.kernel.spec, rule, cfg.timing.warmup_s,
-                       cfg.seed, 0)
+                       cfg.seed, 0, lock_file)
     gpu.start()
     server = None
     if cfg.backend == "cuda" and cfg.compile.workers != 0:  # the interpreter has nothing to compile
@@ -37,8 +51,27 @@ def start_early(cfg: DictConfig, rule) -> tuple[Optional[WorkerProcess], Optiona
     return gpu, server
 
 
+def start_side(cfg: DictConfig, rule, trials: list[Trial], compiles: Callable[[Trial], bool],
+               lock_file: Optional[str], importers: int) -> Optional[WorkerProcess]:
+    """The side worker of GPU 0 (runners/engine/worker.py), started, where the job has torch.compile
+    baselines to run and the host a core for it beside the `importers` processes starting at once;
+    else None, and the trial workers run them."""
+    from runners.engine.worker import trial_worker
+
+    if lock_file is None or (os.cpu_count() or 1) <= importers:
+        return None
+    if not any(compiles(trial) for trial in trials if not trial.pruned_reason):
+        return None
+    side = trial_worker(cfg.backend.value, cfg.kernel.name, cfg.kernel.spec, rule, cfg.timing.warmup_s,
+                        cfg.seed, 0, lock_file, side=True)
+    side.start()
+    return side
+
+
 def start_workers(cfg: DictConfig, workers: int, compilers: int, rule, first_batch: list[Trial],
-                   early: tuple[Optional[WorkerProcess], Optional[ForkServer]]) -> Scheduler:
+                  early: tuple[Optional[WorkerProcess], Optional[ForkServer]],
+                  side: Optional[WorkerProcess] = None,
+                  compiles: Callable[[Trial], bool] = lambda trial: False) -> Scheduler:
     """Start the trial workers start_early did not (each imports torch and triton) and return once all
     are ready; the pool compiles the first batch meanwhile, its workers forked from the fork server as
     soon as it has imported the kernel's module. Keeps the trial workers of the first GPU's model."""
@@ -59,11 +92,11 @@ def start_workers(cfg: DictConfig, workers: int, compilers: int, rule, first_bat
     if compilers:
         pool = compile_pool.compile_workers(compilers, cfg.kernel.name, cfg.kernel.spec, server)
     target = nvml_compile_target() if cfg.backend == "cuda" else None
-    scheduler = Scheduler(gpu, pool, cfg.trial_timeout_s, cfg.compile.timeout_s, target)
+    scheduler = Scheduler(gpu, pool, cfg.trial_timeout_s, cfg.compile.timeout_s, target, side, compiles)
     try:
         scheduler.start(first_batch)
     except WorkerStartError:
-        stop_all(gpu + pool)
+        stop_all(scheduler.on_gpu + pool)
         raise
     first_model = gpu[0].info["gpu_name"]
     others = [w for w in gpu if w.info["gpu_name"] != first_model]
@@ -99,11 +132,14 @@ def compile_note(scheduler: Scheduler) -> str:
     """Who compiled the job's configs: the pool (forked workers, median seconds) and the GPU workers."""
     import statistics
 
+    side = scheduler.side
+    side_note = (f"; the torch.compile baselines in a worker of their own (ready after {side.ready_s:.1f} s)"
+                 if side is not None and side.ready_s is not None else "")
     forked = sum(w.starts > 0 for w in scheduler.compilers)
     if not scheduler.compilers:
-        return ""
+        return side_note
     pool, gpu = scheduler.pool_compile_s, scheduler.gpu_compile_s
     return (f"; compiled: {len(pool)} in the pool ({forked} of {len(scheduler.compilers)} compile workers "
             "forked" + (f", median {statistics.median(pool):.2f} s" if pool else "")
             + f"), {len(scheduler.gpu_compiled)} by the GPU workers themselves"
-            + (f" (median first call {statistics.median(gpu):.2f} s)" if gpu else ""))
+            + (f" (median first call {statistics.median(gpu):.2f} s)" if gpu else "") + side_note)

@@ -4,9 +4,16 @@ The sweep process never touches CUDA. It sends each trial to a worker and waits 
 timeout (runners/engine/process.py); a worker that hangs is killed (`timeout`), one that dies or hits a sticky
 CUDA error (illegal address, launch failure) is replaced (`crashed`), and the sweep goes on with a
 fresh worker.
+
+Beside the trial worker of GPU 0, a job with torch.compile baselines runs a second worker on that GPU
+for them (`side`): their first call imports dynamo and inductor (7.5 s on an H100 host) and compiles
+(0.9-3.3 s a shape), and in the trial worker the GPU waited for it. The side worker compiles outside
+the GPU lock while the trial worker measures, then takes the lock to check and time; the two workers
+hold the lock around all their other GPU work, so that no sample shares the GPU with the other's.
 """
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import random
@@ -16,6 +23,52 @@ from typing import Callable, Optional
 from runners.engine.process import WorkerProcess
 from runners.engine.trial import TRITON_PROVIDER, Trial
 from runners.measure import check
+
+
+class GpuLock:
+    """One GPU to one worker at a time (module docstring): an exclusive flock on a file the sweep made;
+    no file, no lock (a GPU with one worker). The kernel releases it if the holder dies."""
+
+    def __init__(self, path: Optional[str]):
+        self.fd = os.open(path, os.O_RDWR) if path else None
+
+    def __enter__(self) -> "GpuLock":
+        if self.fd is not None:
+            fcntl.flock(self.fd, fcntl.LOCK_EX)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.fd is not None:
+            fcntl.flock(self.fd, fcntl.LOCK_UN)
+
+
+def compiles(spec, trial: Trial) -> bool:
+    """Whether the trial is a baseline whose first call compiles (kernels/spec.py: compiled)."""
+    return trial.provider != TRITON_PROVIDER and getattr(spec.baselines.get(trial.provider), "compiles", False)
+
+
+def compile_ahead(spec, trials: list[Trial], cache: "ShapeCache", lock: GpuLock) -> Optional[float]:
+    """The side worker's compile of the trials' torch.compile baselines: their inputs made under the
+    lock, their first call outside it (the GPU runs the compiled kernel once, and any configs inductor
+    benchmarks, beside the other worker's work). Seconds it took; None when none compiles. An error is
+    left to the trial's own first call, which meets it again and classifies it."""
+    import torch
+
+    seconds = None
+    for trial in trials:
+        if not compiles(spec, trial):
+            continue
+        began = time.perf_counter()
+        try:
+            with lock:
+                inputs, _, _ = cache.get(trial, with_bound=False)
+            began = time.perf_counter()
+            spec.baselines[trial.provider](inputs)
+            torch.cuda.synchronize(cache.device)
+        except Exception:
+            pass
+        seconds = (seconds or 0.0) + time.perf_counter() - began
+    return seconds
 
 
 def input_seed(seed: int, trial: Trial) -> int:
@@ -292,7 +345,7 @@ def measured_fields(spec, trial: Trial, measurement, peaks: dict) -> dict:
 
 
 def _worker_main(conn, backend: str, kernel_name: str, spec_path: Optional[str], rule, warmup_s: float,
-                 seed: int, device_index: int):
+                 seed: int, device_index: int, lock_path: Optional[str] = None, side: bool = False):
     # torch.compile baselines compile in this process, one small graph at a time, while the GPU waits,
     # beside our own compile pool: inductor's pool of compile processes (one per core) would compete
     # with it. The gain is not established: the README sweep's first torch.compile call took 7.3 s with
@@ -306,6 +359,9 @@ def _worker_main(conn, backend: str, kernel_name: str, spec_path: Optional[str],
         from runners.measure import device as device_info
         from runners.measure.timing import METHOD_CUPTI, InterpreterTimer
 
+        if side:  # what its first call would import (module docstring)
+            import torch._dynamo  # noqa: F401
+            import torch._inductor.compile_fx  # noqa: F401
         imported = time.perf_counter()
         spec = load_spec(kernel_name, spec_path)
         loaded = time.perf_counter()
@@ -340,6 +396,7 @@ def _worker_main(conn, backend: str, kernel_name: str, spec_path: Optional[str],
                        describe=time.perf_counter() - described)
     info["start_seconds"] = seconds
     cache = ShapeCache(spec, seed, device)
+    lock = GpuLock(lock_path)
     conn.send(("ready", info))
     while True:
         message = conn.recv()
@@ -347,26 +404,38 @@ def _worker_main(conn, backend: str, kernel_name: str, spec_path: Optional[str],
             return
         kind, payload = message[0], message[1:]
         if kind == "peaks":
-            conn.send(("peaks", device_info.measure_peaks(timer, device)))
+            with lock:
+                peaks = device_info.measure_peaks(timer, device)
+            conn.send(("peaks", peaks))
         elif kind == "trial":
             trial, peaks = payload
-            result = run_trial(spec, trial, cache, timer, device, peaks)
+            compile_s = compile_ahead(spec, [trial], cache, lock) if side else None
+            with lock:
+                result = run_trial(spec, trial, cache, timer, device, peaks)
+            if compile_s is not None:
+                result["compile_s"] = compile_s
             conn.send(("result", result))
             if result.get("sticky"):
                 return  # the CUDA context is unusable; the parent replaces this worker
         elif kind == "finalists":
             trials, peaks, final_rule, tie_floor = payload
-            results = run_finalists(spec, trials, cache, timer, peaks, final_rule, tie_floor)
+            if side:
+                compile_ahead(spec, trials, cache, lock)
+            with lock:
+                results = run_finalists(spec, trials, cache, timer, peaks, final_rule, tie_floor)
             conn.send(("finalists", results))
             if results[0].get("sticky"):
                 return
 
 
 def trial_worker(backend: str, kernel_name: str, spec_path: Optional[str], rule, warmup_s: float, seed: int,
-                 device_index: int = 0) -> WorkerProcess:
-    """A worker for one GPU (its index among the visible ones) or for the interpreter."""
+                 device_index: int = 0, lock_path: Optional[str] = None, side: bool = False) -> WorkerProcess:
+    """A worker for one GPU (its index among the visible ones) or for the interpreter; `side`: the
+    worker of the torch.compile baselines beside it (module docstring), sharing its `lock_path`."""
     name = f"worker on GPU {device_index}" if backend == "cuda" else f"interpreter worker {device_index}"
+    if side:
+        name = f"torch.compile worker on GPU {device_index}"
     # A TRITON_INTERPRET=1 left in the shell (or by an interpret job) must not reach a CUDA worker:
     # it would time the interpreter. Its main by name: the parent starts it before importing torch.
-    args = (backend, kernel_name, spec_path, rule, warmup_s, seed, device_index)
+    args = (backend, kernel_name, spec_path, rule, warmup_s, seed, device_index, lock_path, side)
     return WorkerProcess(name, "runners.engine.worker:_worker_main", args, interpret=backend == "interpret")
