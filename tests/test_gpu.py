@@ -91,7 +91,7 @@ def test_torch_compile_baselines_run_in_a_worker_of_their_own(tmp_path):
     result = run_sweep(tmp_path, "kernel=softmax", "kernel.shapes=[[1823,781],[4096,1024]]",
                        "kernel.dtypes=[float16]", "kernel.space.BLOCK_SIZE=[1024,2048]",
                        "kernel.space.num_warps=[4,8]", "kernel.baselines=[torch,compile]",
-                       "sweep_id=side_test", backend="cuda")
+                       "finalists.top_k=2", "sweep_id=side_test", backend="cuda")
     store = ResultStore(tmp_path / "results.sqlite")
     rows = store.load(sweep_id="side_test")
     store.close()

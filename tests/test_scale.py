@@ -293,9 +293,13 @@ def test_torch_compile_baselines_go_to_the_side_worker(side_fails):
         scheduler.start(ahead=[])
         scheduler.run(trials, lambda worker, trial, result: ran.update({trial.label: result["by"]}))
         finalists = [[t for t in trials if t.shape == shape and t.provider in ("triton", "compile")]
-                     for shape in shapes] + [[t for t in trials if t.shape == shapes[0] and t.provider != "compile"]]
-        scheduler.run_finalists(finalists, rule=None, tie_floor=0.01, on_result=lambda worker, group, results: (
-            groups.update({(group[0].shape, group[-1].provider): results[0]["by"]})))
+                     for shape in shapes]
+        finalists.append([t for t in trials if t.shape == shapes[0] and t.provider != "compile"])
+
+        def on_result(worker, group, results):
+            groups[(group[0].shape, group[-1].provider)] = results[0]["by"]
+
+        scheduler.run_finalists(finalists, rule=None, tie_floor=0.01, on_result=on_result)
     finally:
         stop_all(scheduler.on_gpu + [side])
     for trial in trials:
@@ -330,7 +334,8 @@ def test_the_gpu_lock_lets_one_worker_at_a_time(tmp_path):
     path.touch()
     context = multiprocessing.get_context("spawn")
     times, together = context.Queue(), context.Barrier(2)
-    processes = [context.Process(target=_hold_the_lock, args=(str(path), times, 5, together)) for _ in range(2)]
+    processes = [context.Process(target=_hold_the_lock, args=(str(path), times, 5, together))
+                 for _ in range(2)]
     for process in processes:
         process.start()
     held = sorted(times.get(timeout=60) for _ in range(10))

@@ -401,8 +401,9 @@ def bench_sweeps(names: list[str], trees: list[Path], calibration: Optional[str]
                                  + " | ".join(f"{phases.get(p, 0.0):.1f}" for p in PHASES)
                                  + f" | {_spent_cells(summary)} |")
                     print(lines[-1], flush=True)
-                    said = ("time spent", "wall time", "finish ")
-                    print("\n".join(l for l in run["stdout"].splitlines() if l.startswith(said)), flush=True)
+                    said = ("time spent", "wall time", "finish ", "ready after")
+                    print("\n".join(l for l in run["stdout"].splitlines()
+                                     if l.startswith(said) or "reused from the store" in l), flush=True)
                     if mode == "cold":
                         runs[(name, tree)] = (work, run["between"])
         print("\n".join(lines))

@@ -88,8 +88,8 @@ class Job:
         self.measured_groups: set = set()  # (shape, dtype) where this job measured a config of the kernel
         self.reused_ids: list[int] = []
         # the first trial worker and the fork server, until the scheduler takes them
-        self.early: list = [None, None]
-        self.side = None  # the torch.compile baselines' worker, until the scheduler takes it
+        # the first trial worker, the fork server and the side worker, until the scheduler takes them
+        self.early: list = [None, None, None]
         self.lock_file: Optional[str] = None  # GPU 0's lock (runners/engine/worker.py: GpuLock)
         self.plan = self.store = self.scheduler = self.progress = self.env = None
         self.peaks: dict = {}
@@ -125,7 +125,7 @@ class Job:
         return self._report(summary)
 
     def _stop_workers(self) -> None:
-        for worker in self.early + [self.side]:  # unready ones are killed, not asked (a kill takes no time)
+        for worker in self.early:  # unready ones are killed, not asked (a start takes seconds, a kill none)
             if worker is not None:
                 worker.stop()
         if self.scheduler is not None:
@@ -138,35 +138,36 @@ class Job:
 
     def start(self, finish: bool, cleanup: ExitStack) -> None:
         from runners.engine.plan import stop_rules, validate
-        from runners.engine.startup import gpu_lock_file, start_early, start_side, start_workers
+        from runners.engine.startup import IMPORTERS, gpu_lock_file, keep_side, start_early, start_workers
         from runners.engine.worker import compiles
 
         cfg = self.cfg
         screening, _ = stop_rules(cfg)  # a wrong field stops the job before any worker starts
         rule = StopRule.of(screening)
         self.lock_file = gpu_lock_file(cfg)
-        self.early = list(start_early(cfg, rule, self.lock_file))
+        self.early = start_early(cfg, rule, self.lock_file)
         # The background outputs' process with the workers where every process importing at once has a
-        # core of its own (this one, the trial worker, the fork server, it); else once the workers are
-        # ready, not to slow their start (2-core host, interpreter: start 1.5 s, 2.5 s beside it).
-        importers = 3 + (self.early[1] is not None)
+        # core of its own (this one, the trial worker, the fork server, the side worker, it); else once
+        # the workers are ready, not to slow their start (2-core host, interpreter: start 1.5 s, 2.5 s
+        # beside it).
+        importers = IMPORTERS - (self.early[1] is None) + (self.early[2] is not None)
         if finish and (os.cpu_count() or 1) >= importers:
             self.outputs.start_finisher()
         self.plan = validate(cfg, self.given_trials)
         self.outputs.check(cfg, self.plan.spec)  # their settings (the export's), before any launch too
         compiling = functools.partial(compiles, self.plan.spec)
-        self.side = start_side(cfg, rule, self.plan.trials, compiling, self.lock_file, importers + 1)
+        self.early[2] = keep_side(self.early[2], self.plan.trials, compiling)
         self.store = self.open_store(self.store_path)
         cleanup.callback(self.store.close)
         plan = self.plan
         print(f"sweep {self.sweep_id}: {plan.spec.name}, {len(plan.trials)} trials planned "
               f"({type(plan.search).__name__} search); "
               f"starting {plan.workers} {cfg.backend.value} worker(s) and {plan.compilers} compile worker(s)"
-              + (", and a worker for the torch.compile baselines" if self.side is not None else ""))
+              + (", and a worker for the torch.compile baselines" if self.early[2] is not None else ""))
         self.batch = plan.search.ask()
-        self.scheduler = start_workers(cfg, plan.workers, plan.compilers, rule, self.batch, tuple(self.early),
-                                       self.side, compiling)
-        self.early, self.side = [None, None], None  # the scheduler's now
+        self.scheduler = start_workers(cfg, plan.workers, plan.compilers, rule, self.batch, self.early,
+                                       compiling)
+        self.early = [None, None, None]  # the scheduler's now
         if finish:
             self.outputs.start_finisher()  # a no-op where it started with the workers
 

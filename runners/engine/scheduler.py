@@ -45,7 +45,8 @@ class WorkerStartError(RuntimeError):
 class Scheduler:
     def __init__(self, gpu_workers: list[WorkerProcess], compilers: list[WorkerProcess],
                  trial_timeout_s: float, compile_timeout_s: float, target: Optional[tuple] = None,
-                 side: Optional[WorkerProcess] = None, compiles: Callable[[Trial], bool] = lambda trial: False):
+                 side: Optional[WorkerProcess] = None,
+                 compiles: Callable[[Trial], bool] = lambda trial: False):
         """`target`: what the pool compiles for until `set_device` gives the GPU's own (None: nothing
         is compiled before then). `side`: the worker of the trials that `compiles` (module docstring)."""
         self.gpu_workers, self.compilers = gpu_workers, compilers
@@ -194,7 +195,8 @@ class Scheduler:
             return bool(self.to_compile)
         if worker is not self.side and worker not in self.gpu_workers:
             return False  # a side worker that could not start, or a GPU of another model
-        has_work = bool(self._queue(worker)) or any(self._mine(worker, group) for group in self.finalist_groups)
+        has_work = (bool(self._queue(worker))
+                    or any(self._mine(worker, group) for group in self.finalist_groups))
         if worker is self.side:
             return has_work
         return self._starting or has_work or self._stealable()

@@ -1,8 +1,7 @@
-"""The start of a job's processes: the first trial worker and the compile pool's fork server before the
-input is validated (start_early: the three processes import torch, Triton and the kernel's module at
-once), the worker of the torch.compile baselines once it is known there are some (start_side), the
-other trial workers and the compile workers after (start_workers), and what the job says of them (the
-`ready after` line, who compiled)."""
+"""The start of a job's processes: the first trial worker, the compile pool's fork server and the worker
+of the torch.compile baselines before the input is validated (start_early: they import torch, Triton and
+the kernel's module at once), the other trial workers and the compile workers after (start_workers),
+and what the job says of them (the `ready after` line, who compiled)."""
 from __future__ import annotations
 
 import os
@@ -28,49 +27,52 @@ def gpu_lock_file(cfg: DictConfig) -> Optional[str]:
     return path
 
 
-def start_early(cfg: DictConfig, rule, lock_file: Optional[str]
-                ) -> tuple[Optional[WorkerProcess], Optional[ForkServer]]:
-    """The first trial worker (GPU 0, or the interpreter) and the compile pool's fork server, started
-    before this process validates the input: validation imports torch and the kernel's module, as each
-    of them does first, so the three import at once instead of one after another (a kernel library's
-    module may take seconds). Starting a worker launches nothing; a ConfigError stops both at once,
-    unready (runners/engine/job.py). None for what is not needed or cannot be named yet (an unknown
-    kernel)."""
+# This process, the first trial worker, the fork server and the finishing process import at once; the
+# side worker starts with them where the host has a core more.
+IMPORTERS = 4
+
+
+def start_early(cfg: DictConfig, rule, lock_file: Optional[str]) -> list[Optional[WorkerProcess]]:
+    """[the first trial worker (GPU 0, or the interpreter), the compile pool's fork server, the side
+    worker], started before this process validates the input: validation imports torch and the
+    kernel's module, as each of them does first, so they import at once instead of one after another
+    (a kernel library's module may take seconds). The side worker (runners/engine/worker.py) starts
+    where the config may hold torch.compile baselines (kernel.baselines not []) and the host has a
+    core for it; keep_side stops it once validation says there are none. Starting a worker launches
+    nothing; a ConfigError stops them at once, unready (runners/engine/job.py). None for what is not
+    needed or cannot be named yet (an unknown kernel)."""
     from runners.engine.compile_pool import fork_server, kernel_module
     from runners.engine.worker import trial_worker
 
     if kernel_module(cfg.kernel.name, cfg.kernel.spec) is None:
-        return None, None
+        return [None, None, None]
     gpu = trial_worker(cfg.backend.value, cfg.kernel.name, cfg.kernel.spec, rule, cfg.timing.warmup_s,
                        cfg.seed, 0, lock_file)
     gpu.start()
-    server = None
+    server = side = None
     if cfg.backend == "cuda" and cfg.compile.workers != 0:  # the interpreter has nothing to compile
         server = fork_server(cfg.kernel.name, cfg.kernel.spec)
         server.start()
-    return gpu, server
+    baselines = cfg.kernel.get("baselines")
+    if (lock_file is not None and (baselines is None or len(baselines) > 0)
+            and (os.cpu_count() or 1) > IMPORTERS):
+        side = trial_worker(cfg.backend.value, cfg.kernel.name, cfg.kernel.spec, rule, cfg.timing.warmup_s,
+                            cfg.seed, 0, lock_file, side=True)
+        side.start()
+    return [gpu, server, side]
 
 
-def start_side(cfg: DictConfig, rule, trials: list[Trial], compiles: Callable[[Trial], bool],
-               lock_file: Optional[str], importers: int) -> Optional[WorkerProcess]:
-    """The side worker of GPU 0 (runners/engine/worker.py), started, where the job has torch.compile
-    baselines to run and the host a core for it beside the `importers` processes starting at once;
-    else None, and the trial workers run them."""
-    from runners.engine.worker import trial_worker
-
-    if lock_file is None or (os.cpu_count() or 1) <= importers:
+def keep_side(side: Optional[WorkerProcess], trials: list[Trial],
+              compiles: Callable[[Trial], bool]) -> Optional[WorkerProcess]:
+    """The side worker where some trial compiles on its first call; else it is stopped (None)."""
+    if side is not None and not any(compiles(trial) for trial in trials if not trial.pruned_reason):
+        side.stop()
         return None
-    if not any(compiles(trial) for trial in trials if not trial.pruned_reason):
-        return None
-    side = trial_worker(cfg.backend.value, cfg.kernel.name, cfg.kernel.spec, rule, cfg.timing.warmup_s,
-                        cfg.seed, 0, lock_file, side=True)
-    side.start()
     return side
 
 
 def start_workers(cfg: DictConfig, workers: int, compilers: int, rule, first_batch: list[Trial],
-                  early: tuple[Optional[WorkerProcess], Optional[ForkServer]],
-                  side: Optional[WorkerProcess] = None,
+                  early: list[Optional[WorkerProcess]],
                   compiles: Callable[[Trial], bool] = lambda trial: False) -> Scheduler:
     """Start the trial workers start_early did not (each imports torch and triton) and return once all
     are ready; the pool compiles the first batch meanwhile, its workers forked from the fork server as
@@ -80,7 +82,7 @@ def start_workers(cfg: DictConfig, workers: int, compilers: int, rule, first_bat
     from runners.engine.worker import trial_worker
     from runners.measure.device import nvml_compile_target
 
-    first, server = early
+    first, server, side = early
     gpu = [first] if first is not None else []
     gpu += [trial_worker(cfg.backend.value, cfg.kernel.name, cfg.kernel.spec, rule, cfg.timing.warmup_s,
                          cfg.seed, i)

@@ -44,7 +44,8 @@ class GpuLock:
 
 def compiles(spec, trial: Trial) -> bool:
     """Whether the trial is a baseline whose first call compiles (kernels/spec.py: compiled)."""
-    return trial.provider != TRITON_PROVIDER and getattr(spec.baselines.get(trial.provider), "compiles", False)
+    baseline = spec.baselines.get(trial.provider) if trial.provider != TRITON_PROVIDER else None
+    return getattr(baseline, "compiles", False)
 
 
 def compile_ahead(spec, trials: list[Trial], cache: "ShapeCache", lock: GpuLock) -> Optional[float]:
