@@ -396,9 +396,14 @@ def _worker_main(conn, backend: str, kernel_name: str, spec_path: Optional[str],
         seconds.update(cuda_context=context - loaded, **timer.start_seconds, nvml=timer_rest,
                        describe=time.perf_counter() - described)
     info["start_seconds"] = seconds
-    cache = ShapeCache(spec, seed, device)
-    lock = GpuLock(lock_path)
     conn.send(("ready", info))
+    _serve(conn, spec, ShapeCache(spec, seed, device), timer, device, GpuLock(lock_path), side)
+
+
+def _serve(conn, spec, cache: ShapeCache, timer, device, lock: GpuLock, side: bool) -> None:
+    """Answer the sweep's requests until it says stop (None) or a sticky CUDA error ends this worker."""
+    from runners.measure import device as device_info
+
     while True:
         message = conn.recv()
         if message is None:
