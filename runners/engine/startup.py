@@ -53,9 +53,8 @@ def start_early(cfg: DictConfig, rule, lock_file: Optional[str]) -> list[Optiona
     if cfg.backend == "cuda" and cfg.compile.workers != 0:  # the interpreter has nothing to compile
         server = fork_server(cfg.kernel.name, cfg.kernel.spec)
         server.start()
-    baselines = cfg.kernel.get("baselines")
-    if (lock_file is not None and (baselines is None or len(baselines) > 0)
-            and (os.cpu_count() or 1) > IMPORTERS):
+    # `!= []`: None (the kernel's own) or a list naming some; a wrong value is validation's to name
+    if lock_file is not None and cfg.kernel.get("baselines") != [] and (os.cpu_count() or 1) > IMPORTERS:
         side = trial_worker(cfg.backend.value, cfg.kernel.name, cfg.kernel.spec, rule, cfg.timing.warmup_s,
                             cfg.seed, 0, lock_file, side=True)
         side.start()
