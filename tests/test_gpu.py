@@ -1,12 +1,14 @@
 """On a GPU: a real sweep through the CUDA worker, its export, and the export driving @triton.autotune."""
 import importlib.util
 import json
+import os
 
 import pytest
 import torch
 import triton
 
 from kernels import softmax
+from runners.engine.startup import IMPORTERS
 from runners.measure.check import compare
 from runners.measure.timing import FLUSH_KERNEL_NAME
 from runners.results.store import ResultStore
@@ -85,10 +87,10 @@ def test_illegal_memory_access_mid_sweep_is_crashed_and_nothing_is_lost(tmp_path
     assert rows["compile_s"].notna().all()
 
 
+@pytest.mark.skipif((os.cpu_count() or 1) <= IMPORTERS, reason="the side worker needs a core of its own")
 def test_torch_compile_baselines_run_in_a_worker_of_their_own(tmp_path):
-    """The torch.compile baselines go to the side worker, compiled outside the GPU lock (their rows
-    carry the compile's seconds) and checked and timed inside it, their finalists groups too; the
-    lock's file is gone once the sweep ends."""
+    """The torch.compile baselines go to the side worker, their finalists groups too; the lock's file is
+    gone once the sweep ends."""
     import glob
     import tempfile
 
@@ -102,7 +104,7 @@ def test_torch_compile_baselines_run_in_a_worker_of_their_own(tmp_path):
     compiled = rows[rows["provider"] == "compile"]
     assert set(compiled["phase"]) == {"screen", "final"} and len(compiled) == 4
     screened = compiled[compiled["phase"] == "screen"]
-    assert (screened["compile_s"] > 0).all() and (screened["first_call_s"] < screened["compile_s"]).all()
+    assert (screened["first_call_s"] > 0).all() and compiled["p50_us"].notna().all()
     assert "a worker for the torch.compile baselines" in result.stdout
     assert "the torch.compile baselines in a worker of their own" in result.stdout
     assert set(glob.glob(f"{tempfile.gettempdir()}/triton-sweep-gpu0-*.lock")) == locks_before

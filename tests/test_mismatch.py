@@ -1,13 +1,15 @@
 """The gate's one-pass test (runners/measure/mismatch.py) against check.compare's float64 temporaries.
 
-CPU: the Triton interpreter on small tensors, fp16 and fp32 outputs. GPU (marked): bf16 too, and
-outputs past the size at which check.compare takes the kernel.
+Small tensors, fp16 and fp32 outputs: on the CPU through the Triton interpreter, on a GPU host on the
+GPU. GPU (marked): bf16 too, and outputs past the size at which check.compare takes the kernel.
 """
 import pytest
 import torch
 
 from runners.measure import check, mismatch
 from tests.conftest import HAS_CUDA
+
+DEVICE = "cuda" if HAS_CUDA else "cpu"
 
 
 def _damaged(n: int, dtype: torch.dtype, device: str, seed: int = 0):
@@ -41,7 +43,7 @@ def _torch_counts(out, ref, rtol, atol, bound=None):
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
 @pytest.mark.parametrize("n", [1, 5000])  # one element, and blocks with a partial last one
 def test_counts_match_the_float64_temporaries(dtype, n):
-    out, ref, (rtol, atol) = _damaged(max(n, 64), dtype, "cpu")
+    out, ref, (rtol, atol) = _damaged(max(n, 64), dtype, DEVICE)
     out, ref = out[:n].contiguous(), ref[:n].contiguous()
     assert mismatch.mismatches(out, ref, rtol, atol) == _torch_counts(out, ref, rtol, atol)
     if n == 5000:
@@ -50,7 +52,7 @@ def test_counts_match_the_float64_temporaries(dtype, n):
 
 
 def test_the_bound_widens_the_tolerance_elementwise():
-    out, ref, (rtol, atol) = _damaged(3000, torch.float16, "cpu", seed=1)
+    out, ref, (rtol, atol) = _damaged(3000, torch.float16, DEVICE, seed=1)
     bound = torch.zeros_like(ref)
     past = (out.double() - ref).abs() > atol + rtol * ref.abs()
     bound[past] = (out.double() - ref).abs()[past]  # exactly the error: allowed (<=), not NaN ones
@@ -62,7 +64,7 @@ def test_the_bound_widens_the_tolerance_elementwise():
 def test_compare_says_the_same_through_the_kernel(monkeypatch):
     """check.compare with the kernel taken for every pair gives the verdict and message it gives
     without it, on a correct output, an unwritten one and one outside the tolerance."""
-    out, ref, _ = _damaged(4000, torch.float16, "cpu", seed=2)
+    out, ref, _ = _damaged(4000, torch.float16, DEVICE, seed=2)
     clean_ref = ref.nan_to_num(0.0)
     good = clean_ref.to(torch.float16)
     unwritten_only = good.clone()
@@ -78,6 +80,19 @@ def test_compare_says_the_same_through_the_kernel(monkeypatch):
     assert without[0] is None and "never written" in without[1] and "outside" in without[2]
 
 
+def test_compare_judges_alone_where_the_kernel_cannot_run(monkeypatch):
+    """A kernel that fails to build or launch leaves the verdict to the float64 temporaries."""
+    def cannot(*args):
+        raise RuntimeError("no fp8 on this GPU")
+
+    out, ref, _ = _damaged(2000, torch.float16, DEVICE, seed=4)
+    expected = check.compare(out, ref)
+    monkeypatch.setattr(mismatch, "applies", lambda *args: True)
+    monkeypatch.setattr(mismatch, "mismatches", cannot)
+    assert check.compare(out, ref) == expected and "never written" in expected
+    assert check.compare(ref.nan_to_num(0.0).to(torch.float16), ref.nan_to_num(0.0)) is None
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a GPU")
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
@@ -85,6 +100,7 @@ def test_gpu_large_outputs_take_the_kernel_and_match(dtype):
     n = mismatch.MIN_ELEMENTS + 4321
     out, ref, (rtol, atol) = _damaged(n, dtype, "cuda", seed=3)
     assert mismatch.applies(out, ref, None)
+    assert not mismatch.applies(out, ref.float(), None)  # check.compare's arithmetic is then not float64
     assert mismatch.mismatches(out, ref, rtol, atol) == _torch_counts(out, ref, rtol, atol)
     good = ref.nan_to_num(0.0)
     assert check.compare(good.to(dtype), good) is None

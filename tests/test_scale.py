@@ -1,6 +1,7 @@
 """Sweep speed and isolation on the CPU: the compile pool (real Triton compiles for an sm_90 target, no
 GPU needed), several trial workers, search budgets and seeds, finalists and the tie rule."""
 import json
+import time
 
 import numpy as np
 import pytest
@@ -342,3 +343,63 @@ def test_the_gpu_lock_lets_one_worker_at_a_time(tmp_path):
     for process in processes:
         process.join(30)
     assert all(earlier[1] <= later[0] for earlier, later in zip(held, held[1:])), held
+
+
+def _sleeping_stand_in(conn, name: str, seconds: float) -> None:
+    """A GPU worker stand-in whose every request takes `seconds`; it says when it began and ended."""
+    conn.send(("ready", {"gpu_name": "none"}))
+    while (message := conn.recv()) is not None:
+        began = time.monotonic()
+        time.sleep(seconds)
+        conn.send(("result", {"status": "ok", "by": name, "span": (began, time.monotonic())}))
+
+
+def test_the_trial_worker_waits_its_turn_while_the_side_worker_has_a_request():
+    """The trial worker is handed no request while the side worker has one (the lock is then the side
+    worker's, and the lock keeps no queue); the side worker's timeout grows by what is left of the trial
+    worker's request in flight, which it may wait for."""
+    trials = [Trial("k", provider, (64 * i,), "float16", config)
+              for i in range(1, 4) for provider, config in
+              [("triton", {"num_warps": 4}), ("triton", {"num_warps": 8}), ("compile", {})]]
+    gpu = WorkerProcess("trial worker", _sleeping_stand_in, ("trial worker", 0.05))
+    side = WorkerProcess("side worker", _sleeping_stand_in, ("side worker", 0.15))
+    scheduler = Scheduler([gpu], [], trial_timeout_s=60, compile_timeout_s=60, side=side,
+                          compiles=lambda trial: trial.provider == "compile")
+    spans = {"trial worker": [], "side worker": []}
+    handed = []  # for each request handed to the trial worker: whether the side worker had one
+    assign = scheduler._assign
+
+    def watched(worker):
+        job = assign(worker)
+        if job is not None and worker is gpu:
+            handed.append(scheduler._busy(side))
+        return job
+
+    scheduler._assign = watched
+    try:
+        scheduler.start(ahead=[])
+        side.wait_ready()
+        scheduler.run(trials, lambda worker, trial, result: spans[result["by"]].append(result["span"]))
+        gpu.task, gpu.deadline = ("trial", trials[0]), time.monotonic() + 100.0  # as if one were in flight
+        assert 99.0 < scheduler._lock_wait_s(side) <= 100.0 and scheduler._lock_wait_s(gpu) == 0.0
+        gpu.task = None
+    finally:
+        stop_all(scheduler.on_gpu)
+    assert len(spans["side worker"]) == 3 and len(spans["trial worker"]) == 6
+    assert handed == [False] * 6
+    # the side worker's three requests (0.15 s each) ran one after another while the trial worker's
+    # six (0.05 s) waited: none of those began before the side worker's last ended but the first
+    last_side_end = max(end for _, end in spans["side worker"])
+    assert sum(began < last_side_end for began, _ in spans["trial worker"]) == 1
+
+
+def test_the_side_worker_is_kept_for_one_gpu_and_a_baseline_that_compiles():
+    from runners.engine.startup import keep_side
+
+    compiled = Trial("k", "compile", (64,), "float16", {})
+    eager = Trial("k", "torch", (64,), "float16", {})
+    side = WorkerProcess("side worker", _sleeping_stand_in, ("side worker", 0.0))  # never started
+    compiles = lambda trial: trial.provider == "compile"  # noqa: E731
+    assert keep_side(side, [eager, compiled], compiles, gpu_workers=1) is side
+    assert keep_side(side, [eager], compiles, gpu_workers=1) is None
+    assert keep_side(side, [eager, compiled], compiles, gpu_workers=2) is None

@@ -22,6 +22,7 @@ runners/results/ (tests/test_layout.py), the command composes them (runners/swee
 """
 from __future__ import annotations
 
+import contextlib
 import datetime
 import functools
 import json
@@ -87,7 +88,6 @@ class Job:
         self.final_loops: dict[tuple, float] = {}  # (shape, dtype) -> seconds of its finalists' loop
         self.measured_groups: set = set()  # (shape, dtype) where this job measured a config of the kernel
         self.reused_ids: list[int] = []
-        # the first trial worker and the fork server, until the scheduler takes them
         # the first trial worker, the fork server and the side worker, until the scheduler takes them
         self.early: list = [None, None, None]
         self.lock_file: Optional[str] = None  # GPU 0's lock (runners/engine/worker.py: GpuLock)
@@ -131,7 +131,8 @@ class Job:
         if self.scheduler is not None:
             stop_all(self.scheduler.on_gpu + self.scheduler.compilers)
         if self.lock_file is not None:
-            os.unlink(self.lock_file)
+            with contextlib.suppress(FileNotFoundError):  # a cleaned temp dir: nothing left to remove
+                os.unlink(self.lock_file)
             self.lock_file = None
 
     # --- start ---------------------------------------------------------------------------------------
@@ -156,7 +157,7 @@ class Job:
         self.plan = validate(cfg, self.given_trials)
         self.outputs.check(cfg, self.plan.spec)  # their settings (the export's), before any launch too
         compiling = functools.partial(compiles, self.plan.spec)
-        self.early[2] = keep_side(self.early[2], self.plan.trials, compiling)
+        self.early[2] = keep_side(self.early[2], self.plan.trials, compiling, self.plan.workers)
         self.store = self.open_store(self.store_path)
         cleanup.callback(self.store.close)
         plan = self.plan
@@ -290,7 +291,7 @@ class Job:
                 "reused": len(self.reused_ids), "statuses": self.statuses, "not_run": scheduler.not_run,
                 "finalist_groups": finalist_groups, "gpu_workers": len(scheduler.gpu_workers),
                 "compile_workers": self.plan.compilers,
-                "worker_restarts": sum(w.starts - 1 for w in scheduler.gpu_workers)}
+                "worker_restarts": sum(w.starts - 1 for w in scheduler.on_gpu)}
 
     def outputs_seconds(self, summary: dict) -> dict:
         """What the outputs report of themselves (W&B runs and seconds), where the finish did not."""

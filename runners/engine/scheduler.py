@@ -22,8 +22,11 @@ Who compiles a config, decided as the job goes, from what this job measures:
   and grows to its full size for a large one.
 
 The torch.compile baselines (trials whose first call compiles) go to the side worker where there is
-one (runners/engine/worker.py), with the finalists groups that hold one; everything else goes to the
-trial workers. A side worker that cannot start leaves its trials to them.
+one (runners/engine/worker.py; a job of one GPU), with the finalists groups that hold one; everything
+else goes to the trial worker. The two take turns on the GPU's lock: the trial worker gets no new
+request while the side worker has one, and a request of the side worker may wait for the trial
+worker's request in flight, so its timeout grows by what is left of that one. A side worker that cannot
+start leaves its trials to the trial worker.
 """
 from __future__ import annotations
 
@@ -207,6 +210,17 @@ class Scheduler:
         for_side = self.side is not None and any(self.compiles(trial) for trial in trials)
         return for_side == (worker is self.side)
 
+    @staticmethod
+    def _busy(worker: Optional[WorkerProcess]) -> bool:
+        return worker is not None and worker.task is not None and worker.task != "start"
+
+    def _lock_wait_s(self, worker: WorkerProcess) -> float:
+        """How long the side worker may wait for the GPU's lock: what is left of the trial worker's
+        request in flight (it holds the lock at most until then, when it is killed); 0 otherwise."""
+        if worker is not self.side or not self.gpu_workers or not self._busy(self.gpu_workers[0]):
+            return 0.0
+        return max(self.gpu_workers[0].deadline - time.monotonic(), 0.0)
+
     def _queue(self, worker: WorkerProcess) -> list[Trial]:
         """The trials ready for `worker`: the side worker's own, or those of the trial workers."""
         return self.ready_side if worker is self.side else self.ready
@@ -261,13 +275,16 @@ class Scheduler:
                     self.compile_timeout_s, f"compiling {trial.label}")
         if worker is not self.side and worker not in self.gpu_workers:
             return None
+        if worker is not self.side and self._busy(self.side):
+            return None  # the GPU's lock is the side worker's: the turns of the module docstring
+        wait_s = self._lock_wait_s(worker)
         queue = self._queue(worker)
         if queue:
             group = self.last_group.get(id(worker))
             index = next((i for i, t in enumerate(queue) if (t.shape, t.dtype) == group), 0)
             trial = queue.pop(index)
             self.last_group[id(worker)] = (trial.shape, trial.dtype)
-            return (("trial", trial, self.peaks), ("trial", trial), self.trial_timeout_s,
+            return (("trial", trial, self.peaks), ("trial", trial), self.trial_timeout_s + wait_s,
                     f"running {trial.label}")
         trial = self._take_to_compile_on_gpu(worker) if worker is not self.side else None
         if trial is not None:
@@ -280,7 +297,7 @@ class Scheduler:
         self.finalist_groups.remove(trials)
         self.last_group[id(worker)] = (trials[0].shape, trials[0].dtype)
         # Each finalist was already timed once; the round-robin re-timing gets that long per finalist.
-        timeout_s = self.trial_timeout_s * len(trials)
+        timeout_s = self.trial_timeout_s * len(trials) + wait_s
         message = ("finalists", trials, self.peaks, self._final_rule, self._tie_floor)
         doing = f"re-timing {len(trials)} finalists at {trials[0].label}"
         return message, ("finalists", trials), timeout_s, doing

@@ -38,9 +38,9 @@ def start_early(cfg: DictConfig, rule, lock_file: Optional[str]) -> list[Optiona
     kernel's module, as each of them does first, so they import at once instead of one after another
     (a kernel library's module may take seconds). The side worker (runners/engine/worker.py) starts
     where the config may hold torch.compile baselines (kernel.baselines not []) and the host has a
-    core for it; keep_side stops it once validation says there are none. Starting a worker launches
-    nothing; a ConfigError stops them at once, unready (runners/engine/job.py). None for what is not
-    needed or cannot be named yet (an unknown kernel)."""
+    core for it; keep_side stops it once validation says there are none or several GPUs. Starting a
+    worker launches nothing; a ConfigError stops them at once, unready (runners/engine/job.py). None
+    for what is not needed or cannot be named yet (an unknown kernel)."""
     from runners.engine.compile_pool import fork_server, kernel_module
     from runners.engine.worker import trial_worker
 
@@ -61,10 +61,13 @@ def start_early(cfg: DictConfig, rule, lock_file: Optional[str]) -> list[Optiona
     return [gpu, server, side]
 
 
-def keep_side(side: Optional[WorkerProcess], trials: list[Trial],
-              compiles: Callable[[Trial], bool]) -> Optional[WorkerProcess]:
-    """The side worker where some trial compiles on its first call; else it is stopped (None)."""
-    if side is not None and not any(compiles(trial) for trial in trials if not trial.pruned_reason):
+def keep_side(side: Optional[WorkerProcess], trials: list[Trial], compiles: Callable[[Trial], bool],
+              gpu_workers: int) -> Optional[WorkerProcess]:
+    """The side worker where the job runs on one GPU and some trial compiles on its first call; else it
+    is stopped (None). On several GPUs each trial worker compiles its own: one side worker on GPU 0
+    would take every finalists group that holds such a baseline, which the GPUs share otherwise."""
+    if side is not None and (gpu_workers > 1
+                             or not any(compiles(trial) for trial in trials if not trial.pruned_reason)):
         side.stop()
         return None
     return side

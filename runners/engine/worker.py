@@ -5,11 +5,13 @@ timeout (runners/engine/process.py); a worker that hangs is killed (`timeout`), 
 CUDA error (illegal address, launch failure) is replaced (`crashed`), and the sweep goes on with a
 fresh worker.
 
-Beside the trial worker of GPU 0, a job with torch.compile baselines runs a second worker on that GPU
-for them (`side`): their first call imports dynamo and inductor (7.5 s on an H100 host) and compiles
-(0.9-3.3 s a shape), and in the trial worker the GPU waited for it. The side worker compiles outside
-the GPU lock while the trial worker measures, then takes the lock to check and time; the two workers
-hold the lock around all their other GPU work, so that no sample shares the GPU with the other's.
+Beside the one trial worker of a job on one GPU, a job with torch.compile baselines runs a second worker
+on that GPU for them (`side`): their first call imports dynamo and inductor (7.5 s on an H100 host),
+which the side worker does at its start while the trial worker measures. Then the two take turns: each
+holds the GPU's lock around all it does on the GPU (the CUDA part of its start, each request: inputs,
+references, compiles, checks, timing), so that no sample shares the GPU with the other's work, and the
+scheduler gives the trial worker no new request while the side worker has one (runners/engine/
+scheduler.py), so that neither waits for the lock longer than one request of the other.
 """
 from __future__ import annotations
 
@@ -48,30 +50,6 @@ def compiles(spec, trial: Trial) -> bool:
     return getattr(baseline, "compiles", False)
 
 
-def compile_ahead(spec, trials: list[Trial], cache: "ShapeCache", lock: GpuLock) -> Optional[float]:
-    """The side worker's compile of the trials' torch.compile baselines: their inputs made under the
-    lock, their first call outside it (the GPU runs the compiled kernel once, and any configs inductor
-    benchmarks, beside the other worker's work). Seconds it took; None when none compiles. An error is
-    left to the trial's own first call, which meets it again and classifies it."""
-    import torch
-
-    seconds = None
-    for trial in trials:
-        if not compiles(spec, trial):
-            continue
-        began = time.perf_counter()
-        try:
-            with lock:
-                inputs, _, _ = cache.get(trial, with_bound=False)
-            began = time.perf_counter()
-            spec.baselines[trial.provider](inputs)
-            torch.cuda.synchronize(cache.device)
-        except Exception:
-            pass
-        seconds = (seconds or 0.0) + time.perf_counter() - began
-    return seconds
-
-
 def input_seed(seed: int, trial: Trial) -> int:
     """Seed of a trial's inputs: the same inputs for every config at a (shape, dtype), fresh elsewhere."""
     payload = f"{seed}:{trial.kernel}:{list(trial.shape)}:{trial.dtype}".encode()
@@ -107,6 +85,15 @@ class ShapeCache:
         if with_bound and self.bound is None and self.spec.accumulation_bound:
             self.bound = self.spec.accumulation_bound(*self.inputs)
         return self.inputs, self.references, (self.bound if with_bound else None)
+
+    def release(self) -> None:
+        """Drop the entry and give its memory back to the device (torch's allocator keeps what it freed)."""
+        import torch
+
+        self.key = None
+        self.inputs = self.references = self.bound = None
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
 
 
 # A repetition's buffers start at a random offset below PLACEMENT_SPAN_BYTES in an allocation of their
@@ -354,6 +341,7 @@ def _worker_main(conn, backend: str, kernel_name: str, spec_path: Optional[str],
     os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
     began = time.perf_counter()
     try:
+        lock = GpuLock(lock_path)
         import torch
 
         from runners.engine.specs import load_spec
@@ -371,9 +359,10 @@ def _worker_main(conn, backend: str, kernel_name: str, spec_path: Optional[str],
             timer = InterpreterTimer(rule, warmup_s)
         else:
             device = torch.device("cuda", device_index)
-            torch.cuda.set_device(device)  # CUDA 12 creates the context here (older ones: at the flush)
-            context = time.perf_counter()
-            timer = device_info.cuda_timer(device_index, rule, warmup_s)
+            with lock:  # the flush kernel and the CUPTI probe run on the GPU
+                torch.cuda.set_device(device)  # CUDA 12 creates the context here (older: at the flush)
+                context = time.perf_counter()
+                timer = device_info.cuda_timer(device_index, rule, warmup_s)
             if timer.method != METHOD_CUPTI:
                 print(f"note: GPU {device_index}: CUPTI kernel records unavailable "
                       f"({timer.kernel_clock.reason}); rows are timed with CUDA events, launch overhead "
@@ -397,7 +386,7 @@ def _worker_main(conn, backend: str, kernel_name: str, spec_path: Optional[str],
                        describe=time.perf_counter() - described)
     info["start_seconds"] = seconds
     conn.send(("ready", info))
-    _serve(conn, spec, ShapeCache(spec, seed, device), timer, device, GpuLock(lock_path), side)
+    _serve(conn, spec, ShapeCache(spec, seed, device), timer, device, lock, side)
 
 
 def _serve(conn, spec, cache: ShapeCache, timer, device, lock: GpuLock, side: bool) -> None:
@@ -409,29 +398,22 @@ def _serve(conn, spec, cache: ShapeCache, timer, device, lock: GpuLock, side: bo
         if message is None:
             return
         kind, payload = message[0], message[1:]
-        if kind == "peaks":
-            with lock:
-                peaks = device_info.measure_peaks(timer, device)
-            conn.send(("peaks", peaks))
-        elif kind == "trial":
-            trial, peaks = payload
-            compile_s = compile_ahead(spec, [trial], cache, lock) if side else None
-            with lock:
-                result = run_trial(spec, trial, cache, timer, device, peaks)
-            if compile_s is not None:
-                result["compile_s"] = compile_s
-            conn.send(("result", result))
-            if result.get("sticky"):
-                return  # the CUDA context is unusable; the parent replaces this worker
-        elif kind == "finalists":
-            trials, peaks, final_rule, tie_floor = payload
-            if side:
-                compile_ahead(spec, trials, cache, lock)
-            with lock:
+        with lock:
+            if kind == "peaks":
+                answer, outcome = ("peaks", device_info.measure_peaks(timer, device)), {}
+            elif kind == "trial":
+                trial, peaks = payload
+                outcome = run_trial(spec, trial, cache, timer, device, peaks)
+                answer = ("result", outcome)
+            else:
+                trials, peaks, final_rule, tie_floor = payload
                 results = run_finalists(spec, trials, cache, timer, peaks, final_rule, tie_floor)
-            conn.send(("finalists", results))
-            if results[0].get("sticky"):
-                return
+                answer, outcome = ("finalists", results), results[0]
+            if side:  # its inputs and references would sit beside the trial worker's in GPU memory
+                cache.release()
+        conn.send(answer)
+        if outcome.get("sticky"):
+            return  # the CUDA context is unusable; the parent replaces this worker
 
 
 def trial_worker(backend: str, kernel_name: str, spec_path: Optional[str], rule, warmup_s: float, seed: int,

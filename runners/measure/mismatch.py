@@ -3,12 +3,13 @@
 check.compare builds its verdict from float64 temporaries: the output upcast, the error, the allowance,
 the masks. For layernorm's 8192x65528 fp16 output that is ~80 GB of memory traffic, 17.7 ms on an H100
 against a 2 ms kernel, and it ran once for every config of the export sweeps' largest shapes. This
-kernel reads the output and the reference once and counts the elements that fail either test of
+kernel reads the output and a float64 reference once and counts the elements that fail either test of
 check.compare (never written: still NaN where the reference is not; outside atol + rtol * |ref| +
 bound), in float64 as check.compare computes them; check.compare then says nothing more when both
-counts are 0 and builds its message the usual way otherwise, so the message, and the verdict wherever
-the two differ, stay its own. (The only difference there can be: the compiler may fuse the allowance's
-multiply-add, one float64 rounding fewer, at an error within 1e-16 relative of the allowance.)
+counts are 0 and builds its message the usual way otherwise (or where the kernel cannot run), so the
+message, and the verdict wherever the two differ, stay its own. (The only difference there can be: the
+compiler may fuse the allowance's multiply-add, one float64 rounding fewer, at an error within 1e-16
+relative of the allowance.)
 """
 from __future__ import annotations
 
@@ -42,12 +43,14 @@ def _mismatch_kernel(out_ptr, ref_ptr, bound_ptr, tolerance_ptr, counts_ptr, n_e
 
 
 def applies(out, ref, bound) -> bool:
-    """Whether the kernel can judge this pair: large floating-point tensors of one shape on one CUDA
-    device, laid out densely in row-major order (the bound too)."""
+    """Whether the kernel judges this pair as check.compare would: a large floating-point output and a
+    float64 reference (and bound) of its shape on its CUDA device, laid out densely in row-major order."""
+    import torch
+
     tensors = [out, ref] + ([] if bound is None else [bound])
     return (out.is_cuda and out.numel() >= MIN_ELEMENTS and out.is_floating_point()
-            and ref.is_floating_point() and all(t.device == out.device and t.shape == out.shape
-                                                and t.is_contiguous() for t in tensors))
+            and all(t is out or t.dtype == torch.float64 for t in tensors)
+            and all(t.device == out.device and t.shape == out.shape and t.is_contiguous() for t in tensors))
 
 
 def mismatches(out, ref, rtol: float, atol: float, bound=None) -> tuple[int, int]:
