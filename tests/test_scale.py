@@ -403,3 +403,29 @@ def test_the_side_worker_is_kept_for_one_gpu_and_a_baseline_that_compiles():
     assert keep_side(side, [eager, compiled], compiles, gpu_workers=1) is side
     assert keep_side(side, [eager], compiles, gpu_workers=1) is None
     assert keep_side(side, [eager, compiled], compiles, gpu_workers=2) is None
+
+
+def test_a_side_worker_imports_inductor_and_waits_for_the_lock(tmp_path):
+    """A real side worker (on the interpreter here): ready with dynamo and inductor imported, it runs a
+    trial and a baseline, and a request waits while another process holds the GPU's lock."""
+    from runners.engine.worker import GpuLock, trial_worker
+    from runners.measure.stop_rule import StopRule
+
+    lock = tmp_path / "gpu0.lock"
+    lock.touch()
+    rule = StopRule(min_samples=6, min_time_s=0.0, rel_precision=0.5, max_time_s=0.05)
+    worker = trial_worker("interpret", "softmax", None, rule, 0.0, 0, 0, str(lock), side=True)
+    ours = Trial("softmax", "triton", (8, 100), "float32",
+                 {"BLOCK_SIZE": 128, "num_warps": 1, "num_stages": 1})
+    theirs = Trial("softmax", "torch", (8, 100), "float32", {})
+    try:
+        worker.start()
+        assert worker.name.startswith("torch.compile worker") and worker.wait_ready()
+        for trial in (ours, theirs):
+            assert worker.request(("trial", trial, {}), 120, "running")["status"] == "ok"
+        with GpuLock(str(lock)):
+            worker.submit(("trial", ours, {}), "trial", 120, "running")
+            assert not worker.conn.poll(1.0)  # waiting for the lock
+        assert worker.take()[1]["status"] == "ok"
+    finally:
+        stop_all([worker])
