@@ -196,13 +196,17 @@ class Scheduler:
             if worker.process is None:
                 return self._wants_compile_worker()
             return bool(self.to_compile)
-        if worker is not self.side and worker not in self.gpu_workers:
-            return False  # a side worker that could not start, or a GPU of another model
+        if self._dropped(worker):
+            return False
         has_work = (bool(self._queue(worker))
                     or any(self._mine(worker, group) for group in self.finalist_groups))
         if worker is self.side:
             return has_work
         return self._starting or has_work or self._stealable()
+
+    def _dropped(self, worker: WorkerProcess) -> bool:
+        """A GPU worker given up: a side worker that could not start, or one of a GPU of another model."""
+        return worker is not self.side and worker not in self.gpu_workers
 
     def _mine(self, worker: WorkerProcess, trials: list[Trial]) -> bool:
         """Whether a trial (a list of one) or finalists group is `worker`'s: the side worker's when one
@@ -273,7 +277,7 @@ class Scheduler:
             trial = self.to_compile.popleft()
             return (compile_pool.compile_request(trial, self.target), ("compile", (trial, self.target)),
                     self.compile_timeout_s, f"compiling {trial.label}")
-        if worker is not self.side and worker not in self.gpu_workers:
+        if self._dropped(worker):
             return None
         if worker is not self.side and self._busy(self.side):
             return None  # the GPU's lock is the side worker's: the turns of the module docstring

@@ -118,11 +118,8 @@ def compare(out, ref, normwise: bool = False, bound=None) -> Optional[str]:
             return f"{int(bad.sum())} of {out.numel()} {dtype} elements differ, first at {first}"
         return None
     dtype = str(out.dtype).removeprefix("torch.")
-    if not normwise and dtype in TOLERANCES:
-        from runners.measure import mismatch
-
-        if mismatch.applies(out, ref, bound) and _counts(out, ref, *TOLERANCES[dtype], bound) == (0, 0):
-            return None  # one pass over the memory said it; a mismatch is described below
+    if not normwise and dtype in TOLERANCES and _one_pass(out, ref, *TOLERANCES[dtype], bound) == (0, 0):
+        return None  # one pass over the memory said it; a mismatch is described below
     out64 = out.double()
     unwritten = torch.isnan(out64) & ~torch.isnan(ref)
     if unwritten.any():
@@ -148,11 +145,13 @@ def compare(out, ref, normwise: bool = False, bound=None) -> Optional[str]:
     return None
 
 
-def _counts(out, ref, rtol: float, atol: float, bound) -> Optional[tuple[int, int]]:
-    """mismatch.mismatches, or None where its kernel cannot build or run here (an fp8 output on a GPU
-    without fp8, say): the float64 temporaries then judge alone."""
+def _one_pass(out, ref, rtol: float, atol: float, bound) -> Optional[tuple[int, int]]:
+    """mismatch.mismatches where it applies; None where it does not, or where its kernel cannot build
+    or run here (an fp8 output on a GPU without fp8, say): the float64 temporaries then judge alone."""
     from runners.measure import mismatch
 
+    if not mismatch.applies(out, ref, bound):
+        return None
     try:
         return mismatch.mismatches(out, ref, rtol, atol, bound)
     except Exception:
