@@ -21,6 +21,11 @@ import traceback
 from pathlib import Path
 from typing import Optional
 
+if __name__ == "__main__":  # before Hydra's import: a resident may run this command (and exit here)
+    from runners.engine.resident import run_in_resident
+
+    run_in_resident("runners.sweep")
+
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
@@ -163,6 +168,9 @@ def exit_now() -> None:
     tracker reports the W&B queues' semaphores as leaked), the flush of Hydra's job log."""
     import atexit
 
+    from runners.engine.resident import leave_resident
+
+    leave_resident()
     atexit._run_exitfuncs()
     sys.stdout.flush()
     sys.stderr.flush()

@@ -9,6 +9,9 @@ import pytest
 import torch
 
 HAS_CUDA = torch.cuda.is_available()
+# The sweeps tests run neither leave a resident behind nor use one (runners/engine/resident.py), unless a
+# test asks: each would keep torch imported for 15 minutes.
+os.environ.setdefault("SWEEP_RESIDENT_S", "0")
 if not HAS_CUDA:
     os.environ.setdefault("TRITON_INTERPRET", "1")  # before any kernel module is imported
 

@@ -42,6 +42,9 @@ import time
 from pathlib import Path
 from typing import Optional
 
+from runners.engine import resident
+from runners.engine.resident import DEFAULT_IDLE_S
+
 # The lists both sides get: 96 matmul configs at 4096^3 fp16 and 72 softmax configs at 8192x8192 fp16;
 # 30 softmax configs over 4 shapes behind a slow import (those valid at a shape are tried there).
 CASES = {
@@ -338,6 +341,9 @@ def bench_gpus(counts=None) -> None:
 
 
 # The sweeps `sweeps` times: the README's main command (cold, then warm) and the export-grade sweeps.
+# Warm twice: without a resident (SWEEP_RESIDENT_S=0: as before it existed), then run by the resident that
+# the cold run left (runners/engine/resident.py; a tree without one runs it as the first).
+WARM = [("warm", ["force=true"]), ("warm, resident", ["force=true"])]
 SWEEPS = {"readme": [], "softmax_export": ["+sweep=softmax_export"],
           "layernorm_export": ["+sweep=layernorm_export"]}
 
@@ -350,17 +356,25 @@ def _tree_env(tree: Path) -> dict:
 
 
 def _timed_sweep(tree: Path, work: Path, name: str, overrides: list[str], cache_dir: str,
-                 extra: list[str] = ()) -> dict:
+                 extra: list[str] = (), **env) -> dict:
     """One sweep command run from `tree` with its store and runs under `work`: its seconds, summary,
     and the export's leave-one-out lines."""
     run_dir = work / f"run_{time.time_ns()}"
     args = [sys.executable, "-m", "runners.sweep", *overrides, f"sweep_id={name}",
             f"store={work}/results.sqlite", f"export_dir={work}/exports", f"logger.dir={work}",
             f"hydra.run.dir={run_dir}", *extra]
-    seconds, result = _run(args, cache_dir, tree, **_tree_env(tree))
+    seconds, result = _run(args, cache_dir, tree, **_tree_env(tree), **env)
     summary = json.loads((run_dir / "summary.json").read_text())
     between = [line for line in result.stdout.splitlines() if "between measured shapes" in line]
     return {"seconds": seconds, "summary": summary, "between": between, "stdout": result.stdout}
+
+
+def _wait_for_residents() -> float:
+    """Seconds until no resident of this user is still importing (none: 0)."""
+    began = time.perf_counter()
+    while any(resident.folder().glob("*.starting")):
+        time.sleep(0.1)
+    return time.perf_counter() - began
 
 
 def _spent_cells(summary: dict) -> str:
@@ -391,32 +405,43 @@ def bench_sweeps(names: list[str], trees: list[Path], calibration: Optional[str]
                 work = Path(scratch) / f"{name}_{len(runs)}"
                 work.mkdir()
                 cache_dir = tempfile.mkdtemp(prefix="triton-cache-sweeps-")
-                modes = [("cold", [])] + ([("warm", ["force=true"])] if name == "readme" else [])
+                modes = [("cold", [])] + (WARM if name == "readme" else [])
                 for mode, extra in modes:
-                    sweep_id = name if mode == "cold" else f"{name}_{mode}"
-                    run = _timed_sweep(tree, work, sweep_id, SWEEPS[name], cache_dir, extra)
+                    sweep_id = name if mode == "cold" else f"{name}_{mode.replace(', ', '_')}"
+                    if mode == "warm, resident":
+                        print(f"waited {_wait_for_residents():.1f} s for the resident the cold run left")
+                    # a resident only where the next run is to use it (the README's cold run leaves it)
+                    with_resident = name == "readme" and mode in ("cold", "warm, resident")
+                    run = _timed_sweep(tree, work, sweep_id, SWEEPS[name], cache_dir, extra,
+                                       SWEEP_RESIDENT_S=str(DEFAULT_IDLE_S) if with_resident else "0")
                     summary, phases = run["summary"], run["summary"]["phase_seconds"]
                     before = summary.get("before_job_seconds") or 0.0
                     lines.append(f"| {name} | {tree.name} | {mode} | {run['seconds']:.1f} | {before:.1f} | "
                                  + " | ".join(f"{phases.get(p, 0.0):.1f}" for p in PHASES)
                                  + f" | {_spent_cells(summary)} |")
                     print(lines[-1], flush=True)
-                    said = ("time spent", "wall time", "finish ", "ready after")
+                    said = ("time spent", "wall time", "finish ", "ready after", "run by the resident",
+                            "a resident (pid")
                     print("\n".join(l for l in run["stdout"].splitlines()
                                      if l.startswith(said) or "reused from the store" in l), flush=True)
                     if mode == "cold":
                         runs[(name, tree)] = (work, run["between"])
+        subprocess.run([sys.executable, "-m", "runners.engine.resident", "stop"], cwd=REPO)
         print("\n".join(lines))
         for name in names:
             new_work, new_between = runs[(name, trees[-1])]
             for tree in trees[:-1]:
                 old_work, old_between = runs[(name, tree)]
-                args = [sys.executable, "-m", "runners.compare", f"{old_work}/results.sqlite:{name}",
-                        f"{new_work}/results.sqlite:{name}", "--fail-on-slow", "2%"]
-                args += ["--calibration", calibration] if calibration and name == "readme" else []
-                result = subprocess.run(args, cwd=REPO, capture_output=True, text=True)
-                print(f"compare {name}, {tree.name} -> {trees[-1].name} (exit status {result.returncode}):\n"
-                      + "\n".join(result.stdout.splitlines()[-12:]), flush=True)
+                # The README sweep also against the run the resident gave: the same picks there too
+                news = [name] + ([f"{name}_warm_resident"] if name == "readme" else [])
+                for new in news:
+                    args = [sys.executable, "-m", "runners.compare", f"{old_work}/results.sqlite:{name}",
+                            f"{new_work}/results.sqlite:{new}", "--fail-on-slow", "2%"]
+                    args += ["--calibration", calibration] if calibration and name == "readme" else []
+                    result = subprocess.run(args, cwd=REPO, capture_output=True, text=True)
+                    print(f"compare {name}, {tree.name} -> {trees[-1].name} {new} (exit status "
+                          f"{result.returncode}):\n" + "\n".join(result.stdout.splitlines()[-12:]),
+                          flush=True)
                 for label, between in ((tree.name, old_between), (trees[-1].name, new_between)):
                     print("\n".join(f"leave-one-out, {label}: {line}" for line in between))
 

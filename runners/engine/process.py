@@ -64,19 +64,23 @@ class WorkerProcess:
     it receives None. `main` may be "module:function", imported in the child only."""
 
     def __init__(self, name: str, main: Union[Callable, str], args: tuple, new_session: bool = False,
-                 interpret: bool = False, server: Optional["ForkServer"] = None):
+                 interpret: bool = False, server: Optional["ForkServer"] = None, fork_here: bool = False):
         """`server`: for a worker that never touches CUDA, the ForkServer it is forked from, in
         milliseconds, with torch, Triton and the kernel's module already imported there (32 compile
         workers importing torch and triton at once took 6 s on a 32-core H200 host, and slowed the
-        GPU worker's start from 4 s to 6 s). Without one the worker is spawned: a fresh interpreter,
-        never a fork of a process that may hold CUDA."""
+        GPU worker's start from 4 s to 6 s). Without one the worker is forked from the home server where
+        this process has one (a command the resident forked: runners/engine/resident.py), else spawned:
+        a fresh interpreter, never a fork of a process that may hold CUDA. An interpreter worker is
+        never forked from the home server: Triton reads TRITON_INTERPRET when it is imported, and the
+        home server imported it without. `fork_here`: this process forks the child itself (the home
+        server, forked while this process holds no CUDA and runs one thread)."""
         self.name = name
         self._interpret = interpret
         self._main = main
         self._args = args
         self._new_session = new_session
-        self.server = server
-        self._context = multiprocessing.get_context("spawn")
+        self.server = server if server is not None or interpret else _home
+        self._context = multiprocessing.get_context("fork" if fork_here else "spawn")
         self.process = None
         self.conn = None
         self.info: Optional[dict] = None  # what the child sent with "ready"
@@ -284,8 +288,8 @@ class ForkServer(WorkerProcess):
     imports took. After that it answers no request: `fork()` and `kill_child()` talk to it, and
     `poll()` reads the pids of the forks and the exit codes of the children it reaps."""
 
-    def __init__(self, preload: tuple[str, ...]):
-        super().__init__("fork server", _fork_server_main, (tuple(preload),))
+    def __init__(self, preload: tuple[str, ...], fork_here: bool = False):
+        super().__init__("fork server", _fork_server_main, (tuple(preload),), fork_here=fork_here)
         self.preload = tuple(preload)
         self.pids: dict[int, int] = {}  # request -> pid of the child forked for it
         self.exits: dict[int, int] = {}  # pid -> exit code (negative: the signal that ended it)
@@ -357,6 +361,23 @@ class ForkServer(WorkerProcess):
     def stop(self) -> None:
         super().stop()
         self._gone = True
+
+
+_home: Optional[ForkServer] = None  # the home server of a command the resident forked (start_home_server)
+
+
+def start_home_server() -> ForkServer:
+    """Fork this process's home server: every worker this process starts later (GPU trial workers, the
+    side worker, the compile pool's fork server) is forked from it, with what this process has imported
+    (a command the resident forked: torch, Triton, dynamo and inductor), instead of spawned into a
+    fresh interpreter that imports them again (seconds each). Called while this process holds no CUDA
+    context and runs one thread, before the command starts; the server never touches CUDA. It exits
+    with this process (its pipe ends)."""
+    global _home
+    server = ForkServer((), fork_here=True)
+    server.start()
+    _home = server
+    return server
 
 
 def _kill(pid: int, group: bool) -> None:
@@ -533,5 +554,5 @@ def stop_all(workers: list[WorkerProcess], grace_s: float = 5.0) -> None:
         if worker.process is not None:
             worker.process.join(max(deadline - time.monotonic(), 0))
         worker.stop()  # kills what is still alive, closes the pipe
-    for server in {id(w.server): w.server for w in workers if w.server is not None}.values():
-        server.stop()
+    for server in {id(w.server): w.server for w in workers if w.server not in (None, _home)}.values():
+        server.stop()  # the home server serves the command's later jobs too; it ends with the command
