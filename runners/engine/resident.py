@@ -389,6 +389,9 @@ def _run_command(connection: socket.socket, descriptors: list[int], message: dic
         if isinstance(error, KeyboardInterrupt):
             code = 128 + signal.SIGINT  # as a shell reports a command ended by Ctrl-C
     finally:
+        import atexit
+
+        atexit._run_exitfuncs()  # as the interpreter's exit would (multiprocessing's clean-up among them)
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()
