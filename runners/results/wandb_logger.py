@@ -6,10 +6,13 @@ one run where a sweep of thousands of trials would make thousands (W&B's workspa
 thousand, and `wandb sync` uploads offline runs one by one); `auto` (the default) trial runs for a job of
 its own of at most logger.auto_trials trials, the sweep's run alone above it and for a multirun's jobs.
 
-Per-trial runs are created in child processes fed through one queue: wandb's serialization and its
-service process never share the interpreter (or its GIL) with the timing loop, so a slow log call cannot
-delay a kernel launch inside a timed window. The sweep only pays for a queue put per trial and for
-draining the queue at the end; both are measured and reported as the logging share of the wall time.
+Per-trial runs are created in child processes, each fed through its pipe by a thread of the sweep's:
+wandb's serialization and its service process never share the interpreter (or its GIL) with the timing
+loop, so a slow log call cannot delay a kernel launch inside a timed window. The sweep only pays for a
+queue put per trial and for the processes' last runs at the end; both are measured and reported as the
+logging share of the wall time. In a command the resident runs (runners/engine/resident.py) they are
+forked from its home server, pandas imported: spawned, they took 3.7-3.8 s of the README sweep's
+finish on an H200 (BENCHMARKS.md, 2026-11-26).
 Several processes, because one makes about 5 runs a second: trials that fail the gate in a tenth of a
 second outran it (seen on an H200: 80 incorrect matmul trials left a 10 s drain, 23% of the sweep).
 
@@ -32,11 +35,11 @@ same as without W&B. The first two are checked before any trial, and turn loggin
 """
 from __future__ import annotations
 
-import multiprocessing
 import os
 import queue
 import re
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Iterable, Optional
@@ -125,10 +128,11 @@ def _fill_trial_run(run, summary: dict) -> None:
         run.finish()
 
 
-def _log_trials(runs, results, conf: dict, sweep_id: str) -> None:
-    """A logging process: write runs until the stop sign, then report (failed, first cause, gave up)."""
+def _log_trials(conn, conf: dict, sweep_id: str) -> None:
+    """A logging process: write the runs that come through its pipe until the stop sign (None), then
+    answer (failed, first cause, gave up)."""
     failed, cause, in_a_row, stopped = 0, None, 0, False
-    while (item := runs.get()) is not None:
+    while (item := conn.recv()) is not None:
         if stopped:
             failed += 1  # drained, not tried: see GIVE_UP_AFTER
             continue
@@ -144,10 +148,15 @@ def _log_trials(runs, results, conf: dict, sweep_id: str) -> None:
         except Exception as error:
             failed, cause, in_a_row = failed + 1, cause or _cause(error), in_a_row + 1
             stopped = in_a_row >= GIVE_UP_AFTER
-    results.put((failed, cause, stopped))
+    conn.send((failed, cause, stopped))
 
 
 class TrialLogger:
+    """The trial runs: LOGGING_PROCESSES processes (runners/engine/process.py's WorkerProcess: spawned,
+    or forked from the home server of a command the resident runs, in milliseconds instead of an
+    interpreter's imports), each fed through its pipe by a thread of its own, so that log() never
+    waits for W&B; runs go to the processes in turn."""
+
     def __init__(self, conf: dict, sweep_id: str):
         self.enabled = conf["mode"] != "disabled"
         self.seconds = 0.0  # time the sweep process spent on logging
@@ -162,14 +171,19 @@ class TrialLogger:
         if unusable:
             self.enabled = False
             return
-        context = multiprocessing.get_context("spawn")
-        self._queue = context.Queue()
-        self._results = context.Queue()
+        from runners.engine.process import WorkerProcess
+
         count = max(1, min(LOGGING_PROCESSES, (os.cpu_count() or 2) // 2))  # leave cores to the sweep
-        args = (self._queue, self._results, conf, sweep_id)
-        self._processes = [context.Process(target=_log_trials, args=args, daemon=True) for _ in range(count)]
-        for process in self._processes:
+        main = f"{__name__}:_log_trials"
+        self._processes = [WorkerProcess(f"W&B logging process {i}", main, (conf, sweep_id))
+                           for i in range(count)]
+        self._pending = [queue.SimpleQueue() for _ in self._processes]  # each process's runs, then None
+        self._feeders = []
+        for process, pending in zip(self._processes, self._pending):
             process.start()
+            feeder = threading.Thread(target=_feed, args=(process.conn, pending), daemon=True)
+            feeder.start()
+            self._feeders.append(feeder)
 
     def log(self, job_type: str, name: str, config: dict, summary: dict) -> None:
         if not self.enabled:
@@ -178,7 +192,7 @@ class TrialLogger:
         shape = config.get("shape")
         # For grouping and filtering in the W&B UI: a list-valued config key groups poorly there.
         labels = {"sweep_id": self._sweep_id, "shape_label": "x".join(map(str, shape)) if shape else None}
-        self._queue.put((job_type, name, {**config, **labels}, summary))
+        self._pending[self.runs % len(self._pending)].put((job_type, name, {**config, **labels}, summary))
         self.runs += 1
         self.seconds += time.perf_counter() - began
 
@@ -189,28 +203,25 @@ class TrialLogger:
             return
         self.closed = True
         began = time.perf_counter()
-        for _ in self._processes:
-            self._queue.put(None)  # one stop sign each
+        for pending in self._pending:
+            pending.put(None)  # one stop sign each, after its runs
         deadline = began + CLOSE_TIMEOUT_S
-        problems = []
-        for process in self._processes:
-            process.join(max(0.0, deadline - time.perf_counter()))
-            if process.is_alive():  # e.g. online mode with an unreachable server
-                process.kill()
-                process.join()
-                problems.append(f"logging did not finish within {CLOSE_TIMEOUT_S} s and was stopped")
-            elif process.exitcode != 0:
-                problems.append(f"a logging process exited with code {process.exitcode}")
-        if problems:
-            # Items no process will read: without this the queue's feeder thread blocks our exit.
-            self._queue.cancel_join_thread()
-        failed, causes, gave_up = 0, [], False
-        for _ in range(sum(p.exitcode == 0 for p in self._processes)):
+        problems, failed, causes, gave_up = [], 0, [], False
+        for process, feeder in zip(self._processes, self._feeders):
+            feeder.join(max(0.0, deadline - time.perf_counter()))
             try:
-                count, cause, stopped = self._results.get(timeout=10)
-            except queue.Empty:  # a process that ended without reporting: counted in problems if it failed
-                break
-            failed += count
+                answered = process.conn.poll(max(0.0, deadline - time.perf_counter()))
+                count, cause, stopped = process.conn.recv() if answered else (None, None, False)
+            except (EOFError, OSError):  # it died before answering
+                process.process.join(5)
+                problems.append(f"a logging process exited with code {process.process.exitcode}")
+                count, cause, stopped = None, None, False
+            else:
+                if not answered:  # e.g. online mode with an unreachable server
+                    problems.append(f"logging did not finish within {CLOSE_TIMEOUT_S} s and was stopped")
+                process.process.join(5)  # it exits once it has answered
+            process.stop()
+            failed += count or 0
             gave_up |= stopped
             causes += [cause] if cause and cause not in causes else []
         if failed:
@@ -222,6 +233,18 @@ class TrialLogger:
             problems = list(dict.fromkeys(problems))  # four processes stopped alike make one phrase
             _warn_once(causes[0] if causes else problems[0], f"W&B: {'; '.join(problems)}; {UNAFFECTED}")
         self.seconds += time.perf_counter() - began
+
+
+def _feed(conn, pending: queue.SimpleQueue) -> None:
+    """A feeder thread: send a logging process its runs, and the stop sign, as they come."""
+    while True:
+        item = pending.get()
+        try:
+            conn.send(item)
+        except (BrokenPipeError, OSError):
+            return  # the process is gone: close() says so
+        if item is None:
+            return
 
 
 def runs_of(conf: dict, planned: int, multirun: bool) -> str:
