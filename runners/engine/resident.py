@@ -2,7 +2,8 @@
 
 A sweep's start is mostly imports: torch, Triton, Hydra and pandas in the command's process, torch and
 Triton again in each trial worker, dynamo and inductor in the worker of the torch.compile baselines
-(13-15 s before its first compile on an H100 host). After a command ends, it leaves a resident behind
+(13-15 s before its first compile on an H100 host, 12 s on an H200 host), wandb in the processes of the
+W&B trial runs. After a command ends, it leaves a resident behind
 (unless SWEEP_RESIDENT_S=0): a process that imports all of that once, never touches CUDA, and waits
 SWEEP_RESIDENT_S seconds (default 900) for the next command. The next `python -m runners.sweep ...`
 with the same Python, import path, environment and installed versions connects to it over a Unix
@@ -46,7 +47,7 @@ CHILD_VARIABLE = "SWEEP_RESIDENT_CHILD"  # set in a command the resident runs: i
 # What every command imports (the command, its trial workers, its compile pool, the torch.compile
 # baselines' worker), third-party only: the project's own modules are imported afresh by each command.
 PRELOAD = ("torch", "triton", "torch._dynamo", "torch._inductor.compile_fx", "torch.profiler", "hydra",
-           "omegaconf", "pandas", "numpy", "tqdm", "scipy.stats")
+           "omegaconf", "pandas", "numpy", "tqdm", "scipy.stats", "wandb")
 # Environment variables read when those modules are imported, or by the interpreter itself.
 RESIDENT_ENV_PREFIXES = ("TRITON", "TORCH", "PYTORCH", "CUDA", "NVIDIA", "LD_", "PYTHON", "OMP_", "MKL_",
                          "OPENBLAS", "HYDRA", "VIRTUAL_ENV")
