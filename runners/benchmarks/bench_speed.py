@@ -69,7 +69,10 @@ def _configs(space: dict) -> list[dict]:
 
 def _run(args: list[str], cache_dir: str, cwd: Path = REPO,
          **env) -> tuple[float, subprocess.CompletedProcess]:
-    environment = {**os.environ, "TRITON_CACHE_DIR": cache_dir, "WANDB_SILENT": "true", **env}
+    # No resident (runners/engine/resident.py) unless a run asks: each side starts from nothing, and none
+    # imports in the background beside the next measurement.
+    environment = {**os.environ, "TRITON_CACHE_DIR": cache_dir, "WANDB_SILENT": "true",
+                   "SWEEP_RESIDENT_S": "0", **env}
     began = time.perf_counter()
     result = subprocess.run(args, cwd=cwd, env=environment, capture_output=True, text=True)
     seconds = time.perf_counter() - began
