@@ -28,10 +28,11 @@ def residents(monkeypatch):
     runtime = tempfile.mkdtemp(prefix="resident-", dir="/tmp")
     monkeypatch.setenv("XDG_RUNTIME_DIR", runtime)
     monkeypatch.setenv(resident.IDLE_VARIABLE, "120")
-    yield resident.folder()
+    where = resident.folder()
+    yield where
     subprocess.run([sys.executable, "-m", "runners.engine.resident", "stop"], cwd=REPO, env=dict(os.environ))
     deadline = time.monotonic() + 30
-    while list(resident.folder().glob("*.sock")) and time.monotonic() < deadline:
+    while list(where.glob("*.sock")) and time.monotonic() < deadline:
         time.sleep(0.1)
     shutil.rmtree(runtime, ignore_errors=True)
 
@@ -111,6 +112,16 @@ def test_stop_ends_the_resident(tmp_path, residents):
     assert "run by the resident" not in third.stdout and "a resident (pid" in third.stdout
 
 
+def test_a_folder_others_may_write_is_refused(tmp_path, residents):
+    """A socket there could be anyone's: the command runs in its own process and says why."""
+    shutil.rmtree(residents)
+    residents.mkdir(mode=0o700)
+    residents.chmod(0o777)
+    result = run_sweep(tmp_path, *SHAPES, "sweep_id=alone")
+    assert f"note: no resident: {residents} is not a folder of this user's alone" in result.stderr
+    assert "a resident (pid" not in result.stdout and not list(residents.iterdir())
+
+
 def _report_parent(conn) -> None:
     """A worker's main (by name, in the child): says which process it was forked or spawned from."""
     conn.send(("ready", {"ppid": os.getppid()}))
@@ -145,6 +156,27 @@ def test_workers_of_a_command_are_forked_from_its_home_server():
     assert "forked True False" in lines, result.stdout
     assert "spawned False True" in lines, result.stdout
     assert "home alive after stop_all: True" in lines
+
+
+ORPHAN_SCRIPT = """
+import os
+from runners.engine import process
+print(process.start_home_server().process.pid, flush=True)
+os._exit(0)  # as a command killed outright: nothing stops the home server but the end of its pipe
+"""
+
+
+def test_a_home_server_ends_with_its_command():
+    from runners.engine.process import _pid_alive
+
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    result = subprocess.run([sys.executable, "-c", ORPHAN_SCRIPT], cwd=REPO, capture_output=True, text=True,
+                            env=env, timeout=120)
+    home = int(result.stdout.split()[0])
+    deadline = time.monotonic() + 30
+    while _pid_alive(home) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _pid_alive(home)
 
 
 def test_only_the_checkouts_own_modules_are_imported_again():

@@ -42,7 +42,12 @@ def _resolve(main: Union[Callable, str]) -> Callable:
     return getattr(importlib.import_module(module), name)
 
 
-def _entry(conn, new_session: bool, environment: dict, main: Union[Callable, str], args: tuple) -> None:
+def _entry(conn, new_session: bool, environment: dict, main: Union[Callable, str], args: tuple,
+           parents_end=None) -> None:
+    # A child this process forked itself holds the parent's end of its pipe too: closed, so that the
+    # parent's exit ends the pipe here (an orphaned home server would wait on it for ever).
+    if parents_end is not None:
+        parents_end.close()
     # A child forked from the fork server has the server's environment, fixed when it started: take the
     # parent's as it is now (TRITON_CACHE_DIR, say, may have changed since).
     os.environ.clear()
@@ -114,8 +119,10 @@ class WorkerProcess:
             self.process = _ForkedChild(self.server, request)
         else:
             parent_end, child_end = self._context.Pipe()
+            forked = self._context.get_start_method() == "fork"
             self.process = self._context.Process(target=_entry, daemon=True, args=(
-                child_end, self._new_session, environment, self._main, self._args))
+                child_end, self._new_session, environment, self._main, self._args,
+                parent_end if forked else None))
             # TRITON_INTERPRET is read when triton is imported, which a spawned child may do before
             # `main` runs (while re-importing the parent's main module), and which the fork server
             # does before its first fork: it must be in the environment they inherit, not only in

@@ -32,6 +32,7 @@ import json
 import os
 import signal
 import socket
+import stat
 import struct
 import subprocess
 import sys
@@ -65,11 +66,24 @@ def idle_seconds(environ=os.environ) -> float:
     return max(seconds, 0.0)
 
 
+class ResidentUnavailable(Exception):
+    """No resident can be used or left here: the reason."""
+
+
 def folder() -> Path:
-    """This user's folder of residents' sockets and logs, readable by this user alone."""
+    """This user's folder of residents' sockets and logs, readable by this user alone. A folder of that
+    name that another user owns, or others may write, is refused: a socket placed there by someone else
+    would be sent this user's environment and terminal."""
     base = os.environ.get("XDG_RUNTIME_DIR") or "/tmp"
     path = Path(base) / f"triton-sweep-resident-{os.getuid()}"
-    path.mkdir(mode=0o700, exist_ok=True)
+    try:
+        path.mkdir(mode=0o700, exist_ok=True)
+        state = os.lstat(path)
+    except OSError as error:
+        raise ResidentUnavailable(f"{path}: {error}")
+    if not stat.S_ISDIR(state.st_mode) or state.st_uid != os.getuid() or state.st_mode & 0o077:
+        raise ResidentUnavailable(f"{path} is not a folder of this user's alone (mode "
+                                  f"{stat.filemode(state.st_mode)}, owner {state.st_uid})")
     return path
 
 
@@ -105,7 +119,11 @@ def run_in_resident(module: str) -> None:
     _started_with = (dict(os.environ), list(sys.path))
     if os.environ.get(CHILD_VARIABLE) or not idle_seconds():
         return
-    address = folder() / f"{key(os.environ, sys.path)}.sock"
+    try:
+        address = folder() / f"{key(os.environ, sys.path)}.sock"
+    except ResidentUnavailable as why:
+        print(f"note: no resident: {why}", file=sys.stderr)
+        return
     connection = _connect(address)
     if connection is None:
         return
@@ -168,7 +186,10 @@ def leave_resident() -> None:
     environ, path = _started_with or (dict(os.environ), list(sys.path))
     if environ.get(CHILD_VARIABLE) or not idle_seconds(environ):
         return
-    address = folder() / f"{key(environ, path)}.sock"
+    try:
+        address = folder() / f"{key(environ, path)}.sock"
+    except ResidentUnavailable:
+        return  # said when this command started
     starting = address.with_suffix(".starting")
     probe = _connect(address)
     if probe is not None:
@@ -459,9 +480,13 @@ def main(argv=None) -> None:
         return
     if verb not in ("status", "stop"):
         raise SystemExit("usage: python -m runners.engine.resident [status | stop]")
-    addresses = sorted(folder().glob("*.sock"))
+    try:
+        where = folder()
+    except ResidentUnavailable as why:
+        raise SystemExit(f"error: {why}")
+    addresses = sorted(where.glob("*.sock"))
     if not addresses:
-        print(f"no resident running ({folder()})")
+        print(f"no resident running ({where})")
     for address in addresses:
         answer = _ask(address, {verb: True})
         if verb == "stop":
