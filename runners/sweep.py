@@ -8,6 +8,9 @@ jobs apart (hydra/launcher=local, slurm; runners/engine/launch.py) each job writ
 its job directory, resuming from a copy of the store of record, and the multirun's end merges them into
 the store of record first (runners/merge.py).
 
+A resident (runners/engine/resident.py) runs the command where one is there for this Python, path and
+environment: the client's part is the first thing this module does, before Hydra's import.
+
 Only light modules are imported here at the top: torch, Triton, pandas and the kernel's module are
 imported inside the job, after its workers have been started, so that the three processes import them
 at once (and a spawned worker, which imports this module again, does not pay for them twice).
@@ -164,8 +167,9 @@ def exit_now() -> None:
     0.47 s to tear down on this CPU-only host, measured: a process that imports them exits in 0.47 s,
     0.02 s through os._exit), which does nothing for a sweep that has returned: its store and files
     are closed, its workers stopped, the plots' and summary run's process lives on its own. What is
-    registered to run at exit still runs: multiprocessing's clean-up (without it Python's resource
-    tracker reports the W&B queues' semaphores as leaked), the flush of Hydra's job log."""
+    registered to run at exit still runs: multiprocessing's clean-up (its daemonic children ended, its
+    resource tracker told), the flush of Hydra's job log. First it leaves
+    a resident for the next command (runners/engine/resident.py), unless one runs."""
     import atexit
 
     from runners.engine.resident import leave_resident
