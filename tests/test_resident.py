@@ -47,24 +47,25 @@ def _rows(tmp_path, sweep_id: str):
 
 def _wait_until_ready(folder, timeout_s: float = 120) -> None:
     deadline = time.monotonic() + timeout_s
-    while list(folder.glob("*.starting")) and time.monotonic() < deadline:
+    while resident.starting() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert len(list(folder.glob("*.sock"))) == 1, list(folder.iterdir())
 
 
 def test_a_command_leaves_a_resident_and_the_next_is_run_by_it(tmp_path, residents):
     first = run_sweep(tmp_path, *SHAPES, "sweep_id=first")
-    assert "a resident (pid" in first.stdout and "run by the resident" not in first.stdout
+    assert "a resident (pid" in first.stderr and "run by the resident" not in first.stderr
     _wait_until_ready(residents)
     second = run_sweep(tmp_path, *SHAPES, "sweep_id=second")
-    assert "run by the resident" in second.stdout and "a resident (pid" not in second.stdout
+    assert "run by the resident" in second.stderr and "a resident (pid" not in second.stderr
+    assert "run by the resident" not in second.stdout  # stdout is the command's own (Hydra's --cfg)
     before, after = _rows(tmp_path, "first"), _rows(tmp_path, "second")
     trials = ["provider", "shape", "dtype", "config", "status"]
     assert (before["status"] == "ok").all() and len(before) == 6
     assert sorted(map(tuple, before[trials].values)) == sorted(map(tuple, after[trials].values))
     # a bad input: the same message and exit status as without the resident, before any launch
     bad = run_sweep(tmp_path, *SHAPES, "kernel.dtypes=[float99]", check=False)
-    assert bad.returncode == 2 and "kernel.dtypes" in bad.stderr and "run by the resident" in bad.stdout
+    assert bad.returncode == 2 and "kernel.dtypes" in bad.stderr and "run by the resident" in bad.stderr
 
 
 def test_a_resident_is_keyed_by_the_environment_read_at_import(tmp_path, residents):
@@ -91,7 +92,7 @@ def test_ctrl_c_reaches_the_command_the_resident_runs(tmp_path, residents):
     time.sleep(3)  # into its trials
     slow.send_signal(signal.SIGINT)
     rest, _ = slow.communicate(timeout=120)
-    assert slow.returncode == 128 + signal.SIGINT, output + rest
+    assert slow.returncode == -signal.SIGINT, output + rest  # as Python's own end after Ctrl-C
     assert "KeyboardInterrupt" in rest
     status = subprocess.run([sys.executable, "-m", "runners.engine.resident", "status"], cwd=REPO,
                             capture_output=True, text=True, env=dict(os.environ))
@@ -109,7 +110,7 @@ def test_stop_ends_the_resident(tmp_path, residents):
         time.sleep(0.1)
     assert not list(residents.glob("*.sock"))
     third = run_sweep(tmp_path, *SHAPES, "sweep_id=third", "force=true")
-    assert "run by the resident" not in third.stdout and "a resident (pid" in third.stdout
+    assert "run by the resident" not in third.stderr and "a resident (pid" in third.stderr
 
 
 def test_a_folder_others_may_write_is_refused(tmp_path, residents):
@@ -119,7 +120,7 @@ def test_a_folder_others_may_write_is_refused(tmp_path, residents):
     residents.chmod(0o777)
     result = run_sweep(tmp_path, *SHAPES, "sweep_id=alone")
     assert f"note: no resident: {residents} is not a folder of this user's alone" in result.stderr
-    assert "a resident (pid" not in result.stdout and not list(residents.iterdir())
+    assert "a resident (pid" not in result.stderr and not list(residents.iterdir())
 
 
 def _report_parent(conn) -> None:
@@ -198,7 +199,7 @@ def test_a_gpu_sweep_run_by_the_resident(tmp_path, residents):
     run_sweep(tmp_path, *overrides, "sweep_id=spawned", backend="cuda")
     _wait_until_ready(residents)
     served = run_sweep(tmp_path, *overrides, "sweep_id=forked", "force=true", backend="cuda")
-    assert "run by the resident" in served.stdout
+    assert "run by the resident" in served.stderr
     spawned, forked = _rows(tmp_path, "spawned"), _rows(tmp_path, "forked")
     assert (forked["status"] == "ok").all(), forked[["provider", "status", "message"]]
     trials = ["provider", "shape", "dtype", "config", "phase"]

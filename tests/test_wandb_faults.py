@@ -144,3 +144,19 @@ def test_online_runs_that_cannot_be_created(tmp_path, capfd, monkeypatch, fresh_
         "warning: W&B: 3 of 3 trial runs not written (UsageError: "
     )
     assert "the summary run is skipped" in lines[0]
+
+
+def test_a_run_that_cannot_be_sent_is_counted(tmp_path, capfd, fresh_logger_state):
+    """A run whose values do not pickle is not sent to its logging process: counted, named, and the
+    runs after it are written."""
+    conf = {"mode": "offline", "project": "p", "entity": None, "dir": str(tmp_path)}
+    logger = wandb_logger.TrialLogger(conf, "faults")
+    logger.log("k", "unpicklable", {"kernel": "k", "shape": [4], "hook": lambda: None}, {"status": "ok"})
+    for i in range(3):
+        logger.log("k", f"trial {i}", {"kernel": "k", "shape": [4], "BLOCK_SIZE": 4}, {"status": "ok"})
+    logger.close()
+    captured = capfd.readouterr()
+    lines = [line for line in (captured.out + captured.err).splitlines() if line.startswith("warning")]
+    assert len(lines) == 1 and lines[0].startswith("warning: W&B: 1 of 4 trial runs not written (")
+    assert "pickle" in lines[0].lower()
+    assert len(list((tmp_path / "wandb").glob("offline-run-*"))) == 3

@@ -369,13 +369,14 @@ def _timed_sweep(tree: Path, work: Path, name: str, overrides: list[str], cache_
     seconds, result = _run(args, cache_dir, tree, **_tree_env(tree), **env)
     summary = json.loads((run_dir / "summary.json").read_text())
     between = [line for line in result.stdout.splitlines() if "between measured shapes" in line]
-    return {"seconds": seconds, "summary": summary, "between": between, "stdout": result.stdout}
+    return {"seconds": seconds, "summary": summary, "between": between,
+            "output": result.stdout + result.stderr}
 
 
 def _wait_for_residents() -> float:
     """Seconds until no resident of this user is still importing (none: 0)."""
     began = time.perf_counter()
-    while any(resident.folder().glob("*.starting")):
+    while resident.starting():
         time.sleep(0.1)
     return time.perf_counter() - began
 
@@ -411,7 +412,7 @@ def bench_sweeps(names: list[str], trees: list[Path], calibration: Optional[str]
                 modes = [("cold", [])] + (WARM if name == "readme" else [])
                 for mode, extra in modes:
                     sweep_id = name if mode == "cold" else f"{name}_{mode.replace(', ', '_')}"
-                    if mode == "warm, resident":
+                    if mode != "cold":  # neither warm run beside the import of the resident the cold left
                         print(f"waited {_wait_for_residents():.1f} s for the resident the cold run left")
                     # a resident only where the next run is to use it (the README's cold run leaves it)
                     with_resident = name == "readme" and mode in ("cold", "warm, resident")
@@ -425,7 +426,7 @@ def bench_sweeps(names: list[str], trees: list[Path], calibration: Optional[str]
                     print(lines[-1], flush=True)
                     said = ("time spent", "wall time", "finish ", "ready after", "run by the resident",
                             "a resident (pid")
-                    print("\n".join(l for l in run["stdout"].splitlines()
+                    print("\n".join(l for l in run["output"].splitlines()
                                      if l.startswith(said) or "reused from the store" in l), flush=True)
                     if mode == "cold":
                         runs[(name, tree)] = (work, run["between"])

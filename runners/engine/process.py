@@ -109,6 +109,8 @@ class WorkerProcess:
         """Spawn (or replace) the child, or ask the fork server for it; it is ready once `take()`
         returns its ready message. Never waits for the fork server."""
         self.stop()
+        if self.server is not None and self.server is _home and not _home.running:
+            self.server = None  # the home server is gone: spawned from now on, as without one
         environment = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
         if self._interpret:
             environment["TRITON_INTERPRET"] = "1"

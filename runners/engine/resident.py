@@ -24,6 +24,7 @@ home server: its workers are spawned as before (Triton reads that variable when 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import importlib
 import importlib.util
@@ -51,7 +52,7 @@ PRELOAD = ("torch", "triton", "torch._dynamo", "torch._inductor.compile_fx", "to
            "omegaconf", "pandas", "numpy", "tqdm", "scipy.stats", "wandb")
 # Environment variables read when those modules are imported, or by the interpreter itself.
 RESIDENT_ENV_PREFIXES = ("TRITON", "TORCH", "PYTORCH", "CUDA", "NVIDIA", "LD_", "PYTHON", "OMP_", "MKL_",
-                         "OPENBLAS", "HYDRA", "VIRTUAL_ENV")
+                         "OPENBLAS", "HYDRA", "VIRTUAL_ENV", "WANDB", "LANG", "LC_")
 REPO = Path(__file__).resolve().parents[2]
 WAIT_FOR_STARTING_S = 120  # a client waits this long at most for a resident that is still importing
 
@@ -94,10 +95,11 @@ def key(environ, path: list[str]) -> str:
     for name in sorted({module.split(".")[0] for module in PRELOAD}):
         spec = importlib.util.find_spec(name)  # a top-level name: found, not imported
         if spec is not None and spec.origin:
-            stat = os.stat(spec.origin)
-            packages[name] = [spec.origin, stat.st_mtime_ns, stat.st_size]
+            installed = os.stat(spec.origin)
+            packages[name] = [spec.origin, installed.st_mtime_ns, installed.st_size]
     this = os.stat(__file__)
-    described = {"python": sys.executable, "version": sys.version, "path": list(path), "packages": packages,
+    described = {"python": sys.executable, "version": sys.version, "flags": list(sys.flags),
+                 "path": list(path), "packages": packages,
                  "resident": [this.st_mtime_ns, this.st_size],
                  "environment": sorted((name, value) for name, value in environ.items()
                                        if name.startswith(RESIDENT_ENV_PREFIXES))}
@@ -124,7 +126,7 @@ def run_in_resident(module: str) -> None:
     except ResidentUnavailable as why:
         print(f"note: no resident: {why}", file=sys.stderr)
         return
-    connection = _connect(address)
+    connection = _connect(address, wait=True)
     if connection is None:
         return
     request = json.dumps({"module": module, "argv": sys.argv, "cwd": os.getcwd(), "path": sys.path,
@@ -144,7 +146,10 @@ def run_in_resident(module: str) -> None:
         print(f"error: the resident's command (pid {child}) ended without a status", file=sys.stderr)
         status = 1
     sys.stdout.flush()
-    os._exit(status if status >= 0 else 128 - status)  # killed by signal N: 128 + N, as a shell says
+    if status < 0:  # the command died of signal -status (Ctrl-C: SIGINT): so does this process, as a
+        signal.signal(-status, signal.SIG_DFL)  # shell's loop that stops on Ctrl-C expects
+        os.kill(os.getpid(), -status)
+    os._exit(status if status >= 0 else 128 - status)
 
 
 def _forward(child: int, number: int) -> None:
@@ -154,10 +159,9 @@ def _forward(child: int, number: int) -> None:
         pass  # it has ended: its status is on its way
 
 
-def _connect(address: Path) -> Optional[socket.socket]:
-    """A connection to the resident at `address`, waiting for one that is still starting; None if there
-    is none."""
-    starting = address.with_suffix(".starting")
+def _connect(address: Path, wait: bool) -> Optional[socket.socket]:
+    """A connection to the resident at `address`; with `wait`, to one that is still importing too (its
+    lock held, its socket not there yet), for WAIT_FOR_STARTING_S at most. None if there is none."""
     deadline = time.monotonic() + WAIT_FOR_STARTING_S
     while True:
         connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -166,23 +170,38 @@ def _connect(address: Path) -> Optional[socket.socket]:
             return connection
         except OSError:
             connection.close()
-        if not (_starter_alive(starting) and time.monotonic() < deadline):
+        if not (wait and _held(address.with_suffix(".lock")) and time.monotonic() < deadline):
             return None
         time.sleep(0.05)
 
 
-def _starter_alive(starting: Path) -> bool:
+def _held(lock: Path) -> bool:
+    """Whether a resident holds `lock`: it does from its start to its exit (serve), and the kernel lets
+    go of it when the process ends however it ends, so no stale marker outlives a killed resident."""
     try:
-        pid = int(starting.read_text())
-        os.kill(pid, 0)
-        return True
-    except (OSError, ValueError):
+        descriptor = os.open(lock, os.O_RDONLY)
+    except FileNotFoundError:
         return False
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(descriptor)  # releases it where this process took it
+    return False
+
+
+def starting() -> list[Path]:
+    """The sockets of this user's residents that are still importing."""
+    return [lock.with_suffix(".sock") for lock in folder().glob("*.lock")
+            if _held(lock) and not lock.with_suffix(".sock").exists()]
 
 
 def leave_resident() -> None:
     """At a command's end: start a resident for the next command, in the background, unless one runs
-    or is starting for this Python, path and environment, or SWEEP_RESIDENT_S=0. Prints where it is."""
+    or is starting for this Python, path and environment (its lock is held), one failed to start for
+    them before, or SWEEP_RESIDENT_S=0. Says where it is, on stderr (stdout may be a config that
+    Hydra's --cfg printed)."""
     environ, path = _started_with or (dict(os.environ), list(sys.path))
     if environ.get(CHILD_VARIABLE) or not idle_seconds(environ):
         return
@@ -190,35 +209,35 @@ def leave_resident() -> None:
         address = folder() / f"{key(environ, path)}.sock"
     except ResidentUnavailable:
         return  # said when this command started
-    starting = address.with_suffix(".starting")
-    probe = _connect(address)
-    if probe is not None:
-        probe.close()
+    if _held(address.with_suffix(".lock")) or address.with_suffix(".failed").exists():
         return
-    try:
-        descriptor = os.open(starting, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
-    except FileExistsError:
-        if _starter_alive(starting):
-            return
-        starting.unlink(missing_ok=True)  # left by a resident that died while importing
-        return leave_resident()
     log = open(address.with_suffix(".log"), "ab")
-    process = subprocess.Popen([sys.executable, "-m", "runners.engine.resident", "serve", str(address)],
-                               env=environ, cwd=os.getcwd(), stdin=subprocess.DEVNULL, stdout=log,
+    # The interpreter's own flags (-u, -X, -W ...) as this process has them: they are part of the key.
+    flags = subprocess._args_from_interpreter_flags()
+    command = [sys.executable, *flags, "-m", "runners.engine.resident", "serve", str(address)]
+    process = subprocess.Popen(command, env=environ, cwd=os.getcwd(), stdin=subprocess.DEVNULL, stdout=log,
                                stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
-    os.write(descriptor, str(process.pid).encode())
-    os.close(descriptor)
     log.close()
     print(f"a resident (pid {process.pid}) keeps torch, Triton, dynamo and inductor imported for the next "
-          f"command, for {idle_seconds(environ):g} s ({IDLE_VARIABLE}=0: none); log {log.name}")
+          f"command, for {idle_seconds(environ):g} s ({IDLE_VARIABLE}=0: none); log {log.name}",
+          file=sys.stderr)
 
 
 # --- the resident ------------------------------------------------------------------------------------
 
 def serve(address: Path) -> None:
-    """Import PRELOAD, then listen at `address` and fork a child for each command, until none came for
-    SWEEP_RESIDENT_S seconds (or `stop`). Never touches CUDA; one thread."""
-    starting = address.with_suffix(".starting")
+    """Take the key's lock (another resident has it: exit), import PRELOAD, then listen at `address` and
+    fork a child for each command, until none came for SWEEP_RESIDENT_S seconds (or `stop`). Never
+    touches CUDA; one thread. A start that fails leaves `.failed` with the reason: none is started again
+    for this key (a new install, environment or version of this file makes another)."""
+    lock = os.open(address.with_suffix(".lock"), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        print(f"resident {os.getpid()}: another resident has {address.name}'s lock; exits", flush=True)
+        return
+    os.ftruncate(lock, 0)
+    os.write(lock, str(os.getpid()).encode())  # for `stop`, which ends a resident still importing
     began = time.time()
     # As each trial worker does before its imports (runners/engine/worker.py): inductor's compile
     # processes would compete with our pool; read by inductor when it is imported.
@@ -242,8 +261,9 @@ def serve(address: Path) -> None:
         listener.listen(16)
         os.replace(pending, address)  # ready: a client connects from now on
         inode = os.stat(address).st_ino
-    finally:
-        starting.unlink(missing_ok=True)
+    except Exception as error:
+        address.with_suffix(".failed").write_text(f"{type(error).__name__}: {error}\n")
+        raise
     imported_s = time.time() - began
     print(f"resident {os.getpid()}: imported {', '.join(n for n in PRELOAD if n not in failed)} in "
           f"{imported_s:.1f} s" + (f" (not: {failed})" if failed else "") + f"; serving {address}",
@@ -283,22 +303,23 @@ def _serve_commands(listener: socket.socket, address: Path, inode: int, began: f
                     imported_s: float) -> None:
     """Fork a child for each command; tell each client its command's pid, then its exit status. Stops
     taking commands after SWEEP_RESIDENT_S idle, on `stop`, or once its socket is removed or taken by a
-    newer resident; exits once the commands it runs have ended."""
+    newer resident: the socket goes at once (a client then runs its command itself), and the resident
+    exits once the commands it runs have ended."""
     idle_s = idle_seconds()
     clients: dict[int, socket.socket] = {}  # pid of a command -> its client's connection
     last = time.monotonic()
     listener.settimeout(0.2)
-    accepting = True
-    while accepting or clients:
+    while listener is not None or clients:
         for pid in list(clients):
             done, status = os.waitpid(pid, os.WNOHANG)
             if done:
                 _send_line(clients.pop(pid), f"exit {os.waitstatus_to_exitcode(status)}", close=True)
                 last = time.monotonic()
-        busy = bool(clients) or time.monotonic() - last <= idle_s
-        accepting = accepting and busy and _owns(address, inode)
-        if not accepting:
-            time.sleep(0.05 if clients else 0)
+        if listener is None:
+            time.sleep(0.05)
+            continue
+        if not ((clients or time.monotonic() - last <= idle_s) and _owns(address, inode)):
+            listener = _close(listener, address, inode)
             continue
         try:
             connection, _ = listener.accept()
@@ -312,8 +333,8 @@ def _serve_commands(listener: socket.socket, address: Path, inode: int, began: f
             connection.close()
             continue
         if message.get("stop"):
-            accepting = False
             connection.close()
+            listener = _close(listener, address, inode)
         elif message.get("status"):
             _send_line(connection, json.dumps({"pid": os.getpid(), "address": str(address),
                                                "age_s": time.time() - began, "imported_s": imported_s,
@@ -332,10 +353,15 @@ def _serve_commands(listener: socket.socket, address: Path, inode: int, began: f
                 os.close(descriptor)
             clients[pid] = connection
             _send_line(connection, f"pid {pid}")
+    print(f"resident {os.getpid()}: exits", flush=True)
+
+
+def _close(listener: socket.socket, address: Path, inode: int) -> None:
+    """Take no more commands: the socket removed (where it is still this resident's) and closed."""
     if _owns(address, inode):
         address.unlink(missing_ok=True)
     listener.close()
-    print(f"resident {os.getpid()}: exits", flush=True)
+    return None
 
 
 def _owns(address: Path, inode: int) -> bool:
@@ -356,23 +382,30 @@ def _send_line(connection: socket.socket, line: str, close: bool = False) -> Non
 
 
 def _receive(connection: socket.socket) -> tuple[dict, list[int]]:
+    """A request: its length, its JSON, and the client's descriptors (closed here if the rest fails:
+    held, the client's stdout would stay open for as long as this resident lives)."""
     data, descriptors, _, _ = socket.recv_fds(connection, 1 << 20, 3)
-    if len(data) < 8:
-        raise ValueError("a request shorter than its length")
-    size, data = struct.unpack("!Q", data[:8])[0], data[8:]
-    while len(data) < size:
-        more = connection.recv(size - len(data))
-        if not more:
-            raise ValueError("a request cut short")
-        data += more
-    return json.loads(data), descriptors
+    try:
+        if len(data) < 8:
+            raise ValueError("a request shorter than its length")
+        size, data = struct.unpack("!Q", data[:8])[0], data[8:]
+        while len(data) < size:
+            more = connection.recv(size - len(data))
+            if not more:
+                raise ValueError("a request cut short")
+            data += more
+        return json.loads(data), descriptors
+    except (OSError, ValueError):
+        for descriptor in descriptors:
+            os.close(descriptor)
+        raise
 
 
 def _run_command(connection: socket.socket, descriptors: list[int], message: dict, age_s: float) -> None:
     """In the forked child: become the client's command (its terminal, directory, environment, argv and
     import path), import the project's modules afresh, fork the home server, run the module as
     `python -m` would, and exit with its status (the resident reports it to the client)."""
-    code = 1
+    code, killed_by = 1, None
     try:
         os.setsid()  # the resident's Ctrl-C is not the command's, nor the other way round
         for target, descriptor in enumerate(descriptors):
@@ -395,7 +428,7 @@ def _run_command(connection: socket.socket, descriptors: list[int], message: dic
         connection.settimeout(None)
         threading.Thread(target=_stop_when_client_leaves, args=(connection,), daemon=True).start()
         print(f"run by the resident {os.getppid()} (torch, Triton, dynamo and inductor imported there "
-              f"{age_s:.0f} s ago; {IDLE_VARIABLE}=0: none)", flush=True)
+              f"{age_s:.0f} s ago; {IDLE_VARIABLE}=0: none)", file=sys.stderr)
         import runpy
 
         runpy.run_module(message["module"], run_name="__main__", alter_sys=True)
@@ -409,7 +442,7 @@ def _run_command(connection: socket.socket, descriptors: list[int], message: dic
 
         traceback.print_exc()
         if isinstance(error, KeyboardInterrupt):
-            code = 128 + signal.SIGINT  # as a shell reports a command ended by Ctrl-C
+            killed_by = signal.SIGINT  # Python ends so after an uncaught Ctrl-C; the client does likewise
     finally:
         import atexit
 
@@ -419,6 +452,9 @@ def _run_command(connection: socket.socket, descriptors: list[int], message: dic
                 stream.flush()
             except (OSError, ValueError):
                 pass
+        if killed_by is not None:
+            signal.signal(killed_by, signal.SIG_DFL)
+            os.kill(os.getpid(), killed_by)
         os._exit(code)
 
 
@@ -434,12 +470,15 @@ def _is_project_module(module) -> bool:
 
 def _reopen_standard_streams() -> None:
     """sys.stdout and sys.stderr over the client's descriptors, buffered as the client's would be: line by
-    line on a terminal, unbuffered with PYTHONUNBUFFERED (the resident's own were a log file)."""
-    unbuffered = bool(os.environ.get("PYTHONUNBUFFERED"))
+    line on a terminal (stderr always), not at all with PYTHONUNBUFFERED or -u (the resident's own were a
+    log file); the encoding and error handlers are the resident's, whose locale and PYTHONIOENCODING
+    the key holds."""
+    unbuffered = bool(os.environ.get("PYTHONUNBUFFERED")) or sys.flags.unbuffered
     for number, name in ((1, "stdout"), (2, "stderr")):
-        stream = io.TextIOWrapper(io.BufferedWriter(io.FileIO(number, "w", closefd=False)),
-                                  encoding=getattr(sys, name).encoding, errors="backslashreplace",
-                                  line_buffering=os.isatty(number) or name == "stderr",
+        raw = io.FileIO(number, "w", closefd=False)
+        old = getattr(sys, name)
+        stream = io.TextIOWrapper(raw if unbuffered else io.BufferedWriter(raw), encoding=old.encoding,
+                                  errors=old.errors, line_buffering=os.isatty(number) or name == "stderr",
                                   write_through=unbuffered)
         setattr(sys, name, stream)
         setattr(sys, f"__{name}__", stream)
@@ -485,8 +524,15 @@ def main(argv=None) -> None:
     except ResidentUnavailable as why:
         raise SystemExit(f"error: {why}")
     addresses = sorted(where.glob("*.sock"))
-    if not addresses:
+    importing = starting()
+    if not addresses and not importing:
         print(f"no resident running ({where})")
+    for address in importing:
+        lock = address.with_suffix(".lock")
+        if verb == "stop":  # no socket to ask yet: ended by its pid, which its lock file holds
+            with contextlib.suppress(ValueError, ProcessLookupError):
+                os.kill(int(lock.read_text()), signal.SIGTERM)
+        print(f"{address.name}: " + ("still importing, ended" if verb == "stop" else "still importing"))
     for address in addresses:
         answer = _ask(address, {verb: True})
         if verb == "stop":

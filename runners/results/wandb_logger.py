@@ -178,10 +178,11 @@ class TrialLogger:
         self._processes = [WorkerProcess(f"W&B logging process {i}", main, (conf, sweep_id))
                            for i in range(count)]
         self._pending = [queue.SimpleQueue() for _ in self._processes]  # each process's runs, then None
+        self._unsent: list[list[str]] = [[] for _ in self._processes]  # why a run could not be sent
         self._feeders = []
-        for process, pending in zip(self._processes, self._pending):
+        for process, pending, unsent in zip(self._processes, self._pending, self._unsent):
             process.start()
-            feeder = threading.Thread(target=_feed, args=(process.conn, pending), daemon=True)
+            feeder = threading.Thread(target=_feed, args=(process.conn, pending, unsent), daemon=True)
             feeder.start()
             self._feeders.append(feeder)
 
@@ -207,23 +208,26 @@ class TrialLogger:
             pending.put(None)  # one stop sign each, after its runs
         deadline = began + CLOSE_TIMEOUT_S
         problems, failed, causes, gave_up = [], 0, [], False
-        for process, feeder in zip(self._processes, self._feeders):
+        for process, feeder, unsent in zip(self._processes, self._feeders, self._unsent):
             feeder.join(max(0.0, deadline - time.perf_counter()))
+            count, cause, stopped = 0, None, False
             try:
                 answered = process.conn.poll(max(0.0, deadline - time.perf_counter()))
-                count, cause, stopped = process.conn.recv() if answered else (None, None, False)
-            except (EOFError, OSError):  # it died before answering
-                process.process.join(5)
-                problems.append(f"a logging process exited with code {process.process.exitcode}")
-                count, cause, stopped = None, None, False
+                if answered:
+                    count, cause, stopped = process.conn.recv()
+            except (EOFError, OSError):
+                answered = None  # it died before answering
+            child = process.process
+            if answered is False:  # e.g. online mode with an unreachable server
+                problems.append(f"logging did not finish within {CLOSE_TIMEOUT_S} s and was stopped")
             else:
-                if not answered:  # e.g. online mode with an unreachable server
-                    problems.append(f"logging did not finish within {CLOSE_TIMEOUT_S} s and was stopped")
-                process.process.join(5)  # it exits once it has answered
-            process.stop()
-            failed += count or 0
+                child.join(5)  # it exits once it has answered, or has died
+                if child.exitcode not in (0, None):
+                    problems.append(f"a logging process exited with code {child.exitcode}")
+            process.stop()  # kills what is still alive
+            failed += count + len(unsent)
             gave_up |= stopped
-            causes += [cause] if cause and cause not in causes else []
+            causes += [c for c in [cause, *unsent[:1]] if c and c not in causes]
         if failed:
             problems.insert(0, f"{failed} of {self.runs} trial runs not written ({'; '.join(causes)})")
         if gave_up:  # the summary run would only fail the same way, and online wait for a timeout first
@@ -235,14 +239,18 @@ class TrialLogger:
         self.seconds += time.perf_counter() - began
 
 
-def _feed(conn, pending: queue.SimpleQueue) -> None:
-    """A feeder thread: send a logging process its runs, and the stop sign, as they come."""
+def _feed(conn, pending: queue.SimpleQueue, unsent: list) -> None:
+    """A feeder thread: send a logging process its runs, and the stop sign, as they come. A run that
+    cannot be sent (a value that does not pickle) is counted in `unsent` with its cause, and the next
+    goes on."""
     while True:
         item = pending.get()
         try:
             conn.send(item)
         except (BrokenPipeError, OSError):
             return  # the process is gone: close() says so
+        except Exception as error:
+            unsent.append(_cause(error))
         if item is None:
             return
 
