@@ -68,6 +68,24 @@ def test_a_command_leaves_a_resident_and_the_next_is_run_by_it(tmp_path, residen
     assert bad.returncode == 2 and "kernel.dtypes" in bad.stderr and "run by the resident" in bad.stderr
 
 
+LEAVE_TWICE = """
+from runners.engine import resident
+resident.leave_resident()
+resident.leave_resident()
+print("starting at once:", len(resident.starting()))
+"""
+
+
+def test_one_resident_a_key_and_starting_from_the_first_moment(residents):
+    """Its lock is taken before the resident starts: a second command ending at once starts none, and a
+    command coming next finds it starting (and waits) instead of running without it."""
+    result = subprocess.run([sys.executable, "-c", LEAVE_TWICE], cwd=REPO, capture_output=True, text=True,
+                            env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120)
+    assert result.stderr.count("a resident (pid") == 1, result.stderr
+    assert "starting at once: 1" in result.stdout
+    _wait_until_ready(residents)
+
+
 def test_a_resident_is_keyed_by_the_environment_read_at_import(tmp_path, residents):
     """A command whose import-time environment differs is not run by the resident of another."""
     path = list(sys.path)

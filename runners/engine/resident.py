@@ -209,15 +209,28 @@ def leave_resident() -> None:
         address = folder() / f"{key(environ, path)}.sock"
     except ResidentUnavailable:
         return  # said when this command started
-    if _held(address.with_suffix(".lock")) or address.with_suffix(".failed").exists():
+    if address.with_suffix(".failed").exists():
         return
+    # The key's lock, taken here and handed to the resident (the same open file, so the same lock): held
+    # from before its start, a command that comes next finds it starting and waits, and a second
+    # command ending now does not start another.
+    lock = os.open(address.with_suffix(".lock"), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(lock)
+        return  # a resident runs, or is starting, for this key
     log = open(address.with_suffix(".log"), "ab")
     # The interpreter's own flags (-u, -X, -W ...) as this process has them: they are part of the key.
     flags = subprocess._args_from_interpreter_flags()
-    command = [sys.executable, *flags, "-m", "runners.engine.resident", "serve", str(address)]
-    process = subprocess.Popen(command, env=environ, cwd=os.getcwd(), stdin=subprocess.DEVNULL, stdout=log,
-                               stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
-    log.close()
+    command = [sys.executable, *flags, "-m", "runners.engine.resident", "serve", str(address), str(lock)]
+    try:
+        process = subprocess.Popen(command, env=environ, cwd=os.getcwd(), stdin=subprocess.DEVNULL,
+                                   stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                   pass_fds=(lock,))
+    finally:
+        os.close(lock)  # the resident holds it now
+        log.close()
     print(f"a resident (pid {process.pid}) keeps torch, Triton, dynamo and inductor imported for the next "
           f"command, for {idle_seconds(environ):g} s ({IDLE_VARIABLE}=0: none); log {log.name}",
           file=sys.stderr)
@@ -225,17 +238,13 @@ def leave_resident() -> None:
 
 # --- the resident ------------------------------------------------------------------------------------
 
-def serve(address: Path) -> None:
-    """Take the key's lock (another resident has it: exit), import PRELOAD, then listen at `address` and
-    fork a child for each command, until none came for SWEEP_RESIDENT_S seconds (or `stop`). Never
-    touches CUDA; one thread. A start that fails leaves `.failed` with the reason: none is started again
-    for this key (a new install, environment or version of this file makes another)."""
-    lock = os.open(address.with_suffix(".lock"), os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        print(f"resident {os.getpid()}: another resident has {address.name}'s lock; exits", flush=True)
-        return
+def serve(address: Path, lock: int) -> None:
+    """With the key's lock (descriptor `lock`, taken by the command that started this process and held
+    until this process ends), import PRELOAD, then listen at `address` and fork a child for each command,
+    until none came for SWEEP_RESIDENT_S seconds (or `stop`). Never touches CUDA; one thread. A start
+    that fails leaves `.failed` with the reason: none is started again for this key (a new install,
+    environment or version of this file makes another)."""
+    os.set_inheritable(lock, False)  # nothing it starts holds it (the commands it forks close it)
     os.ftruncate(lock, 0)
     os.write(lock, str(os.getpid()).encode())  # for `stop`, which ends a resident still importing
     began = time.time()
@@ -268,7 +277,7 @@ def serve(address: Path) -> None:
     print(f"resident {os.getpid()}: imported {', '.join(n for n in PRELOAD if n not in failed)} in "
           f"{imported_s:.1f} s" + (f" (not: {failed})" if failed else "") + f"; serving {address}",
           flush=True)
-    _serve_commands(listener, address, inode, began, imported_s)
+    _serve_commands(listener, address, inode, began, imported_s, lock)
 
 
 @contextlib.contextmanager
@@ -300,7 +309,7 @@ def _check_forks_may_use_cuda() -> None:
 
 
 def _serve_commands(listener: socket.socket, address: Path, inode: int, began: float,
-                    imported_s: float) -> None:
+                    imported_s: float, lock: int) -> None:
     """Fork a child for each command; tell each client its command's pid, then its exit status. Stops
     taking commands after SWEEP_RESIDENT_S idle, on `stop`, or once its socket is removed or taken by a
     newer resident: the socket goes at once (a client then runs its command itself), and the resident
@@ -346,6 +355,7 @@ def _serve_commands(listener: socket.socket, address: Path, inode: int, began: f
                 pid = os.fork()
             if pid == 0:
                 listener.close()
+                os.close(lock)  # the key's lock is the resident's: a command outliving it must not hold it
                 for other in clients.values():
                     other.close()
                 _run_command(connection, descriptors, message, time.time() - began)  # never returns
@@ -515,7 +525,7 @@ def main(argv=None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
     verb = args[0] if args else "status"
     if verb == "serve":
-        serve(Path(args[1]))
+        serve(Path(args[1]), int(args[2]))
         return
     if verb not in ("status", "stop"):
         raise SystemExit("usage: python -m runners.engine.resident [status | stop]")
