@@ -21,8 +21,9 @@ autotune: the same kernel, the same list of configs, each side with a fresh Trit
   sweep in its own process, its trial worker and its fork server, at once. Its "pick vs best" is the
   worst over the 4 shapes.
 
-sweeps: the README sweep (on a fresh Triton cache and store, then again warm with force=true) and the
-  export-grade sweeps (cold), each from every tree given (--old: another checkout of the project, run
+sweeps: the README sweep (on a fresh Triton cache and store, then again warm with force=true: without a
+  resident, then run by the one the cold run left, runners/engine/resident.py) and the export-grade
+  sweeps (cold, no resident), each from every tree given (--old: another checkout of the project, run
   first) and from this one: command seconds, the phase line, the GPU-busy share of the trials and
   finalists phases, the first calls and this host's limit (the job's time_spent); then compare's
   verdict of this tree's run against the other's (--calibration: earlier README runs of this machine
@@ -412,7 +413,7 @@ def bench_sweeps(names: list[str], trees: list[Path], calibration: Optional[str]
                 modes = [("cold", [])] + (WARM if name == "readme" else [])
                 for mode, extra in modes:
                     sweep_id = name if mode == "cold" else f"{name}_{mode.replace(', ', '_')}"
-                    if mode != "cold":  # neither warm run beside the import of the resident the cold left
+                    if mode != "cold":  # no warm run beside the import of the resident the cold run left
                         print(f"waited {_wait_for_residents():.1f} s for the resident the cold run left")
                     # a resident only where the next run is to use it (the README's cold run leaves it)
                     with_resident = name == "readme" and mode in ("cold", "warm, resident")

@@ -109,7 +109,7 @@ class WorkerProcess:
         """Spawn (or replace) the child, or ask the fork server for it; it is ready once `take()`
         returns its ready message. Never waits for the fork server."""
         self.stop()
-        if self.server is not None and self.server is _home and not _home.running:
+        if _home is not None and self.server is _home and not _home.running:
             self.server = None  # the home server is gone: spawned from now on, as without one
         environment = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
         if self._interpret:
@@ -377,7 +377,8 @@ _home: Optional[ForkServer] = None  # the home server of a command the resident 
 
 def start_home_server() -> ForkServer:
     """Fork this process's home server: every worker this process starts later (GPU trial workers, the
-    side worker, the compile pool's fork server) is forked from it, with what this process has imported
+    side worker, the compile pool's fork server, the W&B trial runs' processes; not an interpreter
+    worker) is forked from it, with what this process has imported
     (a command the resident forked: torch, Triton, dynamo and inductor), instead of spawned into a
     fresh interpreter that imports them again (seconds each). Called while this process holds no CUDA
     context and runs one thread, before the command starts; the server never touches CUDA. It exits

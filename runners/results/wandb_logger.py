@@ -11,8 +11,8 @@ wandb's serialization and its service process never share the interpreter (or it
 loop, so a slow log call cannot delay a kernel launch inside a timed window. The sweep only pays for a
 queue put per trial and for the processes' last runs at the end; both are measured and reported as the
 logging share of the wall time. In a command the resident runs (runners/engine/resident.py) they are
-forked from its home server, pandas imported: spawned, they took 3.7-3.8 s of the README sweep's
-finish on an H200 (BENCHMARKS.md, 2026-11-26).
+forked from its home server, pandas and wandb imported: spawned, they held the README sweep's finish
+3.7-5.0 s past its last trial on an H200, forked 0.4-0.6 s (BENCHMARKS.md, 2026-11-26).
 Several processes, because one makes about 5 runs a second: trials that fail the gate in a tenth of a
 second outran it (seen on an H200: 80 incorrect matmul trials left a 10 s drain, 23% of the sweep).
 
