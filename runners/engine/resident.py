@@ -2,8 +2,8 @@
 
 A sweep's start is mostly imports: torch, Triton, Hydra and pandas in the command's process, torch and
 Triton again in each trial worker, dynamo and inductor in the worker of the torch.compile baselines
-(13-15 s before its first compile on an H100 host, 12 s on an H200 host), wandb in the processes of the
-W&B trial runs. After a command ends, it leaves a resident behind
+(13-15 s before its first compile on an H100 host, 10.5-13.8 s on H200 hosts), wandb in the processes of
+the W&B trial runs. After a command ends, it leaves a resident behind
 (unless SWEEP_RESIDENT_S=0): a process that imports all of that once, never touches CUDA, and waits
 SWEEP_RESIDENT_S seconds (default 900) for the next command. The next `python -m runners.sweep ...`
 with the same Python, import path, environment and installed versions connects to it over a Unix
@@ -14,9 +14,13 @@ from a home server of its own (runners/engine/process.py: start_home_server) ins
 interpreters. The client forwards Ctrl-C and exits with the command's status; a command the resident
 cannot serve runs as before, in the client's own process.
 
-What keys a resident (RESIDENT_ENV_PREFIXES, PRELOAD's installed files, the import path): anything that
-changes what an import would do. A resident that imported Triton with TRITON_INTERPRET set gives no
-home server: its workers are spawned as before (Triton reads that variable when it is imported).
+What keys a resident (RESIDENT_ENV_PREFIXES, PRELOAD's installed files, the import path, the
+interpreter's flags): anything that changes what an import would do. A resident that imported Triton
+with TRITON_INTERPRET set gives no home server: its workers are spawned as before (Triton reads that
+variable when it is imported). In this user's folder, per key: `<key>.lock`, taken by the command that
+starts the resident and held by the resident until it exits (one resident a key; a command that finds
+it held and no socket yet waits for the import), `<key>.sock`, `<key>.log`, and `<key>.failed` where a
+start failed (none is started again for that key).
 
     python -m runners.engine.resident status     # the residents of this user: pid, age, idle time, key
     python -m runners.engine.resident stop       # ask them all to exit now
