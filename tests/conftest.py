@@ -50,3 +50,14 @@ def run_sweep(tmp_path: Path, *overrides: str, multirun: bool = False, check: bo
     if check and result.returncode != 0:
         raise AssertionError(f"sweep failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
     return result
+
+
+def sweep_rows(tmp_path: Path, sweep_id: str):
+    """The rows a sweep run by run_sweep(tmp_path, ...) stored under sweep_id."""
+    from runners.results.store import ResultStore
+
+    store = ResultStore(tmp_path / "results.sqlite")
+    try:
+        return store.load(sweep_id=sweep_id)
+    finally:
+        store.close()

@@ -11,19 +11,9 @@ from kernels import softmax
 from runners.engine.startup import IMPORTERS
 from runners.measure.check import compare
 from runners.measure.timing import FLUSH_KERNEL_NAME
-from runners.results.store import ResultStore
-from tests.conftest import run_sweep
+from tests.conftest import run_sweep, sweep_rows
 
 pytestmark = pytest.mark.gpu
-
-
-def _rows(tmp_path, sweep_id: str):
-    """The rows a sweep run by run_sweep(tmp_path, ...) stored under sweep_id."""
-    store = ResultStore(tmp_path / "results.sqlite")
-    try:
-        return store.load(sweep_id=sweep_id)
-    finally:
-        store.close()
 
 
 def test_gpu_sweep_exports_configs_that_autotune_uses(tmp_path):
@@ -31,7 +21,7 @@ def test_gpu_sweep_exports_configs_that_autotune_uses(tmp_path):
                        "kernel.dtypes=[bfloat16,float16]", "kernel.space.BLOCK_SIZE=[1024,2048]",
                        "kernel.space.num_warps=[4,8]", "kernel.baselines=[torch]", "logger.mode=offline",
                        "sweep_id=gpu_test", backend="cuda")
-    rows = _rows(tmp_path, "gpu_test")
+    rows = sweep_rows(tmp_path, "gpu_test")
     ok = rows[rows["status"] == "ok"]
     # 2 shapes x 2 dtypes x (2 blocks x 2 num_warps + the torch baseline); both blocks hold both rows.
     assert len(ok) == len(rows) == 2 * 2 * (2 * 2 + 1)
@@ -74,7 +64,7 @@ def test_illegal_memory_access_mid_sweep_is_crashed_and_nothing_is_lost(tmp_path
               "kernel.shapes=[1000000]", "kernel.dtypes=[float16]",
               "+kernel.space.BLOCK_SIZE=[256,512,1024,2048]", "+kernel.space.num_warps=[4]",
               "kernel.baselines=[]", "sweep_id=illegal", backend="cuda")
-    rows = _rows(tmp_path, "illegal")
+    rows = sweep_rows(tmp_path, "illegal")
     status = {json.loads(c)["BLOCK_SIZE"]: (s, m)
               for c, s, m in zip(rows["config"], rows["status"], rows["message"])}
     assert len(rows) == 4 and status[512][0] == "crashed" and "illegal" in status[512][1]
@@ -99,7 +89,7 @@ def test_torch_compile_baselines_run_in_a_worker_of_their_own(tmp_path):
                        "kernel.dtypes=[float16]", "kernel.space.BLOCK_SIZE=[1024,2048]",
                        "kernel.space.num_warps=[4,8]", "kernel.baselines=[torch,compile]",
                        "finalists.top_k=2", "sweep_id=side_test", backend="cuda")
-    rows = _rows(tmp_path, "side_test")
+    rows = sweep_rows(tmp_path, "side_test")
     assert (rows["status"] == "ok").all(), rows[["provider", "status", "message"]]
     compiled = rows[rows["provider"] == "compile"]
     assert set(compiled["phase"]) == {"screen", "final"} and len(compiled) == 4

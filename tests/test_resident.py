@@ -14,8 +14,7 @@ import pytest
 import torch
 
 from runners.engine import resident
-from runners.results.store import ResultStore
-from tests.conftest import REPO, run_sweep
+from tests.conftest import REPO, run_sweep, sweep_rows
 
 SHAPES = ["kernel=softmax", "kernel.shapes=[[64,1000],[33,517]]", "kernel.dtypes=[float32]",
           "kernel.space.BLOCK_SIZE=[1024]", "kernel.space.num_warps=[1,4]", "kernel.baselines=[torch]"]
@@ -37,14 +36,6 @@ def residents(monkeypatch):
     shutil.rmtree(runtime, ignore_errors=True)
 
 
-def _rows(tmp_path, sweep_id: str):
-    store = ResultStore(tmp_path / "results.sqlite")
-    try:
-        return store.load(sweep_id=sweep_id)
-    finally:
-        store.close()
-
-
 def _wait_until_ready(folder, timeout_s: float = 120) -> None:
     deadline = time.monotonic() + timeout_s
     while resident.starting() and time.monotonic() < deadline:
@@ -59,7 +50,7 @@ def test_a_command_leaves_a_resident_and_the_next_is_run_by_it(tmp_path, residen
     second = run_sweep(tmp_path, *SHAPES, "sweep_id=second")
     assert "run by the resident" in second.stderr and "a resident (pid" not in second.stderr
     assert "run by the resident" not in second.stdout  # stdout is the command's own (Hydra's --cfg)
-    before, after = _rows(tmp_path, "first"), _rows(tmp_path, "second")
+    before, after = sweep_rows(tmp_path, "first"), sweep_rows(tmp_path, "second")
     trials = ["provider", "shape", "dtype", "config", "status"]
     assert (before["status"] == "ok").all() and len(before) == 6
     assert sorted(map(tuple, before[trials].values)) == sorted(map(tuple, after[trials].values))
@@ -218,7 +209,7 @@ def test_a_gpu_sweep_run_by_the_resident(tmp_path, residents):
     _wait_until_ready(residents)
     served = run_sweep(tmp_path, *overrides, "sweep_id=forked", "force=true", backend="cuda")
     assert "run by the resident" in served.stderr
-    spawned, forked = _rows(tmp_path, "spawned"), _rows(tmp_path, "forked")
+    spawned, forked = sweep_rows(tmp_path, "spawned"), sweep_rows(tmp_path, "forked")
     assert (forked["status"] == "ok").all(), forked[["provider", "status", "message"]]
     trials = ["provider", "shape", "dtype", "config", "phase"]
     screened = lambda rows: sorted(map(tuple, rows[rows["phase"] == "screen"][trials].values))
