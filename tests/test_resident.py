@@ -88,6 +88,8 @@ def test_a_resident_is_keyed_by_the_environment_read_at_import(tmp_path, residen
 
 
 def test_ctrl_c_reaches_the_command_the_resident_runs(tmp_path, residents):
+    """Ctrl-C ends the command as it ends Python; `stop` while a command runs removes the socket at once
+    (the next command runs on its own) and the resident exits once that command has ended."""
     run_sweep(tmp_path, *SHAPES, "sweep_id=first")
     _wait_until_ready(residents)
     # many slow trials: the interpreter runs each for 50 ms or more
@@ -98,14 +100,20 @@ def test_ctrl_c_reaches_the_command_the_resident_runs(tmp_path, residents):
         line = slow.stdout.readline()
         assert line, output
         output += line
+    subprocess.run([sys.executable, "-m", "runners.engine.resident", "stop"], cwd=REPO, env=dict(os.environ))
+    deadline = time.monotonic() + 2
+    while list(residents.glob("*.sock")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not list(residents.glob("*.sock")) and slow.poll() is None
     time.sleep(3)  # into its trials
     slow.send_signal(signal.SIGINT)
     rest, _ = slow.communicate(timeout=120)
     assert slow.returncode == -signal.SIGINT, output + rest  # as Python's own end after Ctrl-C
     assert "KeyboardInterrupt" in rest
-    status = subprocess.run([sys.executable, "-m", "runners.engine.resident", "status"], cwd=REPO,
-                            capture_output=True, text=True, env=dict(os.environ))
-    assert "0 command(s) running" in status.stdout, status.stdout
+    deadline = time.monotonic() + 10
+    while any(resident._held(lock) for lock in residents.glob("*.lock")) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(resident._held(lock) for lock in residents.glob("*.lock"))  # the resident has exited
 
 
 def test_stop_ends_the_resident(tmp_path, residents):
