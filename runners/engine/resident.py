@@ -112,8 +112,9 @@ def key(environ, path: list[str]) -> str:
 
 # --- the client: a command that a resident may run ---------------------------------------------------
 
-# The command's environment and import path as it started: the key of the resident it leaves behind.
-_started_with: Optional[tuple[dict, list[str]]] = None
+# The command's environment, import path and directory as it started: the resident it leaves behind
+# starts from them (the first two are its key).
+_started_with: Optional[tuple[dict, list[str], str]] = None
 
 
 def run_in_resident(module: str) -> None:
@@ -122,7 +123,7 @@ def run_in_resident(module: str) -> None:
     command the resident runs), the command then running here as before. A resident still importing is
     waited for: it is ahead of an import this process would start from nothing."""
     global _started_with
-    _started_with = (dict(os.environ), list(sys.path))
+    _started_with = (dict(os.environ), list(sys.path), os.getcwd())
     if os.environ.get(CHILD_VARIABLE) or not idle_seconds():
         return
     try:
@@ -206,7 +207,7 @@ def leave_resident() -> None:
     or is starting for this Python, path and environment (its lock is held), one failed to start for
     them before, or SWEEP_RESIDENT_S=0. Says where it is, on stderr (stdout may be a config that
     Hydra's --cfg printed)."""
-    environ, path = _started_with or (dict(os.environ), list(sys.path))
+    environ, path, directory = _started_with or (dict(os.environ), list(sys.path), os.getcwd())
     if environ.get(CHILD_VARIABLE) or not idle_seconds(environ):
         return
     try:
@@ -229,7 +230,7 @@ def leave_resident() -> None:
     flags = subprocess._args_from_interpreter_flags()
     command = [sys.executable, *flags, "-m", "runners.engine.resident", "serve", str(address), str(lock)]
     try:
-        process = subprocess.Popen(command, env=environ, cwd=os.getcwd(), stdin=subprocess.DEVNULL,
+        process = subprocess.Popen(command, env=environ, cwd=directory, stdin=subprocess.DEVNULL,
                                    stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                                    pass_fds=(lock,))
     finally:
