@@ -265,8 +265,8 @@ def serve(address: Path, lock: int) -> None:
         for name in PRELOAD:
             try:
                 importlib.import_module(name)
-            except ImportError as error:  # not installed here: each command imports it as before
-                failed[name] = str(error)
+            except Exception as error:  # not installed, or broken (wandb's can fail anywhere in its
+                failed[name] = str(error)  # imports): each command imports it as before, and says so
         _check_forks_may_use_cuda()
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         pending = address.with_suffix(f".{os.getpid()}")
