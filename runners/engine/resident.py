@@ -134,10 +134,10 @@ def run_in_resident(module: str) -> None:
     connection = _connect(address, wait=True)
     if connection is None:
         return
-    request = json.dumps({"module": module, "argv": sys.argv, "cwd": os.getcwd(), "path": sys.path,
-                          "environ": dict(os.environ)}).encode()
+    request = {"module": module, "argv": sys.argv, "cwd": os.getcwd(), "path": sys.path,
+               "environ": dict(os.environ)}
     try:
-        socket.send_fds(connection, [struct.pack("!Q", len(request)) + request], [0, 1, 2])
+        _send_request(connection, request, [0, 1, 2])
         reader = connection.makefile("r")
         child = int(reader.readline().split()[1])  # "pid N"
     except (OSError, ValueError, IndexError):
@@ -396,6 +396,12 @@ def _send_line(connection: socket.socket, line: str, close: bool = False) -> Non
         connection.close()
 
 
+def _send_request(connection: socket.socket, request: dict, descriptors: list[int]) -> None:
+    """A request as _receive reads it: its length, its JSON, and `descriptors` passed alongside."""
+    body = json.dumps(request).encode()
+    socket.send_fds(connection, [struct.pack("!Q", len(body)) + body], descriptors)
+
+
 def _receive(connection: socket.socket) -> tuple[dict, list[int]]:
     """A request: its length, its JSON, and the client's descriptors (closed here if the rest fails:
     held, the client's stdout would stay open for as long as this resident lives)."""
@@ -516,8 +522,7 @@ def _ask(address: Path, request: dict) -> Optional[str]:
     connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         connection.connect(str(address))
-        body = json.dumps(request).encode()
-        socket.send_fds(connection, [struct.pack("!Q", len(body)) + body], [])
+        _send_request(connection, request, [])
         connection.settimeout(5)
         return connection.makefile("r").readline().strip()
     except OSError:
