@@ -137,8 +137,8 @@ def compile_note(scheduler: Scheduler) -> str:
     import statistics
 
     side = scheduler.side
-    side_note = (f"; the torch.compile baselines in a worker of their own (ready after {side.ready_s:.1f} s)"
-                 if side is not None and side.ready_s is not None else "")
+    side_note = (f"; the torch.compile baselines in a worker of their own (ready after {side.ready_s:.1f} s"
+                 f"{_start_parts(side.info)})" if side is not None and side.ready_s is not None else "")
     forked = sum(w.starts > 0 for w in scheduler.compilers)
     if not scheduler.compilers:
         return side_note
