@@ -50,7 +50,14 @@ class _CompileOnlyDriver:
         return self._target
 
 
+# Below the GPU workers, the torch.compile worker and the sweep's own process: a pool of one process a
+# core took a fifth of each core from their imports and first calls (the README sweep's torch.compile
+# worker imported in 11.8 s beside it on an H200 host, 8.6-9.0 s alone), and gets every core they leave.
+COMPILE_NICENESS = 10
+
+
 def _compile_main(conn, kernel_name: str, spec_path: Optional[str]) -> None:
+    os.nice(COMPILE_NICENESS)  # ptxas, which it starts, inherits it
     import torch
     from triton.backends.compiler import GPUTarget
     from triton.runtime import driver

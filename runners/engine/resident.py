@@ -249,6 +249,8 @@ def serve(address: Path, lock: int) -> None:
     until none came for SWEEP_RESIDENT_S seconds (or `stop`). Never touches CUDA; one thread. A start
     that fails leaves `.failed` with the reason: none is started again for this key (a new install,
     environment or version of this file makes another)."""
+    from runners.engine.process import importing
+
     os.set_inheritable(lock, False)  # nothing it starts holds it (the commands it forks close it)
     os.ftruncate(lock, 0)
     os.write(lock, str(os.getpid()).encode())  # for `stop`, which ends a resident still importing
@@ -262,11 +264,12 @@ def serve(address: Path, lock: int) -> None:
         # driver, and torch then refuses CUDA in every process forked from here ("Cannot re-initialize
         # CUDA in forked subprocess", seen on an H200 host with torch 2.11): NVML answers instead.
         os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
-        for name in PRELOAD:
-            try:
-                importlib.import_module(name)
-            except Exception as error:  # not installed, or broken (wandb's can fail anywhere in its
-                failed[name] = str(error)  # imports): each command imports it as before, and says so
+        with importing():
+            for name in PRELOAD:
+                try:
+                    importlib.import_module(name)
+                except Exception as error:  # not installed, or broken (wandb's can fail anywhere in
+                    failed[name] = str(error)  # its imports): each command imports it as before, says so
         _check_forks_may_use_cuda()
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         pending = address.with_suffix(f".{os.getpid()}")

@@ -22,7 +22,7 @@ import random
 import time
 from typing import Callable, Optional
 
-from runners.engine.process import WorkerProcess
+from runners.engine.process import WorkerProcess, importing
 from runners.engine.trial import TRITON_PROVIDER, Trial
 from runners.measure import check
 
@@ -342,17 +342,18 @@ def _worker_main(conn, backend: str, kernel_name: str, spec_path: Optional[str],
     began = time.perf_counter()
     try:
         lock = GpuLock(lock_path)
-        import torch
+        with importing():
+            import torch
 
-        from runners.engine.specs import load_spec
-        from runners.measure import device as device_info
-        from runners.measure.timing import METHOD_CUPTI, InterpreterTimer
+            from runners.engine.specs import load_spec
+            from runners.measure import device as device_info
+            from runners.measure.timing import METHOD_CUPTI, InterpreterTimer
 
-        if side:  # what its first call would import (module docstring)
-            import torch._dynamo  # noqa: F401
-            import torch._inductor.compile_fx  # noqa: F401
-        imported = time.perf_counter()
-        spec = load_spec(kernel_name, spec_path)
+            if side:  # what its first call would import (module docstring)
+                import torch._dynamo  # noqa: F401
+                import torch._inductor.compile_fx  # noqa: F401
+            imported = time.perf_counter()
+            spec = load_spec(kernel_name, spec_path)
         loaded = time.perf_counter()
         if backend == "interpret":
             device = torch.device("cpu")
@@ -360,6 +361,7 @@ def _worker_main(conn, backend: str, kernel_name: str, spec_path: Optional[str],
         else:
             device = torch.device("cuda", device_index)
             with lock:  # the flush kernel and the CUPTI probe run on the GPU
+                locked = time.perf_counter()  # the side worker may wait here for the trial worker
                 torch.cuda.set_device(device)  # CUDA 12 creates the context here (older: at the flush)
                 context = time.perf_counter()
                 timer = device_info.cuda_timer(device_index, rule, warmup_s)
@@ -374,16 +376,16 @@ def _worker_main(conn, backend: str, kernel_name: str, spec_path: Optional[str],
         # input, and a bad input (no GPU, an unknown kernel) is reported there, naming the field.
         conn.send(("failed", f"{type(error).__name__}: {error}"[:4000]))
         return
-    # Where the start went (seconds): imports, the kernel's module, then on a GPU the CUDA context, the
-    # L2 flush buffer and kernel, the CUPTI probe, the SM clock reader, and the device's description
-    # (NVML, versions), so that the parts add up to the worker's start.
+    # Where the start went (seconds): imports, the kernel's module, then on a GPU the wait for its lock,
+    # the CUDA context, the L2 flush buffer and kernel, the CUPTI probe, the SM clock reader, and the
+    # device's description (NVML, versions), so that the parts add up to the worker's start.
     seconds = {"imports": imported - began, "kernel_module": loaded - imported}
     if backend == "interpret":
         seconds["device"] = time.perf_counter() - loaded
     else:
         timer_rest = described - context - sum(timer.start_seconds.values())  # NVML's clock reader
-        seconds.update(cuda_context=context - loaded, **timer.start_seconds, nvml=timer_rest,
-                       describe=time.perf_counter() - described)
+        seconds.update(gpu_lock=locked - loaded, cuda_context=context - locked, **timer.start_seconds,
+                       nvml=timer_rest, describe=time.perf_counter() - described)
     info["start_seconds"] = seconds
     conn.send(("ready", info))
     _serve(conn, spec, ShapeCache(spec, seed, device), timer, device, lock, side)
