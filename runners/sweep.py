@@ -9,7 +9,8 @@ its job directory, resuming from a copy of the store of record, and the multirun
 the store of record first (runners/merge.py).
 
 A resident (runners/engine/resident.py) runs the command where one is there for this Python, path and
-environment: the client's part is the first thing this module does, before Hydra's import.
+environment: the client's part is the first thing this module does, before Hydra's import, after only
+pointing Python at a bytecode cache where it is told to write none (runners/engine/bytecode.py).
 
 Only light modules are imported here at the top: torch, Triton, pandas and the kernel's module are
 imported inside the job, after its workers have been started, so that the three processes import them
@@ -25,9 +26,13 @@ from pathlib import Path
 from typing import Optional
 
 if __name__ == "__main__":  # before Hydra's import: a resident may run this command (and exit here)
+    from runners.engine.bytecode import keep_bytecode, precompile_in_background
     from runners.engine.resident import run_in_resident
 
+    _bytecode = keep_bytecode()  # first: the resident's key reads the environment it sets
     run_in_resident("runners.sweep")
+    if _bytecode is not None:
+        precompile_in_background(_bytecode)
 
 import hydra
 from hydra.core.hydra_config import HydraConfig

@@ -1,0 +1,100 @@
+"""Bytecode kept where Python is told to write none (runners/engine/bytecode.py)."""
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from runners.engine import bytecode
+from tests.conftest import run_sweep, sweep_rows
+
+PACKAGE = "def answer():\n    return 42\n"
+
+
+@pytest.fixture
+def told_not_to_write(monkeypatch, tmp_path):
+    """This process as one started under PYTHONDONTWRITEBYTECODE=1, its cache folder under tmp_path."""
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)
+    monkeypatch.setattr(sys, "pycache_prefix", None)
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    monkeypatch.setenv("PYTHONPYCACHEPREFIX", "")  # so that the value keep_bytecode sets is undone
+    monkeypatch.delenv("PYTHONPYCACHEPREFIX")
+    monkeypatch.setenv(bytecode.VARIABLE, str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def test_told_not_to_write_the_sweep_keeps_bytecode_in_its_own_folder(told_not_to_write):
+    assert bytecode.keep_bytecode() == told_not_to_write
+    assert sys.pycache_prefix == str(told_not_to_write) and not sys.dont_write_bytecode
+    # what a process started from here inherits
+    assert os.environ["PYTHONPYCACHEPREFIX"] == str(told_not_to_write)
+    assert "PYTHONDONTWRITEBYTECODE" not in os.environ
+
+
+def test_off_or_writing_anyway_leaves_python_as_it_was(told_not_to_write, monkeypatch):
+    monkeypatch.setenv(bytecode.VARIABLE, "off")
+    assert bytecode.keep_bytecode() is None and sys.dont_write_bytecode and sys.pycache_prefix is None
+    monkeypatch.setattr(sys, "dont_write_bytecode", False)  # Python writes its own: nothing to do
+    monkeypatch.setenv(bytecode.VARIABLE, str(told_not_to_write))
+    assert bytecode.keep_bytecode() is None and sys.pycache_prefix is None
+
+
+def test_the_sources_are_the_standard_library_then_the_installed_packages():
+    folders = bytecode._source_folders()
+    assert folders[0] == bytecode.Path(bytecode.sysconfig.get_path("stdlib"))
+    import torch
+
+    assert bytecode.Path(torch.__file__).parent in folders
+
+
+def test_precompiled_bytecode_is_what_a_process_told_not_to_write_reads(tmp_path, monkeypatch):
+    """The background compile fills the folder and leaves its stamp once; a process started with -B
+    (as multiprocessing starts the workers of such a sweep) loads the module from the folder's bytecode,
+    and an edited source is compiled again, never read stale."""
+    sources = tmp_path / "src" / "cached_pkg"
+    sources.mkdir(parents=True)
+    (sources / "__init__.py").write_text(PACKAGE)
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    monkeypatch.setattr(bytecode, "_source_folders", lambda: [sources])
+    monkeypatch.setattr(os, "nice", lambda increment: None)  # this test process keeps its priority
+    bytecode.precompile(cache)
+    assert bytecode._stamp(cache).exists()
+    assert bytecode.precompile_in_background(cache) is None  # done for what is installed
+
+    def load_source() -> tuple:
+        result = subprocess.run(
+            [sys.executable, "-B", "-v", "-c", "import cached_pkg; print(cached_pkg.answer())"],
+            env={**os.environ, "PYTHONPYCACHEPREFIX": str(cache), "PYTHONPATH": str(sources.parent)},
+            capture_output=True, text=True, timeout=60)
+        assert result.returncode == 0, result.stderr
+        return result.stdout.strip(), [line for line in result.stderr.splitlines() if "cached_pkg" in line]
+
+    answer, lines = load_source()
+    assert answer == "42" and any("code object from" in line and str(cache) in line for line in lines)
+    (sources / "__init__.py").write_text(PACKAGE.replace("42", "43") + "\n")
+    answer, lines = load_source()
+    assert answer == "43" and not any("code object from" in line and str(cache) in line for line in lines)
+
+
+def test_a_sweep_told_not_to_write_fills_its_cache_in_the_background(tmp_path):
+    """End to end: the sweep's rows as always, and the stamp of the compile it started appears."""
+    cache = tmp_path / "cache"
+    env = {"PYTHONDONTWRITEBYTECODE": "1", bytecode.VARIABLE: str(cache)}
+    previous = {name: os.environ.get(name) for name in env}
+    os.environ.update(env)
+    try:
+        run_sweep(tmp_path, "kernel=vector_add", "kernel.shapes=[[1000]]", "kernel.space.BLOCK_SIZE=[256]",
+                  "kernel.space.num_warps=[1]", "kernel.dtypes=[float32]", "kernel.baselines=[]",
+                  "sweep_id=told")
+    finally:
+        for name, value in previous.items():
+            os.environ.pop(name) if value is None else os.environ.__setitem__(name, value)
+    assert (sweep_rows(tmp_path, "told")["status"] == "ok").all()
+    assert any(cache.rglob("hydra/**/*.pyc"))  # the sweep's own imports, written as it went
+    deadline = time.monotonic() + 300
+    while not list(cache.glob("triton-sweep-*.compiled")) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert list(cache.glob("triton-sweep-*.compiled")), "the background compile did not finish"
+    assert any(cache.rglob("torch/_dynamo/*.pyc"))
