@@ -1,6 +1,6 @@
 """Sweep speed on a GPU (a benchmark, not a test): prints the tables BENCHMARKS.md records.
 
-    python -m runners.benchmarks.bench_speed autotune [--kernel matmul|softmax|slow_import]
+    python -m runners.benchmarks.bench_speed autotune [--kernel matmul|softmax|slow_import] [--resident]
                                                                      # ours vs @triton.autotune
     python -m runners.benchmarks.bench_speed search                  # Optuna and random vs the grid
     python -m runners.benchmarks.bench_speed gpus                    # throughput on 1 GPU vs all visible
@@ -19,7 +19,8 @@ autotune: the same kernel, the same list of configs, each side with a fresh Trit
   holds no CPU, which a real import would), 4 shapes, 30 configs listed, those the kernel's constraints
   keep at each shape (~11) tried there. Both sides import that module: autotune's process once, our
   sweep in its own process, its trial worker and its fork server, at once. Its "pick vs best" is the
-  worst over the 4 shapes.
+  worst over the 4 shapes. --resident: our sweep is run by the resident that an earlier command of ours
+  left (runners/engine/resident.py), on an emptied Triton cache: a user's second command.
 
 sweeps: the README sweep (on a fresh Triton cache and store, then again warm with force=true: without a
   resident, then run by the one the cold run left, runners/engine/resident.py) and the export-grade
@@ -35,6 +36,7 @@ import argparse
 import itertools
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -90,9 +92,10 @@ def _space_overrides(space: dict, add: bool = False) -> list[str]:
 
 
 def our_sweep(kernel: str, shapes: list, space: dict, work: Path, extra: list[str] = (),
-              spec_path: Optional[str] = None) -> dict:
+              spec_path: Optional[str] = None, cache_dir: Optional[str] = None, **env) -> dict:
     """Our sweep of `kernel` (a builtin, or "external" with its `spec_path`) at `shapes`, in a fresh
-    Triton cache: seconds of the command and of the job, and our pick at each shape."""
+    Triton cache (or `cache_dir`), `env` added to its environment: seconds of the command and of the
+    job, and our pick at each shape."""
     sweep_id = f"speed_{kernel}_{time.time_ns()}"
     shape_list = ",".join(json.dumps(shape).replace(" ", "") for shape in shapes)
     args = [sys.executable, "-m", "runners.sweep", f"kernel={kernel}", f"kernel.shapes=[{shape_list}]",
@@ -100,8 +103,8 @@ def our_sweep(kernel: str, shapes: list, space: dict, work: Path, extra: list[st
             f"store={work}/results.sqlite", f"export_dir={work}/exports", f"hydra.run.dir={work}/run",
             f"sweep_id={sweep_id}", *([f"kernel.spec={spec_path}"] if spec_path else []),
             *_space_overrides(space, add=bool(spec_path)), *extra]
-    cache_dir = tempfile.mkdtemp(prefix="triton-cache-ours-")
-    seconds, result = _run(args, cache_dir)
+    cache_dir = cache_dir or tempfile.mkdtemp(prefix="triton-cache-ours-")
+    seconds, result = _run(args, cache_dir, **env)
     summary = json.loads((work / "run" / "summary.json").read_text())
     from runners.engine.finalists import winner
     from runners.results.store import ResultStore
@@ -117,10 +120,13 @@ def our_sweep(kernel: str, shapes: list, space: dict, work: Path, extra: list[st
             "cache_dir": cache_dir}
 
 
-def measure_peaks_once(work: Path) -> None:
-    """A one-config sweep in the benchmark's store: the ceilings are measured there, once."""
+def measure_peaks_once(work: Path, cache_dir: str, **env) -> None:
+    """A one-config sweep in the benchmark's store: the ceilings are measured there, once. Then the
+    Triton cache it used is emptied: what it compiled (the L2 flush kernel too) is not our side's."""
     our_sweep("vector_add", [[1 << 20]], {"BLOCK_SIZE": [1024], "num_warps": [4]}, work,
-              ["finalists.top_k=0"])
+              ["finalists.top_k=0"], cache_dir=cache_dir, **env)
+    for entry in Path(cache_dir).iterdir():
+        shutil.rmtree(entry)
 
 
 AUTOTUNE_SCRIPT = r'''
@@ -224,7 +230,11 @@ def careful_remeasure(kernel: str, shape: list, configs: list[dict]) -> dict[str
             for c, m in zip(runnable, measurements)}
 
 
-def bench_autotune(kernels: list[str]) -> None:
+def bench_autotune(kernels: list[str], with_resident: bool = False) -> None:
+    """Our sweep against @triton.autotune (module docstring); `with_resident`: our sweep run by the
+    resident that the sweep measuring the ceilings left (runners/engine/resident.py: an earlier command's
+    imports, as a user's second command has them), on the same Triton cache folder, emptied in between
+    (a resident serves commands of the environment it was started in, TRITON_CACHE_DIR included)."""
     lines = ["| kernel, shape | configs | ours: job s | @autotune first call s | speed-up, job vs call | "
              "ours: command s | @autotune process s | speed-up, command vs process | ours pick vs best | "
              "autotune pick vs best |",
@@ -232,10 +242,16 @@ def bench_autotune(kernels: list[str]) -> None:
     for kernel in kernels:
         case = CASES[kernel]
         tried = tried_configs(case)
+        env = {"SWEEP_RESIDENT_S": str(DEFAULT_IDLE_S)} if with_resident else {}
         with tempfile.TemporaryDirectory() as work:
-            measure_peaks_once(Path(work))
+            cache_dir = tempfile.mkdtemp(prefix="triton-cache-ours-")
+            measure_peaks_once(Path(work), cache_dir, **env)
+            if with_resident:
+                print(f"waited {_wait_for_residents():.1f} s for the resident the first sweep left")
             ours = our_sweep("external" if "spec_path" in case else kernel, case["shapes"], case["space"],
-                             Path(work), spec_path=case.get("spec_path"))
+                             Path(work), spec_path=case.get("spec_path"), cache_dir=cache_dir, **env)
+            if with_resident:
+                subprocess.run([sys.executable, "-m", "runners.engine.resident", "stop"], cwd=REPO)
         theirs = autotune_first_call(kernel)
         # The re-measure is neither side's time: it loads our side's binaries instead of compiling
         # every config again, one after another, in this process.
@@ -255,8 +271,9 @@ def bench_autotune(kernels: list[str]) -> None:
         shapes = " ".join("x".join(map(str, shape)) for shape in case["shapes"])
         listed = len(_configs(case["space"]))
         count = sum(map(len, tried))
-        label = f"{kernel} {shapes} {DTYPE}" + (f", {case['module']} imports in 5 s" if "module" in case
-                                                else "")
+        label = (f"{kernel} {shapes} {DTYPE}" + (f", {case['module']} imports in 5 s" if "module" in case
+                                                 else "")
+                 + (", ours run by a resident" if with_resident else ""))
         tried_count = count if count == listed else f"{count} ({listed} listed)"
         lines.append(f"| {label} | {tried_count} | {ours['job_seconds']:.1f} | "
                      f"{theirs['seconds']:.1f} | {theirs['seconds'] / ours['job_seconds']:.2f}x | "
@@ -275,7 +292,7 @@ def bench_search(seeds=(0, 1), spent=(8, 16, 32, 64)) -> None:
     curves = {}
     with tempfile.TemporaryDirectory() as work:
         work = Path(work)
-        measure_peaks_once(work)
+        measure_peaks_once(work, tempfile.mkdtemp(prefix="triton-cache-ours-"))
         runs = [("grid", ["finalists.top_k=0"])] + [
             (f"{method} seed {seed}", [f"search={method}", f"search.seed={seed}",
                                              f"search.budget_trials={max(spent)}",
@@ -533,13 +550,15 @@ def main(argv=None) -> None:
     parser.add_argument("--calibration", help="sweeps: earlier README runs for compare (STORE:ID,...)")
     parser.add_argument("--kernel", action="append",
                         help=f"autotune: of {sorted(CASES)}; firstcall: a built-in kernel (default softmax)")
+    parser.add_argument("--resident", action="store_true",
+                        help="autotune: our sweep run by a resident an earlier command left")
     parser.add_argument("--gpus", type=int, action="append",
                         help="gpus: these GPU counts only (default 1 and all)")
     args = parser.parse_args(argv)
     if args.what == "autotune" and not set(args.kernel or []) <= set(CASES):
         parser.error(f"--kernel: autotune's cases are {sorted(CASES)}")
     if args.what == "autotune":
-        bench_autotune(args.kernel or ["matmul", "softmax", "slow_import"])
+        bench_autotune(args.kernel or ["matmul", "softmax", "slow_import"], args.resident)
     elif args.what == "search":
         bench_search()
     elif args.what == "gpus":
