@@ -7,6 +7,7 @@ import json
 import time
 
 import pandas as pd
+import pytest
 
 from runners.engine import compile_pool
 from runners.engine.process import WorkerProcess, stop_all
@@ -235,3 +236,20 @@ def test_the_module_to_preload_is_named_from_the_config_alone():
     assert compile_pool.kernel_module("external", "my_pkg.fused") is None
     assert compile_pool.kernel_module("external", None) is None
     assert compile_pool.kernel_module("no_such_kernel", None) is None
+
+
+def test_triton_s_key_of_its_sources_is_computed_once_before_any_fork():
+    """compute_source_keys leaves Triton's key in its cache, for the processes forked after it (the fork
+    server's compile workers, the resident's commands)."""
+    import triton.runtime.cache
+
+    from runners.engine.process import compute_source_keys
+
+    key = triton.runtime.cache.triton_key
+    if not hasattr(key, "cache_info"):
+        pytest.skip("this Triton does not cache its key")
+    key.cache_clear()
+    compute_source_keys()
+    assert key.cache_info().currsize == 1
+    key()
+    assert key.cache_info().hits >= 1

@@ -47,13 +47,15 @@ import warnings
 from pathlib import Path
 from typing import Optional
 
+from runners.engine.worker import FIRST_COMPILE_EXTRAS
+
 IDLE_VARIABLE = "SWEEP_RESIDENT_S"  # seconds a resident waits for the next command; 0: none started or used
 DEFAULT_IDLE_S = 900
 CHILD_VARIABLE = "SWEEP_RESIDENT_CHILD"  # set in a command the resident runs: it is not a client again
 # What every command imports (the command, its trial workers, its compile pool, the torch.compile
 # baselines' worker), third-party only: the project's own modules are imported afresh by each command.
-PRELOAD = ("torch", "triton", "torch._dynamo", "torch._inductor.compile_fx", "torch.profiler", "hydra",
-           "omegaconf", "pandas", "numpy", "tqdm", "scipy.stats", "wandb")
+PRELOAD = ("torch", "triton", "torch._dynamo", "torch._inductor.compile_fx", *FIRST_COMPILE_EXTRAS,
+           "torch.profiler", "hydra", "omegaconf", "pandas", "numpy", "tqdm", "scipy.stats", "wandb")
 # Environment variables read when those modules are imported, or by the interpreter itself.
 RESIDENT_ENV_PREFIXES = ("TRITON", "TORCH", "PYTORCH", "CUDA", "NVIDIA", "LD_", "PYTHON", "OMP_", "MKL_",
                          "OPENBLAS", "HYDRA", "VIRTUAL_ENV", "WANDB", "LANG", "LC_")
@@ -249,7 +251,7 @@ def serve(address: Path, lock: int) -> None:
     until none came for SWEEP_RESIDENT_S seconds (or `stop`). Never touches CUDA; one thread. A start
     that fails leaves `.failed` with the reason: none is started again for this key (a new install,
     environment or version of this file makes another)."""
-    from runners.engine.process import importing
+    from runners.engine.process import compute_source_keys, importing
 
     os.set_inheritable(lock, False)  # nothing it starts holds it (the commands it forks close it)
     os.ftruncate(lock, 0)
@@ -270,6 +272,7 @@ def serve(address: Path, lock: int) -> None:
                     importlib.import_module(name)
                 except Exception as error:  # not installed, or broken (wandb's can fail anywhere in
                     failed[name] = str(error)  # its imports): each command imports it as before, says so
+            compute_source_keys()  # each command's torch.compile worker and compiles have them
         _check_forks_may_use_cuda()
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         pending = address.with_suffix(f".{os.getpid()}")

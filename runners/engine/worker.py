@@ -6,8 +6,9 @@ CUDA error (illegal address, launch failure) is replaced (`crashed`), and the sw
 fresh worker.
 
 Beside the one trial worker of a job on one GPU, a job with torch.compile baselines runs a second worker
-on that GPU for them (`side`): their first call imports dynamo and inductor (7.5 s on an H100 host),
-which the side worker does at its start while the trial worker measures. Then the two take turns: each
+on that GPU for them (`side`): their first call imports dynamo and inductor (7.5 s on an H100 host) and
+hashes torch's and Triton's sources, which the side worker does at its start while the trial worker
+measures. Then the two take turns: each
 holds the GPU's lock around all it does on the GPU (the CUDA part of its start, each request: inputs,
 references, compiles, checks, timing), so that no sample shares the GPU with the other's work, and the
 scheduler gives the trial worker no new request while the side worker has one (runners/engine/
@@ -15,16 +16,26 @@ scheduler.py), so that neither waits for the lock longer than one request of the
 """
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
+import importlib
 import os
 import random
 import time
 from typing import Callable, Optional
 
-from runners.engine.process import WorkerProcess, importing
+from runners.engine.process import WorkerProcess, compute_source_keys, importing
 from runners.engine.trial import TRITON_PROVIDER, Trial
 from runners.measure import check
+
+
+# What torch.compile's first call imports after dynamo and inductor's entry (172 modules, 0.57 s of its
+# 2.6-3.2 s on an H200 host with torch 2.11, cProfile; BENCHMARKS.md, 2026-11-26, later): the side worker
+# imports them at its start, with no lock held, and the resident before any command. A name this torch
+# does not have is skipped.
+FIRST_COMPILE_EXTRAS = ("torch._dynamo.backends.inductor", "torch._inductor.codegen.triton",
+                        "torch._inductor.runtime.triton_heuristics", "torch._inductor.fx_passes.post_grad")
 
 
 class GpuLock:
@@ -349,9 +360,14 @@ def _worker_main(conn, backend: str, kernel_name: str, spec_path: Optional[str],
             from runners.measure import device as device_info
             from runners.measure.timing import METHOD_CUPTI, InterpreterTimer
 
-            if side:  # what its first call would import (module docstring)
+            if side:  # what its first call would import and hash (module docstring)
                 import torch._dynamo  # noqa: F401
                 import torch._inductor.compile_fx  # noqa: F401
+
+                for name in FIRST_COMPILE_EXTRAS:
+                    with contextlib.suppress(ImportError):
+                        importlib.import_module(name)
+                compute_source_keys()
             imported = time.perf_counter()
             spec = load_spec(kernel_name, spec_path)
         loaded = time.perf_counter()
