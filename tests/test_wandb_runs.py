@@ -73,6 +73,13 @@ def test_both_modes_and_auto(tmp_path):
     assert len(trial_runs) == PLANNED
     (trial_summary,) = [run for run in trial_mode.values() if run["job_type"] == "sweep_summary"]
     assert trial_summary["config"]["runs"] == "trial"
+    # A trial run is lean (wandb_logger.TRIAL_RUN_SETTINGS): no list of installed packages, no console
+    # log; the sweep's run has the list.
+    files = {path: {f.name for f in (Path(path).parent / "files").glob("*")} for path in trial_mode}
+    kinds = {path: run["job_type"] for path, run in trial_mode.items()}
+    environment = {"requirements.txt", "output.log"}
+    assert all(not files[path] & environment for path in files if kinds[path] == "softmax")
+    assert all("requirements.txt" in files[path] for path in files if kinds[path] == "sweep_summary")
     _assert_best_keys(trial_summary["summary"], frame)
 
     result, sweep_mode, frame = _sweep(tmp_path / "sweep", "logger.auto_trials=9")

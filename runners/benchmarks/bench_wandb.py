@@ -2,6 +2,7 @@
 with the sweep's run alone (`logger.runs=sweep`), against the same sweep with W&B off.
 
     python -m runners.benchmarks.bench_wandb [--work DIR] [--backend interpret|cuda] [--repeats N]
+    python -m runners.benchmarks.bench_wandb --runs N   # what one offline run costs, trial run or not
 
 The sweep: vector_add at 5 sizes, 8 BLOCK_SIZEs x 5 num_warps x 5 num_stages, and the torch baseline
 (1,005 trials), timed briefly (the trials' own time is not what is measured here). On the interpreter
@@ -60,12 +61,35 @@ def sweep(work: Path, backend: str, overrides: list[str]) -> dict:
             "runs": len(runs), "files": len(files), "mb": sum(path.stat().st_size for path in files) / 1e6}
 
 
+def one_run_each(count: int) -> None:
+    """Seconds a run of `count` offline runs written one after another in this process, as a trial run
+    (runners/results/wandb_logger.py: TRIAL_RUN_SETTINGS) and with the sweep's run's settings, in turn."""
+    from runners.results.wandb_logger import _fill_trial_run, _init_run
+
+    seconds = {True: [], False: []}
+    with tempfile.TemporaryDirectory() as work:
+        conf = {"project": "bench", "entity": None, "dir": work, "mode": "offline"}
+        for i in range(2 * count):
+            trial = i % 2 == 0
+            began = time.perf_counter()
+            run = _init_run(conf, "bench", "kernel", f"run {i}", {"BLOCK_SIZE": i}, trial=trial)
+            _fill_trial_run(run, {"p50_us": float(i)})
+            seconds[trial].append(time.perf_counter() - began)
+    for trial, label in ((True, "trial run (lean)"), (False, "with the sweep's run's settings")):
+        print(f"{label:<32} median {statistics.median(seconds[trial]):.3f} s a run ({count} runs)")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--work", type=Path, default=None, help="where the sweeps write (default: temp)")
     parser.add_argument("--backend", default="interpret", choices=["interpret", "cuda"])
     parser.add_argument("--repeats", type=int, default=1, help="sweeps per mode, in turn; medians shown")
+    parser.add_argument("--runs", type=int, default=None,
+                        help="only N offline runs each way: a trial run's settings, the sweep's run's")
     args = parser.parse_args(argv)
+    if args.runs:
+        one_run_each(args.runs)
+        return 0
     work = args.work or Path(tempfile.mkdtemp(prefix="bench_wandb_"))
     measured: dict[str, list[dict]] = {mode: [] for mode in MODES}
     for repeat in range(args.repeats):
