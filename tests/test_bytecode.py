@@ -78,20 +78,16 @@ def test_precompiled_bytecode_is_what_a_process_told_not_to_write_reads(tmp_path
     assert answer == "43" and not any("code object from" in line and str(cache) in line for line in lines)
 
 
-def test_a_sweep_told_not_to_write_fills_its_cache_in_the_background(tmp_path):
+def test_a_sweep_told_not_to_write_fills_its_cache_in_the_background(tmp_path, monkeypatch):
     """End to end: the sweep's rows as always, and the stamp of the compile it started appears."""
     cache = tmp_path / "cache"
-    env = {"PYTHONDONTWRITEBYTECODE": "1", bytecode.VARIABLE: str(cache)}
-    previous = {name: os.environ.get(name) for name in env}
-    os.environ.update(env)
-    try:
-        run_sweep(tmp_path, "kernel=vector_add", "kernel.shapes=[[1000]]", "kernel.space.BLOCK_SIZE=[256]",
-                  "kernel.space.num_warps=[1]", "kernel.dtypes=[float32]", "kernel.baselines=[]",
-                  "sweep_id=told")
-    finally:
-        for name, value in previous.items():
-            os.environ.pop(name) if value is None else os.environ.__setitem__(name, value)
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    monkeypatch.setenv(bytecode.VARIABLE, str(cache))
+    result = run_sweep(tmp_path, "kernel=vector_add", "kernel.shapes=[[1000]]", "kernel.dtypes=[float32]",
+                       "kernel.space.BLOCK_SIZE=[256]", "kernel.space.num_warps=[1]",
+                       "kernel.baselines=[]", "sweep_id=told")
     assert (sweep_rows(tmp_path, "told")["status"] == "ok").all()
+    assert f"compiled into {cache} in the background" in result.stderr
     assert any(cache.rglob("hydra/**/*.pyc"))  # the sweep's own imports, written as it went
     deadline = time.monotonic() + 300
     while not list(cache.glob("triton-sweep-*.compiled")) and time.monotonic() < deadline:

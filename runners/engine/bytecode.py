@@ -80,13 +80,17 @@ def _stamp(folder: Path) -> Path:
 
 
 def precompile_in_background(folder: Path) -> Optional[int]:
-    """Start the background compile of PACKAGES into `folder` unless it was done for what is installed;
-    its pid, or None. It outlives this command where it has to (a session of its own)."""
+    """Start the background compile of PACKAGES into `folder` unless it was done for what is installed,
+    and say so (on stderr: stdout may be a config that Hydra's --cfg prints); its pid, or None. It
+    outlives this command where it has to (a session of its own)."""
     if _stamp(folder).exists():
         return None
     process = subprocess.Popen([sys.executable, "-m", __name__, str(folder)], start_new_session=True,
                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL)
+    print(f"note: Python writes no bytecode here (PYTHONDONTWRITEBYTECODE or -B): the installed packages' "
+          f"is compiled into {folder} in the background (process {process.pid}; once for what is "
+          f"installed; {VARIABLE}=off: not)", file=sys.stderr)
     return process.pid
 
 
