@@ -1,5 +1,7 @@
 """Bytecode kept where Python is told to write none (runners/engine/bytecode.py)."""
 import os
+import re
+import signal
 import subprocess
 import sys
 import time
@@ -12,14 +14,20 @@ from tests.conftest import run_sweep, sweep_rows
 PACKAGE = "def answer():\n    return 42\n"
 
 
+def _undone_after(monkeypatch) -> None:
+    """What the code under test sets in this process (the cache folder, for itself and its children) is
+    undone after the test."""
+    monkeypatch.setattr(sys, "pycache_prefix", None)
+    monkeypatch.setenv("PYTHONPYCACHEPREFIX", "")  # recorded as absent, whatever is set next
+    monkeypatch.delenv("PYTHONPYCACHEPREFIX")
+
+
 @pytest.fixture
 def told_not_to_write(monkeypatch, tmp_path):
     """This process as one started under PYTHONDONTWRITEBYTECODE=1, its cache folder under tmp_path."""
     monkeypatch.setattr(sys, "dont_write_bytecode", True)
-    monkeypatch.setattr(sys, "pycache_prefix", None)
     monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
-    monkeypatch.setenv("PYTHONPYCACHEPREFIX", "")  # so that the value keep_bytecode sets is undone
-    monkeypatch.delenv("PYTHONPYCACHEPREFIX")
+    _undone_after(monkeypatch)
     monkeypatch.setenv(bytecode.VARIABLE, str(tmp_path / "cache"))
     return tmp_path / "cache"
 
@@ -38,6 +46,40 @@ def test_off_or_writing_anyway_leaves_python_as_it_was(told_not_to_write, monkey
     monkeypatch.setattr(sys, "dont_write_bytecode", False)  # Python writes its own: nothing to do
     monkeypatch.setenv(bytecode.VARIABLE, str(told_not_to_write))
     assert bytecode.keep_bytecode() is None and sys.pycache_prefix is None
+
+
+def test_a_folder_that_cannot_be_written_is_said_and_python_left_as_it_was(told_not_to_write, monkeypatch,
+                                                                          capsys):
+    told_not_to_write.mkdir()
+    told_not_to_write.chmod(0o500)
+    try:
+        if os.access(told_not_to_write, os.W_OK):
+            pytest.skip("this user writes anywhere (root)")
+        assert bytecode.keep_bytecode() is None and sys.dont_write_bytecode
+    finally:
+        told_not_to_write.chmod(0o700)
+    assert f"{told_not_to_write} cannot be written" in capsys.readouterr().err
+
+
+def test_a_failed_compile_is_said_and_not_tried_again_for_the_same_install(tmp_path, monkeypatch, capsys):
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    monkeypatch.setattr(bytecode, "_source_folders", lambda: [tmp_path])
+    monkeypatch.setattr(os, "nice", lambda increment: None)
+    _undone_after(monkeypatch)
+
+    def full_disk(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    import compileall
+
+    monkeypatch.setattr(compileall, "compile_dir", full_disk)
+    with pytest.raises(OSError):
+        bytecode.precompile(cache)
+    assert not bytecode._stamp(cache).exists()
+    assert "No space left" in bytecode._stamp(cache).with_suffix(".failed").read_text()
+    assert bytecode.precompile_in_background(cache) is None  # no second process for this install
+    assert "the background compile of the bytecode cache failed" in capsys.readouterr().err
 
 
 def test_the_sources_are_the_standard_library_then_the_installed_packages():
@@ -59,6 +101,7 @@ def test_precompiled_bytecode_is_what_a_process_told_not_to_write_reads(tmp_path
     cache.mkdir()
     monkeypatch.setattr(bytecode, "_source_folders", lambda: [sources])
     monkeypatch.setattr(os, "nice", lambda increment: None)  # this test process keeps its priority
+    _undone_after(monkeypatch)  # precompile points this process at the cache as the one it runs in
     bytecode.precompile(cache)
     assert bytecode._stamp(cache).exists()
     assert bytecode.precompile_in_background(cache) is None  # done for what is installed
@@ -83,6 +126,7 @@ def test_a_sweep_told_not_to_write_fills_its_cache_in_the_background(tmp_path, m
     cache = tmp_path / "cache"
     monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
     monkeypatch.setenv(bytecode.VARIABLE, str(cache))
+    monkeypatch.delenv("PYTHONPYCACHEPREFIX", raising=False)  # a developer's own would win
     result = run_sweep(tmp_path, "kernel=vector_add", "kernel.shapes=[[1000]]", "kernel.dtypes=[float32]",
                        "kernel.space.BLOCK_SIZE=[256]", "kernel.space.num_warps=[1]",
                        "kernel.baselines=[]", "sweep_id=told")
@@ -92,5 +136,9 @@ def test_a_sweep_told_not_to_write_fills_its_cache_in_the_background(tmp_path, m
     deadline = time.monotonic() + 300
     while not list(cache.glob("triton-sweep-*.compiled")) and time.monotonic() < deadline:
         time.sleep(0.5)
-    assert list(cache.glob("triton-sweep-*.compiled")), "the background compile did not finish"
+    if not list(cache.glob("triton-sweep-*.compiled")):
+        pid = int(re.search(r"in the background \(process (\d+)\)", result.stderr).group(1))
+        os.killpg(pid, signal.SIGKILL)  # its session: the compile processes it started too
+        log = (cache / "precompile.log").read_text()
+        raise AssertionError(f"the background compile did not finish: {log}")
     assert any(cache.rglob("torch/_dynamo/*.pyc"))

@@ -20,7 +20,8 @@ autotune: the same kernel, the same list of configs, each side with a fresh Trit
   keep at each shape (~11) tried there. Both sides import that module: autotune's process once, our
   sweep in its own process, its trial worker and its fork server, at once. Its "pick vs best" is the
   worst over the 4 shapes. --resident: our sweep is run by the resident that an earlier command of ours
-  left (runners/engine/resident.py), on an emptied Triton cache: a user's second command.
+  left (runners/engine/resident.py), on an emptied Triton cache: a user's second command. Where Python
+  writes no bytecode, both sides read the sweep's bytecode cache, filled first (runners/engine/bytecode.py).
 
 sweeps: the README sweep (on a fresh Triton cache and store, then again warm with force=true: without a
   resident, then run by the one the cold run left, runners/engine/resident.py) and the export-grade
@@ -28,7 +29,8 @@ sweeps: the README sweep (on a fresh Triton cache and store, then again warm wit
   first) and from this one: command seconds, the phase line, the GPU-busy share of the trials and
   finalists phases, the first calls and this host's limit (the job's time_spent); then compare's
   verdict of this tree's run against the other's (--calibration: earlier README runs of this machine
-  kind, STORE:ID,...) and both runs' leave-one-out lines.
+  kind, STORE:ID,...) and both runs' leave-one-out lines. Every run but the first waits until no
+  background compile of the bytecode cache runs (the first command on a fresh machine starts one).
 """
 from __future__ import annotations
 
@@ -46,6 +48,7 @@ from pathlib import Path
 from typing import Optional
 
 from runners.engine import resident
+from runners.engine.bytecode import cache_folder, keep_bytecode, wait_for_precompile
 from runners.engine.resident import DEFAULT_IDLE_S
 
 # The lists both sides get: 96 matmul configs at 4096^3 fp16 and 72 softmax configs at 8192x8192 fp16;
@@ -126,7 +129,10 @@ def measure_peaks_once(work: Path, cache_dir: str, **env) -> None:
     our_sweep("vector_add", [[1 << 20]], {"BLOCK_SIZE": [1024], "num_warps": [4]}, work,
               ["finalists.top_k=0"], cache_dir=cache_dir, **env)
     for entry in Path(cache_dir).iterdir():
-        shutil.rmtree(entry)
+        if entry.is_dir():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
 
 
 AUTOTUNE_SCRIPT = r'''
@@ -230,11 +236,24 @@ def careful_remeasure(kernel: str, shape: list, configs: list[dict]) -> dict[str
             for c, m in zip(runnable, measurements)}
 
 
+def _bytecode_for_both_sides() -> None:
+    """Where Python writes no bytecode (the H200 hosts: PYTHONDONTWRITEBYTECODE=1), every process of both
+    sides reads the sweep's bytecode cache (runners/engine/bytecode.py), filled before the first
+    measurement: neither side compiles its imports from source, and no compile runs beside a
+    measurement."""
+    folder = keep_bytecode()  # this process's environment, which every side's process starts from
+    if folder is not None:
+        subprocess.run([sys.executable, "-m", "runners.engine.bytecode", str(folder)], cwd=REPO, check=True)
+        print(f"bytecode cache {folder} filled (waited {wait_for_precompile(folder):.1f} s more for "
+              "another compile into it)", flush=True)
+
+
 def bench_autotune(kernels: list[str], with_resident: bool = False) -> None:
     """Our sweep against @triton.autotune (module docstring); `with_resident`: our sweep run by the
     resident that the sweep measuring the ceilings left (runners/engine/resident.py: an earlier command's
     imports, as a user's second command has them), on the same Triton cache folder, emptied in between
     (a resident serves commands of the environment it was started in, TRITON_CACHE_DIR included)."""
+    _bytecode_for_both_sides()
     lines = ["| kernel, shape | configs | ours: job s | @autotune first call s | speed-up, job vs call | "
              "ours: command s | @autotune process s | speed-up, command vs process | ours pick vs best | "
              "autotune pick vs best |",
@@ -246,12 +265,15 @@ def bench_autotune(kernels: list[str], with_resident: bool = False) -> None:
         with tempfile.TemporaryDirectory() as work:
             cache_dir = tempfile.mkdtemp(prefix="triton-cache-ours-")
             measure_peaks_once(Path(work), cache_dir, **env)
-            if with_resident:
-                print(f"waited {_wait_for_residents():.1f} s for the resident the first sweep left")
-            ours = our_sweep("external" if "spec_path" in case else kernel, case["shapes"], case["space"],
-                             Path(work), spec_path=case.get("spec_path"), cache_dir=cache_dir, **env)
-            if with_resident:
-                subprocess.run([sys.executable, "-m", "runners.engine.resident", "stop"], cwd=REPO)
+            try:
+                if with_resident:
+                    print(f"waited {_wait_for_residents():.1f} s for the resident the first sweep left")
+                ours = our_sweep("external" if "spec_path" in case else kernel, case["shapes"],
+                                 case["space"], Path(work), spec_path=case.get("spec_path"),
+                                 cache_dir=cache_dir, **env)
+            finally:
+                if with_resident:
+                    subprocess.run([sys.executable, "-m", "runners.engine.resident", "stop"], cwd=REPO)
         theirs = autotune_first_call(kernel)
         # The re-measure is neither side's time: it loads our side's binaries instead of compiling
         # every config again, one after another, in this process.
@@ -391,6 +413,12 @@ def _timed_sweep(tree: Path, work: Path, name: str, overrides: list[str], cache_
             "output": result.stdout + result.stderr}
 
 
+def _wait_for_bytecode() -> float:
+    """Seconds until no compile into the bytecode cache runs (none used here: 0)."""
+    folder = cache_folder()
+    return wait_for_precompile(folder) if folder is not None and folder.exists() else 0.0
+
+
 def _wait_for_residents() -> float:
     """Seconds until no resident of this user is still importing (none: 0)."""
     began = time.perf_counter()
@@ -432,6 +460,8 @@ def bench_sweeps(names: list[str], trees: list[Path], calibration: Optional[str]
                     sweep_id = name if mode == "cold" else f"{name}_{mode.replace(', ', '_')}"
                     if mode != "cold":  # no warm run beside the import of the resident the cold run left
                         print(f"waited {_wait_for_residents():.1f} s for the resident the cold run left")
+                    if runs or mode != "cold":  # nor beside the bytecode compile a first command started
+                        print(f"waited {_wait_for_bytecode():.1f} s for the background bytecode compile")
                     # a resident only where the next run is to use it (the README's cold run leaves it)
                     with_resident = name == "readme" and mode in ("cold", "warm, resident")
                     run = _timed_sweep(tree, work, sweep_id, SWEEPS[name], cache_dir, extra,

@@ -25,32 +25,45 @@ import re
 import subprocess
 import sys
 import sysconfig
+import time
 from pathlib import Path
 from typing import Optional
 
 # What the sweep's processes import, largest first (torch is imported by all four at the start).
 PACKAGES = ("torch", "triton", "sympy", "mpmath", "numpy", "networkx", "jinja2", "pandas", "scipy",
             "matplotlib", "wandb", "pydantic", "hydra", "omegaconf", "antlr4", "yaml", "tqdm", "optuna")
-TESTS = re.compile(r"[/\\](tests?|testing)[/\\]")  # never imported by a sweep
-# The installed packages inside a standard library's folder (a pyenv or conda Python) too: not all of them.
-STDLIB_SKIPPED = re.compile(r"[/\\](tests?|testing|site-packages|dist-packages)[/\\]")
-# As the compile pool's (runners/engine/compile_pool.py): below the processes that import and measure.
-NICENESS = 10
+# The lowest, below the compile pool's 10: it fills the cores the sweep leaves idle.
+NICENESS = 19
 VARIABLE = "SWEEP_PYCACHE"
+
+
+def cache_folder() -> Optional[Path]:
+    """The folder keep_bytecode uses here; None where Python writes its own bytecode or SWEEP_PYCACHE is
+    "off". Raises RuntimeError where a home folder is needed and cannot be found."""
+    if not sys.dont_write_bytecode or os.environ.get(VARIABLE) == "off":
+        return None
+    return Path(sys.pycache_prefix or os.environ.get("PYTHONPYCACHEPREFIX") or os.environ.get(VARIABLE)
+                or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "triton-sweep"
+                / "pycache").absolute()
 
 
 def keep_bytecode() -> Optional[Path]:
     """Where Python writes no bytecode (PYTHONDONTWRITEBYTECODE, -B) and SWEEP_PYCACHE is not "off": the
     cache folder (module docstring), now Python's here and, through the environment, in every process
-    this one starts; None otherwise (Python caches as it always does), or where no folder can be made."""
-    if not sys.dont_write_bytecode or os.environ.get(VARIABLE) == "off":
-        return None
-    folder = Path(os.environ.get("PYTHONPYCACHEPREFIX") or os.environ.get(VARIABLE)
-                  or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "triton-sweep"
-                  / "pycache").absolute()
+    this one starts; None otherwise (Python caches as it always does), or where no folder can be
+    written (said on stderr)."""
     try:
+        folder = cache_folder()
+        if folder is None:
+            return None
         folder.mkdir(parents=True, exist_ok=True)
-    except OSError:
+    except (OSError, RuntimeError) as error:  # RuntimeError: no home folder to be found
+        print(f"note: Python writes no bytecode here and no cache folder for it can be made ({error}): "
+              f"each process compiles what it imports ({VARIABLE}=DIR: one)", file=sys.stderr)
+        return None
+    if not os.access(folder, os.W_OK):
+        print(f"note: Python writes no bytecode here and {folder} cannot be written: each process "
+              f"compiles what it imports ({VARIABLE}=DIR: another folder)", file=sys.stderr)
         return None
     os.environ["PYTHONPYCACHEPREFIX"] = str(folder)
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)  # a process started with -B still reads the cache
@@ -70,9 +83,18 @@ def _source_folders() -> list[Path]:
     return folders
 
 
+def _skipped(source: Path, stdlib: bool) -> re.Pattern:
+    """What a sweep never imports below `source`: tests (not `testing`: torch imports torch.testing),
+    and in a standard library's folder the installed packages (a pyenv or conda Python keeps them
+    there)."""
+    names = "tests?" + ("|site-packages|dist-packages" if stdlib else "")
+    return re.compile(re.escape(str(source)) + rf"[/\\](.*[/\\])?({names})[/\\]")
+
+
 def _stamp(folder: Path) -> Path:
     """The file that says the installed packages' sources were compiled into `folder`: named by this
-    Python and each package's folder and install time (a reinstall or upgrade gives another name)."""
+    Python and each package's folder and install time (a reinstall or upgrade gives another name). A
+    compile that failed leaves the same name with `.failed` (what went wrong is in precompile.log)."""
     digest = hashlib.sha256(sys.version.encode())
     for package in _source_folders():
         digest.update(f"{package}:{package.stat().st_mtime_ns}".encode())
@@ -80,27 +102,40 @@ def _stamp(folder: Path) -> Path:
 
 
 def precompile_in_background(folder: Path) -> Optional[int]:
-    """Start the background compile of PACKAGES into `folder` unless it was done for what is installed,
-    and say so (on stderr: stdout may be a config that Hydra's --cfg prints); its pid, or None. It
-    outlives this command where it has to (a session of its own)."""
-    if _stamp(folder).exists():
+    """Start the background compile of the sources into `folder` unless it was done, or failed, for
+    what is installed, and say so on stderr (stdout may be a config that Hydra's --cfg prints); its pid,
+    or None. It outlives this command where it has to (a session of its own)."""
+    try:
+        stamp = _stamp(folder)
+        if stamp.exists():
+            return None
+        if stamp.with_suffix(".failed").exists():
+            print(f"note: the background compile of the bytecode cache failed ({folder / 'precompile.log'}; "
+                  f"remove {stamp.with_suffix('.failed')} to try again, {VARIABLE}=off: no cache)",
+                  file=sys.stderr)
+            return None
+        with open(folder / "precompile.log", "ab") as log:
+            process = subprocess.Popen([sys.executable, "-m", __name__, str(folder)], start_new_session=True,
+                                       stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+    except OSError as error:
+        print(f"note: the bytecode cache {folder} cannot be filled ({error})", file=sys.stderr)
         return None
-    process = subprocess.Popen([sys.executable, "-m", __name__, str(folder)], start_new_session=True,
-                               stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)
-    print(f"note: Python writes no bytecode here (PYTHONDONTWRITEBYTECODE or -B): the installed packages' "
-          f"is compiled into {folder} in the background (process {process.pid}; once for what is "
-          f"installed; {VARIABLE}=off: not)", file=sys.stderr)
+    print(f"note: Python writes no bytecode here (PYTHONDONTWRITEBYTECODE or -B): the bytecode of the "
+          f"installed packages (~150 MB) is compiled into {folder} in the background (process "
+          f"{process.pid}), once for what is installed ({VARIABLE}=off: not; remove the folder to free it)",
+          file=sys.stderr)
     return process.pid
 
 
 def precompile(folder: Path) -> None:
-    """Compile every installed package of PACKAGES into `folder` on every core, then leave the stamp. One
-    at a time: a second command that starts one meanwhile leaves at once."""
+    """Compile the standard library and the installed PACKAGES into `folder` on the cores this process
+    may use, then leave the stamp; on an error, the stamp's `.failed` (and the traceback on stderr, the
+    log). One at a time: a second command that starts one meanwhile leaves at once."""
     import compileall
 
     os.nice(NICENESS)
-    sys.pycache_prefix = str(folder)
+    # Python 3.12's compileall compiles in processes of a forkserver, which read the environment only.
+    os.environ["PYTHONPYCACHEPREFIX"] = sys.pycache_prefix = str(folder)
     with open(folder / ".compiling.lock", "w") as lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -109,10 +144,28 @@ def precompile(folder: Path) -> None:
         stamp = _stamp(folder)
         if stamp.exists():
             return
-        for number, source in enumerate(_source_folders()):
-            compileall.compile_dir(source, quiet=2, workers=os.cpu_count() or 1,
-                                   rx=STDLIB_SKIPPED if number == 0 else TESTS)
+        try:
+            for number, source in enumerate(_source_folders()):
+                compileall.compile_dir(source, quiet=2, workers=len(os.sched_getaffinity(0)),
+                                       rx=_skipped(source, stdlib=number == 0))
+        except OSError as error:  # a full disk, say: said once, not tried again for this install
+            stamp.with_suffix(".failed").write_text(f"{type(error).__name__}: {error}\n")
+            raise
         stamp.touch()
+
+
+def wait_for_precompile(folder: Path) -> float:
+    """Seconds until no compile into `folder` runs (its lock is free): a benchmark measures nothing
+    beside one."""
+    began = time.perf_counter()
+    try:
+        lock = open(folder / ".compiling.lock", "a")
+    except OSError:
+        return 0.0
+    with lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        fcntl.flock(lock, fcntl.LOCK_UN)
+    return time.perf_counter() - began
 
 
 if __name__ == "__main__":

@@ -29,11 +29,14 @@ READY_TIMEOUT_S = 600  # imports, CUDA context and the L2 flush buffer; generous
 
 @contextlib.contextmanager
 def importing():
-    """Imports (torch, its compilers, Triton, a kernel library) with the cyclic garbage collector off:
-    they allocate ~10^6 objects that live as long as the process and hardly any garbage, and the
-    collector's passes over them took a fifth of `import torch, torch._dynamo,
-    torch._inductor.compile_fx` (2.7 -> 2.2 s on a CPU host). (Not gc.freeze: objects frozen are never
-    freed at exit, and Triton's bindings then print hundreds of lines of leaks.)"""
+    """Imports (torch, its compilers, Triton, a kernel library) with the cyclic garbage collector off,
+    then one full collection: they allocate ~10^6 objects that live as long as the process and hardly
+    any garbage, which the collector walked again and again while they came. `import torch,
+    torch._dynamo, torch._inductor.compile_fx` and a full collection: 2.55-2.78 s with it on, 2.11-2.17 s
+    so, on this project's CPU host (BENCHMARKS.md, 2026-11-26, later). The collection is done here, not
+    at the next allocation that would trigger it (0.23 s, inside whatever comes next). (Not gc.freeze:
+    objects frozen are never freed at exit, and Triton's bindings then print hundreds of lines of
+    leaks.)"""
     enabled = gc.isenabled()
     gc.disable()
     try:
@@ -41,20 +44,21 @@ def importing():
     finally:
         if enabled:
             gc.enable()
+            gc.collect()
 
 
 def compute_source_keys() -> None:
     """Triton's key of its own sources and inductor's of torch's, each computed once a process and then
-    cached (functools): hashing them took 0.4 s and 0.7 s inside torch.compile's first call on an H200
-    host (cProfile), 2.5 s and 0.9 s on this project's CPU host, and Triton's is in every compile and
-    cache lookup. Computed here where their modules are imported, before forking: each child has them.
-    A version that names them otherwise is skipped, and a failure is left to the call that needs them."""
+    cached (functools): Triton's took 0.39 s inside torch.compile's first call on an H200 host (cProfile;
+    BENCHMARKS.md, 2026-11-26, later), and every compile and cache lookup of Triton needs it. Computed
+    here where their modules are imported, before forking: each child has them. A version that names
+    them otherwise is skipped; a file that cannot be read is left to the call that needs the key."""
     for module, name in (("triton.runtime.cache", "triton_key"), ("torch._inductor.codecache", "torch_key")):
         function = getattr(sys.modules.get(module), name, None)
         if function is not None:
             try:
                 function()
-            except Exception:
+            except OSError:
                 pass
 
 

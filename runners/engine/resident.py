@@ -47,15 +47,13 @@ import warnings
 from pathlib import Path
 from typing import Optional
 
-from runners.engine.worker import FIRST_COMPILE_EXTRAS
-
 IDLE_VARIABLE = "SWEEP_RESIDENT_S"  # seconds a resident waits for the next command; 0: none started or used
 DEFAULT_IDLE_S = 900
 CHILD_VARIABLE = "SWEEP_RESIDENT_CHILD"  # set in a command the resident runs: it is not a client again
 # What every command imports (the command, its trial workers, its compile pool, the torch.compile
 # baselines' worker), third-party only: the project's own modules are imported afresh by each command.
-PRELOAD = ("torch", "triton", "torch._dynamo", "torch._inductor.compile_fx", *FIRST_COMPILE_EXTRAS,
-           "torch.profiler", "hydra", "omegaconf", "pandas", "numpy", "tqdm", "scipy.stats", "wandb")
+PRELOAD = ("torch", "triton", "torch._dynamo", "torch._inductor.compile_fx", "torch.profiler", "hydra",
+           "omegaconf", "pandas", "numpy", "tqdm", "scipy.stats", "wandb")
 # Environment variables read when those modules are imported, or by the interpreter itself.
 RESIDENT_ENV_PREFIXES = ("TRITON", "TORCH", "PYTORCH", "CUDA", "NVIDIA", "LD_", "PYTHON", "OMP_", "MKL_",
                          "OPENBLAS", "HYDRA", "VIRTUAL_ENV", "WANDB", "LANG", "LC_")

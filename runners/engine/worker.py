@@ -30,12 +30,15 @@ from runners.engine.trial import TRITON_PROVIDER, Trial
 from runners.measure import check
 
 
-# What torch.compile's first call imports after dynamo and inductor's entry (172 modules, 0.57 s of its
-# 2.6-3.2 s on an H200 host with torch 2.11, cProfile; BENCHMARKS.md, 2026-11-26, later): the side worker
-# imports them at its start, with no lock held, and the resident before any command. A name this torch
-# does not have is skipped.
-FIRST_COMPILE_EXTRAS = ("torch._dynamo.backends.inductor", "torch._inductor.codegen.triton",
-                        "torch._inductor.runtime.triton_heuristics", "torch._inductor.fx_passes.post_grad")
+# The roots of what torch.compile's first call imported after dynamo and inductor's entry on an H200 host
+# with torch 2.11 (172 modules, 0.57 s; with all of them imported before, the first call took 1.5 s
+# instead of 2.6 s: BENCHMARKS.md, 2026-11-26, later; this list's own share is not measured apart). The
+# torch.compile worker imports them at its start, with no lock held; a name this torch does not have is
+# skipped. (Not among a resident's imports yet: it checks that its forks may use CUDA after them, and that
+# check has not been run on a GPU with these.)
+FIRST_COMPILE_EXTRAS = ("torch._dynamo.backends.inductor", "torch._inductor.fx_passes.fuse_attention",
+                        "torch._inductor.cudagraph_trees", "torch._inductor.codegen.cuda_combined_scheduling",
+                        "torch.export._trace", "triton.experimental.gluon", "sympy.combinatorics")
 
 
 class GpuLock:
