@@ -52,14 +52,14 @@ def compute_source_keys() -> None:
     cached (functools): Triton's took 0.39 s inside torch.compile's first call on an H200 host (cProfile;
     BENCHMARKS.md, 2026-11-26, later), and every compile and cache lookup of Triton needs it. Computed
     here where their modules are imported, before forking: each child has them. A version that names
-    them otherwise is skipped; a file that cannot be read is left to the call that needs the key."""
+    them otherwise is skipped."""
     for module, name in (("triton.runtime.cache", "triton_key"), ("torch._inductor.codecache", "torch_key")):
         function = getattr(sys.modules.get(module), name, None)
         if function is not None:
             try:
                 function()
-            except OSError:
-                pass
+            except Exception:  # early only: whatever it raises (an unreadable file, another signature),
+                pass  # the compile that needs the key raises again, where it is reported
 
 
 class WorkerLost(Exception):

@@ -16,7 +16,6 @@ scheduler.py), so that neither waits for the lock longer than one request of the
 """
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import hashlib
 import importlib
@@ -368,8 +367,10 @@ def _worker_main(conn, backend: str, kernel_name: str, spec_path: Optional[str],
                 import torch._inductor.compile_fx  # noqa: F401
 
                 for name in FIRST_COMPILE_EXTRAS:
-                    with contextlib.suppress(ImportError):
+                    try:
                         importlib.import_module(name)
+                    except Exception:  # early only: whatever it raises, the first call that imports it
+                        pass  # raises again there, in the trial it belongs to (as the resident leaves it)
                 compute_source_keys()
             imported = time.perf_counter()
             spec = load_spec(kernel_name, spec_path)
