@@ -7,13 +7,13 @@ every module it imports, every time: `import torch, torch._dynamo, torch._induct
 import torch at once, and its torch.compile worker's imports were the longest path of the README sweep.
 
 There, the sweep's process (`keep_bytecode`, its first step) points Python at a cache folder of its own
-(PYTHONPYCACHEPREFIX where set, else $SWEEP_PYCACHE, else ~/.cache/triton-sweep/pycache) for itself
-and every process it starts, and lets itself write there. Once for each installed set of the packages
-below, a background process (`precompile_in_background`) compiles their sources into it at low
-priority on every core, ahead of the imports that read them: the first command gains too. The source
-trees are never written; Python checks each cached file against its source (mtime and size), as it
-always does, so an upgrade or an edit is compiled again, never stale. SWEEP_PYCACHE=off leaves Python
-as it was told.
+(-X pycache_prefix or PYTHONPYCACHEPREFIX where set, else $SWEEP_PYCACHE, else
+~/.cache/triton-sweep/pycache) for itself and every process it starts, and lets itself write there.
+Once for each installed set of the packages below, a background process (`precompile_in_background`)
+compiles their sources into it at the lowest priority on the cores it may use, ahead of the imports
+that read them: the first command gains too. The source trees are never written; Python checks each
+cached file against its source (mtime and size), as it always does, so an upgrade or an edit is
+compiled again, never stale. SWEEP_PYCACHE=off leaves Python as it was told.
 """
 from __future__ import annotations
 
@@ -129,8 +129,8 @@ def precompile_in_background(folder: Path) -> Optional[int]:
 
 def precompile(folder: Path) -> None:
     """Compile the standard library and the installed PACKAGES into `folder` on the cores this process
-    may use, then leave the stamp; on an error, the stamp's `.failed` (and the traceback on stderr, the
-    log). One at a time: a second command that starts one meanwhile leaves at once."""
+    may use, then leave the stamp; on an error, the stamp's `.failed` with it (the traceback goes to
+    stderr, the log). One at a time: a second command that starts one meanwhile leaves at once."""
     import compileall
 
     os.nice(NICENESS)
@@ -148,8 +148,8 @@ def precompile(folder: Path) -> None:
             for number, source in enumerate(_source_folders()):
                 compileall.compile_dir(source, quiet=2, workers=len(os.sched_getaffinity(0)),
                                        rx=_skipped(source, stdlib=number == 0))
-        except OSError as error:  # a full disk, say: said once, not tried again for this install
-            stamp.with_suffix(".failed").write_text(f"{type(error).__name__}: {error}\n")
+        except Exception as error:  # a full disk, say: recorded, so that it is said once and not tried
+            stamp.with_suffix(".failed").write_text(f"{type(error).__name__}: {error}\n")  # again
             raise
         stamp.touch()
 

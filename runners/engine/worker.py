@@ -8,11 +8,11 @@ fresh worker.
 Beside the one trial worker of a job on one GPU, a job with torch.compile baselines runs a second worker
 on that GPU for them (`side`): their first call imports dynamo and inductor (7.5 s on an H100 host) and
 hashes torch's and Triton's sources, which the side worker does at its start while the trial worker
-measures. Then the two take turns: each
-holds the GPU's lock around all it does on the GPU (the CUDA part of its start, each request: inputs,
-references, compiles, checks, timing), so that no sample shares the GPU with the other's work, and the
-scheduler gives the trial worker no new request while the side worker has one (runners/engine/
-scheduler.py), so that neither waits for the lock longer than one request of the other.
+measures. Then the two take turns: each holds the GPU's lock around all it does on the GPU (the CUDA
+part of its start, each request: inputs, references, compiles, checks, timing), so that no sample
+shares the GPU with the other's work, and the scheduler gives the trial worker no new request while
+the side worker has one (runners/engine/scheduler.py), so that neither waits for the lock longer than
+one request of the other.
 """
 from __future__ import annotations
 
