@@ -173,8 +173,8 @@ def exit_now() -> None:
     0.02 s through os._exit), which does nothing for a sweep that has returned: its store and files
     are closed, its workers stopped, the plots' and summary run's process lives on its own. What is
     registered to run at exit still runs: multiprocessing's clean-up (its daemonic children ended, its
-    resource tracker told), the flush of Hydra's job log. First it leaves
-    a resident for the next command (runners/engine/resident.py), unless one runs."""
+    resource tracker told), the flush of Hydra's job log. First it leaves a resident for the next
+    command (runners/engine/resident.py), unless one runs."""
     import atexit
 
     from runners.engine.resident import leave_resident

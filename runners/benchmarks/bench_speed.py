@@ -273,7 +273,7 @@ def bench_autotune(kernels: list[str], with_resident: bool = False) -> None:
                                  cache_dir=cache_dir, **env)
             finally:
                 if with_resident:
-                    subprocess.run([sys.executable, "-m", "runners.engine.resident", "stop"], cwd=REPO)
+                    _stop_residents()
         theirs = autotune_first_call(kernel)
         # The re-measure is neither side's time: it loads our side's binaries instead of compiling
         # every config again, one after another, in this process.
@@ -413,6 +413,11 @@ def _timed_sweep(tree: Path, work: Path, name: str, overrides: list[str], cache_
             "output": result.stdout + result.stderr}
 
 
+def _stop_residents() -> None:
+    """End this user's residents: none outlives the benchmark, nor imports beside another measurement."""
+    subprocess.run([sys.executable, "-m", "runners.engine.resident", "stop"], cwd=REPO)
+
+
 def _wait_for_bytecode() -> float:
     """Seconds until no compile into the bytecode cache runs (none used here: 0)."""
     folder = cache_folder()
@@ -478,7 +483,7 @@ def bench_sweeps(names: list[str], trees: list[Path], calibration: Optional[str]
                                      if l.startswith(said) or "reused from the store" in l), flush=True)
                     if mode == "cold":
                         runs[(name, tree)] = (work, run["between"])
-        subprocess.run([sys.executable, "-m", "runners.engine.resident", "stop"], cwd=REPO)
+        _stop_residents()
         print("\n".join(lines))
         for name in names:
             new_work, new_between = runs[(name, trees[-1])]

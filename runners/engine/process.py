@@ -47,6 +47,21 @@ def importing():
             gc.collect()
 
 
+def import_ahead(names) -> dict[str, str]:
+    """Import `names` (with `importing`) and compute the source keys, ahead of the work that needs them;
+    {name: why} for each that failed in any way (an import of a broken package can raise anything): the
+    work that needs it imports it again, and reports the failure there."""
+    failed = {}
+    with importing():
+        for name in names:
+            try:
+                importlib.import_module(name)
+            except Exception as error:
+                failed[name] = f"{type(error).__name__}: {error}"[:500]
+        compute_source_keys()
+    return failed
+
+
 def compute_source_keys() -> None:
     """Triton's key of its own sources and inductor's of torch's, each computed once a process and then
     cached (functools): Triton's took 0.39 s inside torch.compile's first call on an H200 host (cProfile;
@@ -441,14 +456,7 @@ def _kill(pid: int, group: bool) -> None:
 
 def _fork_server_main(conn, preload: tuple[str, ...]) -> None:
     began = time.perf_counter()
-    failed = {}
-    with importing():
-        for name in preload:
-            try:
-                importlib.import_module(name)
-            except Exception as error:  # the worker imports it again after the fork, and reports why there
-                failed[name] = f"{type(error).__name__}: {error}"[:500]
-        compute_source_keys()
+    failed = import_ahead(preload)  # a worker imports what failed again after the fork, and says why
     seconds = time.perf_counter() - began
     # Ctrl-C is the sweep's to handle (it stops every worker); each exit of a child wakes the loop.
     signal.signal(signal.SIGINT, signal.SIG_IGN)

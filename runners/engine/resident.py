@@ -249,7 +249,7 @@ def serve(address: Path, lock: int) -> None:
     until none came for SWEEP_RESIDENT_S seconds (or `stop`). Never touches CUDA; one thread. A start
     that fails leaves `.failed` with the reason: none is started again for this key (a new install,
     environment or version of this file makes another)."""
-    from runners.engine.process import compute_source_keys, importing
+    from runners.engine.process import import_ahead
 
     os.set_inheritable(lock, False)  # nothing it starts holds it (the commands it forks close it)
     os.ftruncate(lock, 0)
@@ -258,19 +258,14 @@ def serve(address: Path, lock: int) -> None:
     # As each trial worker does before its imports (runners/engine/worker.py): inductor's compile
     # processes would compete with our pool; read by inductor when it is imported.
     os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
-    failed = {}
     try:
         # An import that asks torch whether CUDA is there (torch.cuda.is_available) would otherwise ask the
         # driver, and torch then refuses CUDA in every process forked from here ("Cannot re-initialize
         # CUDA in forked subprocess", seen on an H200 host with torch 2.11): NVML answers instead.
         os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
-        with importing():
-            for name in PRELOAD:
-                try:
-                    importlib.import_module(name)
-                except Exception as error:  # not installed, or broken (wandb's can fail anywhere in
-                    failed[name] = str(error)  # its imports): each command imports it as before, says so
-            compute_source_keys()  # each command's torch.compile worker and compiles have them
+        # What is not installed, or broken (wandb's can fail anywhere in its imports), each command
+        # imports as before, and says so; each command's compiles find the source keys computed.
+        failed = import_ahead(PRELOAD)
         _check_forks_may_use_cuda()
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         pending = address.with_suffix(f".{os.getpid()}")

@@ -18,13 +18,12 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
-import importlib
 import os
 import random
 import time
 from typing import Callable, Optional
 
-from runners.engine.process import WorkerProcess, compute_source_keys, importing
+from runners.engine.process import WorkerProcess, import_ahead, importing
 from runners.engine.trial import TRITON_PROVIDER, Trial
 from runners.measure import check
 
@@ -366,12 +365,7 @@ def _worker_main(conn, backend: str, kernel_name: str, spec_path: Optional[str],
                 import torch._dynamo  # noqa: F401
                 import torch._inductor.compile_fx  # noqa: F401
 
-                for name in FIRST_COMPILE_EXTRAS:
-                    try:
-                        importlib.import_module(name)
-                    except Exception:  # early only: whatever it raises, the first call that imports it
-                        pass  # raises again there, in the trial it belongs to (as the resident leaves it)
-                compute_source_keys()
+                import_ahead(FIRST_COMPILE_EXTRAS)  # what fails here fails again in the first call
             imported = time.perf_counter()
             spec = load_spec(kernel_name, spec_path)
         loaded = time.perf_counter()
