@@ -2,6 +2,7 @@
 import importlib.util
 import json
 import os
+import time
 
 import pytest
 import torch
@@ -98,3 +99,39 @@ def test_torch_compile_baselines_run_in_a_worker_of_their_own(tmp_path):
     assert "a worker for the torch.compile baselines" in result.stdout
     assert "the torch.compile baselines in a worker of their own" in result.stdout
     assert set(glob.glob(f"{tempfile.gettempdir()}/triton-sweep-gpu0-*.lock")) == locks_before
+
+
+def test_the_trial_worker_starts_the_gpu_while_the_kernel_module_imports(tmp_path, monkeypatch):
+    """The GPU's part of the trial worker's start (CUDA context, the L2 flush kernel's compile, the CUPTI
+    probe) runs beside the import of the kernel's module: here that import is held until the flush
+    kernel is in the fresh Triton cache, which it would never be if the GPU's part waited for the
+    import. Then the worker's own thread uses the GPU: it measures the ceilings."""
+    from pathlib import Path
+
+    from runners.engine.process import stop_all
+    from runners.engine.worker import trial_worker
+    from runners.measure.stop_rule import StopRule
+
+    release, cache = tmp_path / "release", tmp_path / "triton-cache"
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(cache))
+    monkeypatch.setenv("SLOW_IMPORT_S", "0")
+    monkeypatch.setenv("SLOW_IMPORT_UNTIL", str(release))
+    rule = StopRule(min_samples=10, min_time_s=0.0, rel_precision=0.02, max_time_s=0.05)
+    worker = trial_worker("cuda", "external", "tests.slow_import_kernel:SPEC", rule, 0.005, 0)
+    try:
+        worker.start()
+        deadline = time.monotonic() + 120
+        while not any(FLUSH_KERNEL_NAME in p.name for p in Path(cache).rglob("*")):
+            assert time.monotonic() < deadline, "the flush kernel was not compiled while the import was held"
+            assert worker.process.is_alive()
+            time.sleep(0.05)
+        release.touch()
+        info = worker.wait_ready()
+        peaks = worker.request(("peaks",), 120, "measuring the ceilings")
+    finally:
+        release.touch()
+        stop_all([worker])
+    parts = info["start_seconds"]
+    assert set(parts["gpu"]) >= {"lock", "cuda_context", "flush", "cupti_probe", "nvml"}
+    assert parts["kernel_module"] > 0 and parts["gpu_after_imports"] >= 0
+    assert peaks["copy_gbps"] > 0, peaks

@@ -253,3 +253,12 @@ def test_triton_s_key_of_its_sources_is_computed_once_before_any_fork():
     assert key.cache_info().currsize == 1
     key()
     assert key.cache_info().hits >= 1
+
+
+def test_the_start_line_names_each_part_and_brackets_the_nested_ones():
+    from runners.engine.startup import _start_parts
+
+    info = {"start_seconds": {"imports": 1.04, "gpu": {"lock": 0.0, "cuda_context": 0.26},
+                              "gpu_after_imports": 0.31}}
+    assert _start_parts(info) == " (imports 1.0, gpu (lock 0.0, cuda context 0.3), gpu after imports 0.3)"
+    assert _start_parts({}) == ""

@@ -117,9 +117,11 @@ def our_sweep(kernel: str, shapes: list, space: dict, work: Path, extra: list[st
     store.close()
     ok = rows[(rows["status"] == "ok")]
     picks = [json.loads(ok.loc[winner(ok[ok["shape"] == json.dumps(shape)])]["config"]) for shape in shapes]
-    ready = next((line for line in result.stdout.splitlines() if line.startswith("ready after")), "")
+    # Where its start and its trials went, as the sweep said it
+    said = "; ".join(line for line in result.stdout.splitlines()
+                     if line.startswith(("ready after", "time spent")))
     return {"seconds": seconds, "job_seconds": summary["wall_seconds"], "picks": picks, "rows": rows,
-            "statuses": summary["statuses"], "phases": summary["phase_seconds"], "ready": ready,
+            "statuses": summary["statuses"], "phases": summary["phase_seconds"], "said": said,
             "cache_dir": cache_dir}
 
 
@@ -289,7 +291,7 @@ def bench_autotune(kernels: list[str], with_resident: bool = False) -> None:
                          f"re-measured {best:.2f} us ({min(p50, key=p50.get)}), {len(p50)} configs runnable")
         print(f"{kernel}: ours {ours['seconds']:.1f} s (job {ours['job_seconds']:.1f} s: {ours['phases']}, "
               f"{ours['statuses']}; "
-              f"{ours['ready']}); autotune {theirs['seconds']:.1f} s; " + "; ".join(notes), flush=True)
+              f"{ours['said']}); autotune {theirs['seconds']:.1f} s; " + "; ".join(notes), flush=True)
         shapes = " ".join("x".join(map(str, shape)) for shape in case["shapes"])
         listed = len(_configs(case["space"]))
         count = sum(map(len, tried))

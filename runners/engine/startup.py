@@ -116,10 +116,17 @@ def start_workers(cfg: DictConfig, workers: int, compilers: int, rule, first_bat
 
 
 def _start_parts(info: dict) -> str:
+    """' (imports 1.0, kernel module 0.1, gpu (lock 0.0, cuda context 0.2, ...), gpu after imports 0.9,
+    ...)': a worker's start_seconds, nested parts in their own brackets; '' without them."""
     parts = info.get("start_seconds")
     if not parts:
         return ""
-    return " (" + ", ".join(f"{name.replace('_', ' ')} {value:.1f}" for name, value in parts.items()) + ")"
+
+    def said(name: str, value) -> str:
+        shown = _start_parts({"start_seconds": value}) if isinstance(value, dict) else f" {value:.1f}"
+        return name.replace("_", " ") + shown
+
+    return " (" + ", ".join(said(name, value) for name, value in parts.items()) + ")"
 
 
 def _server_note(server: Optional[ForkServer]) -> str:

@@ -16,6 +16,7 @@ one request of the other.
 """
 from __future__ import annotations
 
+import concurrent.futures
 import fcntl
 import hashlib
 import os
@@ -352,6 +353,7 @@ def _worker_main(conn, backend: str, kernel_name: str, spec_path: Optional[str],
     # this on an H200 against 7.9 s without, one run each. A value the user set is kept.
     os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
     began = time.perf_counter()
+    gpu_start = None
     try:
         lock = GpuLock(lock_path)
         with importing():
@@ -360,7 +362,15 @@ def _worker_main(conn, backend: str, kernel_name: str, spec_path: Optional[str],
             from runners.engine.specs import load_spec
             from runners.measure import device as device_info
             from runners.measure.timing import METHOD_CUPTI, InterpreterTimer
-
+        device = torch.device("cpu") if backend == "interpret" else torch.device("cuda", device_index)
+        # The GPU's part of the start, beside the imports below; the torch.compile worker's after them:
+        # begun beside them, it would ask for the GPU's lock with the trial worker's start and could hold
+        # that start behind its own.
+        if backend != "interpret" and not side:
+            pool = concurrent.futures.ThreadPoolExecutor(1, "gpu-start")
+            gpu_start = pool.submit(_start_on_gpu, torch, device_info, device, lock, rule, warmup_s)
+            pool.shutdown(wait=False)  # its thread ends with its one task
+        with importing():
             if side:  # what its first call would import and hash (module docstring)
                 import torch._dynamo  # noqa: F401
                 import torch._inductor.compile_fx  # noqa: F401
@@ -370,15 +380,13 @@ def _worker_main(conn, backend: str, kernel_name: str, spec_path: Optional[str],
             spec = load_spec(kernel_name, spec_path)
         loaded = time.perf_counter()
         if backend == "interpret":
-            device = torch.device("cpu")
             timer = InterpreterTimer(rule, warmup_s)
         else:
-            device = torch.device("cuda", device_index)
-            with lock:  # the flush kernel and the CUPTI probe run on the GPU
-                locked = time.perf_counter()  # the side worker may wait here for the trial worker
-                torch.cuda.set_device(device)  # CUDA 12 creates the context here (older: at the flush)
-                context = time.perf_counter()
-                timer = device_info.cuda_timer(device_index, rule, warmup_s)
+            timer, gpu_part = (gpu_start.result() if gpu_start is not None
+                               else _start_on_gpu(torch, device_info, device, lock, rule, warmup_s))
+            # The current device is a thread's own: this thread's CUDA calls go to the worker's GPU too
+            # (the context exists: the call only makes it current here).
+            torch.cuda.set_device(device)
             if timer.method != METHOD_CUPTI:
                 print(f"note: GPU {device_index}: CUPTI kernel records unavailable "
                       f"({timer.kernel_clock.reason}); rows are timed with CUDA events, launch overhead "
@@ -390,19 +398,37 @@ def _worker_main(conn, backend: str, kernel_name: str, spec_path: Optional[str],
         # input, and a bad input (no GPU, an unknown kernel) is reported there, naming the field.
         conn.send(("failed", f"{type(error).__name__}: {error}"[:4000]))
         return
-    # Where the start went (seconds): imports, the kernel's module, then on a GPU the wait for its lock,
-    # the CUDA context, the L2 flush buffer and kernel, the CUPTI probe, the SM clock reader, and the
-    # device's description (NVML, versions), so that the parts add up to the worker's start.
+    # Where the start went (seconds): imports, the kernel's module; on a GPU the GPU's part (the wait for
+    # its lock, the CUDA context, the L2 flush buffer and kernel, the CUPTI probe, the SM clock reader),
+    # how long after the imports it ended (all of it where it came after them), and the device's
+    # description (NVML, versions): imports, kernel module, gpu after imports and describe add up to the
+    # worker's start.
     seconds = {"imports": imported - began, "kernel_module": loaded - imported}
     if backend == "interpret":
         seconds["device"] = time.perf_counter() - loaded
     else:
-        timer_rest = described - context - sum(timer.start_seconds.values())  # NVML's clock reader
-        seconds.update(gpu_lock=locked - loaded, cuda_context=context - locked, **timer.start_seconds,
-                       nvml=timer_rest, describe=time.perf_counter() - described)
+        seconds.update(gpu=gpu_part, gpu_after_imports=described - loaded,
+                       describe=time.perf_counter() - described)
     info["start_seconds"] = seconds
     conn.send(("ready", info))
     _serve(conn, spec, ShapeCache(spec, seed, device), timer, device, lock, side)
+
+
+def _start_on_gpu(torch, device_info, device, lock: GpuLock, rule, warmup_s: float) -> tuple:
+    """The GPU's part of a worker's start. The trial worker runs it on a thread of its own while it
+    imports the kernel's module: a kernel library's import takes seconds (tests/slow_import_kernel.py),
+    and the CUDA context and the timer's start (the L2 flush kernel's compile on a cold Triton cache, the
+    CUPTI probe) took 1.1-1.3 s after it on an H200. Returns the timer and where its time went
+    (seconds)."""
+    began = time.perf_counter()
+    with lock:  # the flush kernel and the CUPTI probe run on the GPU
+        locked = time.perf_counter()  # the side worker may wait here for the trial worker
+        torch.cuda.set_device(device)  # CUDA 12 creates the context here (older: at the flush)
+        context = time.perf_counter()
+        timer = device_info.cuda_timer(device.index, rule, warmup_s)
+    nvml = time.perf_counter() - context - sum(timer.start_seconds.values())  # NVML's clock reader
+    return timer, {"lock": locked - began, "cuda_context": context - locked, **timer.start_seconds,
+                   "nvml": nvml}
 
 
 def _serve(conn, spec, cache: ShapeCache, timer, device, lock: GpuLock, side: bool) -> None:
