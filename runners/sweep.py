@@ -168,22 +168,15 @@ def main(cfg: DictConfig) -> Optional[dict]:
 
 
 def exit_now() -> None:
-    """End the process as Python would, less its teardown of the modules (torch, Triton and pandas take
-    0.47 s to tear down on this CPU-only host, measured: a process that imports them exits in 0.47 s,
-    0.02 s through os._exit), which does nothing for a sweep that has returned: its store and files
-    are closed, its workers stopped, the plots' and summary run's process lives on its own. What is
-    registered to run at exit still runs: multiprocessing's clean-up (its daemonic children ended, its
-    resource tracker told), the flush of Hydra's job log. First it leaves a resident for the next
-    command (runners/engine/resident.py), unless one runs."""
-    import atexit
-
+    """End the process without its modules' teardown (runners/engine/process.py: exit_without_teardown),
+    which does nothing for a sweep that has returned: its store and files are closed, its workers
+    stopped, the plots' and summary run's process lives on its own. First it leaves a resident for the
+    next command (runners/engine/resident.py), unless one runs."""
+    from runners.engine.process import exit_without_teardown
     from runners.engine.resident import leave_resident
 
     leave_resident()
-    atexit._run_exitfuncs()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    exit_without_teardown(0)
 
 
 if __name__ == "__main__":

@@ -464,6 +464,8 @@ def _run_command(connection: socket.socket, descriptors: list[int], message: dic
         if isinstance(error, KeyboardInterrupt):
             killed_by = signal.SIGINT  # Python ends so after an uncaught Ctrl-C; the client does likewise
     finally:
+        # As process.exit_without_teardown, written out here: this child must never return into the
+        # resident's loop, even where the project's modules, imported afresh, fail to import.
         import atexit
 
         atexit._run_exitfuncs()  # as the interpreter's exit would (multiprocessing's clean-up among them)
