@@ -17,6 +17,7 @@ import multiprocessing.connection
 import os
 import signal
 import sys
+import threading
 import time
 import traceback
 from multiprocessing import reduction
@@ -51,14 +52,21 @@ def import_ahead(names) -> dict[str, str]:
     """Import `names` (with `importing`) and compute the source keys, ahead of the work that needs them;
     {name: why} for each that failed in any way (an import of a broken package can raise anything): the
     work that needs it imports it again, and reports the failure there."""
-    failed = {}
+    failed, keys = {}, None
     with importing():
         for name in names:
+            if keys is None and "triton.runtime.cache" in sys.modules:
+                # Triton's key, mostly reading and hashing its 100+ MB library (hashlib lets go of the
+                # GIL), beside the imports left: a kernel library's module may take seconds.
+                keys = threading.Thread(target=compute_source_keys, name="source keys")
+                keys.start()
             try:
                 importlib.import_module(name)
             except Exception as error:
                 failed[name] = f"{type(error).__name__}: {error}"[:500]
-        compute_source_keys()
+        if keys is not None:
+            keys.join()  # before any fork: the forks inherit its result, and must not inherit a thread
+        compute_source_keys()  # what is cached by now returns at once; inductor's where it came last
     return failed
 
 
@@ -458,19 +466,20 @@ class ForkServer(WorkerProcess):
         self._gone = True
 
 
-_home: Optional[ForkServer] = None  # the home server of a command the resident forked (start_home_server)
+_home: Optional[ForkServer] = None  # this command's home server (start_home_server)
 
 
-def start_home_server() -> ForkServer:
+def start_home_server(preload: tuple[str, ...] = ()) -> ForkServer:
     """Fork this process's home server: every worker this process starts later (GPU trial workers, the
     side worker, the compile pool's fork server, the W&B trial runs' processes; not an interpreter
-    worker) is forked from it, with what this process has imported
-    (a command the resident forked: torch, Triton, dynamo and inductor), instead of spawned into a
-    fresh interpreter that imports them again (seconds each). Called while this process holds no CUDA
-    context and runs one thread, before the command starts; the server never touches CUDA. It exits
-    with this process (its pipe ends)."""
+    worker) is forked from it, with what this process had imported (a command the resident forked:
+    torch, Triton, dynamo and inductor) and `preload`, which it imports itself (a command run in its own
+    process: torch and Triton, while Hydra composes the config), instead of spawned into a fresh
+    interpreter that imports them again (seconds each); a worker asked for while it imports is forked
+    once it is ready. Called while this process holds no CUDA context and runs one thread, before the
+    command starts; the server never touches CUDA. It exits with this process (its pipe ends)."""
     global _home
-    server = ForkServer((), fork_here=True)
+    server = ForkServer(tuple(preload), fork_here=True)
     server.start()
     _home = server
     return server
