@@ -27,12 +27,18 @@ from typing import Optional
 
 if __name__ == "__main__":  # before Hydra's import: a resident may run this command (and exit here)
     from runners.engine.bytecode import keep_bytecode, precompile_in_background
+    from runners.engine.process import start_home_server
     from runners.engine.resident import run_in_resident
 
     _bytecode = keep_bytecode()  # first: the resident's key reads the environment it sets
     run_in_resident("runners.sweep")
     if _bytecode is not None:
         precompile_in_background(_bytecode)
+    # Run here, not by a resident: the workers are forked from a home server that imports torch and
+    # Triton while Hydra composes the config, as a resident's command's are. Not for the interpreter:
+    # Triton reads TRITON_INTERPRET at its import.
+    if "TRITON_INTERPRET" not in os.environ:
+        start_home_server(("torch", "triton"))
 
 import hydra
 from hydra.core.hydra_config import HydraConfig

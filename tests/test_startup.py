@@ -262,3 +262,46 @@ def test_the_start_line_names_each_part_and_brackets_the_nested_ones():
                               "gpu_after_imports": 0.31}}
     assert _start_parts(info) == " (imports 1.0, gpu (lock 0.0, cuda context 0.3), gpu after imports 0.3)"
     assert _start_parts({}) == ""
+
+
+HOME_SCRIPT = r'''
+import json, os, sys
+from runners.engine.process import WorkerProcess, start_home_server, stop_all
+
+
+def report(conn):
+    conn.send(("ready", {"parent": os.getppid(), "imported": "tests.slow_import_kernel" in sys.modules}))
+    conn.recv()
+
+
+if __name__ == "__main__":
+    server = start_home_server(("tests.slow_import_kernel",))
+    workers = [WorkerProcess(f"worker {i}", "__main__:report", ()) for i in range(2)]
+    for worker in workers:
+        worker.start()  # asked for while the server imports: forked once it is ready
+    print(json.dumps({"server": server.wait_ready()["pid"], "workers": [w.wait_ready() for w in workers]}))
+    stop_all(workers)
+'''
+
+
+def test_a_command_s_workers_are_forked_from_a_home_server_that_imported_its_preload_once(tmp_path):
+    """A command run in its own process starts its home server first (runners/sweep.py): the server
+    imports its preload while the command composes its config, and every worker asked of it, even
+    before it is ready, is its child with that preload imported, not imported again."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    script, marker = tmp_path / "home.py", tmp_path / "imported"
+    script.write_text(HOME_SCRIPT)
+    env = {**os.environ, "SLOW_IMPORT_S": "1", "SLOW_IMPORT_MARKER": str(marker),
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    result = subprocess.run([sys.executable, str(script)], cwd=REPO, env=env, capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    started = json.loads(result.stdout.splitlines()[-1])
+    assert _imports(marker) == [started["server"]]
+    assert [w["parent"] for w in started["workers"]] == [started["server"]] * 2
+    assert all(w["imported"] for w in started["workers"])
