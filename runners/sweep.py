@@ -10,7 +10,9 @@ the store of record first (runners/merge.py).
 
 A resident (runners/engine/resident.py) runs the command where one is there for this Python, path and
 environment: the client's part is the first thing this module does, before Hydra's import, after only
-pointing Python at a bytecode cache where it is told to write none (runners/engine/bytecode.py).
+pointing Python at a bytecode cache where it is told to write none (runners/engine/bytecode.py). A
+command that runs here forks a home server next, whose imports of torch and Triton its workers inherit
+(runners/engine/process.py: start_home_server).
 
 Only light modules are imported here at the top: torch, Triton, pandas and the kernel's module are
 imported inside the job, after its workers have been started, so that the three processes import them
