@@ -515,3 +515,35 @@ def test_the_choice_of_apart_at_a_left_out_point_sees_only_the_other_shapes(tmp_
         rest = every - {(8, cols)}
         assert {(rest, False), (rest, True)} <= set(calls)  # the other shapes' own estimate, both ways
     assert (result["apart_at"], result["points"]) == (8, 8)
+
+
+def test_the_inner_estimates_in_forked_processes_give_the_figures_computed_here(tmp_path, monkeypatch):
+    """From PARALLEL_FROM_POINTS left-out points on, the other shapes' own estimates are computed in forked
+    processes: the estimate is the same as computed here, every figure, and the work did leave this
+    process."""
+    import os
+
+    from runners.results.export import generalization
+
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("one core: the estimate never forks")
+    sizes = tuple(512 * i for i in range(1, 13)) + tuple(512 * i - 4 for i in range(1, 13))
+    frame = _store_of(tmp_path, sizes, _by_kind)
+    monkeypatch.setattr(generalization, "PARALLEL_FROM_POINTS", 10 ** 6)
+    here = generalization.estimate(Measured(frame), 0.03, ("rows", "cols"), ["cols"])
+    pids = tmp_path / "pids"
+    original = generalization.leave_one_out
+
+    def recorded(measured, *args, **kwargs):  # the inner ones: on the shapes less one
+        if len(measured.shapes) < len(sizes):
+            with open(pids, "a") as file:
+                file.write(f"{os.getpid()}\n")
+        return original(measured, *args, **kwargs)
+
+    monkeypatch.setattr(generalization, "leave_one_out", recorded)
+    monkeypatch.setattr(generalization, "PARALLEL_FROM_POINTS", 2)
+    forked = generalization.estimate(Measured(frame), 0.03, ("rows", "cols"), ["cols"])
+    assert forked == here
+    inner_pids = pids.read_text().split()
+    assert here["points"] == len(sizes) and len(inner_pids) == 2 * len(sizes)  # together and apart
+    assert str(os.getpid()) not in inner_pids

@@ -34,6 +34,8 @@ differ (layernorm's on an H200: BENCHMARKS.md, issue 20).
 from __future__ import annotations
 
 import math
+import multiprocessing
+import os
 from typing import Optional
 
 from runners.results.export.runtime import ALIGNMENT, _choice, _is_aligned, _kept
@@ -88,10 +90,9 @@ def estimate(measured: Measured, tolerance: float, dims: tuple, key_dims: list[s
     # leave-one-out, both ways): choosing by the better of two estimates on the same points would
     # report the better of two draws.
     chosen, apart_at = [], 0
-    for point, entries in _by_point(together, dims, key_dims).items():
-        rest = measured.without([tuple(e["shape"]) for e in entries])
-        inner = [leave_one_out(rest, tolerance, dims, key_dims, apart=flag, lookup=lookup)
-                 for flag in (False, True)]
+    by_point = _by_point(together, dims, key_dims)
+    rests = [measured.without([tuple(e["shape"]) for e in entries]) for entries in by_point.values()]
+    for point, inner in zip(by_point, _inner_estimates(rests, tolerance, dims, key_dims, lookup)):
         choose_apart = bool(inner[1]["shapes"]) and _score(inner[1]) > _score(inner[0])
         apart_at += choose_apart
         chosen += _by_point(apart if choose_apart else together, dims, key_dims)[point]
@@ -101,6 +102,37 @@ def estimate(measured: Measured, tolerance: float, dims: tuple, key_dims: list[s
     result["summary"] = {path: _summary(result, path) for path in PATHS}
     result["advice"] = _advice(result, dims, measured.shapes)
     return result
+
+
+# The inner estimates (one a left-out point, each a leave-one-out of the other shapes, both ways) grow
+# with the cube of the points: 0.5 s of export at 15 shapes of two dtypes, 29.8 s at 120, nearly all of
+# it here (`python -m runners.benchmarks.bench_export_scale`, this project's CPU host). From this many
+# points they are spread over forked processes, one a core this process may use.
+PARALLEL_FROM_POINTS = 24
+_inner_work: Optional[tuple] = None  # what the forked processes of _inner_estimates read (inherited)
+
+
+def _inner(index: int) -> list[dict]:
+    rests, tolerance, dims, key_dims, lookup = _inner_work
+    return [leave_one_out(rests[index], tolerance, dims, key_dims, apart=flag, lookup=lookup)
+            for flag in (False, True)]
+
+
+def _inner_estimates(rests: list, tolerance: float, dims: tuple, key_dims: list[str],
+                     lookup: "Lookup") -> list[list[dict]]:
+    """Each of `rests`' own leave-one-out, together and apart, in order: here, or from
+    PARALLEL_FROM_POINTS of them on in processes forked from this one (they inherit the rows and the
+    kernel's rule, which need not pickle, and send their figures back: the same figures)."""
+    global _inner_work
+    processes = min(len(rests), len(os.sched_getaffinity(0)))
+    _inner_work = (rests, tolerance, dims, key_dims, lookup)
+    try:
+        if len(rests) < PARALLEL_FROM_POINTS or processes < 2:
+            return [_inner(index) for index in range(len(rests))]
+        with multiprocessing.get_context("fork").Pool(processes) as pool:
+            return pool.map(_inner, range(len(rests)), chunksize=1)
+    finally:
+        _inner_work = None
 
 
 def _by_point(result: dict, dims: tuple, key_dims: list[str]) -> dict[tuple, list]:
