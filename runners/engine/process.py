@@ -499,6 +499,11 @@ def _kill(pid: int, group: bool) -> None:
 
 def _fork_server_main(conn, preload: tuple[str, ...]) -> None:
     began = time.perf_counter()
+    # Its children may use CUDA (the home server's trial workers): an import that asks torch whether CUDA
+    # is there would otherwise ask the driver, and torch then refuses CUDA in every fork (as the
+    # resident, runners/engine/resident.py, sets for its own imports). A child takes the environment of
+    # the process that asked for it, without this.
+    os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
     failed = import_ahead(preload)  # a worker imports what failed again after the fork, and says why
     seconds = time.perf_counter() - began
     # Ctrl-C is the sweep's to handle (it stops every worker); each exit of a child wakes the loop.
