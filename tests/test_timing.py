@@ -1,7 +1,10 @@
 """The stopping rule, the statistics, CUPTI record parsing and the flush, on synthetic data (no GPU)."""
 import math
 import random
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -122,6 +125,29 @@ def test_the_median_interval_covers_95_percent_at_every_n_exactly():
         if old_rank > rank:
             assert 1 - 2 * binom.cdf(old_rank, n, 0.5) < 0.95
     assert short == []
+
+
+def test_the_median_interval_rank_is_the_widest_that_covers_at_large_n():
+    """The rank comes from scipy.special's CDF and its inverse: checked here against scipy.stats' binom
+    where a timer's sample counts reach (up to millions of samples of a microsecond kernel)."""
+    from scipy.stats import binom
+
+    from runners.measure.stop_rule import _interval_rank
+
+    for n in np.unique(np.geomspace(400, 5_000_000, 300).astype(int)):
+        rank = _interval_rank(int(n))
+        assert binom.cdf(rank, n, 0.5) <= 0.025 < binom.cdf(rank + 1, n, 0.5), n
+
+
+def test_computing_an_interval_does_not_import_scipy_stats():
+    """A trial worker imports what the interval needs at its start (import_statistics); scipy.stats,
+    0.75 s beside torch, would not be in it and would land inside the first trial's timer loop."""
+    code = ("import sys; from runners.measure.stop_rule import import_statistics, median_interval; "
+            "import_statistics(); before = set(sys.modules); median_interval(list(range(100))); "
+            "print(sorted(set(sys.modules) - before), 'scipy.stats' in sys.modules)")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                            cwd=Path(__file__).resolve().parents[1])
+    assert result.stdout.split() == ["[]", "False"]
 
 
 def test_quantized_samples_are_not_a_median_known_to_zero():

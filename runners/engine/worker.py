@@ -361,21 +361,27 @@ def _worker_main(conn, backend: str, kernel_name: str, spec_path: Optional[str],
 
             from runners.engine.specs import load_spec
             from runners.measure import device as device_info
+            from runners.measure.stop_rule import import_statistics
             from runners.measure.timing import METHOD_CUPTI, InterpreterTimer
         device = torch.device("cpu") if backend == "interpret" else torch.device("cuda", device_index)
         # The GPU's part of the start, beside the imports below; the torch.compile worker's after them:
         # begun beside them, it would ask for the GPU's lock with the trial worker's start and could hold
-        # that start behind its own.
+        # that start behind its own. Beside them too, what the stop rule computes with: imported in the
+        # first trial's timer loop, it held the GPU idle (scipy.stats: 0.6-1.0 s on an H200 host).
+        statistics = None
         if backend != "interpret" and not side:
-            pool = concurrent.futures.ThreadPoolExecutor(1, "gpu-start")
+            pool = concurrent.futures.ThreadPoolExecutor(2, "worker-start")
             gpu_start = pool.submit(_start_on_gpu, torch, device_info, device, lock, rule, warmup_s)
-            pool.shutdown(wait=False)  # its thread ends with its one task
+            statistics = pool.submit(_seconds_of, import_statistics)
+            pool.shutdown(wait=False)  # its threads end with their tasks
         with importing():
             if side:  # what its first call would import and hash (module docstring)
                 import torch._dynamo  # noqa: F401
                 import torch._inductor.compile_fx  # noqa: F401
 
                 import_ahead(FIRST_COMPILE_EXTRAS)  # what fails here fails again in the first call
+            if statistics is None:
+                import_statistics()  # one of the imports here
             imported = time.perf_counter()
             spec = load_spec(kernel_name, spec_path)
         loaded = time.perf_counter()
@@ -384,6 +390,7 @@ def _worker_main(conn, backend: str, kernel_name: str, spec_path: Optional[str],
         else:
             timer, gpu_part = (gpu_start.result() if gpu_start is not None
                                else _start_on_gpu(torch, device_info, device, lock, rule, warmup_s))
+            statistics_s = statistics.result() if statistics is not None else None
             # The current device is a thread's own: this thread's CUDA calls go to the worker's GPU too
             # (the context exists: the call only makes it current here).
             torch.cuda.set_device(device)
@@ -402,16 +409,24 @@ def _worker_main(conn, backend: str, kernel_name: str, spec_path: Optional[str],
     # its lock, the CUDA context, the L2 flush buffer and kernel, the CUPTI probe, the SM clock reader),
     # how long after the imports it ended (all of it where it came after them), and the device's
     # description (NVML, versions): imports, kernel module, gpu after imports and describe add up to the
-    # worker's start.
+    # worker's start. The trial worker's statistics (the stop rule's imports) came beside the module.
     seconds = {"imports": imported - began, "kernel_module": loaded - imported}
     if backend == "interpret":
         seconds["device"] = time.perf_counter() - loaded
     else:
+        if statistics_s is not None:
+            seconds["statistics"] = statistics_s
         seconds.update(gpu=gpu_part, gpu_after_imports=described - loaded,
                        describe=time.perf_counter() - described)
     info["start_seconds"] = seconds
     conn.send(("ready", info))
     _serve(conn, spec, ShapeCache(spec, seed, device), timer, device, lock, side)
+
+
+def _seconds_of(work: Callable[[], None]) -> float:
+    began = time.perf_counter()
+    work()
+    return time.perf_counter() - began
 
 
 def _start_on_gpu(torch, device_info, device, lock: GpuLock, rule, warmup_s: float) -> tuple:
