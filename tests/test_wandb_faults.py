@@ -160,3 +160,34 @@ def test_a_run_that_cannot_be_sent_is_counted(tmp_path, capfd, fresh_logger_stat
     assert len(lines) == 1 and lines[0].startswith("warning: W&B: 1 of 4 trial runs not written (")
     assert "pickle" in lines[0].lower()
     assert len(list((tmp_path / "wandb").glob("offline-run-*"))) == 3
+
+
+def test_the_wandb_check_runs_while_the_workers_start(monkeypatch, capfd, fresh_logger_state):
+    """The W&B output's `check` (made while the workers start) returns before W&B has been checked
+    (wandb's import: 0.5-0.8 s); its `start`, before the first trial, waits for the finding and says it."""
+    import threading
+
+    from omegaconf import OmegaConf
+
+    from runners.results.outputs.wandb import Wandb
+
+    release, asked = threading.Event(), []
+
+    def slow_problem(conf: dict):  # remembered per config, as the real one
+        key = (conf["mode"], conf["dir"])
+        if key not in wandb_logger._problems:
+            asked.append(conf["dir"])
+            release.wait(timeout=30)
+            wandb_logger._problems[key] = "wandb cannot be imported (held here)"
+        return wandb_logger._problems[key]
+
+    monkeypatch.setattr(wandb_logger, "wandb_problem", slow_problem)
+    output = Wandb({"mode": "offline", "project": "p", "entity": None, "dir": "somewhere", "runs": "trial",
+                    "auto_trials": 64})
+    output.check(None, None)
+    assert not release.is_set() and output._checking.is_alive()  # check returned; W&B is still checked
+    threading.Timer(0.2, release.set).start()
+    output.start(OmegaConf.create({"timing": {}}), "s", ())
+    assert release.is_set() and asked == ["somewhere"] and not output._checking.is_alive()
+    assert output.trials is None or not output.trials.enabled  # the finding holds: no trial runs
+    assert capfd.readouterr().out.count("W&B logging is off for this sweep: wandb cannot be imported") == 1

@@ -6,6 +6,7 @@ group (`logger.mode=offline|online|disabled`, `logger.runs=trial|sweep|auto`).""
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 from typing import Optional
 
@@ -23,6 +24,7 @@ class Wandb(Output):
         super().__init__(logger=logger)
         self.conf = logger
         self.trials = None  # the trial runs' logger, on the sweep's side
+        self._checking: Optional[threading.Thread] = None  # check's thread, which start waits for
         self.runs = None  # "trial" or "sweep", decided at the job's start (logger.runs)
         self.closed = False
         self.dims: tuple = ()
@@ -32,12 +34,24 @@ class Wandb(Output):
     def wanted(self) -> bool:
         return self.conf["mode"] != "disabled"
 
+    def check(self, cfg, spec) -> None:
+        """Begin `start`'s check of W&B (wandb's import: 0.5-0.8 s) on a thread while the workers start:
+        made in `start`, it held the GPU idle before the first trial for as long."""
+        from runners.results.wandb_logger import wandb_problem
+
+        if self.wanted:
+            self._checking = threading.Thread(target=wandb_problem, args=(self.conf,), name="wandb check",
+                                              daemon=True)
+            self._checking.start()
+
     def start(self, cfg, sweep_id: str, dims: tuple) -> None:
         from runners.results.wandb_logger import TrialLogger, runs_of, warn_if_unusable
 
         self.dims, self.timing = dims, OmegaConf.to_container(cfg.timing, resolve=True)
         if not self.wanted:
             return
+        if self._checking is not None:
+            self._checking.join()  # its finding is remembered (wandb_problem), and said below
         self.runs = runs_of(self.conf, self.planned, self.multirun)
         if self.runs == "trial":
             self.trials = TrialLogger(self.conf, sweep_id)
