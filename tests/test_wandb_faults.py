@@ -4,6 +4,8 @@ plots and the exit status as they are without W&B and says so in one warning lin
 this process, with the real wandb: an unwritable logger.dir and online runs that cannot be created, each
 one warning line, trial runs and summary together."""
 
+import os
+
 import pandas as pd
 import pytest
 
@@ -191,3 +193,26 @@ def test_the_wandb_check_runs_while_the_workers_start(monkeypatch, capfd, fresh_
     assert release.is_set() and asked == ["somewhere"] and not output._checking.is_alive()
     assert output.trials is None or not output.trials.enabled  # the finding holds: no trial runs
     assert capfd.readouterr().out.count("W&B logging is off for this sweep: wandb cannot be imported") == 1
+
+
+def test_the_check_imports_wandb_in_an_interpreter_of_its_own(tmp_path):
+    """The sweep's process writes no W&B run: its check tries wandb's import in another interpreter and
+    never imports it itself (0.5-0.8 s of its GIL before the first trial); a broken install is named."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = ("import sys; from runners.results import wandb_logger as w; "
+            f"print(w.wandb_problem({{'mode': 'offline', 'dir': {str(tmp_path)!r}}}), "
+            "'wandb' in sys.modules)")
+    repo = Path(__file__).resolve().parents[1]
+    fine = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=repo, check=True)
+    assert fine.stdout.split() == ["None", "False"]
+    broken = tmp_path / "fake" / "wandb"
+    broken.mkdir(parents=True)
+    (broken / "__init__.py").write_text(BROKEN_IMPORT)
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path / 'fake'}{os.pathsep}{repo}"}
+    failed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=repo,
+                            env=env, check=True)
+    assert failed.stdout.startswith("wandb cannot be imported (ImportError: cannot import name 'Settings'")
+    assert failed.stdout.split()[-1] == "False"

@@ -38,6 +38,8 @@ from __future__ import annotations
 import os
 import queue
 import re
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -81,10 +83,9 @@ def wandb_problem(conf: dict) -> Optional[str]:
     key = (conf["mode"], conf["dir"])
     if key not in _problems:
         problem = None
-        try:
-            import wandb  # noqa: F401
-        except Exception as error:  # a broken install fails anywhere in wandb's imports, not only ImportError
-            problem = f"wandb cannot be imported ({_cause(error)})"
+        cause = _import_problem()
+        if cause:
+            problem = f"wandb cannot be imported ({cause})"
         else:
             directory = Path(conf["dir"]) / "wandb"
             try:
@@ -95,6 +96,20 @@ def wandb_problem(conf: dict) -> Optional[str]:
                 problem = f"logger.dir: {directory} is not writable ({_cause(error)})"
         _problems[key] = problem
     return _problems[key]
+
+
+def _import_problem() -> Optional[str]:
+    """Why wandb fails to import ('Type: message'), tried in an interpreter of its own unless this one
+    has it: the sweep's process writes no run (its logging processes and its finishing process do),
+    and wandb's import (0.5-0.8 s of this process's GIL) held its first trial back. None when it
+    imports. A broken install fails anywhere in wandb's imports, not only with an ImportError."""
+    if "wandb" in sys.modules:
+        return None
+    tried = subprocess.run([sys.executable, "-c", "import wandb"], capture_output=True, text=True)
+    if tried.returncode == 0:
+        return None
+    said = [line.strip() for line in tried.stderr.splitlines() if line.strip()]
+    return said[-1][:200] if said else f"exit status {tried.returncode}"  # the traceback's last line
 
 
 def known_problem(conf: dict) -> Optional[str]:

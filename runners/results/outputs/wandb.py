@@ -35,8 +35,9 @@ class Wandb(Output):
         return self.conf["mode"] != "disabled"
 
     def check(self, cfg, spec) -> None:
-        """Begin `start`'s check of W&B (wandb's import: 0.5-0.8 s) on a thread while the workers start:
-        made in `start`, it held the GPU idle before the first trial for as long."""
+        """Begin `start`'s check of W&B (wandb's import in an interpreter of its own: 0.5-0.8 s) on a
+        thread, which waits for it while the workers start: made in `start`, it held the GPU idle before
+        the first trial for as long."""
         from runners.results.wandb_logger import wandb_problem
 
         if self.wanted:
