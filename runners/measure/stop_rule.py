@@ -132,8 +132,8 @@ def _interval_rank(n: int) -> int:
     """The 0-based rank of the lower end of the exact 95% interval of the median of n values; -1 when
     no interval reaches 95% (n < 6): the largest i with P(Binomial(n, 1/2) <= i) <= 2.5%.
 
-    From scipy.special's binomial CDF (bdtr) and its inverse in i (bdtrik), what scipy.stats' binom
-    computes with: scipy.stats' import took 0.75 s beside torch on the CPU host, scipy.special's 0.2 s."""
+    From scipy.special's binomial CDF (bdtr) and its inverse in i (bdtrik): the ranks of scipy.stats'
+    binom (tests/test_timing.py), whose import took 0.75 s beside torch on the CPU host (0.2 s here)."""
     from scipy.special import bdtr, bdtrik
 
     guess = bdtrik(TAIL_95, n, 0.5)  # the real i where the CDF reaches 2.5%
