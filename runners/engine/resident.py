@@ -425,6 +425,11 @@ def _run_command(connection: socket.socket, descriptors: list[int], message: dic
     """In the forked child: become the client's command (its terminal, directory, environment, argv and
     import path), import the project's modules afresh, fork the home server, run the module as
     `python -m` would, and exit with its status (the resident reports it to the client)."""
+    # The resident's own copy, imported before the fork: the exit below never depends on the project's
+    # modules imported afresh (they may fail to import), and this child never returns into the
+    # resident's loop.
+    from runners.engine.process import exit_without_teardown
+
     code, killed_by = 1, None
     try:
         os.setsid()  # the resident's Ctrl-C is not the command's, nor the other way round
@@ -464,20 +469,7 @@ def _run_command(connection: socket.socket, descriptors: list[int], message: dic
         if isinstance(error, KeyboardInterrupt):
             killed_by = signal.SIGINT  # Python ends so after an uncaught Ctrl-C; the client does likewise
     finally:
-        # As process.exit_without_teardown, written out here: this child must never return into the
-        # resident's loop, even where the project's modules, imported afresh, fail to import.
-        import atexit
-
-        atexit._run_exitfuncs()  # as the interpreter's exit would (multiprocessing's clean-up among them)
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except (OSError, ValueError):
-                pass
-        if killed_by is not None:
-            signal.signal(killed_by, signal.SIG_DFL)
-            os.kill(os.getpid(), killed_by)
-        os._exit(code)
+        exit_without_teardown(code, killed_by)
 
 
 def _is_project_module(module) -> bool:
