@@ -141,12 +141,34 @@ def element_size(dtype: torch.dtype) -> int:
     return torch.empty((), dtype=dtype).element_size()
 
 
+class _CompiledOnly(Exception):
+    """Raised by the graph `_compile_only` returns, in place of running it."""
+
+
+def _compile_only(graph, example_inputs):
+    """A torch.compile backend that compiles the graph as torch.compile's default backend does
+    (inductor, no options), filling inductor's caches, and returns a graph that runs nothing."""
+    from torch._inductor.compile_fx import compile_fx
+
+    compile_fx(graph, example_inputs)
+
+    def refuse(*args):
+        raise _CompiledOnly
+
+    return refuse
+
+
 def compiled(fn: Callable[..., torch.Tensor]) -> Callable[[tuple], torch.Tensor]:
     """A baseline that runs torch.compile(fn) on the inputs, as a user would compile the eager code.
 
     Compiled on the first call for each input signature (never at import time). Dynamo is reset
     between signatures: otherwise a sweep over many shapes hits its recompile limit and silently falls
     back to eager, or compiles a dynamic-shape kernel that is slower than the specialized one.
+
+    `prepare(inputs)` compiles for the inputs' signature without running anything (their values are
+    never read): inductor's caches of compiled graphs and of Triton's binaries then make the first
+    call at that signature a cache hit. The worker of these baselines prepares while the GPU measures
+    others, and holds the GPU for the first call only (runners/engine/worker.py).
     """
     state = {"signature": None, "function": None}
 
@@ -157,5 +179,14 @@ def compiled(fn: Callable[..., torch.Tensor]) -> Callable[[tuple], torch.Tensor]
             state.update(signature=signature, function=torch.compile(fn, dynamic=False))
         return state["function"](*inputs)
 
+    def prepare(inputs):
+        torch.compiler.reset()
+        state.update(signature=None, function=None)
+        try:
+            torch.compile(fn, dynamic=False, backend=_compile_only)(*inputs)
+        except _CompiledOnly:
+            pass  # compiled, and nothing ran
+
     run.compiles = True  # its first call at a signature compiles: a worker of its own does it (worker.py)
+    run.prepare = prepare
     return run

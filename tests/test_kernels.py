@@ -317,3 +317,36 @@ def test_every_builtin_kernel_matches_its_reference_at_a_small_shape(name, dtype
         pytest.skip(f"{name} takes {spec.dtypes}")
     shape, config = _small_case(spec, dtype)
     _check(spec, shape, dtype, config, check_baselines=False)
+
+
+def test_a_compiled_baseline_compiled_ahead_runs_nothing_and_its_first_call_finds_the_cache(
+        tmp_path, monkeypatch):
+    """The torch.compile worker's compile ahead (runners/engine/worker.py: prepare_baseline): made from
+    the inputs' shapes alone, it runs nothing (an input the compiled function writes stays as it was),
+    and the baseline's first call at that signature then finds inductor's cache of compiled graphs (a
+    hit, no second miss) and computes the right answer. CPU inductor here (a C++ compile, ~15 s)."""
+    from torch._dynamo.utils import counters
+
+    from kernels.spec import compiled
+    from runners.engine.trial import Trial
+    from runners.engine.worker import prepare_baseline
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))  # nothing compiled before this test
+    counters.clear()
+
+    def writes_its_input(x):
+        x.add_(1.0)
+        return x * 2.0
+
+    x = torch.zeros(8, 16)
+    compiled(writes_its_input).prepare((x,))
+    assert (x == 0).all() and counters["inductor"]["fxgraph_cache_miss"] == 1
+
+    trial = Trial("softmax", "compile", (8, 100), "float32", {})
+    prepared = prepare_baseline(softmax.SPEC, trial, torch.device("cpu"))
+    assert prepared["compile_s"] > 0 and "message" not in prepared
+    assert counters["inductor"]["fxgraph_cache_miss"] == 2
+    inputs = softmax.SPEC.make_inputs((8, 100), torch.float32, 3, torch.device("cpu"))
+    out = softmax.SPEC.baselines["compile"](inputs)
+    assert counters["inductor"]["fxgraph_cache_hit"] == 1 and counters["inductor"]["fxgraph_cache_miss"] == 2
+    assert compare(out, softmax.softmax_ref(*upcast(inputs)), normwise=True) is None

@@ -263,15 +263,20 @@ def test_a_gpu_worker_gets_its_next_trial_before_the_last_one_is_recorded():
 
 
 def _named_stand_in(conn, name: str, fails: bool) -> None:
-    """A GPU worker stand-in that answers every trial and finalists group with its own name; one that
-    `fails` says so instead of getting ready, as a worker whose imports fail does."""
+    """A GPU worker stand-in that answers every trial and finalists group with its own name, and says
+    whether it was asked to compile the trial ahead first; one that `fails` says so instead of getting
+    ready, as a worker whose imports fail does."""
     if fails:
         conn.send(("failed", "ImportError: no inductor here"))
         return
     conn.send(("ready", {"gpu_name": "none"}))
+    prepared = set()
     while (message := conn.recv()) is not None:
-        if message[0] == "trial":
-            conn.send(("result", {"status": "ok", "by": name}))
+        if message[0] == "prepare":
+            prepared.add(message[1].key)
+            conn.send(("prepared", {"compile_s": 0.25}))
+        elif message[0] == "trial":
+            conn.send(("result", {"status": "ok", "by": name, "prepared": message[1].key in prepared}))
         else:
             conn.send(("finalists", [{"status": "ok", "by": name} for _ in message[1]]))
 
@@ -279,8 +284,9 @@ def _named_stand_in(conn, name: str, fails: bool) -> None:
 @pytest.mark.parametrize("side_fails", [False, True])
 def test_torch_compile_baselines_go_to_the_side_worker(side_fails):
     """The trials whose first call compiles, and the finalists groups that hold one, go to the side
-    worker, everything else to the trial worker; a side worker that cannot start leaves them to the
-    trial worker, and nothing is lost."""
+    worker, each compiled ahead there first (its seconds recorded as the trial's compile), everything
+    else to the trial worker; a side worker that cannot start leaves them to the trial worker, and
+    nothing is lost."""
     shapes = [(64,), (128,)]
     trials = [Trial("k", provider, shape, "float16", {"num_warps": w} if provider == "triton" else {})
               for shape in shapes for provider, w in
@@ -292,7 +298,7 @@ def test_torch_compile_baselines_go_to_the_side_worker(side_fails):
     ran, groups = {}, {}
     try:
         scheduler.start(ahead=[])
-        scheduler.run(trials, lambda worker, trial, result: ran.update({trial.label: result["by"]}))
+        scheduler.run(trials, lambda worker, trial, result: ran.update({trial.label: result}))
         finalists = [[t for t in trials if t.shape == shape and t.provider in ("triton", "compile")]
                      for shape in shapes]
         finalists.append([t for t in trials if t.shape == shapes[0] and t.provider != "compile"])
@@ -304,8 +310,10 @@ def test_torch_compile_baselines_go_to_the_side_worker(side_fails):
     finally:
         stop_all(scheduler.on_gpu + [side])
     for trial in trials:
-        expected = "side worker" if trial.provider == "compile" and not side_fails else "trial worker"
-        assert ran.pop(trial.label) == expected, trial.label
+        on_side = trial.provider == "compile" and not side_fails
+        result = ran.pop(trial.label)
+        assert result["by"] == ("side worker" if on_side else "trial worker"), trial.label
+        assert result["prepared"] == on_side and result.get("compile_s") == (0.25 if on_side else None)
     assert not ran
     side_or_not = "trial worker" if side_fails else "side worker"
     assert groups == {((64,), "compile"): side_or_not, ((128,), "compile"): side_or_not,
@@ -346,27 +354,37 @@ def test_the_gpu_lock_lets_one_worker_at_a_time(tmp_path):
 
 
 def _sleeping_stand_in(conn, name: str, seconds: float) -> None:
-    """A GPU worker stand-in whose every request takes `seconds`; it says when it began and ended."""
+    """A GPU worker stand-in whose every request takes `seconds`; it says when it began and ended, and
+    a trial's answer also when the compile ahead of it did, if one was asked for."""
     conn.send(("ready", {"gpu_name": "none"}))
+    ahead = {}
     while (message := conn.recv()) is not None:
         began = time.monotonic()
         time.sleep(seconds)
-        conn.send(("result", {"status": "ok", "by": name, "span": (began, time.monotonic())}))
+        span = (began, time.monotonic())
+        if message[0] == "prepare":
+            ahead[message[1].key] = span
+            conn.send(("prepared", {"compile_s": seconds}))
+        else:
+            conn.send(("result", {"status": "ok", "by": name, "span": span,
+                                  "ahead": ahead.get(message[1].key)}))
 
 
-def test_the_trial_worker_waits_its_turn_while_the_side_worker_has_a_request():
-    """The trial worker is handed no request while the side worker has one (the lock is then the side
-    worker's, and the lock keeps no queue); the side worker's timeout grows by what is left of the trial
-    worker's request in flight, which it may wait for."""
+def test_the_trial_worker_waits_its_turn_while_the_side_worker_holds_the_lock():
+    """The trial worker is handed no request while the side worker has one that holds the GPU's lock
+    (the lock keeps no queue), and goes on while the side worker compiles a trial ahead (that takes no
+    lock); the side worker's timeout grows by what is left of the trial worker's request in flight,
+    which it may wait for."""
     trials = [Trial("k", provider, (64 * i,), "float16", config)
               for i in range(1, 4) for provider, config in
               [("triton", {"num_warps": 4}), ("triton", {"num_warps": 8}), ("compile", {})]]
+    trials += [Trial("k", "triton", (512,), "float16", {"num_warps": w}) for w in (1, 2, 4, 8, 16, 32)]
     gpu = WorkerProcess("trial worker", _sleeping_stand_in, ("trial worker", 0.05))
     side = WorkerProcess("side worker", _sleeping_stand_in, ("side worker", 0.15))
     scheduler = Scheduler([gpu], [], trial_timeout_s=60, compile_timeout_s=60, side=side,
                           compiles=lambda trial: trial.provider == "compile")
-    spans = {"trial worker": [], "side worker": []}
-    handed = []  # for each request handed to the trial worker: whether the side worker had one
+    results = {"trial worker": [], "side worker": []}
+    handed = []  # for each request handed to the trial worker: whether the side worker held the lock
     assign = scheduler._assign
 
     def watched(worker):
@@ -379,18 +397,24 @@ def test_the_trial_worker_waits_its_turn_while_the_side_worker_has_a_request():
     try:
         scheduler.start(ahead=[])
         side.wait_ready()
-        scheduler.run(trials, lambda worker, trial, result: spans[result["by"]].append(result["span"]))
+        scheduler.run(trials, lambda worker, trial, result: results[result["by"]].append(result))
         gpu.task, gpu.deadline = ("trial", trials[0]), time.monotonic() + 100.0  # as if one were in flight
         assert 99.0 < scheduler._lock_wait_s(side) <= 100.0 and scheduler._lock_wait_s(gpu) == 0.0
+        gpu.task = ("prepare", trials[2])  # a compile ahead holds no lock: nothing to wait for
+        assert scheduler._lock_wait_s(side) == 0.0
         gpu.task = None
     finally:
         stop_all(scheduler.on_gpu)
-    assert len(spans["side worker"]) == 3 and len(spans["trial worker"]) == 6
-    assert handed == [False] * 6
-    # the side worker's three requests (0.15 s each) ran one after another while the trial worker's
-    # six (0.05 s) waited: none of those began before the side worker's last ended but the first
-    last_side_end = max(end for _, end in spans["side worker"])
-    assert sum(began < last_side_end for began, _ in spans["trial worker"]) == 1
+    assert len(results["side worker"]) == 3 and len(results["trial worker"]) == 12
+    assert handed == [False] * 12
+    locked = [result["span"] for result in results["side worker"]]
+    ahead = [result["ahead"] for result in results["side worker"]]
+    assert all(a[1] <= span[0] for a, span in zip(ahead, locked))  # each trial compiled ahead first
+    trial_worker_began = [result["span"][0] for result in results["trial worker"]]
+    # none of the trial worker's requests began while the side worker held the lock ...
+    assert not any(start <= began < end for began in trial_worker_began for start, end in locked)
+    # ... and some began while it compiled ahead (0.15 s, three of the trial worker's 0.05 s requests)
+    assert sum(start <= began < end for began in trial_worker_began for start, end in ahead) >= 3
 
 
 def test_the_side_worker_is_kept_for_one_gpu_and_a_baseline_that_compiles():

@@ -23,10 +23,11 @@ Who compiles a config, decided as the job goes, from what this job measures:
 
 The torch.compile baselines (trials whose first call compiles) go to the side worker where there is
 one (runners/engine/worker.py; a job of one GPU), with the finalists groups that hold one; everything
-else goes to the trial worker. The two take turns on the GPU's lock: the trial worker gets no new
-request while the side worker has one, and a request of the side worker may wait for the trial
-worker's request in flight, so its timeout grows by what is left of that one. A side worker that cannot
-start leaves its trials to the trial worker.
+else goes to the trial worker. Each of its trials is first compiled ahead (a request that launches
+nothing and takes no lock), while the trial worker goes on. Then the two take turns on the GPU's lock:
+the trial worker gets no new request while the side worker has one that holds it, and a request of the
+side worker may wait for the trial worker's request in flight, so its timeout grows by what is left of
+that one. A side worker that cannot start leaves its trials to the trial worker.
 """
 from __future__ import annotations
 
@@ -68,6 +69,7 @@ class Scheduler:
         self.wanted: dict[str, Trial] = {}  # key -> trial of run() waiting for its compile outcome
         self.ready: list[Trial] = []
         self.ready_side: list[Trial] = []  # the side worker's
+        self.prepared: set[str] = set()  # keys of the side worker's trials compiled ahead (or tried)
         self.finalist_groups: deque[list[Trial]] = deque()
         self.compile_s: dict[str, float] = {}  # trial key -> seconds its compile took in the pool
         self.last_group: dict[int, tuple] = {}  # id(worker) -> (shape, dtype) of its last trial
@@ -216,7 +218,9 @@ class Scheduler:
 
     @staticmethod
     def _busy(worker: Optional[WorkerProcess]) -> bool:
-        return worker is not None and worker.task is not None and worker.task != "start"
+        """Whether `worker` has a request that holds the GPU's lock (a compile ahead holds none)."""
+        return (worker is not None and worker.task is not None and worker.task != "start"
+                and worker.task[0] != "prepare")
 
     def _lock_wait_s(self, worker: WorkerProcess) -> float:
         """How long the side worker may wait for the GPU's lock: what is left of the trial worker's
@@ -286,6 +290,11 @@ class Scheduler:
         if queue:
             group = self.last_group.get(id(worker))
             index = next((i for i, t in enumerate(queue) if (t.shape, t.dtype) == group), 0)
+            if worker is self.side and queue[index].key not in self.prepared:
+                trial = queue[index]
+                self.prepared.add(trial.key)
+                return (("prepare", trial), ("prepare", trial), self.trial_timeout_s,
+                        f"compiling {trial.label} ahead")
             trial = queue.pop(index)
             self.last_group[id(worker)] = (trial.shape, trial.dtype)
             return (("trial", trial, self.peaks), ("trial", trial), self.trial_timeout_s + wait_s,
@@ -328,6 +337,12 @@ class Scheduler:
         kind, payload = task
         if kind == "compile":
             self._compiled(*payload, answer, lost)
+        elif kind == "prepare":
+            if lost is None and answer.get("compile_s") is not None:
+                self.compile_s[payload.key] = answer["compile_s"]
+            elif lost is None and answer.get("message"):
+                print(f"note: {worker.name} could not compile {payload.label} ahead ({answer['message']}); "
+                      "its first call compiles it")
         elif kind == "trial":
             result = answer if lost is None else {"status": lost.status, "message": str(lost)}
             if result.pop("sticky", False):

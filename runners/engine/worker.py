@@ -8,11 +8,13 @@ fresh worker.
 Beside the one trial worker of a job on one GPU, a job with torch.compile baselines runs a second worker
 on that GPU for them (`side`): their first call imports dynamo and inductor (7.5 s on an H100 host) and
 hashes torch's and Triton's sources, which the side worker does at its start while the trial worker
-measures. Then the two take turns: each holds the GPU's lock around all it does on the GPU (the CUDA
-part of its start, each request: inputs, references, compiles, checks, timing), so that no sample
-shares the GPU with the other's work, and the scheduler gives the trial worker no new request while
-the side worker has one (runners/engine/scheduler.py), so that neither waits for the lock longer than
-one request of the other.
+measures; it compiles each baseline ahead of its trial (`prepare_baseline`: nothing launched, no lock),
+and the trial's first call then finds inductor's caches filled (on an H100, 1-1.8 s of compile under
+the lock before: BENCHMARKS.md, 2026-11-26 (fourth)). Then the two take turns: each holds the GPU's
+lock around all it does on the GPU (the CUDA part of its start, each request: inputs, references,
+first calls, checks, timing), so that no sample shares the GPU with the other's work, and the
+scheduler gives the trial worker no new request while the side worker has one that holds the lock
+(runners/engine/scheduler.py), so that neither waits for the lock longer than one request of the other.
 """
 from __future__ import annotations
 
@@ -224,6 +226,28 @@ def run_trial(spec, trial: Trial, cache: ShapeCache, timer, device, peaks: dict)
     return {**fields, "first_call_s": first_call_s}
 
 
+def prepare_baseline(spec, trial: Trial, device) -> dict:
+    """Compile a torch.compile baseline ahead for the trial's inputs (kernels/spec.py: compiled), from
+    inputs made on the meta device and allocated empty on this one: nothing is launched, so it needs no
+    lock. What fails here is left to the trial's first call, which compiles again and reports it."""
+    import torch
+
+    baseline = spec.baselines[trial.provider]
+    if not hasattr(baseline, "prepare"):
+        return {"compile_s": None}
+    began = time.perf_counter()
+    try:
+        made = spec.make_inputs(trial.shape, getattr(torch, trial.dtype), 0, torch.device("meta"))
+        baseline.prepare(tuple(torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=device)
+                               if isinstance(x, torch.Tensor) else x for x in made))
+    except Exception as error:
+        return {"compile_s": None, "message": f"{type(error).__name__}: {error}"[:2000]}
+    finally:
+        if device.type == "cuda":
+            torch.cuda.empty_cache()  # the empty inputs' memory back to the device
+    return {"compile_s": time.perf_counter() - began}
+
+
 def timed_call(spec, trial: Trial, inputs: tuple, placements: Optional[Placements] = None):
     """(the zero-argument call that is timed, the output it writes into): our kernel launches into an
     output allocated here (placed anew by `placements`, if given); a baseline returns its output (None
@@ -389,7 +413,7 @@ def _worker_main(conn, backend: str, kernel_name: str, spec_path: Optional[str],
             timer = InterpreterTimer(rule, warmup_s)
         else:
             timer, gpu_part = (gpu_start.result() if gpu_start is not None
-                               else _start_on_gpu(torch, device_info, device, lock, rule, warmup_s))
+                               else _start_on_gpu(torch, device_info, device, lock, rule, warmup_s, side))
             statistics_s = statistics.result() if statistics is not None else None
             # The current device is a thread's own: this thread's CUDA calls go to the worker's GPU too
             # (the context exists: the call only makes it current here).
@@ -429,21 +453,39 @@ def _seconds_of(work: Callable[[], None]) -> float:
     return time.perf_counter() - began
 
 
-def _start_on_gpu(torch, device_info, device, lock: GpuLock, rule, warmup_s: float) -> tuple:
+def _start_on_gpu(torch, device_info, device, lock: GpuLock, rule, warmup_s: float,
+                  side: bool = False) -> tuple:
     """The GPU's part of a worker's start. The trial worker runs it on a thread of its own while it
     imports the kernel's module: a kernel library's import takes seconds (tests/slow_import_kernel.py),
     and the CUDA context and the timer's start (the L2 flush kernel's compile on a cold Triton cache, the
-    CUPTI probe) took 1.1-1.3 s after it on an H200. Returns the timer and where its time went
-    (seconds)."""
+    CUPTI probe) took 1.1-1.3 s after it on an H200. The torch.compile worker's (`side`) also builds
+    inductor's patterns. Returns the timer and where its time went (seconds)."""
     began = time.perf_counter()
     with lock:  # the flush kernel and the CUPTI probe run on the GPU
         locked = time.perf_counter()  # the side worker may wait here for the trial worker
         torch.cuda.set_device(device)  # CUDA 12 creates the context here (older: at the flush)
         context = time.perf_counter()
         timer = device_info.cuda_timer(device.index, rule, warmup_s)
-    nvml = time.perf_counter() - context - sum(timer.start_seconds.values())  # NVML's clock reader
+        patterns = _seconds_of(lambda: init_inductor_patterns(device)) if side else None
+    nvml = time.perf_counter() - context - sum(timer.start_seconds.values()) - (patterns or 0.0)
     return timer, {"lock": locked - began, "cuda_context": context - locked, **timer.start_seconds,
-                   "nvml": nvml}
+                   "nvml": nvml, **({"inductor_patterns": patterns} if side else {})}
+
+
+def init_inductor_patterns(device) -> None:
+    """Inductor's pattern matcher builds its patterns at the first compile of a process, and copies to
+    the device as it does (48 small copies in 0.46 s on an H100 host with torch 2.11; a compile ahead
+    after it copied nothing: BENCHMARKS.md, 2026-11-26 (fifth)). The torch.compile worker builds them at
+    its start, under the GPU's lock, so that its compiles ahead launch nothing. Where this torch has no
+    such function it is skipped (a first compile ahead may then copy)."""
+    try:
+        from torch._inductor.fx_passes.joint_graph import lazy_init
+    except ImportError:
+        return
+    try:
+        lazy_init(device)  # cached by its argument: the device compile_fx passes for this GPU's inputs
+    except TypeError:
+        lazy_init()  # older torch: one set of patterns, no device argument
 
 
 def _serve(conn, spec, cache: ShapeCache, timer, device, lock: GpuLock, side: bool) -> None:
@@ -455,6 +497,9 @@ def _serve(conn, spec, cache: ShapeCache, timer, device, lock: GpuLock, side: bo
         if message is None:
             return
         kind, payload = message[0], message[1:]
+        if kind == "prepare":  # no lock: it launches nothing
+            conn.send(("prepared", prepare_baseline(spec, payload[0], device)))
+            continue
         with lock:
             if kind == "peaks":
                 answer, outcome = ("peaks", device_info.measure_peaks(timer, device)), {}
