@@ -136,7 +136,12 @@ def fork_server(kernel_name: str, spec_path: Optional[str]) -> ForkServer:
     """A fork server (not started) that imports torch, Triton, this module and the kernel's module
     once: a kernel library whose import takes seconds is imported there, not again in every compile
     worker (17 processes importing one at once on a 16-core host made a sweep's start 22 s)."""
-    preload = ("torch", "triton", "runners.engine.specs", "runners.engine.compile_pool")
+    # torch.fx.experimental.symbolic_shapes (and sympy with it): torch imports it at the first meta
+    # tensor an output_like allocates (torch.empty_like); each compile worker's first compile imported
+    # it, 2.6-3.3 s on an H100 host without bytecode (the pool's median compile 0.33-0.53 s with it, on
+    # a warm Triton cache; 0.001-0.002 s each later compile): BENCHMARKS.md, 2026-11-26 (fifth).
+    preload = ("torch", "triton", "torch.fx.experimental.symbolic_shapes", "runners.engine.specs",
+               "runners.engine.compile_pool")
     module = kernel_module(kernel_name, spec_path)
     return ForkServer(preload + ((module,) if module else ()))
 
