@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from runners.measure.stop_rule import (STOP_CONVERGED, STOP_TIMEOUT, StopRule, median_interval,
-                                       median_precision, quantization_note)
+from runners.measure.stop_rule import (STOP_CONVERGED, STOP_RESOLUTION, STOP_TIMEOUT, StopRule, at_resolution,
+                                       median_interval, median_precision, quantization_note)
 from runners.measure.timing import (FLUSH_BLOCK, FLUSH_KERNEL_NAME, FLUSH_MIN_BYTES, METHOD_WALL, GpuRecord,
                                     InterpreterTimer, RecordMismatch, _l2_flush_read_kernel, busy_ns,
                                     calls_from_records, flush_elements, next_batch_rounds, relative_noise,
@@ -152,12 +152,14 @@ def test_computing_an_interval_does_not_import_scipy_stats():
 
 def test_quantized_samples_are_not_a_median_known_to_zero():
     """17 samples of 5.0 and 3 of 5.5, as a timer of 0.5 us resolution reads them: the interval is
-    widened by the quantum, the precision is 10%, not 0%, and a rule of 0.5% never converges on them."""
+    widened by the quantum, the precision is 10%, not 0%, and a rule of 0.5% never converges on them:
+    it stops at the resolution (the interval is 5.0 +- one quantum, as narrow as that clock allows)."""
     samples = [5.0] * 17 + [5.5] * 3
     assert median_interval(samples) == (4.5, 5.5)
     assert median_precision(samples) == pytest.approx(0.1)
     rule = StopRule(min_samples=10, min_time_s=0.0, rel_precision=0.005, max_time_s=1.0)
-    assert rule.check(samples, 0.1) is None and rule.check(samples, 1.0) == STOP_TIMEOUT
+    assert rule.check(samples, 0.1) == STOP_RESOLUTION and rule.check(samples, 1.0) == STOP_TIMEOUT
+    assert rule.check(samples[:9], 0.1) is None  # min_samples first
     assert "quantized to 0.5" in quantization_note(samples)
     assert median_interval([5.0] * 20) == (-math.inf, math.inf)  # all equal: the resolution is unknown
     assert "all 20 samples are equal" in quantization_note([5.0] * 20)
@@ -165,6 +167,42 @@ def test_quantized_samples_are_not_a_median_known_to_zero():
     fine = np.round(np.random.default_rng(0).normal(5.0, 0.1, 400), 3)
     assert len(np.unique(fine)) < len(fine) and quantization_note(fine) is None
     assert median_precision(fine) < 0.01
+
+
+def _quantized(rng, center_s: float, spread_s: float, quantum_s: float = 32e-9):
+    """Kernel times read off a clock of `quantum_s` (an H100's CUPTI: 32 ns), endlessly."""
+    while True:
+        yield quantum_s * round((center_s + rng.gauss(0, spread_s)) / quantum_s)
+
+
+def test_a_median_known_to_the_timer_s_resolution_stops_there_not_at_the_cap():
+    """A 6.2 us kernel read at 32 ns (0.52% of it) can never be known to 0.5%: once the interval is its
+    median +- one quantum the rule stops, at a few hundred samples, not at the 1 s cap; and 20x the
+    samples would have narrowed it not at all. The quantum is read off the samples, whatever it is."""
+    for quantum_s, seed in ((32e-9, 0), (25e-9, 1), (40e-9, 2)):
+        rng = random.Random(seed)
+        center = quantum_s * 194  # a reading: the median sits inside its bin, not between two
+        reason, samples = _run(RULE, _quantized(rng, center, 0.6 * quantum_s, quantum_s), overhead_s=40e-6)
+        assert reason == STOP_RESOLUTION and len(samples) < 1000, (quantum_s, len(samples))
+        assert median_precision(samples) == pytest.approx(quantum_s / center)
+        assert "quantized to" in quantization_note(samples)
+        stream = _quantized(rng, center, 0.6 * quantum_s, quantum_s)
+        more = samples + [next(stream) for _ in range(20 * len(samples))]
+        assert median_precision(more) == pytest.approx(median_precision(samples))
+
+
+def test_a_median_between_two_readings_or_on_a_fine_clock_never_stops_at_the_resolution():
+    """Where the promise ends: a median halfway between two readings keeps the interval's ends apart,
+    and the rule samples on to its cap, as before (each new sample may still bring them together); a
+    clock finer than the spread (no ties) and a sample of equal values (resolution unknown) never stop
+    there either."""
+    rng = random.Random(3)
+    halfway = (32e-9 * (194 + (rng.random() < 0.5)) for _ in range(10 ** 6))
+    reason, samples = _run(RULE, halfway, overhead_s=40e-6)
+    assert reason == STOP_TIMEOUT and not at_resolution(samples)
+    fine = [6.2e-6 + rng.gauss(0, 1e-7) for _ in range(2000)]
+    assert not at_resolution(fine) and RULE.check(fine, 0.5) == STOP_CONVERGED
+    assert not at_resolution([6.2e-6] * 100)
 
 
 def test_summary_percentiles_noise_and_precision():

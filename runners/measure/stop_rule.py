@@ -19,6 +19,11 @@ from typing import Optional, Sequence
 
 STOP_CONVERGED = "converged"
 STOP_TIMEOUT = "timeout"
+# The timer's resolution bounds the median's precision above the rule's, and the interval is already as
+# narrow as that resolution lets it be (at_resolution): samples to the cap would not narrow it. On an
+# H100, CUPTI reads 32 ns: a 6.2 us torch.compile baseline ran to the 1 s cap in every README sweep,
+# 2500-3125 samples (BENCHMARKS.md, 2026-11-26 (fifth)).
+STOP_RESOLUTION = "resolution"
 # Finalists: the decision their rounds feed (runners/engine/finalists.py: settled) is known before every
 # median reaches the rule's precision.
 STOP_SETTLED = "settled"
@@ -85,13 +90,15 @@ class StopRule:
     def check(self, samples_s: Sequence[float], elapsed_s: float) -> Optional[str]:
         """None while more samples are needed, else why to stop: max_time_s whatever the precision;
         else, once min_samples are taken and min_time_s has passed, when the median is known to
-        rel_precision."""
+        rel_precision, or known as well as the timer's resolution lets it be (at_resolution)."""
         if elapsed_s >= self.max_time_s:
             return STOP_TIMEOUT
         if len(samples_s) < self.min_samples or elapsed_s < self.min_time_s:
             return None
         if median_precision(samples_s) <= self.rel_precision:
             return STOP_CONVERGED
+        if at_resolution(samples_s):
+            return STOP_RESOLUTION
         return None
 
 
@@ -156,6 +163,21 @@ def quantum(ordered) -> float:
     if len(distinct) == 1:
         return math.nan
     return float(np.diff(distinct).min())
+
+
+def at_resolution(values: Sequence[float]) -> bool:
+    """Whether the median's interval is as narrow as the timer's resolution lets it be: both of its
+    ends are the same reading, so that it is that reading +- one quantum (median_interval), and no
+    number of samples narrows it further. Where the median lies between two readings (the ends
+    differ), more samples may still bring them together: False. All values equal (the resolution is
+    unknown): False."""
+    import numpy as np
+
+    ordered = np.sort(np.asarray(values, dtype=np.float64))
+    rank = _interval_rank(len(ordered))
+    if rank < 0:
+        return False
+    return quantum(ordered) > 0 and ordered[rank] == ordered[len(ordered) - 1 - rank]
 
 
 def median_precision(samples: Sequence[float]) -> float:

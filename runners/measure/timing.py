@@ -41,7 +41,8 @@ import numpy as np
 import triton
 import triton.language as tl
 
-from runners.measure.stop_rule import STOP_CONVERGED, STOP_SETTLED, STOP_TIMEOUT, StopRule, median_precision
+from runners.measure.stop_rule import (STOP_CONVERGED, STOP_RESOLUTION, STOP_SETTLED, STOP_TIMEOUT, StopRule,
+                                       median_precision)
 
 
 # What produced a row's samples (the store's `timing_method`, part of the resume key): the kernel's
@@ -119,13 +120,13 @@ class Measurement:
 
 def pooled(blocks: Sequence[Measurement]) -> Measurement:
     """One measurement of a call from its repetitions: every sample kept, the median of each block
-    beside them; converged only if every block converged, timeout if one did, else settled; clocks from
-    the first and the last."""
+    beside them; converged only if every block converged, else the first of timeout, resolution and
+    settled that one of them stopped on; clocks from the first and the last."""
     events = [e for m in blocks for e in (m.event_samples_s or [])]
     counts = [m.kernels_per_call for m in blocks if m.kernels_per_call is not None]
     return Measurement(
         samples_s=[s for m in blocks for s in m.samples_s],
-        stop_reason=next((reason for reason in (STOP_TIMEOUT, STOP_SETTLED)
+        stop_reason=next((reason for reason in (STOP_TIMEOUT, STOP_RESOLUTION, STOP_SETTLED)
                           if any(m.stop_reason == reason for m in blocks)), STOP_CONVERGED),
         method=blocks[0].method, event_samples_s=events or None,
         kernels_per_call=float(np.median(counts)) if counts else None,
