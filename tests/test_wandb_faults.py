@@ -165,8 +165,9 @@ def test_a_run_that_cannot_be_sent_is_counted(tmp_path, capfd, fresh_logger_stat
 
 
 def test_the_wandb_check_runs_while_the_workers_start(monkeypatch, capfd, fresh_logger_state):
-    """The W&B output's `check` (made while the workers start) returns before W&B has been checked
-    (wandb's import: 0.5-0.8 s); its `start`, before the first trial, waits for the finding and says it."""
+    """The W&B output's `begin` (made at the job's start, before its input is validated and its workers
+    start) returns before W&B has been checked (wandb's import: 0.5-0.8 s); its `start`, before the
+    first trial, waits for the finding and says it."""
     import threading
 
     from omegaconf import OmegaConf
@@ -186,8 +187,8 @@ def test_the_wandb_check_runs_while_the_workers_start(monkeypatch, capfd, fresh_
     monkeypatch.setattr(wandb_logger, "wandb_problem", slow_problem)
     output = Wandb({"mode": "offline", "project": "p", "entity": None, "dir": "somewhere", "runs": "trial",
                     "auto_trials": 64})
-    output.check(None, None)
-    assert not release.is_set() and output._checking.is_alive()  # check returned; W&B is still checked
+    output.begin(None)
+    assert not release.is_set() and output._checking.is_alive()  # begin returned; W&B is still checked
     threading.Timer(0.2, release.set).start()
     output.start(OmegaConf.create({"timing": {}}), "s", ())
     assert release.is_set() and asked == ["somewhere"] and not output._checking.is_alive()

@@ -143,6 +143,7 @@ class Job:
         from runners.engine.worker import compiles
 
         cfg = self.cfg
+        self.outputs.begin(cfg)
         screening, _ = stop_rules(cfg)  # a wrong field stops the job before any worker starts
         rule = StopRule.of(screening)
         self.lock_file = gpu_lock_file(cfg)

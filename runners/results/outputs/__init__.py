@@ -55,6 +55,10 @@ class Outputs:
             self.finisher = Finisher.start([{"name": o.name, "target": target(o), "settings": o.settings}
                                             for o in background])
 
+    def begin(self, cfg) -> None:
+        for output in self.all:
+            output.begin(cfg)
+
     def check(self, cfg, spec) -> None:
         for output in self.all:
             output.check(cfg, spec)

@@ -37,6 +37,10 @@ class Output:
         self.planned = 0  # set before start: the trials the job plans to run (not pruned)
         self.multirun = False  # set before start: whether the job is one job of a multirun
 
+    def begin(self, cfg) -> None:
+        """At the job's very start, before its input is validated and its workers start: work that needs
+        the config alone and that `start` would otherwise wait for (W&B: wandb's import tried)."""
+
     def check(self, cfg, spec) -> None:
         """Before any launch, with the sweep's config and the kernel's spec: a wrong setting of this output
         raises ConfigError (runners/engine/trial.py) naming its field, so the sweep stops before it
