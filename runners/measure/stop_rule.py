@@ -28,6 +28,11 @@ STOP_RESOLUTION = "resolution"
 # median reaches the rule's precision.
 STOP_SETTLED = "settled"
 TAIL_95 = 0.025  # each tail of a two-sided 95% interval
+# Distinct readings this close (seconds) are one reading of a clock, off by its conversion's rounding:
+# an H100's CUPTI reads kernel times in 32 ns steps, with values 1 ns off them now and then (5.472,
+# 5.473, 5.504, 5.505 us: BENCHMARKS.md, 2026-11-26 (fifth)); read as a 1 ns clock, a 5.5 us median
+# was "known to 0.02%" where the clock knows it to 0.6%.
+CLOCK_JITTER_S = 2.5e-9
 # The exact 95% interval of the median exists from 6 values on (min to max covers 1 - 2 / 2^n: 96.9% at
 # n = 6, 93.8% at n = 5); up to 8 values it spans the whole sample.
 MIN_SAMPLES_FOR_INTERVAL = 6
@@ -102,7 +107,7 @@ class StopRule:
         return None
 
 
-def median_interval(values: Sequence[float]) -> tuple[float, float]:
+def median_interval(values: Sequence[float], jitter: float = CLOCK_JITTER_S) -> tuple[float, float]:
     """95% confidence interval of the median from the order statistics, at the exact binomial rank (the
     sign-test interval: no assumption on the distribution, so rare outliers widen it by one rank, not by
     their size): [x_(i), x_(n-1-i)], i the largest rank with P(Binomial(n, 1/2) <= i) <= 2.5%, so that
@@ -111,9 +116,9 @@ def median_interval(values: Sequence[float]) -> tuple[float, float]:
     min to max covers less than 95%): the whole real line.
 
     Values read off a clock of resolution q (ties in the sample; the CUDA-event timer quantizes) are each
-    within q of the truth, so the interval is widened by the sample's quantum at each end (quantum()):
-    17 samples of 5.0 and 3 of 5.5 are not a median known to 0%. All values equal: the quantum is
-    unknown, and so is the median's interval."""
+    within q of the truth, so the interval is widened by the sample's quantum at each end (quantum();
+    `jitter`: CLOCK_JITTER_S in the values' unit): 17 samples of 5.0 and 3 of 5.5 are not a median
+    known to 0%. All values equal: the quantum is unknown, and so is the median's interval."""
     import numpy as np
 
     ordered = np.sort(np.asarray(values, dtype=np.float64))
@@ -121,7 +126,7 @@ def median_interval(values: Sequence[float]) -> tuple[float, float]:
     rank = _interval_rank(n)
     if rank < 0:
         return -math.inf, math.inf
-    step = quantum(ordered)
+    step = quantum(ordered, jitter)
     if math.isnan(step):
         return -math.inf, math.inf
     return float(ordered[rank]) - step, float(ordered[n - 1 - rank]) + step
@@ -152,9 +157,11 @@ def _interval_rank(n: int) -> int:
     return rank
 
 
-def quantum(ordered) -> float:
+def quantum(ordered, jitter: float = CLOCK_JITTER_S) -> float:
     """The resolution the sorted values were read at: 0 when no two are equal (finer than their
-    spacing), else the smallest gap between distinct values; NaN when all are equal (unknown)."""
+    spacing), else the smallest gap between distinct values larger than `jitter` (a clock's rounding,
+    CLOCK_JITTER_S in the values' unit), or the smallest gap where none is larger (a fine clock); NaN
+    when all are equal (unknown)."""
     import numpy as np
 
     distinct = np.unique(ordered)
@@ -162,22 +169,26 @@ def quantum(ordered) -> float:
         return 0.0
     if len(distinct) == 1:
         return math.nan
-    return float(np.diff(distinct).min())
+    gaps = np.diff(distinct)
+    steps = gaps[gaps > jitter]
+    return float(steps.min() if len(steps) else gaps.min())
 
 
-def at_resolution(values: Sequence[float]) -> bool:
+def at_resolution(values: Sequence[float], jitter: float = CLOCK_JITTER_S) -> bool:
     """Whether the median's interval is as narrow as the timer's resolution lets it be: both of its
-    ends are the same reading, so that it is that reading +- one quantum (median_interval), and no
-    number of samples narrows it further. Where the median lies between two readings (the ends
-    differ), more samples may still bring them together: False. All values equal (the resolution is
-    unknown): False."""
+    ends are the same reading (within `jitter`, where the readings are further apart), so that it is
+    that reading +- one quantum (median_interval), and no number of samples narrows it further. Where
+    the median lies between two readings (the ends differ), more samples may still bring them
+    together: False. All values equal (the resolution is unknown): False."""
     import numpy as np
 
     ordered = np.sort(np.asarray(values, dtype=np.float64))
     rank = _interval_rank(len(ordered))
     if rank < 0:
         return False
-    return quantum(ordered) > 0 and ordered[rank] == ordered[len(ordered) - 1 - rank]
+    step = quantum(ordered, jitter)
+    same = jitter if step > jitter else 0.0
+    return step > 0 and ordered[len(ordered) - 1 - rank] - ordered[rank] <= same
 
 
 def median_precision(samples: Sequence[float]) -> float:

@@ -21,7 +21,7 @@ import pandas as pd
 from runners.engine.finalists import winner
 from runners.engine.row import COLUMN_NAMES, NAMED
 from runners.engine.trial import TRITON_PROVIDER, Trial
-from runners.measure.stop_rule import quantum
+from runners.measure.stop_rule import CLOCK_JITTER_S, quantum
 from runners.results import between_runs
 from runners.results.export.cover import covering_set
 from runners.results.export.fileformat import sections
@@ -127,7 +127,8 @@ def _figure(row: pd.Series, label: str) -> between_runs.Figure:
                            "row needs a positive p50 and repetition medians (a damaged or hand-edited "
                            "store?)")
     samples = row.get("samples_us")
-    step = 0.0 if samples is None or between_runs.pd_missing(samples) else quantum(np.sort(samples))
+    step = (0.0 if samples is None or between_runs.pd_missing(samples)
+            else quantum(np.sort(samples), CLOCK_JITTER_S * 1e6))  # samples in us
     resolution = math.inf if math.isnan(step) else step / float(p50)
     return between_runs.Figure.of(float(p50), reps, row.get("repetitions"), row.get("rep_noise"),
                                   row.get("p50_precision"), resolution)
