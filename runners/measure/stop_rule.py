@@ -19,10 +19,10 @@ from typing import Optional, Sequence
 
 STOP_CONVERGED = "converged"
 STOP_TIMEOUT = "timeout"
-# The timer's resolution bounds the median's precision above the rule's, and the interval is already as
-# narrow as that resolution lets it be (at_resolution): samples to the cap would not narrow it. On an
-# H100, CUPTI reads 32 ns: a 6.2 us torch.compile baseline ran to the 1 s cap in every README sweep,
-# 2500-3125 samples (BENCHMARKS.md, 2026-11-26 (fifth)).
+# The timer's resolution bounds the median's precision above the rule's: the interval's ends are one
+# reading or two adjacent ones (at_resolution), and more samples would at best decide between the two.
+# On an H100, CUPTI reads 32 ns steps: 5.5-7.1 us kernels and a 6.2 us torch.compile baseline ran to
+# the 1 s cap in the README sweep, 2500-3700 samples each (BENCHMARKS.md, 2026-11-26 (fifth)).
 STOP_RESOLUTION = "resolution"
 # Finalists: the decision their rounds feed (runners/engine/finalists.py: settled) is known before every
 # median reaches the rule's precision.
@@ -175,11 +175,12 @@ def quantum(ordered, jitter: float = CLOCK_JITTER_S) -> float:
 
 
 def at_resolution(values: Sequence[float], jitter: float = CLOCK_JITTER_S) -> bool:
-    """Whether the median's interval is as narrow as the timer's resolution lets it be: both of its
-    ends are the same reading (within `jitter`, where the readings are further apart), so that it is
-    that reading +- one quantum (median_interval), and no number of samples narrows it further. Where
-    the median lies between two readings (the ends differ), more samples may still bring them
-    together: False. All values equal (the resolution is unknown): False."""
+    """Whether the median's interval is within one step of as narrow as the timer's resolution lets it
+    be: its ends are the same reading or two adjacent ones (within `jitter` of that, where the readings
+    are further apart than it), so that it is at most [r - q, r + 2q] (median_interval, q the quantum);
+    more samples can at best take it to r +- q, where the median sits well inside one reading, and never
+    where it lies between two. Ends further apart: False (more samples narrow it). All values equal
+    (the resolution is unknown): False."""
     import numpy as np
 
     ordered = np.sort(np.asarray(values, dtype=np.float64))
@@ -188,7 +189,7 @@ def at_resolution(values: Sequence[float], jitter: float = CLOCK_JITTER_S) -> bo
         return False
     step = quantum(ordered, jitter)
     same = jitter if step > jitter else 0.0
-    return step > 0 and ordered[len(ordered) - 1 - rank] - ordered[rank] <= same
+    return step > 0 and ordered[len(ordered) - 1 - rank] - ordered[rank] <= step + same
 
 
 def median_precision(samples: Sequence[float]) -> float:
@@ -204,7 +205,8 @@ def median_precision(samples: Sequence[float]) -> float:
 
 def quantization_note(samples: Sequence[float]) -> Optional[str]:
     """What a row's message says when the timer's resolution, not the number of samples, bounds the
-    median's precision (the quantum is at least half of the interval's half-width); else None."""
+    median's precision (the quantum is at least a third of the interval's half-width: at_resolution's
+    interval, [r - q, r + 2q], has a half-width of up to 2q plus a clock's rounding); else None."""
     import numpy as np
 
     ordered = np.sort(np.asarray(samples, dtype=np.float64))
@@ -215,7 +217,7 @@ def quantization_note(samples: Sequence[float]) -> Optional[str]:
     if math.isnan(step):
         return (f"all {len(ordered)} samples are equal: the timer's resolution is unknown, and so is the "
                 "p50's precision")
-    if step < 0.5 * median_precision(ordered) * median:
+    if step < median_precision(ordered) * median / 3:
         return None
     return (f"samples quantized to {step:.3g} (the timer's resolution): the p50 is known to "
             f"+-{100 * median_precision(ordered):.2g}% at best, however many samples are taken")
