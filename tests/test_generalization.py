@@ -517,10 +517,48 @@ def test_the_choice_of_apart_at_a_left_out_point_sees_only_the_other_shapes(tmp_
     assert (result["apart_at"], result["points"]) == (8, 8)
 
 
+def test_past_folds_points_each_choice_is_made_by_shapes_outside_its_fold(tmp_path, monkeypatch):
+    """24 points, FOLDS folds: FOLDS estimates of the other shapes (both ways), not one a point; each
+    point is chosen for by exactly one of them, and none of them holds the point it chooses for; the
+    folds are dealt in the order of the points' values (each spread over the range, no hole of a fold's
+    width). A choice stubbed per fold (apart for odd folds) shows whose choice each point reports."""
+    from runners.results.export import generalization
+
+    sizes = tuple(512 * i for i in range(1, 13)) + tuple(512 * i - 4 for i in range(1, 13))
+    frame = _store_of(tmp_path, sizes, _by_kind)
+    monkeypatch.setattr(generalization, "PARALLEL_FROM_POINTS", 10 ** 6)
+    estimates = []
+    original = generalization.leave_one_out
+
+    def recorded(measured, *args, **kwargs):
+        result = original(measured, *args, **kwargs)
+        if len(measured.shapes) < len(sizes):  # a fold's estimate: its own score decides
+            estimates.append((frozenset(measured.shapes), kwargs.get("apart", False)))
+            fold = list(dict.fromkeys(rest for rest, _ in estimates)).index(estimates[-1][0])
+            apart_wins = fold % 2 == 1
+            figure = 100.0 if kwargs.get("apart") == apart_wins else 50.0
+            result = {**result, "shapes": [{**e, **{path: {**e[path], "pct_of_best": figure}
+                                                    for path in generalization.PATHS}}
+                                           for e in result["shapes"]]}
+        return result
+
+    monkeypatch.setattr(generalization, "leave_one_out", recorded)
+    result = generalization.estimate(Measured(frame), 0.03, ("rows", "cols"), ["cols"])
+    every = frozenset((8, cols) for cols in sizes)
+    rests = list(dict.fromkeys(rest for rest, _ in estimates))
+    assert len(rests) == generalization.FOLDS and len(estimates) == 2 * generalization.FOLDS
+    held_out = [every - rest for rest in rests]
+    assert sorted(cols for fold in held_out for _, cols in fold) == sorted(sizes)  # each point once
+    ordered = sorted(sizes)
+    for index, fold in enumerate(held_out):
+        assert sorted(cols for _, cols in fold) == ordered[index::generalization.FOLDS]
+    assert result["apart_at"] == sum(len(fold) for index, fold in enumerate(held_out) if index % 2 == 1)
+
+
 def test_the_inner_estimates_in_forked_processes_give_the_figures_computed_here(tmp_path, monkeypatch):
-    """From PARALLEL_FROM_POINTS left-out points on, the other shapes' own estimates are computed in forked
-    processes: the estimate is the same as computed here, every figure, and the work did leave this
-    process."""
+    """From PARALLEL_FROM_POINTS left-out points on, the estimates of the shapes outside each fold are
+    computed in forked processes: the estimate is the same as computed here, every figure, and the work
+    did leave this process."""
     import os
 
     from runners.results.export import generalization
@@ -545,5 +583,6 @@ def test_the_inner_estimates_in_forked_processes_give_the_figures_computed_here(
     forked = generalization.estimate(Measured(frame), 0.03, ("rows", "cols"), ["cols"])
     assert forked == here
     inner_pids = pids.read_text().split()
-    assert here["points"] == len(sizes) and len(inner_pids) == 2 * len(sizes)  # together and apart
+    assert here["points"] == len(sizes)
+    assert len(inner_pids) == 2 * generalization.FOLDS  # a fold's estimate together and apart
     assert str(os.getpid()) not in inner_pids

@@ -27,9 +27,10 @@ Where both kinds of size were measured in a key dim (multiples of 16 and not: ru
 the shapes around a left-out one can be taken among all the measured shapes or among those of its kind
 alone. The module looks sizes up apart (ALIGNED_APART) where the estimate of all points is higher so (the
 mean log figure over both paths). The figure reported at each left-out point is that of the way the
-remaining shapes chose, by the same comparison over them alone, so that the choice never sees the point it
-is scored on. Apart, each kind's grid is the sparser, so apart wins only where the kinds' best configs
-differ (layernorm's on an H200: BENCHMARKS.md, issue 20).
+shapes outside its fold (FOLDS: a fold is a point up to that many points) chose, by the same comparison
+over them alone, so that the choice never sees the point it is scored on. Apart, each kind's grid is the
+sparser, so apart wins only where the kinds' best configs differ (layernorm's on an H200: BENCHMARKS.md,
+issue 20).
 """
 from __future__ import annotations
 
@@ -77,8 +78,8 @@ def estimate(measured: Measured, tolerance: float, dims: tuple, key_dims: list[s
              lookup: Optional["Lookup"] = None) -> dict:
     """The leave-one-out estimate of one (GPU, dtype), with "aligned_apart": whether the module looks the
     kinds of size up apart (module doc); where both kinds were measured, "apart_at": at how many left-out
-    points the remaining shapes chose apart, and "together": the summary had every point looked up
-    together."""
+    points the shapes outside the point's fold chose apart, and "together": the summary had every point
+    looked up together."""
     lookup = lookup or Lookup()
     together = leave_one_out(measured, tolerance, dims, key_dims, lookup=lookup)
     both_kinds = any(len({_is_aligned(shape[dims.index(dim)]) for shape in measured.shapes}) == 2
@@ -86,16 +87,20 @@ def estimate(measured: Measured, tolerance: float, dims: tuple, key_dims: list[s
     if not (both_kinds and together["shapes"]):
         return {**together, "aligned_apart": False}
     apart = leave_one_out(measured, tolerance, dims, key_dims, apart=True, lookup=lookup)
-    # The figure at a left-out point is that of the way the remaining shapes chose (their own
+    # The figure at a left-out point is that of the way the shapes outside its fold chose (their own
     # leave-one-out, both ways): choosing by the better of two estimates on the same points would
     # report the better of two draws.
-    chosen, apart_at = [], 0
     by_point = _by_point(together, dims, key_dims)
-    rests = [measured.without([tuple(e["shape"]) for e in entries]) for entries in by_point.values()]
-    for point, inner in zip(by_point, _inner_estimates(rests, tolerance, dims, key_dims, lookup)):
-        choose_apart = bool(inner[1]["shapes"]) and _score(inner[1]) > _score(inner[0])
-        apart_at += choose_apart
-        chosen += _by_point(apart if choose_apart else together, dims, key_dims)[point]
+    points = sorted(by_point)
+    folds = [points[start::FOLDS] for start in range(min(FOLDS, len(points)))]
+    rests = [measured.without([tuple(e["shape"]) for point in fold for e in by_point[point]])
+             for fold in folds]
+    choices = {}  # point -> whether the shapes outside its fold chose apart
+    for fold, inner in zip(folds, _inner_estimates(rests, len(points), tolerance, dims, key_dims, lookup)):
+        choices.update(dict.fromkeys(fold, bool(inner[1]["shapes"]) and _score(inner[1]) > _score(inner[0])))
+    chosen = [entry for point in by_point
+              for entry in _by_point(apart if choices[point] else together, dims, key_dims)[point]]
+    apart_at = sum(choices.values())
     result = {**together, "shapes": chosen, "aligned_apart": _score(apart) > _score(together),
               "apart_at": apart_at, "points": len(_by_point(together, dims, key_dims)),
               "together": together["summary"]}
@@ -104,35 +109,44 @@ def estimate(measured: Measured, tolerance: float, dims: tuple, key_dims: list[s
     return result
 
 
-# The inner estimates (one a left-out point, each a leave-one-out of the other shapes, both ways) grow
-# with the cube of the points: 0.5 s of export at 15 shapes of two dtypes, 29.8 s at 120, nearly all of
-# it here (`python -m runners.benchmarks.bench_export_scale`, this project's CPU host). From this many
-# points they are spread over forked processes, one a core this process may use.
+# The points are dealt, in the order of their values, into at most this many folds; the choice at every
+# point of a fold is made by the estimate of the shapes outside it (both ways), which sees none of the
+# points it chooses for. One fold a point (the estimate before) grew with the cube of the points: 0.5 s
+# of export at 15 shapes of two dtypes, 29.8 s at 120 (`python -m runners.benchmarks.bench_export_scale`,
+# this project's CPU host), 2.3-3.1 s of an H100 host's finish at 30 points; FOLDS of them grow with
+# its square, as the estimate itself does. Up to FOLDS points, a fold is a point.
+FOLDS = 8
+# The inner estimates (one a fold, each a leave-one-out of the shapes outside it, both ways) are spread
+# over forked processes, one a core this process may use, from this many points on.
 PARALLEL_FROM_POINTS = 24
 _inner_work: Optional[tuple] = None  # what the forked processes of _inner_estimates read (inherited)
 
 
-def _inner(index: int) -> list[dict]:
+def _inner(task: tuple[int, bool]) -> dict:
     rests, tolerance, dims, key_dims, lookup = _inner_work
-    return [leave_one_out(rests[index], tolerance, dims, key_dims, apart=flag, lookup=lookup)
-            for flag in (False, True)]
+    index, apart = task
+    return leave_one_out(rests[index], tolerance, dims, key_dims, apart=apart, lookup=lookup)
 
 
-def _inner_estimates(rests: list, tolerance: float, dims: tuple, key_dims: list[str],
+def _inner_estimates(rests: list, points: int, tolerance: float, dims: tuple, key_dims: list[str],
                      lookup: "Lookup") -> list[list[dict]]:
     """Each of `rests`' own leave-one-out, together and apart, in order: here, or from
-    PARALLEL_FROM_POINTS of them on in processes forked from this one (they inherit the rows and the
-    kernel's rule, which need not pickle, and send their figures back: the same figures)."""
+    PARALLEL_FROM_POINTS `points` on in processes forked from this one, one estimate a task (they
+    inherit the rows and the kernel's rule, which need not pickle, and send their figures back: the
+    same figures)."""
     global _inner_work
-    processes = min(len(rests), len(os.sched_getaffinity(0)))
+    tasks = [(index, apart) for index in range(len(rests)) for apart in (False, True)]
+    processes = min(len(tasks), len(os.sched_getaffinity(0)))
     _inner_work = (rests, tolerance, dims, key_dims, lookup)
     try:
-        if len(rests) < PARALLEL_FROM_POINTS or processes < 2:
-            return [_inner(index) for index in range(len(rests))]
-        with multiprocessing.get_context("fork").Pool(processes) as pool:
-            return pool.map(_inner, range(len(rests)), chunksize=1)
+        if points < PARALLEL_FROM_POINTS or processes < 2:
+            figures = [_inner(task) for task in tasks]
+        else:
+            with multiprocessing.get_context("fork").Pool(processes) as pool:
+                figures = pool.map(_inner, tasks, chunksize=1)
     finally:
         _inner_work = None
+    return [figures[index:index + 2] for index in range(0, len(figures), 2)]
 
 
 def _by_point(result: dict, dims: tuple, key_dims: list[str]) -> dict[tuple, list]:
