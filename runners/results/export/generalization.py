@@ -98,12 +98,11 @@ def estimate(measured: Measured, tolerance: float, dims: tuple, key_dims: list[s
     choices = {}  # point -> whether the shapes outside its fold chose apart
     for fold, inner in zip(folds, _inner_estimates(rests, len(points), tolerance, dims, key_dims, lookup)):
         choices.update(dict.fromkeys(fold, bool(inner[1]["shapes"]) and _score(inner[1]) > _score(inner[0])))
+    apart_by_point = _by_point(apart, dims, key_dims)
     chosen = [entry for point in by_point
-              for entry in _by_point(apart if choices[point] else together, dims, key_dims)[point]]
-    apart_at = sum(choices.values())
+              for entry in (apart_by_point if choices[point] else by_point)[point]]
     result = {**together, "shapes": chosen, "aligned_apart": _score(apart) > _score(together),
-              "apart_at": apart_at, "points": len(_by_point(together, dims, key_dims)),
-              "together": together["summary"]}
+              "apart_at": sum(choices.values()), "points": len(points), "together": together["summary"]}
     result["summary"] = {path: _summary(result, path) for path in PATHS}
     result["advice"] = _advice(result, dims, measured.shapes)
     return result

@@ -5,10 +5,11 @@ conf/config.yaml selects `output: [parquet, table, export, plots, wandb]`, in th
 `python -m runners.sweep 'output=[parquet,table]'` selects others. A new output is a module here with an
 Output subclass and a YAML beside the others: the job calls it (runners/engine/job.py), whatever it is.
 
-An output may act at four moments: `check` before any launch (the export's settings; the W&B output
-begins its check of wandb there, on a thread, while the workers start), `start` before the trials (the
-W&B output has that check's finding and starts its trial runs), `row` for every row the job records, and
-`write` at the end, with the sweep's rows. Outputs marked `background` are written by the finishing
+An output may act at five moments: `begin` at the job's very start (the W&B output begins its check
+of wandb there, on a thread, while the job validates its input and its workers start), `check` before
+any launch (the export's settings), `start` before the trials (the W&B output has that check's finding
+and starts its trial runs), `row` for every row the job records, and `write` at the end, with the
+sweep's rows. Outputs marked `background` are written by the finishing
 process (runners/results/finisher.py), off the critical path: the plots, drawn while the foreground
 outputs write; the W&B summary run, once the foreground outputs' files exist (`needs_foreground`). The
 store, and so every result, never depends on an output: a failing output says so in a line and the

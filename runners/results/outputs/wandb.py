@@ -24,7 +24,7 @@ class Wandb(Output):
         super().__init__(logger=logger)
         self.conf = logger
         self.trials = None  # the trial runs' logger, on the sweep's side
-        self._checking: Optional[threading.Thread] = None  # check's thread, which start waits for
+        self._checking: Optional[threading.Thread] = None  # begin's check of W&B, which start waits for
         self.runs = None  # "trial" or "sweep", decided at the job's start (logger.runs)
         self.closed = False
         self.dims: tuple = ()
