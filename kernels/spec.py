@@ -142,20 +142,11 @@ def element_size(dtype: torch.dtype) -> int:
 
 
 class _CompiledOnly(Exception):
-    """Raised by the graph `_compile_only` returns, in place of running it."""
+    """Raised by a prepared graph while its compile ahead runs, in place of running it."""
 
 
-def _compile_only(graph, example_inputs):
-    """A torch.compile backend that compiles the graph as torch.compile's default backend does
-    (inductor, no options), filling inductor's caches, and returns a graph that runs nothing."""
-    from torch._inductor.compile_fx import compile_fx
-
-    compile_fx(graph, example_inputs)
-
-    def refuse(*args):
-        raise _CompiledOnly
-
-    return refuse
+def _signature(inputs: tuple) -> tuple:
+    return tuple((tuple(x.shape), x.dtype) if isinstance(x, torch.Tensor) else x for x in inputs)
 
 
 def compiled(fn: Callable[..., torch.Tensor]) -> Callable[[tuple], torch.Tensor]:
@@ -166,14 +157,17 @@ def compiled(fn: Callable[..., torch.Tensor]) -> Callable[[tuple], torch.Tensor]
     back to eager, or compiles a dynamic-shape kernel that is slower than the specialized one.
 
     `prepare(inputs)` compiles for the inputs' signature without running anything (their values are
-    never read): inductor's caches of compiled graphs and of Triton's binaries then make the first
-    call at that signature a cache hit. The worker of these baselines prepares while the GPU measures
-    others, and holds the GPU for the first call only (runners/engine/worker.py).
+    never read), so that the first call at that signature runs what was compiled: no trace, no compile,
+    no lookup in inductor's caches (each a cache hit after a compile ahead that kept nothing: 0.05-0.13 s
+    a shape under the GPU's lock on an H100, BENCHMARKS.md, 2026-11-26 (sixth)). The graph is inductor's, as
+    torch.compile's default backend makes it (`compile_fx` with no options: the same key in inductor's
+    cache). The worker of these baselines prepares while the GPU measures others, and holds the GPU for
+    the first call only (runners/engine/worker.py).
     """
     state = {"signature": None, "function": None}
 
     def run(inputs):
-        signature = tuple((tuple(x.shape), x.dtype) if isinstance(x, torch.Tensor) else x for x in inputs)
+        signature = _signature(inputs)
         if signature != state["signature"]:
             torch.compiler.reset()
             state.update(signature=signature, function=torch.compile(fn, dynamic=False))
@@ -182,10 +176,27 @@ def compiled(fn: Callable[..., torch.Tensor]) -> Callable[[tuple], torch.Tensor]
     def prepare(inputs):
         torch.compiler.reset()
         state.update(signature=None, function=None)
+        ahead = [True]  # while the compile ahead runs, the graph it compiled refuses to run
+
+        def inductor(graph, example_inputs):
+            from torch._inductor.compile_fx import compile_fx
+
+            compiled_graph = compile_fx(graph, example_inputs)
+
+            def call(*args):
+                if ahead[0]:
+                    raise _CompiledOnly
+                return compiled_graph(*args)
+
+            return call
+
+        function = torch.compile(fn, dynamic=False, backend=inductor)
         try:
-            torch.compile(fn, dynamic=False, backend=_compile_only)(*inputs)
+            function(*inputs)
         except _CompiledOnly:
             pass  # compiled, and nothing ran
+        ahead[0] = False
+        state.update(signature=_signature(inputs), function=function)
 
     run.compiles = True  # its first call at a signature compiles: a worker of its own does it (worker.py)
     run.prepare = prepare

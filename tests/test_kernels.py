@@ -319,12 +319,13 @@ def test_every_builtin_kernel_matches_its_reference_at_a_small_shape(name, dtype
     _check(spec, shape, dtype, config, check_baselines=False)
 
 
-def test_a_compiled_baseline_compiled_ahead_runs_nothing_and_its_first_call_finds_the_cache(
+def test_a_compiled_baseline_compiled_ahead_runs_nothing_and_its_first_call_compiles_nothing(
         tmp_path, monkeypatch):
     """The torch.compile worker's compile ahead (runners/engine/worker.py: prepare_baseline): made from
     the inputs' shapes alone, it runs nothing (an input the compiled function writes stays as it was),
-    and the baseline's first call at that signature then finds inductor's cache of compiled graphs (a
-    hit, no second miss) and computes the right answer. CPU inductor here (a C++ compile, ~15 s)."""
+    and the baseline's first call at that signature then runs the graph compiled ahead (no trace, no
+    lookup in inductor's cache) and computes the right answer; a call at another signature compiles
+    anew. CPU inductor here (a C++ compile, ~15 s)."""
     from torch._dynamo.utils import counters
 
     from kernels.spec import compiled
@@ -339,14 +340,22 @@ def test_a_compiled_baseline_compiled_ahead_runs_nothing_and_its_first_call_find
         return x * 2.0
 
     x = torch.zeros(8, 16)
-    compiled(writes_its_input).prepare((x,))
+    baseline = compiled(writes_its_input)
+    baseline.prepare((x,))
     assert (x == 0).all() and counters["inductor"]["fxgraph_cache_miss"] == 1
+    assert torch.equal(baseline((x,)), torch.full((8, 16), 2.0)) and (x == 1).all()
+    assert counters["inductor"]["fxgraph_cache_miss"] == 1 and not counters["inductor"]["fxgraph_cache_hit"]
 
     trial = Trial("softmax", "compile", (8, 100), "float32", {})
     prepared = prepare_baseline(softmax.SPEC, trial, torch.device("cpu"))
     assert prepared["compile_s"] > 0 and "message" not in prepared
     assert counters["inductor"]["fxgraph_cache_miss"] == 2
+    traced = counters["stats"]["unique_graphs"]
     inputs = softmax.SPEC.make_inputs((8, 100), torch.float32, 3, torch.device("cpu"))
     out = softmax.SPEC.baselines["compile"](inputs)
-    assert counters["inductor"]["fxgraph_cache_hit"] == 1 and counters["inductor"]["fxgraph_cache_miss"] == 2
+    assert counters["stats"]["unique_graphs"] == traced and not counters["inductor"]["fxgraph_cache_hit"]
     assert compare(out, softmax.softmax_ref(*upcast(inputs)), normwise=True) is None
+    other = softmax.SPEC.make_inputs((4, 100), torch.float32, 3, torch.device("cpu"))
+    assert compare(softmax.SPEC.baselines["compile"](other), softmax.softmax_ref(*upcast(other)),
+                   normwise=True) is None
+    assert counters["stats"]["unique_graphs"] == traced + 1

@@ -9,8 +9,8 @@ Beside the one trial worker of a job on one GPU, a job with torch.compile baseli
 on that GPU for them (`side`): their first call imports dynamo and inductor (7.5 s on an H100 host) and
 hashes torch's and Triton's sources, which the side worker does at its start while the trial worker
 measures; it compiles each baseline ahead of its trial (`prepare_baseline`: nothing launched, no lock),
-and the trial's first call then finds inductor's caches filled (on an H100, 1-1.8 s of compile under
-the lock before: BENCHMARKS.md, 2026-11-26 (fourth)). Then the two take turns: each holds the GPU's
+and the trial's first call then runs what was compiled (on an H100, 1-1.8 s of compile under the lock
+before: BENCHMARKS.md, 2026-11-26 (fourth)). Then the two take turns: each holds the GPU's
 lock around all it does on the GPU (the CUDA part of its start, each request: inputs, references,
 first calls, checks, timing), so that no sample shares the GPU with the other's work, and the
 scheduler gives the trial worker no new request while the side worker has one that holds the lock
