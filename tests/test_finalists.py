@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from runners.engine.finalists import decide, finalist_groups, settled
+from runners.engine.finalists import decide, finalist_groups, settled, winner, winners
 from runners.engine.trial import TRITON_PROVIDER, Trial
 from runners.measure.stop_rule import STOP_SETTLED, StopRule
 from runners.measure.timing import _stop_reasons, next_batch_rounds
@@ -78,6 +78,28 @@ def _screened(p50s: dict) -> tuple[pd.DataFrame, list]:
                            "shape": json.dumps([64]), "dtype": "float16",
                            "p50_us": p50s[t.config["num_warps"]]} for i, t in enumerate(trials)])
     return frame, trials
+
+
+def test_the_winners_of_all_shapes_at_once_are_each_shapes_winner():
+    """The winner of each shape: the chosen finalist of the newest round where one was chosen, else the
+    first of the lowest p50s; by shape at once (the export) as one shape at a time. Rows drawn to break
+    the easy cases: tied p50s, several chosen rows a shape, chosen as None, NaN, 0/1 and booleans,
+    index labels out of order."""
+    rng = np.random.default_rng(11)
+    flags = [None, float("nan"), 0.0, 1.0, False, True]
+    shapes = rng.integers(8, size=400)  # finalists chosen at shapes 0-3 only
+    rows = pd.DataFrame([{"id": i, "shape": json.dumps([int(shape)]), "p50_us": float(rng.integers(3)),
+                          "chosen": flags[rng.integers(6)] if shape < 4 else flags[rng.integers(3)]}
+                         for i, shape in enumerate(shapes)], index=rng.permutation(400) * 7)
+    expected = {}
+    for shape, group in rows.groupby("shape"):
+        chosen = [(row.id, index) for index, row in group.iterrows() if row.chosen == 1]
+        fastest = [index for index, row in group.iterrows() if row.p50_us == group["p50_us"].min()]
+        expected[shape] = max(chosen)[1] if chosen else fastest[0]
+    assert any(rows[rows["shape"] == shape]["chosen"].eq(1).sum() > 1 for shape in expected)
+    assert any(not rows[rows["shape"] == shape]["chosen"].eq(1).any() for shape in expected)
+    assert winners(rows).to_dict() == expected
+    assert {shape: winner(group) for shape, group in rows.groupby("shape")} == expected
 
 
 @pytest.mark.parametrize("p50s, expected", [

@@ -96,13 +96,20 @@ def settled(samples_us: list[Sequence[float]], tie_floor: float) -> bool:
     return not any(low <= floor_us < high for low, high in intervals.values())
 
 
-def winner(rows: pd.DataFrame):
-    """Index of the winning row of one (kernel, dtype, shape): the finalist chosen in the newest round
-    of finalists if there was one, else the lowest p50."""
+def winners(rows: pd.DataFrame) -> pd.Series:
+    """Index of the winning row of each shape of one (kernel, dtype)'s rows, by shape: the finalist
+    chosen in the newest round of finalists where there was one, else the lowest p50 (the first row of
+    it in the rows' order)."""
     chosen = rows[rows["chosen"].fillna(False).astype(bool)]
-    if not chosen.empty:
-        return chosen["id"].idxmax()
-    return rows["p50_us"].idxmin()
+    winning = rows.groupby("shape", sort=False)["p50_us"].idxmin()
+    winning.update(chosen.groupby("shape", sort=False)["id"].idxmax())  # a chosen finalist wins its shape
+    return winning
+
+
+def winner(rows: pd.DataFrame):
+    """Index of the winning row of one (kernel, dtype, shape) (winners)."""
+    (index,) = winners(rows)
+    return index
 
 
 def finalist_groups(frame: pd.DataFrame, trials: list, measured_groups: set, top_k: int,

@@ -23,7 +23,7 @@ from runners.engine.row import COLUMN_NAMES, NAMED
 from runners.engine.trial import TRITON_PROVIDER, Trial
 from runners.measure.stop_rule import CLOCK_JITTER_S, quantum
 from runners.results import between_runs
-from runners.results.export.cover import covering_set
+from runners.results.export.cover import Measured, covering_set
 from runners.results.export.fileformat import sections
 from runners.results.export.runtime import pick_version, version_key
 from runners.results.store import DamagedStore, ResultStore, shape_label
@@ -257,7 +257,7 @@ def shipped_keys(side: Side, tolerance: float) -> set:
     ok = ok.sort_values("id").groupby(["trial_key", "gpu_name", "triton_version"], as_index=False).tail(1)
     keys = set()
     for (kernel, gpu, version, dtype), rows in ok.groupby(["kernel", "gpu_name", "triton_version", "dtype"]):
-        for item in covering_set(rows, tolerance)["configs"]:
+        for item in covering_set(Measured(rows), tolerance)["configs"]:
             keys |= {(Trial(kernel, TRITON_PROVIDER, tuple(shape), dtype, item["config"]).key, gpu, version)
                      for shape in item["covers"]}
     return keys

@@ -42,13 +42,14 @@ def gpu_section(rows: pd.DataFrame, tolerance: float, baselines: Optional[pd.Dat
     newest = rows.loc[rows["id"].idxmax()]
     dtypes = {}
     for dtype, group in sorted(rows.groupby("dtype")):
-        dtypes[dtype] = covering_set(group, tolerance,
+        measured = Measured(group)
+        dtypes[dtype] = covering_set(measured, tolerance,
                                      None if baselines is None else baselines[baselines["dtype"] == dtype],
                                      calls)
         if dims is not None:
             of_dtype = {(key, shape): status for (d, key, shape), status in (statuses or {}).items()
                         if d == dtype}
-            dtypes[dtype]["leave_one_out"] = estimate(Measured(group), tolerance, dims, key_dims,
+            dtypes[dtype]["leave_one_out"] = estimate(measured, tolerance, dims, key_dims,
                                                       Lookup(rule, dtype, of_dtype))
     return {
         **{name: (None if pd.isna(newest[name]) else str(newest[name])) for name in PROVENANCE},

@@ -32,8 +32,8 @@ from typing import Optional
 
 import pandas as pd
 
-from runners.engine.finalists import resource_key, winner
-from runners.results.export.rows import baselines_at, canonical, row_figures, json_number, parse_shape
+from runners.engine.finalists import resource_key, winners
+from runners.results.export.rows import baselines_by_shape, canonical, row_figures, json_number, parse_shape
 
 WINNER_FIELDS = ("p50_us", "gbps", "tflops", "pct_copy_bw")  # of each shape's winner, in BEST_BY_SHAPE
 
@@ -42,25 +42,29 @@ class Measured:
     """One (GPU, dtype)'s rows, as the covering set and the leave-one-out estimate read them: every
     config (canonical JSON -> the config, its first row id, {shape: its figures there} where ok), the
     p50s that compete at each shape (`timed`: the finalists' where they were re-timed), the best of them,
-    and each shape's winner row."""
+    and each shape's winner row (its fields, a dict)."""
 
     def __init__(self, rows: pd.DataFrame):
         rows = rows.sort_values("id")
-        self.shapes = list(dict.fromkeys(parse_shape(s) for s in rows["shape"]))
+        # Plain records, not a pandas row or group at a time: that took 0.3 s a dtype at 120 shapes of 16
+        # configs, built twice (`python -m runners.benchmarks.bench_export_scale`: 3.2 s of export at 120
+        # shapes, 1.6 s with this and the dtype's one build, on this project's 2-core CPU host).
+        records = dict(zip(rows.index, rows.to_dict("records")))
+        by_shape: dict[tuple, list[dict]] = {}
         self.configs: dict[str, dict] = {}
-        for (_, row) in rows.iterrows():
-            entry = self.configs.setdefault(canonical(row["config"]), {
-                "config": json.loads(row["config"]), "first_id": row["id"], "ok_at": {}})
-            entry["ok_at"][parse_shape(row["shape"])] = {"p50_us": float(row["p50_us"]), **row_figures(row)}
-        self.best, self.timed, self.winners = {}, {}, {}
-        for shape_json, group in rows.groupby("shape", sort=False):
-            shape = parse_shape(shape_json)
-            final = group[group["phase"] == "final"]
-            competing = final if not final.empty else group
-            self.timed[shape] = {canonical(config): float(p50)
-                                 for config, p50 in zip(competing["config"], competing["p50_us"])}
+        for record in records.values():
+            shape, key = parse_shape(record["shape"]), canonical(record["config"])
+            by_shape.setdefault(shape, []).append(record)
+            entry = self.configs.setdefault(key, {"config": json.loads(record["config"]),
+                                                  "first_id": record["id"], "ok_at": {}})
+            entry["ok_at"][shape] = {"p50_us": float(record["p50_us"]), **row_figures(record)}
+        self.shapes = list(by_shape)
+        self.best, self.timed = {}, {}
+        for shape, group in by_shape.items():
+            competing = [r for r in group if r["phase"] == "final"] or group
+            self.timed[shape] = {canonical(r["config"]): float(r["p50_us"]) for r in competing}
             self.best[shape] = min(self.timed[shape].values())
-            self.winners[shape] = group.loc[winner(group)]
+        self.winners = {parse_shape(shape): records[index] for shape, index in winners(rows).items()}
         self.winner_keys = {shape: canonical(row["config"]) for shape, row in self.winners.items()}
 
     def without(self, shapes: list) -> "Measured":
@@ -131,15 +135,14 @@ def weighted_loss(list_p50: dict, best: dict, calls: dict) -> Optional[float]:
     return sum(calls.get(s, 0) * (list_p50[s] / best[s] - 1) for s in best) / total
 
 
-def covering_set(rows: pd.DataFrame, tolerance: float, baselines: Optional[pd.DataFrame] = None,
+def covering_set(measured: Measured, tolerance: float, baselines: Optional[pd.DataFrame] = None,
                  calls: Optional[dict] = None) -> dict:
-    """The covering set and the winner of each shape, from one (GPU, dtype)'s rows (module doc: how);
-    weighted by `calls` (shape -> count) where given."""
-    measured = Measured(rows)
+    """The covering set and the winner of each shape, from one (GPU, dtype)'s rows as `measured` reads
+    them (module doc: how); weighted by `calls` (shape -> count) where given."""
     shapes, configs, timed, winners = measured.shapes, measured.configs, measured.timed, measured.winners
     chosen = measured.listed(shapes, tolerance, calls)
     covers = measured.near(shapes, tolerance)
-
+    baselines_of = baselines_by_shape(baselines)
     # (p50, canonical config) of the list's fastest at each shape
     list_best = {s: min((timed[s][key], key) for key in chosen if key in timed[s]) for s in shapes}
     weighted = {}
@@ -157,5 +160,5 @@ def covering_set(rows: pd.DataFrame, tolerance: float, baselines: Optional[pd.Da
                            **row_figures(winners[s]),
                            "fastest_p50_us": measured.best[s], "list_p50_us": list_best[s][0],
                            "list_config": json.loads(list_best[s][1]),
-                           "baselines": baselines_at(baselines, json.dumps(list(s)))} for s in shapes],
+                           "baselines": baselines_of.get(json.dumps(list(s)), {})} for s in shapes],
     }

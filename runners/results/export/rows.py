@@ -95,10 +95,11 @@ def json_number(value):
     return None if value is None or pd.isna(value) else float(value)
 
 
-def row_figures(row: pd.Series) -> dict:
-    """What `runners.compare` judges a later measurement of the export against: a row's repetitions, their
-    medians (the mean of their logs is the figure it compares) and the spread of their logs, where it was
-    timed in several; else the precision of its one median (the half-width of its 95% interval)."""
+def row_figures(row) -> dict:
+    """What `runners.compare` judges a later measurement of the export against: a row's (a pandas row,
+    or a dict of its fields) repetitions, their medians (the mean of their logs is the figure it
+    compares) and the spread of their logs, where it was timed in several; else the precision of its one
+    median (the half-width of its 95% interval)."""
     repetitions = row.get("repetitions")
     if repetitions is None or pd.isna(repetitions) or repetitions < 2:
         precision = json_number(row.get("p50_precision"))
@@ -108,10 +109,11 @@ def row_figures(row: pd.Series) -> dict:
             **({"rep_p50s_us": [round(float(m), 4) for m in medians]} if medians is not None else {})}
 
 
-def baselines_at(baselines: Optional[pd.DataFrame], shape_json: str) -> dict:
-    """provider -> the p50 (and repetitions) of each baseline measured at the shape."""
-    if baselines is None or baselines.empty:
-        return {}
-    rows = baselines[baselines["shape"] == shape_json]
-    return {row["provider"]: {"p50_us": float(row["p50_us"]), **row_figures(row)}
-            for _, row in rows.iterrows()}
+def baselines_by_shape(baselines: Optional[pd.DataFrame]) -> dict[str, dict]:
+    """shape (its JSON) -> provider -> the p50 (and repetitions) of each baseline measured there (the
+    last of its rows where several)."""
+    found: dict[str, dict] = {}
+    for row in [] if baselines is None else baselines.to_dict("records"):
+        found.setdefault(row["shape"], {})[row["provider"]] = {"p50_us": float(row["p50_us"]),
+                                                                **row_figures(row)}
+    return found
