@@ -9,6 +9,7 @@ ForkServer, which imported torch, Triton and the kernel's module once, before an
 """
 from __future__ import annotations
 
+import atexit
 import contextlib
 import gc
 import importlib
@@ -31,21 +32,36 @@ READY_TIMEOUT_S = 600  # imports, CUDA context and the L2 flush buffer; generous
 @contextlib.contextmanager
 def importing():
     """Imports (torch, its compilers, Triton, a kernel library) with the cyclic garbage collector off,
-    then one full collection: they allocate ~10^6 objects that live as long as the process and hardly
-    any garbage, which the collector walked again and again while they came. `import torch,
-    torch._dynamo, torch._inductor.compile_fx` and a full collection: 2.55-2.78 s with it on, 2.11-2.17 s
-    so, on this project's CPU host (BENCHMARKS.md, 2026-11-26, later). The collection is done here, not
-    at the next allocation that would trigger it (0.23 s, inside whatever comes next). (Not gc.freeze:
-    objects frozen are never freed at exit, and Triton's bindings then print hundreds of lines of
-    leaks.)"""
+    then every object tracked so far frozen (gc.freeze). They allocate ~10^6 objects that live as long
+    as the process and hardly any garbage, which the collector walked again and again while they came
+    (`import torch, torch._dynamo, torch._inductor.compile_fx` and a full collection: 2.55-2.78 s with
+    it on, 2.11-2.17 s so, on this project's CPU host: BENCHMARKS.md, 2026-11-26, later). Frozen, they
+    are left out of every later collection, here and in the processes forked from here (the home
+    server's, the fork server's and the resident's children), which then no longer write to every page
+    they share with their parent: on that host a child that imported dynamo and inductor after its
+    parent's torch and Triton spent 0.2 s in the full collection that ended them, and 0.42 s in a later
+    one, 0.05 s after a freeze; on an H100 host the workers forked from a resident's command were ready
+    0.5-0.9 s sooner (BENCHMARKS.md, 2026-11-27). Unfrozen at exit (atexit): left frozen, they are
+    never freed, and Triton's bindings print hundreds of lines about objects they call leaked."""
     enabled = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
         if enabled:
+            _freeze_until_exit()
             gc.enable()
-            gc.collect()
+
+
+_unfreeze_at_exit = False  # registered in this process, or in the one it was forked from
+
+
+def _freeze_until_exit() -> None:
+    global _unfreeze_at_exit
+    gc.freeze()
+    if not _unfreeze_at_exit:
+        atexit.register(gc.unfreeze)
+        _unfreeze_at_exit = True
 
 
 def import_ahead(names) -> dict[str, str]:
@@ -146,8 +162,6 @@ def exit_without_teardown(code: int, killed_by: Optional[int] = None) -> None:
     log flushed), then stdout and stderr are flushed. `killed_by`: a signal to end by instead (as Python
     does after an uncaught Ctrl-C). The fork server's children end through os._exit alone: they would
     run what the server registered."""
-    import atexit
-
     atexit._run_exitfuncs()
     flush_stdio()
     if killed_by is not None:
