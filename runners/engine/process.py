@@ -38,11 +38,12 @@ def importing():
     it on, 2.11-2.17 s so, on this project's CPU host: BENCHMARKS.md, 2026-11-26, later). Frozen, they
     are left out of every later collection, here and in the processes forked from here (the home
     server's, the fork server's and the resident's children), which then no longer write to every page
-    they share with their parent: on that host a child that imported dynamo and inductor after its
-    parent's torch and Triton spent 0.2 s in the full collection that ended them, and 0.42 s in a later
-    one, 0.05 s after a freeze; on an H100 host the workers forked from a resident's command were ready
-    0.5-0.9 s sooner (BENCHMARKS.md, 2026-11-27). Unfrozen at exit (atexit): left frozen, they are
-    never freed, and Triton's bindings print hundreds of lines about objects they call leaked."""
+    they share with their parent: on that host a child importing dynamo and inductor after its parent's
+    torch and Triton took 1.14-1.18 s instead of 1.36-1.55 s, and a full collection later 0.05 s
+    instead of 0.41-0.46 s (`python -m runners.benchmarks.bench_imports`); on an H100 host the workers
+    of a command the resident ran were ready 0.5-0.9 s sooner (BENCHMARKS.md, 2026-11-27). Unfrozen at
+    exit (atexit): left frozen, they are never freed, and Triton's bindings print hundreds of lines
+    about objects they call leaked."""
     enabled = gc.isenabled()
     gc.disable()
     try:
