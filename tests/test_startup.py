@@ -256,8 +256,10 @@ def test_triton_s_key_of_its_sources_is_computed_once_before_any_fork():
 
 
 FROZEN_SCRIPT = """
-import gc, json, os
+import atexit, gc, json, os, sys
 from runners.engine.process import importing
+# Registered first, so run last at exit (atexit runs in reverse): after importing()'s own.
+atexit.register(lambda: sys.stderr.write(f"frozen at exit: {gc.get_freeze_count()}\\n"))
 with importing():
     import triton
 frozen = gc.get_freeze_count()
@@ -273,8 +275,8 @@ print(json.dumps({"frozen": frozen, "in_fork": int(os.read(reading, 64)), "colle
 
 def test_what_the_imports_made_is_frozen_here_and_in_forks_and_unfrozen_at_exit():
     """importing() freezes what the imports made (no later collection walks it, in this process or in
-    its forks) and turns the collector back on; the process still exits as Python does, its last
-    collection seeing every object: with them left frozen, Triton's bindings print their leaks."""
+    its forks) and turns the collector back on; the process still exits as Python does, nothing frozen
+    at its last collection: with them left frozen, Triton's bindings print their leaks."""
     import os
     import subprocess
     import sys
@@ -289,6 +291,7 @@ def test_what_the_imports_made_is_frozen_here_and_in_forks_and_unfrozen_at_exit(
     assert state["frozen"] > 10_000  # Triton's modules and all they import
     assert state["in_fork"] > 0.9 * state["frozen"]  # less the few freed by their count since
     assert state["collector_on"]
+    assert "frozen at exit: 0\n" in result.stderr, result.stderr[:2000]
     assert "leaked" not in result.stderr, result.stderr[:2000]
 
 

@@ -5,9 +5,11 @@
 As the home server and a torch.compile worker do (runners/engine/process.py: importing), a parent
 imports torch and Triton with the collector off, forks, and the child imports dynamo and inductor the
 same way. Two endings of those imports: `frozen` (importing() as it is: gc.freeze) and `collected` (a
-full collection instead, as before 2026-11-27). Each run is a fresh interpreter; the table gives the
-seconds of the parent's imports, the child's imports (their ending included), and one full collection
-the child makes later, as a worker's first calls would trigger one.
+full collection instead, as before 2026-11-27). Each run is a fresh interpreter, the two modes in turn,
+the first of each run's pair swapped from run to run, after one run of each that is not shown (the file
+cache). The table gives the seconds of the parent's imports, of the child's imports (their ending
+included), and of 300,000 small allocations the child makes after them, with the collections they
+trigger (as a worker's first calls make objects) and a forced full collection.
 """
 from __future__ import annotations
 
@@ -42,8 +44,8 @@ if os.fork() == 0:
     with ending():
         import torch._dynamo, torch._inductor.compile_fx
     imported = time.perf_counter()
-    garbage = [[i] for i in range(300_000)]  # what a trial's first call might leave
-    del garbage
+    made = [[i] for i in range(300_000)]  # tracked objects: their allocation triggers collections
+    del made
     gc.collect()
     child = {"child_imports_s": imported - began, "later_collection_s": time.perf_counter() - imported}
     os.write(writing, json.dumps(child).encode())
@@ -51,6 +53,8 @@ if os.fork() == 0:
 os.wait()
 print(json.dumps({"parent_imports_s": parent_s, **json.loads(os.read(reading, 4096))}))
 '''
+
+MODES = ("collected", "frozen")
 
 
 def run_once(mode: str) -> dict:
@@ -65,10 +69,12 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args(argv)
-    print("| run | ending | parent: torch, triton s | child: dynamo, inductor s | child: a collection s |")
+    for mode in MODES:
+        run_once(mode)  # the file cache warmed for both
+    print("| run | ending | parent: torch, triton s | child: dynamo, inductor s | child: allocations s |")
     print("|---|---|---|---|---|")
     for run in range(1, args.runs + 1):
-        for mode in ("collected", "frozen"):  # alternated: the file cache warms for both alike
+        for mode in MODES if run % 2 else MODES[::-1]:
             seconds = run_once(mode)
             print(f"| {run} | {mode} | {seconds['parent_imports_s']:.2f} | "
                   f"{seconds['child_imports_s']:.2f} | {seconds['later_collection_s']:.3f} |", flush=True)

@@ -33,17 +33,19 @@ READY_TIMEOUT_S = 600  # imports, CUDA context and the L2 flush buffer; generous
 def importing():
     """Imports (torch, its compilers, Triton, a kernel library) with the cyclic garbage collector off,
     then every object tracked so far frozen (gc.freeze). They allocate ~10^6 objects that live as long
-    as the process and hardly any garbage, which the collector walked again and again while they came
-    (`import torch, torch._dynamo, torch._inductor.compile_fx` and a full collection: 2.55-2.78 s with
-    it on, 2.11-2.17 s so, on this project's CPU host: BENCHMARKS.md, 2026-11-26, later). Frozen, they
-    are left out of every later collection, here and in the processes forked from here (the home
-    server's, the fork server's and the resident's children), which then no longer write to every page
-    they share with their parent: on that host a child importing dynamo and inductor after its parent's
-    torch and Triton took 1.14-1.18 s instead of 1.36-1.55 s, and a full collection later 0.05 s
-    instead of 0.41-0.46 s (`python -m runners.benchmarks.bench_imports`); on an H100 host the workers
-    of a command the resident ran were ready 0.5-0.9 s sooner (BENCHMARKS.md, 2026-11-27). Unfrozen at
-    exit (atexit): left frozen, they are never freed, and Triton's bindings print hundreds of lines
-    about objects they call leaked."""
+    as the process, which the collector walked again and again while they came (`import torch,
+    torch._dynamo, torch._inductor.compile_fx` and a full collection: 2.55-2.78 s with it on, 2.11-2.17 s
+    off, on this project's CPU host: BENCHMARKS.md, 2026-11-26, later). Frozen, they are left out of
+    every later collection, here and in the processes forked from here (the home server's, the fork
+    server's and the resident's children), which then no longer write to every page they share with
+    their parent: on that host a child importing dynamo and inductor after its parent's torch and
+    Triton took 1.21-1.27 s instead of 1.41-1.48 s, and 300,000 allocations after them, with the
+    collections they trigger, 0.05-0.06 s instead of 0.49-0.54 s (`python -m
+    runners.benchmarks.bench_imports`); on an H100 host the workers of a command the resident ran
+    were ready 0.5-0.9 s sooner (BENCHMARKS.md, 2026-11-27). The price: the cyclic garbage the imports
+    left is frozen with them and kept until exit (7,000-9,500 objects, ~5 MB, after torch, Triton,
+    dynamo and inductor on that host). Unfrozen at exit (atexit), for the interpreter's last
+    collection: left frozen, Triton's bindings print hundreds of lines about objects they call leaked."""
     enabled = gc.isenabled()
     gc.disable()
     try:
@@ -54,7 +56,9 @@ def importing():
             gc.enable()
 
 
-_unfreeze_at_exit = False  # registered in this process, or in the one it was forked from
+# Registered in this process, or in the one it was forked from. A command the resident runs imports this
+# module afresh and registers once more: unfreezing twice is harmless.
+_unfreeze_at_exit = False
 
 
 def _freeze_until_exit() -> None:
