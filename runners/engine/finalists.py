@@ -106,6 +106,13 @@ def winners(rows: pd.DataFrame) -> pd.Series:
     return winning
 
 
+def winning_records(rows: pd.DataFrame) -> dict:
+    """shape -> the fields of its winning row (winners), as a dict: for readers of many shapes, whom a
+    pandas row a shape would cost more than the rest of their work."""
+    index = winners(rows)
+    return dict(zip(index.index, rows.loc[index.to_numpy()].to_dict("records")))
+
+
 def winner(rows: pd.DataFrame):
     """Index of the winning row of one (kernel, dtype, shape) (winners)."""
     (index,) = winners(rows)

@@ -6,7 +6,7 @@ from typing import Optional
 
 import pandas as pd
 
-from runners.engine.finalists import winners
+from runners.engine.finalists import winning_records
 from runners.engine.trial import TRITON_PROVIDER
 from runners.results.store import shape_label
 
@@ -58,8 +58,7 @@ def best_table(frame: pd.DataFrame) -> str:
     ours = ok[ok["provider"] == TRITON_PROVIDER]
     best_of = {}  # (kernel, dtype, shape) -> the chosen finalist's row, else the fastest's
     for (kernel, dtype), rows in ours.groupby(["kernel", "dtype"], sort=False):
-        records = dict(zip(rows.index, rows.to_dict("records")))
-        best_of.update({(kernel, dtype, shape): records[index] for shape, index in winners(rows).items()})
+        best_of.update({(kernel, dtype, shape): row for shape, row in winning_records(rows).items()})
     # each baseline's newest row, its finalist-phase one where it was re-timed with our finalists
     theirs = ok[ok["provider"] != TRITON_PROVIDER]
     theirs = theirs.assign(final=theirs["phase"] == "final").sort_values(["final", "id"])

@@ -32,7 +32,7 @@ from typing import Optional
 
 import pandas as pd
 
-from runners.engine.finalists import resource_key, winners
+from runners.engine.finalists import resource_key, winning_records
 from runners.results.export.rows import baselines_by_shape, canonical, row_figures, json_number, parse_shape
 
 WINNER_FIELDS = ("p50_us", "gbps", "tflops", "pct_copy_bw")  # of each shape's winner, in BEST_BY_SHAPE
@@ -49,10 +49,9 @@ class Measured:
         # Plain records, not a pandas row or group at a time: that took 0.3 s a dtype at 120 shapes of 16
         # configs, built twice (`python -m runners.benchmarks.bench_export_scale`: 3.2 s of export at 120
         # shapes, 1.6 s with this and the dtype's one build, on this project's 2-core CPU host).
-        records = dict(zip(rows.index, rows.to_dict("records")))
         by_shape: dict[tuple, list[dict]] = {}
         self.configs: dict[str, dict] = {}
-        for record in records.values():
+        for record in rows.to_dict("records"):
             shape, key = parse_shape(record["shape"]), canonical(record["config"])
             by_shape.setdefault(shape, []).append(record)
             entry = self.configs.setdefault(key, {"config": json.loads(record["config"]),
@@ -64,7 +63,7 @@ class Measured:
             competing = [r for r in group if r["phase"] == "final"] or group
             self.timed[shape] = {canonical(r["config"]): float(r["p50_us"]) for r in competing}
             self.best[shape] = min(self.timed[shape].values())
-        self.winners = {parse_shape(shape): records[index] for shape, index in winners(rows).items()}
+        self.winners = {parse_shape(shape): record for shape, record in winning_records(rows).items()}
         self.winner_keys = {shape: canonical(row["config"]) for shape, row in self.winners.items()}
 
     def without(self, shapes: list) -> "Measured":
