@@ -257,9 +257,9 @@ def test_triton_s_key_of_its_sources_is_computed_once_before_any_fork():
 
 FROZEN_SCRIPT = """
 import atexit, gc, json, os, sys
-from runners.engine.process import importing
-# Registered first, so run last at exit (atexit runs in reverse): after importing()'s own.
+# Registered before the module is imported, so run after its unfreeze at exit (atexit runs in reverse).
 atexit.register(lambda: sys.stderr.write(f"frozen at exit: {gc.get_freeze_count()}\\n"))
+from runners.engine.process import importing
 with importing():
     import triton
 frozen = gc.get_freeze_count()

@@ -52,21 +52,14 @@ def importing():
         yield
     finally:
         if enabled:
-            _freeze_until_exit()
+            gc.freeze()
             gc.enable()
 
 
-# Registered in this process, or in the one it was forked from. A command the resident runs imports this
-# module afresh and registers once more: unfreezing twice is harmless.
-_unfreeze_at_exit = False
-
-
-def _freeze_until_exit() -> None:
-    global _unfreeze_at_exit
-    gc.freeze()
-    if not _unfreeze_at_exit:
-        atexit.register(gc.unfreeze)
-        _unfreeze_at_exit = True
+# importing()'s unfreeze at exit, registered when this module is imported: it runs after what is registered
+# later (atexit runs in reverse), and is a no-op where nothing was frozen. A fork inherits it; a module
+# imported afresh (a command the resident runs) adds a second, as harmless.
+atexit.register(gc.unfreeze)
 
 
 def import_ahead(names) -> dict[str, str]:
