@@ -385,27 +385,21 @@ def _worker_main(conn, backend: str, kernel_name: str, spec_path: Optional[str],
 
             from runners.engine.specs import load_spec
             from runners.measure import device as device_info
-            from runners.measure.stop_rule import import_statistics
             from runners.measure.timing import METHOD_CUPTI, InterpreterTimer
         device = torch.device("cpu") if backend == "interpret" else torch.device("cuda", device_index)
         # The GPU's part of the start, beside the imports below; the torch.compile worker's after them:
         # begun beside them, it would ask for the GPU's lock with the trial worker's start and could hold
-        # that start behind its own. Beside them too, what the stop rule computes with: imported in the
-        # first trial's timer loop, it held the GPU idle (scipy.stats: 0.6-1.0 s on an H200 host).
-        statistics = None
+        # that start behind its own.
         if backend != "interpret" and not side:
-            pool = concurrent.futures.ThreadPoolExecutor(2, "worker-start")
+            pool = concurrent.futures.ThreadPoolExecutor(1, "worker-start")
             gpu_start = pool.submit(_start_on_gpu, torch, device_info, device, lock, rule, warmup_s)
-            statistics = pool.submit(_seconds_of, import_statistics)
-            pool.shutdown(wait=False)  # its threads end with their tasks
+            pool.shutdown(wait=False)  # its thread ends with its task
         with importing():
             if side:  # what its first call would import and hash (module docstring)
                 import torch._dynamo  # noqa: F401
                 import torch._inductor.compile_fx  # noqa: F401
 
                 import_ahead(FIRST_COMPILE_EXTRAS)  # what fails here fails again in the first call
-            if statistics is None:
-                import_statistics()  # one of the imports here
             imported = time.perf_counter()
             spec = load_spec(kernel_name, spec_path)
         loaded = time.perf_counter()
@@ -414,10 +408,12 @@ def _worker_main(conn, backend: str, kernel_name: str, spec_path: Optional[str],
         else:
             timer, gpu_part = (gpu_start.result() if gpu_start is not None
                                else _start_on_gpu(torch, device_info, device, lock, rule, warmup_s, side))
-            statistics_s = statistics.result() if statistics is not None else None
             # The current device is a thread's own: this thread's CUDA calls go to the worker's GPU too
             # (the context exists: the call only makes it current here).
             torch.cuda.set_device(device)
+            with lock:  # here, on the thread that measures (CudaTimer.probe_kernel_clock)
+                timer.probe_kernel_clock()
+            gpu_part["cupti_probe"] = timer.start_seconds["cupti_probe"]
             if timer.method != METHOD_CUPTI:
                 print(f"note: GPU {device_index}: CUPTI kernel records unavailable "
                       f"({timer.kernel_clock.reason}); rows are timed with CUDA events, launch overhead "
@@ -430,16 +426,14 @@ def _worker_main(conn, backend: str, kernel_name: str, spec_path: Optional[str],
         conn.send(("failed", f"{type(error).__name__}: {error}"[:4000]))
         return
     # Where the start went (seconds): imports, the kernel's module; on a GPU the GPU's part (the wait for
-    # its lock, the CUDA context, the L2 flush buffer and kernel, the CUPTI probe, the SM clock reader),
+    # its lock, the CUDA context, the L2 flush buffer and kernel, the SM clock reader, the CUPTI probe),
     # how long after the imports it ended (all of it where it came after them), and the device's
     # description (NVML, versions): imports, kernel module, gpu after imports and describe add up to the
-    # worker's start. The trial worker's statistics (the stop rule's imports) came beside the module.
+    # worker's start.
     seconds = {"imports": imported - began, "kernel_module": loaded - imported}
     if backend == "interpret":
         seconds["device"] = time.perf_counter() - loaded
     else:
-        if statistics_s is not None:
-            seconds["statistics"] = statistics_s
         seconds.update(gpu=gpu_part, gpu_after_imports=described - loaded,
                        describe=time.perf_counter() - described)
     info["start_seconds"] = seconds
@@ -459,13 +453,14 @@ def _start_on_gpu(torch, device_info, device, lock: GpuLock, rule, warmup_s: flo
     imports the kernel's module: a kernel library's import takes seconds (tests/slow_import_kernel.py),
     and the CUDA context and the timer's start (the L2 flush kernel's compile on a cold Triton cache, the
     CUPTI probe) took 1.1-1.3 s after it on an H200. The torch.compile worker's (`side`) also builds
-    inductor's patterns. Returns the timer and where its time went (seconds)."""
+    inductor's patterns. The timer's CUPTI probe is left to the caller's thread (CudaTimer.
+    probe_kernel_clock). Returns the timer and where its time went (seconds)."""
     began = time.perf_counter()
-    with lock:  # the flush kernel and the CUPTI probe run on the GPU
+    with lock:  # the flush kernel runs on the GPU
         locked = time.perf_counter()  # the side worker may wait here for the trial worker
         torch.cuda.set_device(device)  # CUDA 12 creates the context here (older: at the flush)
         context = time.perf_counter()
-        timer = device_info.cuda_timer(device.index, rule, warmup_s)
+        timer = device_info.cuda_timer(device.index, rule, warmup_s, probe_clock=False)
         patterns = _seconds_of(lambda: init_inductor_patterns(device)) if side else None
     nvml = time.perf_counter() - context - sum(timer.start_seconds.values()) - (patterns or 0.0)
     return timer, {"lock": locked - began, "cuda_context": context - locked, **timer.start_seconds,

@@ -62,14 +62,15 @@ def sm_clock_reader(torch,
     return (lambda: None), None, None
 
 
-def cuda_timer(device_index: int, rule, warmup_s: float):
-    """A CudaTimer on the device, reading its SM clock through NVML."""
+def cuda_timer(device_index: int, rule, warmup_s: float, probe_clock: bool = True):
+    """A CudaTimer on the device, reading its SM clock through NVML; probe_clock=False leaves its CUPTI
+    probe to the thread that will measure (CudaTimer.probe_kernel_clock)."""
     import torch
 
     from runners.measure.timing import CudaTimer
 
     read_clock, max_clock, _ = sm_clock_reader(torch, device_index)
-    return CudaTimer(torch.device("cuda", device_index), rule, warmup_s, read_clock, max_clock)
+    return CudaTimer(torch.device("cuda", device_index), rule, warmup_s, read_clock, max_clock, probe_clock)
 
 
 def nvml_compile_target() -> Optional[tuple]:

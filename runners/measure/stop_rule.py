@@ -6,7 +6,7 @@ known to 0.1%), after a minimum of samples and of time, or at a cap. It is the o
 rule: the schema's `timing` (screening) and `finalists` nodes extend it (runners/engine/schema.py), the
 sweep makes one of each (`StopRule.of`), and the timers take it (runners/measure/timing.py).
 
-Light on purpose (numpy and scipy are imported where an interval is computed): the schema imports it
+Light on purpose (numpy is imported where an interval is computed): the schema imports it
 before the sweep starts its workers.
 """
 from __future__ import annotations
@@ -132,11 +132,9 @@ def median_interval(values: Sequence[float], jitter: float = CLOCK_JITTER_S) -> 
     return float(ordered[rank]) - step, float(ordered[n - 1 - rank]) + step
 
 
-def import_statistics() -> None:
-    """Import what median_interval computes with, ahead of the first measurement: a worker calls it at its
-    start, so that the import does not fall inside its first trial's timer loop (with the GPU idle)."""
-    import numpy  # noqa: F401
-    import scipy.special  # noqa: F401
+# The 2.5% tail of Binomial(n, 1/2) is searched from this many standard deviations (sqrt(n) / 2) below its
+# mean: the mass below is under 1e-57, nothing beside 2.5% in float64.
+_TAIL_SEARCH_SD = 16
 
 
 @lru_cache(maxsize=None)
@@ -144,17 +142,20 @@ def _interval_rank(n: int) -> int:
     """The 0-based rank of the lower end of the exact 95% interval of the median of n values; -1 when
     no interval reaches 95% (n < 6): the largest i with P(Binomial(n, 1/2) <= i) <= 2.5%.
 
-    From scipy.special's binomial CDF (bdtr) and its inverse in i (bdtrik): the ranks of scipy.stats'
-    binom (tests/test_timing.py), whose import took 0.75 s beside torch on the CPU host (0.2 s here)."""
-    from scipy.special import bdtr, bdtrik
+    The CDF in log space with numpy: log C(n, k) step by step from the window's first k (lgamma there),
+    as C(n, k) / C(n, k - 1) = (n - k + 1) / k, summed with logaddexp: relative error ~1e-8 at 5 million
+    values, where a rank's CDF differs from the next one's by 0.2% or more. Its ranks are scipy.stats'
+    binom's (tests/test_timing.py, n from 4 to 5 million); scipy.special's bdtr, used before, took 0.2-0.3 s
+    to import in the torch.compile worker's start on an H200 host, the README sweep's longest path
+    (BENCHMARKS.md, 2026-11-27 (second))."""
+    import numpy as np
 
-    guess = bdtrik(TAIL_95, n, 0.5)  # the real i where the CDF reaches 2.5%
-    rank = int(guess) if math.isfinite(guess) else 0
-    while rank >= 0 and bdtr(rank, n, 0.5) > TAIL_95:
-        rank -= 1
-    while bdtr(rank + 1, n, 0.5) <= TAIL_95:
-        rank += 1
-    return rank
+    low = max(0, math.floor(n / 2 - _TAIL_SEARCH_SD * math.sqrt(n) / 2))
+    steps = np.arange(low + 1, n // 2 + 1)
+    log_first = math.lgamma(n + 1) - math.lgamma(low + 1) - math.lgamma(n - low + 1) - n * math.log(2)
+    log_pmf = log_first + np.concatenate(([0.0], np.cumsum(np.log((n - steps + 1) / steps))))
+    below = np.searchsorted(np.logaddexp.accumulate(log_pmf), math.log(TAIL_95), side="right")
+    return low + int(below) - 1
 
 
 def quantum(ordered, jitter: float = CLOCK_JITTER_S) -> float:

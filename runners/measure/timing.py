@@ -318,7 +318,7 @@ class CudaTimer:
     HOST_SECONDS_PER_SAMPLE = 200e-6
 
     def __init__(self, device, rule: StopRule, warmup_s: float, read_sm_clock: Callable[[], Optional[int]],
-                 max_clock_mhz: Optional[int] = None):
+                 max_clock_mhz: Optional[int] = None, probe_clock: bool = True):
         import torch
 
         self._torch = torch
@@ -333,12 +333,23 @@ class CudaTimer:
         self.flush = L2Flush(torch, device, props.L2_cache_size, props.multi_processor_count)
         self.flush()  # compiles and loads the flush kernel outside any measurement
         torch.cuda.synchronize(device)
-        flushed = time.perf_counter()
-        self.kernel_clock = KernelClock(torch, self.flush)
-        self.method = METHOD_CUPTI if self.kernel_clock.available else METHOD_EVENTS
         # What the timer's own start cost (seconds), for the worker's start line: the flush buffer and
         # kernel (a compile on a cold Triton cache), then the CUPTI probe (the profiler's first session).
-        self.start_seconds = {"flush": flushed - began, "cupti_probe": time.perf_counter() - flushed}
+        self.start_seconds = {"flush": time.perf_counter() - began}
+        self.kernel_clock, self.method = None, METHOD_EVENTS
+        if probe_clock:
+            self.probe_kernel_clock()
+
+    def probe_kernel_clock(self) -> None:
+        """Time with CUPTI's kernel records where they can be read (KernelClock's probe), else with CUDA
+        events. Called on the thread that measures: kineto's first session on another thread than the
+        one that loaded torch prints "ERROR: External init callback must run in same thread as
+        registerClient" (torch's callback there does nothing; seen on an H200 host, torch 2.11), which
+        every sweep printed while its trial worker started its GPU on a thread of its own."""
+        began = time.perf_counter()
+        self.kernel_clock = KernelClock(self._torch, self.flush)
+        self.method = METHOD_CUPTI if self.kernel_clock.available else METHOD_EVENTS
+        self.start_seconds["cupti_probe"] = time.perf_counter() - began
 
     def measure(self, fn: Callable[[], object], rule: Optional[StopRule] = None) -> Measurement:
         """Time fn until `rule` (default: the timer's own) says stop."""
