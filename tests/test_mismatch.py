@@ -105,3 +105,53 @@ def test_gpu_large_outputs_take_the_kernel_and_match(dtype):
     good = ref.nan_to_num(0.0)
     assert check.compare(good.to(dtype), good) is None
     assert "never written" in check.compare(out, ref)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a GPU")
+def test_gpu_the_kernel_the_compile_pool_builds_is_the_one_a_check_loads(tmp_path):
+    """The compile pool builds the kernel for a config's outputs on meta tensors (mismatch.build_like, for
+    the GPU's own target); a check of real outputs of that shape and dtype on the GPU then loads it from
+    the Triton cache: no second build of it under another key (it compiled 0.37-0.49 s under the GPU's
+    lock before). The first launch adds Triton's launcher and utilities to the cache, not a kernel."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    cache = tmp_path / "cache"
+    shape, config = (4096, 1024), {"BLOCK_SIZE": 1024, "num_warps": 4, "num_stages": 1}
+    compile_in_pool = f"""
+import torch
+from runners.engine import compile_pool
+from runners.engine.process import stop_all
+from runners.engine.scheduler import Scheduler
+from runners.engine.trial import Trial
+from runners.measure.device import nvml_compile_target
+target = nvml_compile_target()
+pool = compile_pool.compile_workers(1, "softmax", None)
+scheduler = Scheduler([], pool, trial_timeout_s=60, compile_timeout_s=120, target=target)
+try:
+    scheduler.start(ahead=[])
+    scheduler.set_device(target, 232448, peaks={{}})
+    scheduler.run([Trial("softmax", "triton", {shape}, "float16", {config})], lambda *args: None)
+finally:
+    stop_all(pool)
+assert len(scheduler.ready) == 1
+"""
+    check_on_gpu = f"""
+import torch
+from runners.measure import check, mismatch
+out = torch.randn({shape}, device="cuda", dtype=torch.float16)
+ref = out.double()
+assert mismatch.applies(out, ref, None)
+assert mismatch.mismatches(out, ref, *check.TOLERANCES["float16"]) == (0, 0)
+"""
+    def run(code: str) -> list[str]:  # in a process of its own; the kernel's builds in the cache after it
+        subprocess.run([sys.executable, "-c", code], env={**os.environ, "TRITON_CACHE_DIR": str(cache)},
+                       cwd=Path(__file__).resolve().parents[1], check=True, timeout=300)
+        return sorted(str(path) for path in cache.glob("*/_mismatch_kernel.cubin"))
+
+    built = run(compile_in_pool)
+    assert len(built) == 1
+    assert run(check_on_gpu) == built
