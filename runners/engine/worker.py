@@ -411,9 +411,10 @@ def _worker_main(conn, backend: str, kernel_name: str, spec_path: Optional[str],
             # The current device is a thread's own: this thread's CUDA calls go to the worker's GPU too
             # (the context exists: the call only makes it current here).
             torch.cuda.set_device(device)
+            probing = time.perf_counter()
             with lock:  # here, on the thread that measures (CudaTimer.probe_kernel_clock)
                 timer.probe_kernel_clock()
-            gpu_part["cupti_probe"] = timer.start_seconds["cupti_probe"]
+            gpu_part["cupti_probe"] = time.perf_counter() - probing  # with its wait for the lock
             if timer.method != METHOD_CUPTI:
                 print(f"note: GPU {device_index}: CUPTI kernel records unavailable "
                       f"({timer.kernel_clock.reason}); rows are timed with CUDA events, launch overhead "
@@ -451,8 +452,8 @@ def _start_on_gpu(torch, device_info, device, lock: GpuLock, rule, warmup_s: flo
                   side: bool = False) -> tuple:
     """The GPU's part of a worker's start. The trial worker runs it on a thread of its own while it
     imports the kernel's module: a kernel library's import takes seconds (tests/slow_import_kernel.py),
-    and the CUDA context and the timer's start (the L2 flush kernel's compile on a cold Triton cache, the
-    CUPTI probe) took 1.1-1.3 s after it on an H200. The torch.compile worker's (`side`) also builds
+    and the CUDA context and the timer's start (the L2 flush kernel's compile on a cold Triton cache, then
+    the CUPTI probe) took 1.1-1.3 s after it on an H200. The torch.compile worker's (`side`) also builds
     inductor's patterns. The timer's CUPTI probe is left to the caller's thread (CudaTimer.
     probe_kernel_clock). Returns the timer and where its time went (seconds)."""
     began = time.perf_counter()
