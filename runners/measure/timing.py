@@ -334,7 +334,8 @@ class CudaTimer:
         self.flush()  # compiles and loads the flush kernel outside any measurement
         torch.cuda.synchronize(device)
         # What the timer's own start cost (seconds), for the worker's start line: the flush buffer and
-        # kernel (a compile on a cold Triton cache), then the CUPTI probe (the profiler's first session).
+        # kernel (a compile on a cold Triton cache). The worker times the CUPTI probe itself, with its
+        # wait for the GPU's lock (runners/engine/worker.py).
         self.start_seconds = {"flush": time.perf_counter() - began}
         self.kernel_clock, self.method = None, METHOD_EVENTS
         if probe_clock:
@@ -346,10 +347,8 @@ class CudaTimer:
         one that loaded torch prints "ERROR: External init callback must run in same thread as
         registerClient" (torch's callback there does nothing; seen on an H200 host, torch 2.11), which
         every sweep printed while its trial worker started its GPU on a thread of its own."""
-        began = time.perf_counter()
         self.kernel_clock = KernelClock(self._torch, self.flush)
         self.method = METHOD_CUPTI if self.kernel_clock.available else METHOD_EVENTS
-        self.start_seconds["cupti_probe"] = time.perf_counter() - began
 
     def measure(self, fn: Callable[[], object], rule: Optional[StopRule] = None) -> Measurement:
         """Time fn until `rule` (default: the timer's own) says stop."""
