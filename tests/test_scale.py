@@ -1,6 +1,7 @@
 """Sweep speed and isolation on the CPU: the compile pool (real Triton compiles for an sm_90 target, no
 GPU needed), several trial workers, search budgets and seeds, finalists and the tie rule."""
 import json
+import re
 import time
 
 import numpy as np
@@ -23,8 +24,9 @@ H100_TARGET = ("cuda", 90, 32)
 H100_SHARED_BYTES = 232448  # cudaDevAttrMaxSharedMemoryPerBlockOptin of an H100 / H200
 
 
-def _compile(trials, workers=2, timeout_s=60.0, spec="tests.bad_kernels:COMPILE_CASES"):
-    """Run `trials` through a compile pool only (no trial worker): (recorded failures, ready trials)."""
+def _compile(trials, workers=2, timeout_s=60.0, spec="tests.bad_kernels:COMPILE_CASES", grace_s=5.0):
+    """Run `trials` through a compile pool only (no trial worker): (recorded failures, ready trials).
+    `grace_s`: how long the workers may take to exit once told (what they build after answering)."""
     recorded = {}
     pool = compile_pool.compile_workers(workers, "external", spec)
     scheduler = Scheduler([], pool, trial_timeout_s=60, compile_timeout_s=timeout_s, target=H100_TARGET)
@@ -33,7 +35,7 @@ def _compile(trials, workers=2, timeout_s=60.0, spec="tests.bad_kernels:COMPILE_
         scheduler.set_device(H100_TARGET, H100_SHARED_BYTES, peaks={})
         scheduler.run(trials, lambda worker, trial, result: recorded.update({trial.key: result}))
     finally:
-        stop_all(pool)
+        stop_all(pool, grace_s)
     return recorded, scheduler
 
 
@@ -63,6 +65,28 @@ def test_compile_pool_reports_shared_memory_the_device_lacks():
     assert recorded[trials[0].key]["status"] == check.STATUS_OUT_OF_RESOURCES
     assert "shared memory" in recorded[trials[0].key]["message"]
     assert [t.key for t in scheduler.ready] == [trials[1].key]
+
+
+def test_compile_pool_builds_the_checks_one_pass_kernel_for_large_outputs(tmp_path, monkeypatch):
+    """Once it has answered a config, a compile worker builds the check's one-pass kernel (runners/
+    measure/mismatch.py) for the config's outputs where the check will run it, so that the GPU worker's
+    first check loads it instead of compiling it under the GPU's lock: for a softmax of 2^22 elements,
+    once per output dtype (fp16 and fp32 here), not for one of 2^20 (the check judges that without the
+    kernel). The workers finish it before they read their stop sign."""
+    from runners.measure import mismatch
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(cache))
+    config = {"BLOCK_SIZE": 1024, "num_warps": 4, "num_stages": 1}
+    shapes = [((1024, 1024), "float16"), ((4096, 1024), "float16"), ((2048, 2048), "float16"),
+              ((4096, 1024), "float32")]
+    trials = [Trial("softmax", "triton", shape, dtype, config) for shape, dtype in shapes]
+    recorded, scheduler = _compile(trials, spec="kernels.softmax:SPEC", grace_s=300.0)
+    assert recorded == {} and len(scheduler.ready) == len(trials)
+    # the output pointer's element type, the kernel's first argument in each build's Triton IR
+    built = [re.search(r"tt\.ptr<(\w+)>", path.read_text()) for path in cache.glob("*/_mismatch_kernel.ttir")]
+    assert sorted(found.group(1) for found in built) == ["f16", "f32"]
+    assert mismatch.MIN_ELEMENTS == 4096 * 1024
 
 
 def _cached_archs(cache) -> list[int]:

@@ -6,7 +6,10 @@ and nothing else: no CUDA context, no GPU memory, no launch, so compiling never 
 running beside it, and it also runs on a machine without a GPU. The launcher runs on meta tensors (shapes,
 dtypes and the 16-byte alignment of a fresh allocation are all Triton specializes on) and every
 @triton.jit launch in it becomes a compile (JITFunction.run with warmup=True). The binary lands in the
-Triton cache (TRITON_CACHE_DIR), where the GPU worker's first call finds it and only loads it.
+Triton cache (TRITON_CACHE_DIR), where the GPU worker's first call finds it and only loads it. Once it has
+answered, a worker also builds what that first call and the first check of the config's outputs would
+build besides (FirstCallBuilds): the check's one-pass kernel, and the C launcher of each kernel signature
+where Triton compiles one.
 
 The workers are forked from a fork server (runners/engine/process.py) that imported torch, Triton and the
 kernel's module once, before the first fork: a module that takes seconds to import costs them nothing.
@@ -76,6 +79,7 @@ def _compile_main(conn, kernel_name: str, spec_path: Optional[str]) -> None:
 
     JITFunction.run = compile_only
     target_set, devices = None, {}
+    first_calls = FirstCallBuilds()
     conn.send(("ready", {"pid": os.getpid()}))
     while True:
         message = conn.recv()
@@ -87,7 +91,51 @@ def _compile_main(conn, kernel_name: str, spec_path: Optional[str]) -> None:
                                                  devices.setdefault(target, len(devices))))
             target_set = target
         compiled.clear()
-        conn.send(("compiled", compile_trial(spec, trial, torch, compiled)))
+        outcome = compile_trial(spec, trial, torch, compiled)
+        conn.send(("compiled", outcome))
+        if outcome["status"] == BUILT:  # after the answer: the binary is never later for it
+            first_calls.build(spec, trial, torch, compiled, launchers=target[0] == "cuda")
+
+
+class FirstCallBuilds:
+    """What a GPU worker's first call of a built config, and its first check of the outputs, would build
+    on a fresh Triton cache under the GPU's lock besides loading the binary, built by the compile worker
+    once it has answered: the check's one-pass kernel for the config's outputs (runners/measure/
+    mismatch.py), and the C launcher that Triton 3.6 compiles with gcc for each new kernel signature at
+    its first launch (0.23-0.31 s each on an H200 host, where a first launch with both built took
+    0.002-0.003 s: BENCHMARKS.md, 2026-11-27 (third)). Built once a signature per worker; a Triton that
+    builds no launcher per signature (3.9 launches through one in its driver), or a host without the
+    CUDA driver library to link it against, fails the first try and nothing more is tried. The GPU
+    worker builds whatever is missing at its first call, as it always could."""
+
+    def __init__(self):
+        try:
+            from triton.backends.nvidia.driver import CudaLauncher
+        except ImportError:  # a Triton without the NVIDIA backend
+            CudaLauncher = None
+        self.launcher = CudaLauncher
+        self.signatures: set[tuple] = set()
+
+    def build(self, spec, trial: Trial, torch, compiled: list, launchers: bool) -> None:
+        """`compiled`: the kernels the config's launch built; the check's kernel joins them here."""
+        try:
+            inputs = spec.make_inputs(trial.shape, getattr(torch, trial.dtype), 0, torch.device("meta"))
+            check.build_one_pass(check.as_tuple(spec.output_like(inputs)),
+                                 with_bound=spec.accumulation_bound is not None)
+        except Exception:
+            pass  # the first check builds it, or judges without it, as it always could
+        if not launchers or self.launcher is None:
+            return
+        for kernel in compiled:
+            signature = (kernel.name, repr(getattr(kernel.src, "signature", None)))
+            if signature in self.signatures:
+                continue
+            self.signatures.add(signature)
+            try:
+                self.launcher(kernel.src, kernel.metadata)  # lands in the Triton cache
+            except Exception:
+                self.launcher = None
+                return
 
 
 def compile_trial(spec, trial: Trial, torch, compiled: list) -> dict:

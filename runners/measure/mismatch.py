@@ -48,13 +48,38 @@ def applies(out, ref, bound) -> bool:
     import torch
 
     tensors = [out, ref] + ([] if bound is None else [bound])
-    return (out.is_cuda and out.numel() >= MIN_ELEMENTS and out.is_floating_point()
+    return (out.is_cuda and _large_float(out)
             and all(t is out or t.dtype == torch.float64 for t in tensors)
             and all(t.device == out.device and t.shape == out.shape and t.is_contiguous() for t in tensors))
 
 
+def _large_float(out) -> bool:
+    return out.numel() >= MIN_ELEMENTS and out.is_floating_point()
+
+
 def mismatches(out, ref, rtol: float, atol: float, bound=None) -> tuple[int, int]:
     """(elements never written, elements outside the tolerance) of `out` against `ref`."""
+    unwritten, bad = _launch(out, ref, rtol, atol, bound).tolist()
+    return unwritten, bad
+
+
+def build_like(out, with_bound: bool) -> None:
+    """The kernel's launch for an output like `out` (its shape and dtype), with a float64 reference and
+    bound as the check passes them, all on meta tensors (aligned as fresh allocations are), where it
+    applies: where launches are compiles (the compile pool, runners/engine/compile_pool.py), this builds
+    the binary a GPU worker's first check of such an output would otherwise build under the GPU's lock."""
+    import torch
+
+    if not _large_float(out):
+        return
+    meta = torch.device("meta")
+    out = torch.empty(out.shape, dtype=out.dtype, device=meta)
+    ref = torch.empty(out.shape, dtype=torch.float64, device=meta)
+    _launch(out, ref, 0.0, 0.0, torch.empty_like(ref) if with_bound else None)
+
+
+def _launch(out, ref, rtol: float, atol: float, bound):
+    """Enqueue the kernel; returns the counts it adds to: [unwritten, bad]."""
     import torch
 
     counts = torch.zeros(2, dtype=torch.int64, device=out.device)
@@ -64,5 +89,4 @@ def mismatches(out, ref, rtol: float, atol: float, bound=None) -> tuple[int, int
     _mismatch_kernel[(triton.cdiv(n_elements, BLOCK),)](
         out, ref, bound if bound is not None else tolerance, tolerance, counts, n_elements,
         HAS_BOUND=bound is not None, BLOCK=BLOCK, num_warps=8)
-    unwritten, bad = counts.tolist()
-    return unwritten, bad
+    return counts
