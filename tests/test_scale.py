@@ -68,25 +68,36 @@ def test_compile_pool_reports_shared_memory_the_device_lacks():
 
 
 def test_compile_pool_builds_the_checks_one_pass_kernel_for_large_outputs(tmp_path, monkeypatch):
-    """Once it has answered a config, a compile worker builds the check's one-pass kernel (runners/
-    measure/mismatch.py) for the config's outputs where the check will run it, so that the GPU worker's
-    first check loads it instead of compiling it under the GPU's lock: for a softmax of 2^22 elements,
-    once per output dtype (fp16 and fp32 here), not for one of 2^20 (the check judges that without the
-    kernel). The workers finish it before they read their stop sign."""
+    """Once it has answered a config, the pool's first compile worker builds the check's one-pass kernel
+    (runners/measure/mismatch.py) for the config's outputs where the check will run it, so that the GPU
+    worker's first check loads it instead of compiling it under the GPU's lock: for a softmax of 2^22
+    elements once per output dtype (fp16 and fp32 here), not for one of 1023 x 1025 (the check judges
+    that without the kernel; built, its element count would make a build of its own); for a matmul,
+    whose check adds its accumulation bound, the build that loads the bound too. The worker finishes
+    before it reads its stop sign."""
     from runners.measure import mismatch
 
     cache = tmp_path / "cache"
     monkeypatch.setenv("TRITON_CACHE_DIR", str(cache))
-    config = {"BLOCK_SIZE": 1024, "num_warps": 4, "num_stages": 1}
-    shapes = [((1024, 1024), "float16"), ((4096, 1024), "float16"), ((2048, 2048), "float16"),
+
+    def builds() -> list[tuple[str, int]]:  # (the output's element type, the loads) of each build's IR
+        irs = [path.read_text() for path in cache.glob("*/_mismatch_kernel.ttir")]
+        return sorted((re.search(r"tt\.ptr<(\w+)>", ir).group(1), ir.count("tt.load")) for ir in irs)
+
+    config = {"BLOCK_SIZE": 2048, "num_warps": 4, "num_stages": 1}  # a block holds a row of each shape
+    shapes = [((1023, 1025), "float16"), ((4096, 1024), "float16"), ((2048, 2048), "float16"),
               ((4096, 1024), "float32")]
     trials = [Trial("softmax", "triton", shape, dtype, config) for shape, dtype in shapes]
-    recorded, scheduler = _compile(trials, spec="kernels.softmax:SPEC", grace_s=300.0)
+    recorded, scheduler = _compile(trials, workers=1, spec="kernels.softmax:SPEC", grace_s=300.0)
     assert recorded == {} and len(scheduler.ready) == len(trials)
-    # the output pointer's element type, the kernel's first argument in each build's Triton IR
-    built = [re.search(r"tt\.ptr<(\w+)>", path.read_text()) for path in cache.glob("*/_mismatch_kernel.ttir")]
-    assert sorted(found.group(1) for found in built) == ["f16", "f32"]
-    assert mismatch.MIN_ELEMENTS == 4096 * 1024
+    assert builds() == [("f16", 4), ("f32", 4)]  # out, ref and the two tolerances
+    assert mismatch.MIN_ELEMENTS == 4096 * 1024 > 1023 * 1025
+
+    config = {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 8, "num_warps": 4, "num_stages": 2}
+    trials = [Trial("matmul", "triton", (2048, 2048, 2048), "float16", config)]
+    recorded, scheduler = _compile(trials, workers=1, spec="kernels.matmul:SPEC", grace_s=300.0)
+    assert recorded == {} and len(scheduler.ready) == 1
+    assert builds() == [("f16", 4), ("f16", 5), ("f32", 4)]  # and the bound
 
 
 def _cached_archs(cache) -> list[int]:

@@ -6,10 +6,10 @@ and nothing else: no CUDA context, no GPU memory, no launch, so compiling never 
 running beside it, and it also runs on a machine without a GPU. The launcher runs on meta tensors (shapes,
 dtypes and the 16-byte alignment of a fresh allocation are all Triton specializes on) and every
 @triton.jit launch in it becomes a compile (JITFunction.run with warmup=True). The binary lands in the
-Triton cache (TRITON_CACHE_DIR), where the GPU worker's first call finds it and only loads it. Once it has
-answered, a worker also builds what that first call and the first check of the config's outputs would
-build besides (FirstCallBuilds): the check's one-pass kernel, and the C launcher of each kernel signature
-where Triton compiles one.
+Triton cache (TRITON_CACHE_DIR), where the GPU worker's first call finds it and only loads it. Once it
+has answered, the pool's first worker also builds what that first call and the first check of the
+config's outputs would build besides (FirstCallBuilds), for the configs it compiles: the check's one-pass
+kernel, and the C launcher of each kernel signature where Triton compiles one.
 
 The workers are forked from a fork server (runners/engine/process.py) that imported torch, Triton and the
 kernel's module once, before the first fork: a module that takes seconds to import costs them nothing.
@@ -59,7 +59,7 @@ class _CompileOnlyDriver:
 COMPILE_NICENESS = 10
 
 
-def _compile_main(conn, kernel_name: str, spec_path: Optional[str]) -> None:
+def _compile_main(conn, kernel_name: str, spec_path: Optional[str], builds_first_calls: bool = False) -> None:
     os.nice(COMPILE_NICENESS)  # ptxas, which it starts, inherits it
     import torch
     from triton.backends.compiler import GPUTarget
@@ -79,7 +79,7 @@ def _compile_main(conn, kernel_name: str, spec_path: Optional[str]) -> None:
 
     JITFunction.run = compile_only
     target_set, devices = None, {}
-    first_calls = FirstCallBuilds()
+    first_calls = FirstCallBuilds() if builds_first_calls else None
     conn.send(("ready", {"pid": os.getpid()}))
     while True:
         message = conn.recv()
@@ -93,20 +93,22 @@ def _compile_main(conn, kernel_name: str, spec_path: Optional[str]) -> None:
         compiled.clear()
         outcome = compile_trial(spec, trial, torch, compiled)
         conn.send(("compiled", outcome))
-        if outcome["status"] == BUILT:  # after the answer: the binary is never later for it
+        if first_calls is not None and outcome["status"] == BUILT:  # after the answer: that binary is sent
             first_calls.build(spec, trial, torch, compiled, launchers=target[0] == "cuda")
 
 
 class FirstCallBuilds:
     """What a GPU worker's first call of a built config, and its first check of the outputs, would build
-    on a fresh Triton cache under the GPU's lock besides loading the binary, built by the compile worker
-    once it has answered: the check's one-pass kernel for the config's outputs (runners/measure/
-    mismatch.py), and the C launcher that Triton 3.6 compiles with gcc for each new kernel signature at
-    its first launch (0.23-0.31 s each on an H200 host, where a first launch with both built took
-    0.002-0.003 s: BENCHMARKS.md, 2026-11-27 (third)). Built once a signature per worker; a Triton that
-    builds no launcher per signature (3.9 launches through one in its driver), or a host without the
-    CUDA driver library to link it against, fails the first try and nothing more is tried. The GPU
-    worker builds whatever is missing at its first call, as it always could."""
+    on a fresh Triton cache under the GPU's lock besides loading the binary, built by the pool's first
+    compile worker once it has answered a config: the check's one-pass kernel for the config's outputs
+    (runners/measure/mismatch.py), and the C launcher that Triton 3.6 compiles with gcc for each new
+    kernel signature at its first launch (0.23-0.31 s each on an H200 host, where a first launch with
+    both built took 0.002-0.003 s: BENCHMARKS.md, 2026-11-27 (third)), for the configs that worker
+    compiles itself. A launcher is tried once a signature: a Triton that builds none per signature (3.9
+    launches through one in its driver) or a host without the CUDA driver library to link against
+    fails at once. The GPU worker builds whatever is missing at its first call, as it always could.
+    The risk taken: the scheduler may already have sent this worker its next config, which a crash
+    here (not a Python exception: those are caught) would leave reported as a compiler that died."""
 
     def __init__(self):
         try:
@@ -127,15 +129,13 @@ class FirstCallBuilds:
         if not launchers or self.launcher is None:
             return
         for kernel in compiled:
-            signature = (kernel.name, repr(getattr(kernel.src, "signature", None)))
-            if signature in self.signatures:
-                continue
-            self.signatures.add(signature)
             try:
-                self.launcher(kernel.src, kernel.metadata)  # lands in the Triton cache
+                signature = (kernel.name, repr(kernel.src.signature))
+                if signature not in self.signatures:
+                    self.signatures.add(signature)
+                    self.launcher(kernel.src, kernel.metadata)  # lands in the Triton cache
             except Exception:
-                self.launcher = None
-                return
+                pass  # this signature's first launch builds it, as it always could
 
 
 def compile_trial(spec, trial: Trial, torch, compiled: list) -> dict:
@@ -197,9 +197,13 @@ def fork_server(kernel_name: str, spec_path: Optional[str]) -> ForkServer:
 def compile_workers(count: int, kernel_name: str, spec_path: Optional[str],
                     server: Optional[ForkServer] = None) -> list[WorkerProcess]:
     """`count` compile workers, none started, all forked from `server` (a new one when None). The
-    scheduler forks them as the work needs them (runners/engine/scheduler.py)."""
+    scheduler forks them as the work needs them (runners/engine/scheduler.py), the first one first: that
+    one also builds what first calls would build besides (FirstCallBuilds). Every worker building it
+    built the same files at once after its first answer (16 at once on an H200 host, 0.7 s each), and
+    made each of their second configs wait for it."""
     server = server or fork_server(kernel_name, spec_path)
-    return [WorkerProcess(f"compile worker {i}", _compile_main, (kernel_name, spec_path), new_session=True,
+    return [WorkerProcess(f"compile worker {i}", _compile_main, (kernel_name, spec_path, i == 0),
+                          new_session=True,
                           interpret=False,  # the real compiler, whatever the shell or backend says
                           server=server)
             for i in range(count)]
