@@ -100,6 +100,19 @@ def test_compile_pool_builds_the_checks_one_pass_kernel_for_large_outputs(tmp_pa
     assert builds() == [("f16", 4), ("f16", 5), ("f32", 4)]  # and the bound
 
 
+def test_a_config_sent_to_a_compile_worker_that_then_dies_is_compiled_again(tmp_path, monkeypatch):
+    """The pool's first worker builds more after it answers a config; where that kills it, the config the
+    scheduler had sent it next is compiled again on a worker started anew, not recorded as a compiler
+    that died. (A config whose own compile kills the compiler still is: case 3 of the test above.)"""
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "cache"))
+    trials = [Trial("add_dies_after_answering", "triton", (4000,), "float32", {"BLOCK_SIZE": block})
+              for block in (256, 512)]
+    recorded, scheduler = _compile(trials, workers=1, spec="tests.bad_kernels:DIES_AFTER_ANSWERING")
+    assert recorded == {}
+    assert sorted(t.key for t in scheduler.ready) == sorted(t.key for t in trials)
+    assert scheduler.recompiled == {trials[1].key}
+
+
 def _cached_archs(cache) -> list[int]:
     """The GPU arch of every kernel binary in a Triton cache (from each build's metadata)."""
     archs = []

@@ -107,8 +107,8 @@ class FirstCallBuilds:
     compiles itself. A launcher is tried once a signature: a Triton that builds none per signature (3.9
     launches through one in its driver) or a host without the CUDA driver library to link against
     fails at once. The GPU worker builds whatever is missing at its first call, as it always could.
-    The risk taken: the scheduler may already have sent this worker its next config, which a crash
-    here (not a Python exception: those are caught) would leave reported as a compiler that died."""
+    Python exceptions here are caught; a crash would end the request the scheduler had sent this
+    worker next, which the scheduler then compiles once more on a worker started anew."""
 
     def __init__(self):
         try:
