@@ -89,12 +89,17 @@ def test_shapes_recorded_as_faster_than_they_run_are_re_screened_the_others_kept
 def test_an_export_that_still_holds_passes(tuned, tmp_path):
     # Recorded slower than it runs, every shape alike: the shift of every row is 3x faster (not judged on
     # the interpreter, which no spread of runs was measured for), each shape SAME against it.
-    # Holding is no shape SLOW or broken: one the busy 2-core CI box happened to re-time faster than the
-    # other (interpreter timings, minutes after the base) is FAST, which keeps it too (seen: 2 of ~8 runs).
+    # Holding is every shape kept, none broken (exit 0: the module's rule). The busy 2-core CI box may
+    # re-time one shape faster or slower than the other (interpreter timings, minutes after the base):
+    # FAST or SLOW against the shift, each kept while the shape is no slower than recorded beyond the
+    # tolerance (seen: FAST in 2 of ~8 runs; SLOW once, a shape at 0.37x its recorded time against a
+    # shift of 0.27x).
     path = _export(tuned, tmp_path, {3000: 3.0, 9000: 3.0})
     status, out = _revalidate(path, tmp_path, "--check")
     assert status == 0, out
-    assert "0 to re-screen" in out and re.search(r"2 shapes: \d SAME, \d FAST, 0 SLOW, 0 broken", out), out
+    assert "0 to re-screen" in out and re.search(r"2 shapes: \d SAME, \d FAST, \d SLOW, 0 broken", out), out
+    lines = [line for line in out.splitlines() if line.startswith("| float32")]
+    assert len(lines) == 2 and all(line.endswith("| keep |") for line in lines), out
     assert "vector_add on Triton interpreter (CPU) (judged): NEW/BASE 0." in out and "NOT JUDGED" in out
 
 
