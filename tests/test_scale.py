@@ -401,6 +401,92 @@ def test_the_gpu_lock_lets_one_worker_at_a_time(tmp_path):
     assert all(earlier[1] <= later[0] for earlier, later in zip(held, held[1:])), held
 
 
+def _held_elsewhere(path) -> bool:
+    """Whether an flock on `path` is held by another open file (this process's included)."""
+    import fcntl
+    import os
+
+    descriptor = os.open(path, os.O_RDWR)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(descriptor)  # (and the lock, if it was taken)
+    return False
+
+
+def test_the_gpu_lock_taken_inside_itself_stays_held_until_the_outermost_exit(tmp_path):
+    """Inductor's patterns may be built under the lock inside a request that holds it already: the inner
+    exit must not let go of it (a second flock of the same file is no wait, and its unlock the first's)."""
+    from runners.engine.worker import GpuLock
+
+    path = tmp_path / "gpu0.lock"
+    path.touch()
+    lock = GpuLock(str(path))
+    with lock:
+        with lock:
+            assert _held_elsewhere(path)
+        assert _held_elsewhere(path)
+    assert not _held_elsewhere(path)
+
+
+# A compile ahead in a process of its own, as the torch.compile worker's (inductor's patterns are built
+# once a process); prints what the patterns' builder saw.
+_COMPILE_AHEAD = """
+import json, sys
+import torch
+from torch._inductor.fx_passes import joint_graph
+from kernels import softmax
+from runners.engine.trial import Trial
+from runners.engine.worker import GpuLock, patterns_under_lock, prepare_baseline
+from tests.test_scale import _held_elsewhere
+
+lock_file = sys.argv[1]
+builder, builds = joint_graph.lazy_init, []
+
+def spy(*args, **kwargs):  # each call: whether the lock was held, whether it built (not a cache lookup)
+    held, before = _held_elsewhere(lock_file), builder.cache_info().currsize
+    result = builder(*args, **kwargs)
+    builds.append({"held": held, "built": builder.cache_info().currsize > before})
+    return result
+
+joint_graph.lazy_init = spy
+patterns_under_lock(GpuLock(lock_file))
+ahead = [prepare_baseline(softmax.SPEC, Trial("softmax", "compile", shape, "float32", {}), torch.device("cpu"))
+         for shape in ((8, 100), (8, 100), (4, 36))]
+print(json.dumps({"builds": builds, "ahead": ahead, "held_after": _held_elsewhere(lock_file)}))
+"""
+
+
+def test_inductors_patterns_are_built_under_the_gpu_lock_only_by_a_compile_that_needs_them(tmp_path):
+    """The torch.compile worker builds inductor's patterns (which copy to the GPU) under the GPU's lock,
+    when a compile ahead asks for them, once a process: on an empty inductor cache its first compile
+    does, holding the lock, the next ones only look them up; in a new process, compiles ahead that find
+    their graphs in inductor's caches ask for none. CPU inductor (C++ compiles, ~20 s)."""
+    import os
+    import subprocess
+    import sys
+
+    lock_file = tmp_path / "gpu0.lock"
+    lock_file.touch()
+    environment = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
+
+    def compile_ahead() -> dict:
+        done = subprocess.run([sys.executable, "-c", _COMPILE_AHEAD, str(lock_file)], env=environment,
+                              capture_output=True, text=True, timeout=600, cwd=os.getcwd())
+        assert done.returncode == 0, done.stderr[-3000:]
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    cold = compile_ahead()
+    assert all(a["compile_s"] is not None and "message" not in a for a in cold["ahead"]), cold
+    assert [call for call in cold["builds"] if call["built"]] == [{"held": True, "built": True}], cold
+    assert not cold["held_after"]
+    warm = compile_ahead()
+    assert all(a["compile_s"] is not None and "message" not in a for a in warm["ahead"]), warm
+    assert warm["builds"] == [], warm
+
+
 def _sleeping_stand_in(conn, name: str, seconds: float) -> None:
     """A GPU worker stand-in whose every request takes `seconds`; it says when it began and ended, and
     a trial's answer also when the compile ahead of it did, if one was asked for."""

@@ -12,7 +12,8 @@ measures; it compiles each baseline ahead of its trial (`prepare_baseline`: noth
 and the trial's first call then runs what was compiled (on an H100, 1-1.8 s of compile under the lock
 before: BENCHMARKS.md, 2026-11-26 (fourth)). Then the two take turns: each holds the GPU's
 lock around all it does on the GPU (the CUDA part of its start, each request: inputs, references,
-first calls, checks, timing), so that no sample shares the GPU with the other's work, and the
+first calls, checks, timing; inductor's patterns where a compile ahead builds them: patterns_under_lock),
+so that no sample shares the GPU with the other's work, and the
 scheduler gives the trial worker no new request while the side worker has one that holds the lock
 (runners/engine/scheduler.py), so that neither waits for the lock longer than one request of the other.
 """
@@ -26,36 +27,31 @@ import random
 import time
 from typing import Callable, Optional
 
-from runners.engine.process import WorkerProcess, import_ahead, importing
+from runners.engine.process import WorkerProcess, compute_source_keys, importing
 from runners.engine.trial import TRITON_PROVIDER, Trial
 from runners.measure import check
 
 
-# The roots of what torch.compile's first call imported after dynamo and inductor's entry on an H200 host
-# with torch 2.11 (172 modules, 0.57 s; with all of them imported before, the first call took 1.5 s
-# instead of 2.6 s: BENCHMARKS.md, 2026-11-26, later; this list's own share is not measured apart). The
-# torch.compile worker imports them at its start, with no lock held; a name this torch does not have is
-# skipped. (Not among a resident's imports yet: it checks that its forks may use CUDA after them, and that
-# check has not been run on a GPU with these.)
-FIRST_COMPILE_EXTRAS = ("torch._dynamo.backends.inductor", "torch._inductor.fx_passes.fuse_attention",
-                        "torch._inductor.cudagraph_trees", "torch._inductor.codegen.cuda_combined_scheduling",
-                        "torch.export._trace", "triton.experimental.gluon", "sympy.combinatorics")
-
-
 class GpuLock:
     """One GPU to one worker at a time (module docstring): an exclusive flock on a file the sweep made;
-    no file, no lock (a GPU with one worker). The kernel releases it if the holder dies."""
+    no file, no lock (a GPU with one worker). The kernel releases it if the holder dies. Taken again
+    inside itself (inductor's patterns, built under it when a compile needs them: patterns_under_lock),
+    it stays held until the outermost exit: a second flock on the same file would not wait, and its
+    unlock would let go of the first."""
 
     def __init__(self, path: Optional[str]):
         self.fd = os.open(path, os.O_RDWR) if path else None
+        self.depth = 0
 
     def __enter__(self) -> "GpuLock":
-        if self.fd is not None:
+        if self.fd is not None and self.depth == 0:
             fcntl.flock(self.fd, fcntl.LOCK_EX)
+        self.depth += 1
         return self
 
     def __exit__(self, *exc) -> None:
-        if self.fd is not None:
+        self.depth -= 1
+        if self.fd is not None and self.depth == 0:
             fcntl.flock(self.fd, fcntl.LOCK_UN)
 
 
@@ -395,11 +391,12 @@ def _worker_main(conn, backend: str, kernel_name: str, spec_path: Optional[str],
             gpu_start = pool.submit(_start_on_gpu, torch, device_info, device, lock, rule, warmup_s)
             pool.shutdown(wait=False)  # its thread ends with its task
         with importing():
-            if side:  # what its first call would import and hash (module docstring)
+            if side:  # what each of its compiles needs, a hit in inductor's caches too (module docstring)
                 import torch._dynamo  # noqa: F401
                 import torch._inductor.compile_fx  # noqa: F401
 
-                import_ahead(FIRST_COMPILE_EXTRAS)  # what fails here fails again in the first call
+                compute_source_keys()  # inductor's key of torch's sources, which every cache lookup needs
+                patterns_under_lock(lock)
             imported = time.perf_counter()
             spec = load_spec(kernel_name, spec_path)
         loaded = time.perf_counter()
@@ -407,7 +404,7 @@ def _worker_main(conn, backend: str, kernel_name: str, spec_path: Optional[str],
             timer = InterpreterTimer(rule, warmup_s)
         else:
             timer, gpu_part = (gpu_start.result() if gpu_start is not None
-                               else _start_on_gpu(torch, device_info, device, lock, rule, warmup_s, side))
+                               else _start_on_gpu(torch, device_info, device, lock, rule, warmup_s))
             # The current device is a thread's own: this thread's CUDA calls go to the worker's GPU too
             # (the context exists: the call only makes it current here).
             torch.cuda.set_device(device)
@@ -442,46 +439,50 @@ def _worker_main(conn, backend: str, kernel_name: str, spec_path: Optional[str],
     _serve(conn, spec, ShapeCache(spec, seed, device), timer, device, lock, side)
 
 
-def _seconds_of(work: Callable[[], None]) -> float:
-    began = time.perf_counter()
-    work()
-    return time.perf_counter() - began
-
-
-def _start_on_gpu(torch, device_info, device, lock: GpuLock, rule, warmup_s: float,
-                  side: bool = False) -> tuple:
+def _start_on_gpu(torch, device_info, device, lock: GpuLock, rule, warmup_s: float) -> tuple:
     """The GPU's part of a worker's start. The trial worker runs it on a thread of its own while it
     imports the kernel's module: a kernel library's import takes seconds (tests/slow_import_kernel.py),
     and the CUDA context and the timer's start (the L2 flush kernel's compile on a cold Triton cache, then
-    the CUPTI probe) took 1.1-1.3 s after it on an H200. The torch.compile worker's (`side`) also builds
-    inductor's patterns. The timer's CUPTI probe is left to the caller's thread (CudaTimer.
-    probe_kernel_clock). Returns the timer and where its time went (seconds)."""
+    the CUPTI probe) took 1.1-1.3 s after it on an H200. The timer's CUPTI probe is left to the caller's
+    thread (CudaTimer.probe_kernel_clock). Returns the timer and where its time went (seconds)."""
     began = time.perf_counter()
     with lock:  # the flush kernel runs on the GPU
         locked = time.perf_counter()  # the side worker may wait here for the trial worker
         torch.cuda.set_device(device)  # CUDA 12 creates the context here (older: at the flush)
         context = time.perf_counter()
         timer = device_info.cuda_timer(device.index, rule, warmup_s, probe_clock=False)
-        patterns = _seconds_of(lambda: init_inductor_patterns(device)) if side else None
-    nvml = time.perf_counter() - context - sum(timer.start_seconds.values()) - (patterns or 0.0)
+    nvml = time.perf_counter() - context - sum(timer.start_seconds.values())
     return timer, {"lock": locked - began, "cuda_context": context - locked, **timer.start_seconds,
-                   "nvml": nvml, **({"inductor_patterns": patterns} if side else {})}
+                   "nvml": nvml}
 
 
-def init_inductor_patterns(device) -> None:
-    """Inductor's pattern matcher builds its patterns at the first compile of a process, and copies to
-    the device as it does (48 small copies in 0.46 s on an H100 host with torch 2.11; a compile ahead
-    after it copied nothing: BENCHMARKS.md, 2026-11-26 (fifth)). The torch.compile worker builds them at
-    its start, under the GPU's lock, so that its compiles ahead launch nothing. Where this torch has no
-    such function it is skipped (a first compile ahead may then copy)."""
+def patterns_under_lock(lock: GpuLock) -> None:
+    """Inductor's pattern matcher builds its patterns at the first compile of a process that runs the
+    joint graph's passes, and copies to the device as it does (48 small copies in 0.46 s on an H100 host
+    with torch 2.11; a compile ahead after it copied nothing: BENCHMARKS.md, 2026-11-26 (fifth)). A
+    compile ahead that finds its graph in inductor's caches runs no such pass, and needs none of them
+    (BENCHMARKS.md, 2026-11-27 (fourth)). So the torch.compile worker builds them at the first compile
+    that asks for them, holding the GPU's lock while they copy: its compiles ahead hold it for nothing
+    else. The builder (`joint_graph.lazy_init`, cached by its arguments: the device compile_fx passes)
+    is wrapped where the joint graph's passes look it up; a torch without it is left as it is (a first
+    compile ahead may then copy beside the trial worker's samples)."""
     try:
-        from torch._inductor.fx_passes.joint_graph import lazy_init
-    except ImportError:
+        from torch._inductor.fx_passes import joint_graph
+        build = joint_graph.lazy_init
+    except (ImportError, AttributeError):
         return
-    try:
-        lazy_init(device)  # cached by its argument: the device compile_fx passes for this GPU's inputs
-    except TypeError:
-        lazy_init()  # older torch: one set of patterns, no device argument
+    built = set()
+
+    def lazy_init(*args, **kwargs):
+        key = (args, tuple(sorted(kwargs.items())))
+        if key in built:  # built: a lookup in its cache, nothing copied
+            return build(*args, **kwargs)
+        with lock:
+            result = build(*args, **kwargs)
+        built.add(key)
+        return result
+
+    joint_graph.lazy_init = lazy_init
 
 
 def _serve(conn, spec, cache: ShapeCache, timer, device, lock: GpuLock, side: bool) -> None:
