@@ -453,7 +453,8 @@ def spy(*args, **kwargs):  # each call: whether the lock was held, whether it bu
 
 joint_graph.lazy_init = spy
 patterns_under_lock(GpuLock(lock_file))
-ahead = [prepare_baseline(softmax.SPEC, Trial("softmax", "compile", shape, "float32", {}), torch.device("cpu"))
+ahead = [prepare_baseline(softmax.SPEC, Trial("softmax", "compile", shape, "float32", {}),
+                          torch.device("cpu"))
          for shape in ((8, 100), (8, 100), (4, 36))]
 print(json.dumps({"builds": builds, "ahead": ahead, "held_after": _held_elsewhere(lock_file)}))
 """
