@@ -134,6 +134,43 @@ def _ready_once_cached(conn, cache, count: int) -> None:
     conn.recv()
 
 
+def _peaks_once_cached(conn, cache, count: int) -> None:
+    """Stands in for a GPU worker, ready at once, whose measurement of the ceilings ends once the pool has
+    built `count` binaries (or after 30 s); it answers how many there were."""
+    import time
+    from pathlib import Path
+
+    conn.send(("ready", {"gpu_name": "none"}))
+    conn.recv()  # the peaks request
+    deadline = time.monotonic() + 30
+    while len(list(Path(cache).glob("*/*.cubin"))) < count and time.monotonic() < deadline:
+        time.sleep(0.1)
+    conn.send(("peaks", {"binaries": len(list(Path(cache).glob("*/*.cubin")))}))
+    conn.recv()
+
+
+def test_the_pool_compiles_while_the_gpu_worker_measures_the_ceilings(tmp_path, monkeypatch):
+    """The first batch's compiles go on while the GPU worker measures the device's ceilings
+    (Scheduler.measure_peaks): the stand-in ends its measurement only once the pool has built the
+    binaries, and they come within it. (A request waited for outside the scheduler's loop gave compile
+    workers still starting no config until it ended: here the stand-in's 30 s, with no binary.)"""
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(cache))
+    configs = [{"BLOCK_M": m, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 8, "num_warps": 4, "num_stages": 2}
+               for m in (32, 64)]
+    trials = [Trial("matmul", "triton", (256, 256, 256), "float16", config) for config in configs]
+    measuring = WorkerProcess("GPU worker stand-in", _peaks_once_cached, (str(cache), len(trials)))
+    pool = compile_pool.compile_workers(2, "matmul", None)
+    scheduler = Scheduler([measuring], pool, trial_timeout_s=60, compile_timeout_s=60, target=H100_TARGET)
+    try:
+        scheduler.start(ahead=trials)  # returns once the stand-in is ready: the fork server still imports
+        assert not scheduler.server.ready
+        peaks = scheduler.measure_peaks(120)
+    finally:
+        stop_all([measuring] + pool)
+    assert peaks == {"binaries": len(trials)}
+
+
 @pytest.mark.parametrize("guess", [H100_TARGET, ("cuda", 80, 32)])
 def test_configs_compiled_ahead_for_a_guessed_target(tmp_path, monkeypatch, guess):
     """The pool compiles the first batch while the GPU workers start, for the target NVML reports. A

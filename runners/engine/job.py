@@ -193,8 +193,7 @@ class Job:
             if self.peaks is None:
                 print(f"measuring the ceilings of {env['gpu_name']} (copy bandwidth, cuBLAS matmul); "
                       f"cached in {self.store_path}")
-                self.peaks = self.scheduler.gpu_workers[0].request(("peaks",), cfg.trial_timeout_s,
-                                                                   "measuring peaks")
+                self.peaks = self.scheduler.measure_peaks(cfg.trial_timeout_s)
                 store.save_peaks(env, self.peaks, now())
 
     # --- trials --------------------------------------------------------------------------------------

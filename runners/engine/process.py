@@ -260,7 +260,8 @@ class WorkerProcess:
         return self.info
 
     def request(self, message: tuple, timeout_s: float, doing: str) -> Any:
-        """Send a request and block for its answer (outside the scheduler, e.g. measuring the peaks)."""
+        """Send a request and block for its answer, outside the scheduler's loop (runners/engine/scheduler.py
+        serves its workers while it waits: Scheduler.measure_peaks)."""
         self.submit(message, "request", timeout_s, doing)
         return self._answer()[1]
 

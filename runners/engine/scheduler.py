@@ -2,7 +2,8 @@
 
 While the GPU workers start (imports, CUDA context, flush buffer: seconds), the fork server imports
 torch, Triton and the kernel's module, and from then on the pool compiles the first batch for the
-compile target read through NVML. Then a trial of the kernel goes to a compile worker (backend=cuda
+compile target read through NVML, also while the first GPU worker measures the device's ceilings
+(measure_peaks). Then a trial of the kernel goes to a compile worker (backend=cuda
 with a pool), then, built, to the first free GPU worker, preferring one whose last trial had the same
 (shape, dtype) (its inputs and float64 reference are cached there). Baselines need no compile. While
 the GPUs time the first configs, the pool compiles the next ones. Every trial ends in exactly one call
@@ -86,6 +87,7 @@ class Scheduler:
         self.gpu_compile_s: list[float] = []  # first-call seconds of each config a GPU worker compiled
         self.gpu_compiled: set[str] = set()  # keys of the configs GPU workers compiled themselves
         self.recompiled: set[str] = set()  # keys compiled again after their compile worker died
+        self._peaks: Optional[tuple] = None  # (answer, lost) of measure_peaks' request, once it is in
 
     # --- start-up ---------------------------------------------------------------------------
     def start(self, ahead: list[Trial]) -> None:
@@ -105,6 +107,22 @@ class Scheduler:
                   until=lambda: all(worker.ready for worker in self.gpu_workers))
         finally:
             self._starting = False
+
+    def measure_peaks(self, timeout_s: float) -> dict:
+        """The device's ceilings, measured by the first GPU worker while the pool goes on compiling the
+        first batch. A request waited for outside this loop left the compile workers forked meanwhile
+        without their first config until it ended: in 3 of 9 cold README runs on an H200 host they were
+        forked as the ceilings began, got their configs 0.8-1.2 s later, when they ended, and the first
+        binaries came after the trials began (BENCHMARKS.md, 2026-11-27 (fourth)). Raises WorkerLost
+        where the GPU worker hangs or dies."""
+        self._peaks = None
+        self.gpu_workers[0].submit(("peaks",), ("peaks", None), timeout_s, "measuring peaks")
+        drive(self._workers(), self._assign, self._deliver, self._pending,
+              until=lambda: self._peaks is not None)
+        answer, lost = self._peaks
+        if lost is not None:
+            raise lost
+        return answer
 
     @property
     def on_gpu(self) -> list[WorkerProcess]:
@@ -339,7 +357,9 @@ class Scheduler:
                 raise WorkerStartError(f"{worker.name} could not start: {lost}")
             return
         kind, payload = task
-        if kind == "compile":
+        if kind == "peaks":
+            self._peaks = (answer, lost)
+        elif kind == "compile":
             self._compiled(*payload, answer, lost)
         elif kind == "prepare":
             if lost is None and answer.get("compile_s") is not None:
