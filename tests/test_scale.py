@@ -151,20 +151,23 @@ def _peaks_once_cached(conn, cache, count: int) -> None:
 
 def test_the_pool_compiles_while_the_gpu_worker_measures_the_ceilings(tmp_path, monkeypatch):
     """The first batch's compiles go on while the GPU worker measures the device's ceilings
-    (Scheduler.measure_peaks): the stand-in ends its measurement only once the pool has built the
-    binaries, and they come within it. (A request waited for outside the scheduler's loop gave compile
-    workers still starting no config until it ended: here the stand-in's 30 s, with no binary.)"""
-    cache = tmp_path / "cache"
+    (Scheduler.measure_peaks): the pool's fork server is held in its import until the GPU worker is ready
+    (as when the command's validation ends late), the stand-in ends its measurement only once the pool
+    has built the binaries, and they come within it. (A request waited for outside the scheduler's loop
+    gave the pool no config until it ended: here the stand-in's 30 s, with no binary.)"""
+    cache, go = tmp_path / "cache", tmp_path / "go"
     monkeypatch.setenv("TRITON_CACHE_DIR", str(cache))
-    configs = [{"BLOCK_M": m, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 8, "num_warps": 4, "num_stages": 2}
-               for m in (32, 64)]
-    trials = [Trial("matmul", "triton", (256, 256, 256), "float16", config) for config in configs]
+    monkeypatch.setenv("SLOW_IMPORT_S", "0")
+    monkeypatch.setenv("SLOW_IMPORT_UNTIL", str(go))  # the fork server's import of the kernel waits for it
+    trials = [Trial("slow_import_softmax", "triton", (64, 256), "float16",
+                    {"BLOCK_SIZE": 256, "num_warps": warps, "num_stages": 1}) for warps in (4, 8)]
     measuring = WorkerProcess("GPU worker stand-in", _peaks_once_cached, (str(cache), len(trials)))
-    pool = compile_pool.compile_workers(2, "matmul", None)
+    pool = compile_pool.compile_workers(2, "external", "tests.slow_import_kernel:SPEC")
     scheduler = Scheduler([measuring], pool, trial_timeout_s=60, compile_timeout_s=60, target=H100_TARGET)
     try:
-        scheduler.start(ahead=trials)  # returns once the stand-in is ready: the fork server still imports
+        scheduler.start(ahead=trials)  # returns once the stand-in is ready
         assert not scheduler.server.ready
+        go.touch()
         peaks = scheduler.measure_peaks(120)
     finally:
         stop_all([measuring] + pool)
@@ -505,6 +508,7 @@ def test_inductors_patterns_are_built_under_the_gpu_lock_only_by_a_compile_that_
     import os
     import subprocess
     import sys
+    from pathlib import Path
 
     lock_file = tmp_path / "gpu0.lock"
     lock_file.touch()
@@ -512,7 +516,8 @@ def test_inductors_patterns_are_built_under_the_gpu_lock_only_by_a_compile_that_
 
     def compile_ahead() -> dict:
         done = subprocess.run([sys.executable, "-c", _COMPILE_AHEAD, str(lock_file)], env=environment,
-                              capture_output=True, text=True, timeout=600, cwd=os.getcwd())
+                              capture_output=True, text=True, timeout=600,
+                              cwd=Path(__file__).resolve().parents[1])  # where `tests` imports from
         assert done.returncode == 0, done.stderr[-3000:]
         return json.loads(done.stdout.strip().splitlines()[-1])
 
