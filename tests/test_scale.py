@@ -123,12 +123,18 @@ def _cached_archs(cache) -> list[int]:
     return archs
 
 
+def _binaries(cache) -> int:
+    """How many kernel binaries a Triton cache holds."""
+    from pathlib import Path
+
+    return len(list(Path(cache).glob("*/*.cubin")))
+
+
 def _ready_once_cached(conn, cache, count: int) -> None:
     """Stands in for a GPU worker whose start takes until the pool has built `count` binaries."""
     import time
-    from pathlib import Path
 
-    while len(list(Path(cache).glob("*/*.cubin"))) < count:
+    while _binaries(cache) < count:
         time.sleep(0.1)
     conn.send(("ready", {"gpu_name": "none"}))
     conn.recv()
@@ -138,14 +144,13 @@ def _peaks_once_cached(conn, cache, count: int) -> None:
     """Stands in for a GPU worker, ready at once, whose measurement of the ceilings ends once the pool has
     built `count` binaries (or after 30 s); it answers how many there were."""
     import time
-    from pathlib import Path
 
     conn.send(("ready", {"gpu_name": "none"}))
     conn.recv()  # the peaks request
     deadline = time.monotonic() + 30
-    while len(list(Path(cache).glob("*/*.cubin"))) < count and time.monotonic() < deadline:
+    while _binaries(cache) < count and time.monotonic() < deadline:
         time.sleep(0.1)
-    conn.send(("peaks", {"binaries": len(list(Path(cache).glob("*/*.cubin")))}))
+    conn.send(("peaks", {"binaries": _binaries(cache)}))
     conn.recv()
 
 
