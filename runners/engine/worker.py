@@ -37,7 +37,8 @@ class GpuLock:
     no file, no lock (a GPU with one worker). The kernel releases it if the holder dies. Taken again
     inside itself (inductor's patterns, built under it when a compile needs them: patterns_under_lock),
     it stays held until the outermost exit: a second flock on the same file would not wait, and its
-    unlock would let go of the first."""
+    unlock would let go of the first. The depth is the process's, not a thread's: two threads of one
+    worker never hold it at once (the trial worker's start thread is waited for before its first request)."""
 
     def __init__(self, path: Optional[str]):
         self.fd = os.open(path, os.O_RDWR) if path else None
