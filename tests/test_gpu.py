@@ -11,7 +11,9 @@ import triton
 from kernels import softmax
 from runners.engine.startup import IMPORTERS
 from runners.measure.check import compare
-from runners.measure.timing import FLUSH_KERNEL_NAME
+from runners.measure.device import cuda_timer
+from runners.measure.stop_rule import StopRule
+from runners.measure.timing import FLUSH_KERNEL_NAME, MAX_CALLS_PER_HOLD
 from tests.conftest import run_sweep, sweep_rows
 
 pytestmark = pytest.mark.gpu
@@ -196,3 +198,16 @@ assert check.compare_outputs(check.as_tuple(out), references) is None
     added = files_after(first_call_and_check) - built
     assert [path for path in added if path.suffix in (".so", ".cubin")
             and not path.name.startswith("cuda_utils")] == [], sorted(added)
+
+
+def test_a_batch_past_one_hold_gives_every_call_its_own_kernel_alone():
+    # Behind each MAX_CALLS_PER_HOLD calls the GPU is held again; that spin is no call's work (its
+    # milliseconds once landed in the sample before it: 2-7 ms samples among 2 us ones).
+    timer = cuda_timer(0, StopRule(), warmup_s=0.0)
+    assert timer.kernel_clock.available and timer.kernel_clock.hold_name, timer.kernel_clock.reason
+    x = torch.randn(1 << 16, device="cuda")
+    calls = 2 * MAX_CALLS_PER_HOLD + 3
+    samples, events, activities = [[]], [[]], [[]]
+    timer._sample_batch([lambda: x.add_(1.0)], calls, 50e-6, samples, events, activities)
+    assert activities == [[1] * calls]
+    assert len(samples[0]) == calls and min(samples[0]) > 0

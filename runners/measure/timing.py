@@ -251,15 +251,17 @@ def busy_ns(intervals: Sequence[tuple[int, int]]) -> int:
     return total
 
 
-def calls_from_records(records: Sequence[GpuRecord], calls: int,
-                       flush_name: str = FLUSH_KERNEL_NAME) -> list[tuple[float, int]]:
+def calls_from_records(records: Sequence[GpuRecord], calls: int, flush_name: str = FLUSH_KERNEL_NAME,
+                       hold_name: Optional[str] = None) -> list[tuple[float, int]]:
     """(GPU seconds, activities) of each enqueued call, in enqueue order, from the records of a batch.
 
     Every call was enqueued right after a flush, so the activities that start between one flush and
-    the next (or the end) are that call's; anything before the first flush (the spin kernel that
-    holds the GPU) belongs to no call. Raises RecordMismatch unless there is exactly one flush a call.
+    the next (or the end) are that call's; anything before the first flush belongs to no call, nor do
+    the kernels named `hold_name` (the spin that holds the GPU while the host enqueues: a batch of more
+    than MAX_CALLS_PER_HOLD calls has one between two calls, which would otherwise add milliseconds to
+    the call before it). Raises RecordMismatch unless there is exactly one flush a call.
     """
-    ordered = sorted(records, key=lambda r: r.start_ns)
+    ordered = sorted((r for r in records if r.name != hold_name), key=lambda r: r.start_ns)
     flushes = [i for i, r in enumerate(ordered) if r.name == flush_name]
     if len(flushes) != calls:
         raise RecordMismatch(f"expected {calls} flush records in the CUPTI trace, found {len(flushes)}")
@@ -275,19 +277,27 @@ class KernelClock:
     """Records the GPU activities of a stretch of host code through torch.profiler (kineto/CUPTI).
 
     `available` is False where the profiler cannot record (another profiler, such as ncu or nsys,
-    holds CUPTI, or torch was built without it): probed once with a flush, and `reason` says why.
+    holds CUPTI, or torch was built without it): probed once with a hold and a flush, and `reason` says
+    why. `hold_name`: the name the hold kernel (torch.cuda._sleep) is recorded under, so that the
+    samples leave it out (calls_from_records).
     """
 
     def __init__(self, torch, flush: L2Flush):
         self._torch = torch
-        self.available, self.reason = True, None
+        self.available, self.reason, self.hold_name = True, None, None
         try:
-            records = self.record(flush)
+            records = self.record(lambda: (torch.cuda._sleep(1000), flush()))
         except Exception as error:  # kineto raises RuntimeError and others; the reason is kept and shown
             self.available, self.reason = False, f"{type(error).__name__}: {error}"
             return
+        others = {r.name for r in records} - {FLUSH_KERNEL_NAME}
         if not any(r.name == FLUSH_KERNEL_NAME for r in records):
-            self.available, self.reason = False, "the profiler returned no kernel records"
+            self.available, self.reason = False, "the profiler returned no record of the flush kernel"
+        elif len(others) != 1:
+            self.available, self.reason = False, (f"the profiler recorded {sorted(others) or 'nothing'} "
+                                                  "beside the flush where one hold kernel ran")
+        else:
+            (self.hold_name,) = others
 
     def record(self, work: Callable[[], object]) -> list[GpuRecord]:
         """Run `work` (which enqueues GPU work), wait for the GPU, return the activities recorded."""
@@ -312,10 +322,6 @@ class KernelClock:
 class CudaTimer:
     """GPU timing with a clean L2 flush before every sample: CUPTI kernel time of record, CUDA-event
     time beside it (the event time alone where CUPTI cannot be used)."""
-
-    # First guess of the host's cost to enqueue one sample (flush, two events, a Triton launch);
-    # later batches use the cost measured behind the previous batch's first hold.
-    HOST_SECONDS_PER_SAMPLE = 200e-6
 
     def __init__(self, device, rule: StopRule, warmup_s: float, read_sm_clock: Callable[[], Optional[int]],
                  max_clock_mhz: Optional[int] = None, probe_clock: bool = True):
@@ -373,7 +379,7 @@ class CudaTimer:
         samples: list[list[float]] = [[] for _ in fns]
         event_samples: list[list[float]] = [[] for _ in fns]
         activities: list[list[int]] = [[] for _ in fns]
-        host_seconds_per_call = self.HOST_SECONDS_PER_SAMPLE
+        host_seconds_per_call = self._enqueue_seconds(fns)
         clock_start = self.read_sm_clock()
         sampling_began = time.perf_counter()
         while True:
@@ -389,11 +395,30 @@ class CudaTimer:
                                     measure_s, clock_start, clock_end)
                         for s, e, a, reason in zip(samples, event_samples, activities, reasons)]
 
+    def _enqueue_seconds(self, fns) -> float:
+        """The host's time to enqueue one sample of the slowest of `fns` (a flush, an event pair and
+        the call), from one such call of each after the warm-up, the GPU idle: what the first hold of
+        a measurement is sized by; its batches then measure it again. (A fixed first guess of 200 us a
+        call held an H200 2.5 ms before the 10 samples of a 2 us softmax's screening: 6.2 ms a screening,
+        4.8 ms with the hold sized so; BENCHMARKS.md, 2026-11-27 (sixth).)"""
+        torch = self._torch
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        slowest = 0.0
+        for fn in fns:
+            began = time.perf_counter()
+            self.flush()
+            start.record()
+            fn()
+            end.record()
+            slowest = max(slowest, time.perf_counter() - began)
+        torch.cuda.synchronize()  # a batch's records then hold its own calls alone
+        return slowest
+
     def _sample_batch(self, fns, rounds: int, host_seconds_per_call: float, samples, event_samples,
                       activities) -> float:
         """Take `rounds` rounds of samples, appending to the lists; returns the host's enqueue time
-        per call, measured on the batch's first hold (the launch queue is empty there, so the host
-        never waits on the GPU inside that measurement)."""
+        per call, measured behind the batch's first hold (the launch queue is empty there, so the host
+        never waits on the GPU inside that measurement), which sizes the batch's later holds."""
         torch = self._torch
         first_round = len(samples[0])
         order = [index for r in range(rounds) for index in _rotated(len(fns), first_round + r)]
@@ -408,7 +433,7 @@ class CudaTimer:
                 # sample) falls behind a short kernel, the GPU drains its queue, and a start event
                 # fires before its kernel has arrived: seen on an H200 as 20-90% noise on 20 us
                 # softmax event times.
-                torch.cuda._sleep(int(1.25 * host_seconds_per_call * len(chunk) * self.clock_hz))
+                torch.cuda._sleep(int(1.25 * measured_per_call * len(chunk) * self.clock_hz))
                 enqueue_began = time.perf_counter()
                 for position in chunk:
                     start, end = events[position]
@@ -420,7 +445,8 @@ class CudaTimer:
                     measured_per_call = (time.perf_counter() - enqueue_began) / len(chunk)
 
         if self.method == METHOD_CUPTI:
-            calls = calls_from_records(self.kernel_clock.record(enqueue), len(order))
+            calls = calls_from_records(self.kernel_clock.record(enqueue), len(order),
+                                       hold_name=self.kernel_clock.hold_name)
         else:
             enqueue()
             torch.cuda.synchronize()
