@@ -5,6 +5,8 @@ this process, with the real wandb: an unwritable logger.dir and online runs that
 one warning line, trial runs and summary together."""
 
 import os
+import subprocess
+import sys
 
 import pandas as pd
 import pytest
@@ -102,6 +104,27 @@ def fresh_logger_state(monkeypatch):
     """What this process remembers of W&B problems and warnings, emptied for the test."""
     monkeypatch.setattr(wandb_logger, "_problems", {})
     monkeypatch.setattr(wandb_logger, "_warned", set())
+
+
+def test_the_import_check_tries_again_where_its_interpreter_did_not_start(monkeypatch):
+    # The spawn of `python -c "import wandb"` failing (a vfork beside the sweep's forks: EFAULT) says
+    # nothing of wandb: tried again, and the import's own failure is what is reported.
+    monkeypatch.delitem(sys.modules, "wandb", raising=False)
+    failures = {"left": 1}
+    spawns = []
+
+    def run(args, **kwargs):
+        spawns.append(args)
+        if failures["left"]:
+            failures["left"] -= 1
+            raise OSError(14, "Bad address")
+        return subprocess.CompletedProcess(args, 1, "", "Traceback ...\nImportError: no wandb here\n")
+
+    monkeypatch.setattr(wandb_logger.subprocess, "run", run)
+    assert wandb_logger._import_problem() == "ImportError: no wandb here" and len(spawns) == 2
+    spawns.clear()
+    failures["left"] = wandb_logger.SPAWN_ATTEMPTS  # it never starts: nothing is known against wandb
+    assert wandb_logger._import_problem() is None and len(spawns) == wandb_logger.SPAWN_ATTEMPTS
 
 
 def _log_a_sweep(conf: dict) -> None:

@@ -98,6 +98,9 @@ def wandb_problem(conf: dict) -> Optional[str]:
     return _problems[key]
 
 
+SPAWN_ATTEMPTS = 3  # tries to start the interpreter that imports wandb (_import_problem)
+
+
 def _import_problem() -> Optional[str]:
     """Why wandb fails to import ('Type: message'), tried in an interpreter of its own unless this one
     has it: the sweep's process writes no run (its logging processes and its finishing process do),
@@ -105,7 +108,18 @@ def _import_problem() -> Optional[str]:
     imports. A broken install fails anywhere in wandb's imports, not only with an ImportError."""
     if "wandb" in sys.modules:
         return None
-    tried = subprocess.run([sys.executable, "-c", "import wandb"], capture_output=True, text=True)
+    for attempt in range(SPAWN_ATTEMPTS):
+        try:
+            tried = subprocess.run([sys.executable, "-c", "import wandb"], capture_output=True, text=True)
+            break
+        except OSError:
+            # The interpreter did not start, which says nothing of wandb: this check runs on a thread
+            # while the sweep forks its workers, and subprocess's vfork then failed now and then with
+            # "[Errno 14] Bad address" (once in a CI run, once in ~30 sweeps on a loaded 2-core host).
+            # Again; after the last try nothing is known against wandb, and the logging processes find
+            # out for themselves.
+            if attempt == SPAWN_ATTEMPTS - 1:
+                return None
     if tried.returncode == 0:
         return None
     said = [line.strip() for line in tried.stderr.splitlines() if line.strip()]
