@@ -402,17 +402,22 @@ class CudaTimer:
         call held an H200 2.5 ms before the 10 samples of a 2 us softmax's screening: 6.2 ms a screening,
         4.8 ms with the hold sized so; BENCHMARKS.md, 2026-11-27 (sixth).)"""
         torch = self._torch
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        pair = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
         slowest = 0.0
         for fn in fns:
             began = time.perf_counter()
-            self.flush()
-            start.record()
-            fn()
-            end.record()
+            self._enqueue_sample(fn, pair)
             slowest = max(slowest, time.perf_counter() - began)
         torch.cuda.synchronize()  # a batch's records then hold its own calls alone
         return slowest
+
+    def _enqueue_sample(self, fn, pair) -> None:
+        """One sample: the flush, then fn between the CUDA-event pair."""
+        start, end = pair
+        self.flush()  # outside the window: the inputs leave the L2, no dirty line stays
+        start.record()
+        fn()
+        end.record()
 
     def _sample_batch(self, fns, rounds: int, host_seconds_per_call: float, samples, event_samples,
                       activities) -> float:
@@ -436,11 +441,7 @@ class CudaTimer:
                 torch.cuda._sleep(int(1.25 * measured_per_call * len(chunk) * self.clock_hz))
                 enqueue_began = time.perf_counter()
                 for position in chunk:
-                    start, end = events[position]
-                    self.flush()  # outside the window: the inputs leave the L2, no dirty line stays
-                    start.record()
-                    fns[order[position]]()
-                    end.record()
+                    self._enqueue_sample(fns[order[position]], events[position])
                 if first == 0:
                     measured_per_call = (time.perf_counter() - enqueue_began) / len(chunk)
 
