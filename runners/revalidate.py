@@ -25,6 +25,9 @@ working. On the current environment (this GPU, the running Triton):
 Exit status: 0 when every shape is SAME or FAST; 1 when a shape was SLOW beyond the tolerance or broke
 (whether or not it was re-tuned: the shipped file is out of date); 2 on bad input. The GPU time of each
 sweep is printed. The sweeps' rows go to --store like any sweep's (sweep ids revalidate-<kernel>-<time>).
+The command starts as a sweep does: run by a resident where one serves it, else its workers forked from a
+home server that imports torch and Triton while this process reads the export (runners/engine/resident.py:
+start_command), and it leaves a resident for the next command.
 """
 from __future__ import annotations
 
@@ -36,6 +39,11 @@ import sys
 import time
 from pathlib import Path
 from typing import Optional
+
+if __name__ == "__main__":  # before the heavy imports: a resident may run this command (and exit here)
+    from runners.engine.resident import start_command
+
+    start_command("runners.revalidate")
 
 import pandas as pd
 
@@ -295,4 +303,6 @@ def _write(args, data: dict, kernel: str, rows: pd.DataFrame, tolerance: float) 
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from runners.engine.resident import end_command
+
+    end_command(main())

@@ -28,19 +28,9 @@ from pathlib import Path
 from typing import Optional
 
 if __name__ == "__main__":  # before Hydra's import: a resident may run this command (and exit here)
-    from runners.engine.bytecode import keep_bytecode, precompile_in_background
-    from runners.engine.process import start_home_server
-    from runners.engine.resident import run_in_resident
+    from runners.engine.resident import start_command
 
-    _bytecode = keep_bytecode()  # first: the resident's key reads the environment it sets
-    run_in_resident("runners.sweep")
-    if _bytecode is not None:
-        precompile_in_background(_bytecode)
-    # Run here, not by a resident: the workers are forked from a home server that imports torch and
-    # Triton while Hydra composes the config, as a resident's command's are. Not for the interpreter:
-    # Triton reads TRITON_INTERPRET at its import.
-    if "TRITON_INTERPRET" not in os.environ:
-        start_home_server(("torch", "triton"))
+    start_command("runners.sweep")
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -175,21 +165,10 @@ def main(cfg: DictConfig) -> Optional[dict]:
     return None
 
 
-def exit_now() -> None:
-    """End the process without its modules' teardown (runners/engine/process.py: exit_without_teardown),
-    which does nothing for a sweep that has returned: its store and files are closed, its workers
-    stopped, the plots' and summary run's process lives on its own. First it leaves a resident for the
-    next command (runners/engine/resident.py), unless one runs."""
-    from runners.engine.process import exit_without_teardown
-    from runners.engine.resident import leave_resident
-
-    leave_resident()
-    exit_without_teardown(0)
-
-
 if __name__ == "__main__":
+    from runners.engine.resident import end_command
     from runners.engine.schema import register_configs
 
     register_configs()
     main()  # an error or a failed multirun leaves through SystemExit, with its status, never reaching this
-    exit_now()
+    end_command(0)

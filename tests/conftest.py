@@ -1,12 +1,17 @@
 """CPU tests run kernels through the Triton interpreter; GPU tests are marked `gpu` and skipped
 without CUDA."""
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 import pytest
 import torch
+
+from runners.engine import resident
 
 HAS_CUDA = torch.cuda.is_available()
 # The sweeps tests run neither leave a resident behind nor use one (runners/engine/resident.py), unless a
@@ -61,3 +66,27 @@ def sweep_rows(tmp_path: Path, sweep_id: str):
         return store.load(sweep_id=sweep_id)
     finally:
         store.close()
+
+
+@pytest.fixture
+def residents(monkeypatch):
+    """Residents allowed for this test (runners/engine/resident.py), in a folder of its own (short: a
+    Unix socket's path holds 107 bytes at most); stopped at its end."""
+    runtime = tempfile.mkdtemp(prefix="resident-", dir="/tmp")
+    monkeypatch.setenv("XDG_RUNTIME_DIR", runtime)
+    monkeypatch.setenv(resident.IDLE_VARIABLE, "120")
+    where = resident.folder()
+    yield where
+    subprocess.run([sys.executable, "-m", "runners.engine.resident", "stop"], cwd=REPO, env=dict(os.environ))
+    deadline = time.monotonic() + 30
+    while list(where.glob("*.sock")) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    shutil.rmtree(runtime, ignore_errors=True)
+
+
+def wait_for_resident(folder, timeout_s: float = 120) -> None:
+    """Until the resident a command left in `folder` (the residents fixture's) has imported and listens."""
+    deadline = time.monotonic() + timeout_s
+    while resident.starting() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert len(list(folder.glob("*.sock"))) == 1, list(folder.iterdir())

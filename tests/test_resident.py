@@ -7,46 +7,22 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 
 import pytest
 import torch
 
 from runners.engine import resident
-from tests.conftest import REPO, run_sweep, sweep_rows
+from tests.conftest import REPO, run_sweep, sweep_rows, wait_for_resident
 
 SHAPES = ["kernel=softmax", "kernel.shapes=[[64,1000],[33,517]]", "kernel.dtypes=[float32]",
           "kernel.space.BLOCK_SIZE=[1024]", "kernel.space.num_warps=[1,4]", "kernel.baselines=[torch]"]
 
 
-@pytest.fixture
-def residents(monkeypatch):
-    """Residents allowed for this test, in a folder of its own (short: a Unix socket's path holds 107
-    bytes at most); stopped at its end."""
-    runtime = tempfile.mkdtemp(prefix="resident-", dir="/tmp")
-    monkeypatch.setenv("XDG_RUNTIME_DIR", runtime)
-    monkeypatch.setenv(resident.IDLE_VARIABLE, "120")
-    where = resident.folder()
-    yield where
-    subprocess.run([sys.executable, "-m", "runners.engine.resident", "stop"], cwd=REPO, env=dict(os.environ))
-    deadline = time.monotonic() + 30
-    while list(where.glob("*.sock")) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    shutil.rmtree(runtime, ignore_errors=True)
-
-
-def _wait_until_ready(folder, timeout_s: float = 120) -> None:
-    deadline = time.monotonic() + timeout_s
-    while resident.starting() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert len(list(folder.glob("*.sock"))) == 1, list(folder.iterdir())
-
-
 def test_a_command_leaves_a_resident_and_the_next_is_run_by_it(tmp_path, residents):
     first = run_sweep(tmp_path, *SHAPES, "sweep_id=first")
     assert "a resident (pid" in first.stderr and "run by the resident" not in first.stderr
-    _wait_until_ready(residents)
+    wait_for_resident(residents)
     second = run_sweep(tmp_path, *SHAPES, "sweep_id=second")
     assert "run by the resident" in second.stderr and "a resident (pid" not in second.stderr
     assert "run by the resident" not in second.stdout  # stdout is the command's own (Hydra's --cfg)
@@ -74,7 +50,7 @@ def test_one_resident_a_key_and_starting_from_the_first_moment(residents):
                             env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120)
     assert result.stderr.count("a resident (pid") == 1, result.stderr
     assert "starting at once: 1" in result.stdout
-    _wait_until_ready(residents)
+    wait_for_resident(residents)
 
 
 def test_a_resident_is_keyed_by_the_environment_read_at_import(tmp_path, residents):
@@ -91,7 +67,7 @@ def test_ctrl_c_reaches_the_command_the_resident_runs(tmp_path, residents):
     """Ctrl-C ends the command as it ends Python; `stop` while a command runs removes the socket at once
     (the next command runs on its own) and the resident exits once that command has ended."""
     run_sweep(tmp_path, *SHAPES, "sweep_id=first")
-    _wait_until_ready(residents)
+    wait_for_resident(residents)
     # many slow trials: the interpreter runs each for 50 ms or more
     slow = run_sweep(tmp_path, "kernel=softmax", "kernel.shapes=[[64,1000],[64,2000],[64,3000],[64,4000]]",
                      "kernel.dtypes=[float32,float16]", "sweep_id=stopped", background=True)
@@ -118,7 +94,7 @@ def test_ctrl_c_reaches_the_command_the_resident_runs(tmp_path, residents):
 
 def test_stop_ends_the_resident(tmp_path, residents):
     run_sweep(tmp_path, *SHAPES, "sweep_id=first")
-    _wait_until_ready(residents)
+    wait_for_resident(residents)
     stop = subprocess.run([sys.executable, "-m", "runners.engine.resident", "stop"], cwd=REPO,
                           capture_output=True, text=True, env=dict(os.environ))
     assert "asked to stop" in stop.stdout
@@ -197,6 +173,27 @@ def test_a_home_server_ends_with_its_command():
     assert not _pid_alive(home)
 
 
+START_SCRIPT = """
+from runners.engine import process, resident
+resident.start_command("runners.sweep")
+print("home server:", process._home is not None)
+"""
+
+
+@pytest.mark.parametrize("served, home", [(False, True), (True, False)])
+def test_a_command_the_resident_runs_starts_no_home_server_of_its_own(served, home):
+    """Run here, a command forks a home server as it starts; run by the resident, it has the one the
+    resident's child forked for it (_run_command), and starts no second one."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), resident.IDLE_VARIABLE: "0"}
+    env.pop("TRITON_INTERPRET", None)
+    if served:
+        env[resident.CHILD_VARIABLE] = "1"
+    result = subprocess.run([sys.executable, "-c", START_SCRIPT], cwd=REPO, capture_output=True, text=True,
+                            env=env, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert f"home server: {home}" in result.stdout.splitlines(), result.stdout
+
+
 def test_only_the_checkouts_own_modules_are_imported_again():
     import omegaconf
 
@@ -214,7 +211,7 @@ def test_a_gpu_sweep_run_by_the_resident(tmp_path, residents):
                  "kernel.space.BLOCK_SIZE=[1024,2048]", "kernel.space.num_warps=[4,8]",
                  "kernel.baselines=[torch,compile]", "finalists.top_k=2"]
     run_sweep(tmp_path, *overrides, "sweep_id=spawned", backend="cuda")
-    _wait_until_ready(residents)
+    wait_for_resident(residents)
     served = run_sweep(tmp_path, *overrides, "sweep_id=forked", "force=true", backend="cuda")
     assert "run by the resident" in served.stderr
     spawned, forked = sweep_rows(tmp_path, "spawned"), sweep_rows(tmp_path, "forked")

@@ -6,13 +6,14 @@ Triton again in each trial worker, dynamo and inductor in the worker of the torc
 the W&B trial runs. After a command ends, it leaves a resident behind
 (unless SWEEP_RESIDENT_S=0): a process that imports all of that once, never touches CUDA, and waits
 SWEEP_RESIDENT_S seconds (default 900) for the next command. The next `python -m runners.sweep ...`
-with the same Python, import path, environment and installed versions connects to it over a Unix
-socket and is run in a child the resident forks: the child takes the command's arguments, working
-directory, environment and terminal (its file descriptors 0-2, passed over the socket), imports the
-project's own modules afresh from disk (an edit to kernels/ or runners/ is seen), and forks its workers
-from a home server of its own (runners/engine/process.py: start_home_server) instead of spawning fresh
-interpreters. The client forwards Ctrl-C and exits with the command's status; a command the resident
-cannot serve runs as before, in the client's own process.
+(or `runners.revalidate ...`: start_command, end_command) with the same Python, import path,
+environment and installed versions connects to it over a Unix socket and is run in a child the resident
+forks: the child takes the command's arguments, working directory, environment and terminal (its file
+descriptors 0-2, passed over the socket), imports the project's own modules afresh from disk (an edit to
+kernels/ or runners/ is seen), and forks its workers from a home server of its own
+(runners/engine/process.py: start_home_server) instead of spawning fresh interpreters. The client
+forwards Ctrl-C and exits with the command's status; a command the resident cannot serve runs as
+before, in the client's own process.
 
 What keys a resident (RESIDENT_ENV_PREFIXES, PRELOAD's installed files, the import path, the
 interpreter's flags): anything that changes what an import would do. A resident that imported Triton
@@ -111,6 +112,37 @@ def key(environ, path: list[str]) -> str:
 
 
 # --- the client: a command that a resident may run ---------------------------------------------------
+
+def start_command(module: str) -> None:
+    """The first step of a command that starts workers (`python -m runners.sweep`, `runners.revalidate`),
+    before its heavy imports: bytecode where Python writes none (runners/engine/bytecode.py), then the
+    command run by a resident where one serves it (this process exits there with its status), else
+    here, its workers forked from a home server that imports torch and Triton while this process goes on
+    (runners/engine/process.py: start_home_server). Not for the interpreter: Triton reads TRITON_INTERPRET
+    at its import. A command the resident runs has its home server already (_run_command)."""
+    from runners.engine.bytecode import keep_bytecode, precompile_in_background
+    from runners.engine.process import start_home_server
+
+    bytecode = keep_bytecode()  # first: the resident's key reads the environment it sets
+    run_in_resident(module)
+    if os.environ.get(CHILD_VARIABLE):
+        return
+    if bytecode is not None:
+        precompile_in_background(bytecode)
+    if "TRITON_INTERPRET" not in os.environ:
+        start_home_server(("torch", "triton"))
+
+
+def end_command(code: int) -> None:
+    """The last step of such a command, once it has returned: its store and files are closed, its
+    workers stopped (what a background process writes lives on its own). Leaves a resident for the next
+    command unless one runs (leave_resident), and exits with `code` without the modules' teardown
+    (runners/engine/process.py: exit_without_teardown)."""
+    from runners.engine.process import exit_without_teardown
+
+    leave_resident()
+    exit_without_teardown(code)
+
 
 # The command's environment, import path and directory as it started: the resident it leaves behind
 # starts from them (the first two are its key).
