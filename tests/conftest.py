@@ -68,6 +68,16 @@ def sweep_rows(tmp_path: Path, sweep_id: str):
         store.close()
 
 
+def modules_after(code: str, package: str) -> list[str]:
+    """The modules of `package` (a top-level name or a dotted one) that a fresh interpreter has imported
+    after running `code` in this checkout."""
+    prefix = package + "."
+    listing = f"; import sys; print(*sorted(m for m in sys.modules if (m + '.').startswith({prefix!r})))"
+    result = subprocess.run([sys.executable, "-c", code + listing], capture_output=True, text=True,
+                            check=True, cwd=REPO)
+    return result.stdout.split()
+
+
 @pytest.fixture
 def residents(monkeypatch):
     """Residents allowed for this test (runners/engine/resident.py), in a folder of its own (short: a

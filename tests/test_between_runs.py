@@ -11,6 +11,7 @@ from scipy import stats
 
 from runners.benchmarks import bench_between_runs as bench
 from runners.results import between_runs
+from tests.conftest import modules_after
 
 COMPARISONS = 500
 
@@ -133,6 +134,24 @@ def test_exact_t_quantiles():
     # SciPy's stats.t.isf(0.0015, df): 6.435 (4), 4.199 (8), 3.376 (20); the normal's 2.968.
     for freedom, t in ((4, 6.435), (8, 4.199), (20, 3.376), (math.inf, 2.968)):
         assert between_runs.t_quantile(0.0015, freedom) == pytest.approx(t, rel=1e-3)
+
+
+def test_t_quantiles_are_scipy_stats_own():
+    """From scipy.special's inverses, as scipy.stats' t.isf and norm.isf give them: small tails (the
+    gate's Bonferroni shares), fractional freedoms (Welch-Satterthwaite's), one to many."""
+    for tail in (0.25, 0.025, 1.5e-3, 1e-6, 1e-12):
+        for freedom in (1, 2.5, 7.3, 40, 1e4, math.inf):
+            expected = stats.norm.isf(tail) if freedom == math.inf else stats.t.isf(tail, freedom)
+            quantile = between_runs.t_quantile(tail, freedom)
+            assert quantile == pytest.approx(expected, rel=1e-9), (tail, freedom)
+
+
+def test_a_verdicts_quantiles_import_no_scipy_stats():
+    """scipy.stats took 0.9-1.2 s to import on an H100 host (after a revalidate's sweep, before its
+    verdicts), scipy.special 0.3-0.45 s."""
+    code = ("from runners.results import between_runs; "
+            "between_runs.t_quantile(0.01, 5.5); between_runs.t_quantile(0.01, float('inf'))")
+    assert modules_after(code, "scipy.stats") == []
 
 
 def test_a_domain_of_one_shape_is_judged_by_its_shift_alone():

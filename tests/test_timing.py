@@ -1,10 +1,7 @@
 """The stopping rule, the statistics, CUPTI record parsing and the flush, on synthetic data (no GPU)."""
 import math
 import random
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,6 +16,7 @@ from runners.measure.timing import (FLUSH_BLOCK, FLUSH_KERNEL_NAME, FLUSH_MIN_BY
 from runners.engine.trial import Trial
 from runners.engine.worker import NoGpuWork, measured_fields, timers_disagree
 from runners.measure.timing import METHOD_CUPTI, Measurement
+from tests.conftest import modules_after
 
 RULE = StopRule(min_samples=20, min_time_s=0.01, rel_precision=0.005, max_time_s=1.0)
 
@@ -155,12 +153,9 @@ def test_computing_an_interval_imports_no_scipy():
     """The stop rule's interval is computed with numpy alone: a worker that never imported scipy computes
     it without importing any (scipy.special took 0.2-0.3 s in the torch.compile worker's start, scipy.stats
     0.75 s beside torch, inside a first trial's timer loop where they were not imported ahead)."""
-    code = ("import sys; import numpy; from runners.measure.stop_rule import median_interval, at_resolution; "
-            "median_interval(list(range(100))); at_resolution(list(range(5000)) * 2); "
-            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'scipy'))")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                            cwd=Path(__file__).resolve().parents[1])
-    assert result.stdout.split() == ["[]"]
+    code = ("import numpy; from runners.measure.stop_rule import median_interval, at_resolution; "
+            "median_interval(list(range(100))); at_resolution(list(range(5000)) * 2)")
+    assert modules_after(code, "scipy") == []
 
 
 def test_quantized_samples_are_not_a_median_known_to_zero():

@@ -54,7 +54,7 @@ CHILD_VARIABLE = "SWEEP_RESIDENT_CHILD"  # set in a command the resident runs: i
 # What every command imports (the command, its trial workers, its compile pool, the torch.compile
 # baselines' worker), third-party only: the project's own modules are imported afresh by each command.
 PRELOAD = ("torch", "triton", "torch._dynamo", "torch._inductor.compile_fx", "torch.profiler", "hydra",
-           "omegaconf", "pandas", "numpy", "tqdm", "scipy.stats", "wandb")
+           "omegaconf", "pandas", "numpy", "tqdm", "scipy.special", "wandb")
 # Environment variables read when those modules are imported, or by the interpreter itself.
 RESIDENT_ENV_PREFIXES = ("TRITON", "TORCH", "PYTORCH", "CUDA", "NVIDIA", "LD_", "PYTHON", "OMP_", "MKL_",
                          "OPENBLAS", "HYDRA", "VIRTUAL_ENV", "WANDB", "LANG", "LC_")

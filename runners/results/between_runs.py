@@ -188,9 +188,7 @@ def size_class(p50_us: float) -> str:
 
 def t_quantile(tail: float, freedom: float) -> float:
     """The upper `tail` quantile of Student's t (the normal's at infinite freedom)."""
-    from scipy import stats
-
-    return float(stats.norm.isf(tail) if not math.isfinite(freedom) else stats.t.isf(tail, freedom))
+    return _t_quantiles([tail], [freedom])[0]
 
 
 def satterthwaite(terms: Sequence[tuple[float, float]]) -> float:
@@ -432,13 +430,19 @@ def _rows(pairs: list[Pair], noise: list, others: dict, spreads: dict, rule: Rul
 
 
 def _t_quantiles(tails: list[float], freedoms: list[float]) -> list[float]:
-    from scipy import stats
+    """t_quantile of each (tail, freedom), from scipy.special's inverse distribution functions (those
+    scipy.stats' t.isf and norm.isf call): on an H100 host, beside torch and pandas, scipy.stats took
+    0.9-1.2 s to import, after a revalidate's sweep and before its verdicts, scipy.special 0.3-0.45 s
+    (BENCHMARKS.md, 2026-11-27 (seventh))."""
+    from scipy import special
 
     if not tails:
         return []
-    tails, freedoms = np.asarray(tails), np.asarray(freedoms, dtype=np.float64)
+    tails, freedoms = np.asarray(tails, dtype=np.float64), np.asarray(freedoms, dtype=np.float64)
     finite = np.isfinite(freedoms)
-    return list(np.where(finite, stats.t.isf(tails, np.where(finite, freedoms, 1.0)), stats.norm.isf(tails)))
+    # The upper tail by symmetry (-quantile of the lower), which keeps a small tail's precision.
+    return [float(q) for q in np.where(finite, -special.stdtrit(np.where(finite, freedoms, 1.0), tails),
+                                       -special.ndtri(tails))]
 
 
 @dataclass(frozen=True)
