@@ -153,10 +153,12 @@ def test_a_new_output_is_a_module_and_a_config_node(tmp_path):
     assert not (tmp_path / "run2" / "results.parquet").exists() and "trials: " in result.stdout
 
 
-def test_the_time_spent_adds_up_the_rows_of_the_job(tmp_path):
+@pytest.mark.parametrize("workers", [1, 2])
+def test_the_time_spent_adds_up_the_rows_of_the_job(tmp_path, workers):
     """summary.json's time_spent (issue 33): the seconds the rows report, by phase (a group's finalists are
-    timed in one loop that each of its rows reports: counted once), and the limit of this host from them."""
-    result = run_sweep(tmp_path, *SMALL_ADD, "finalists.top_k=2")
+    timed in one loop that each of its rows reports: counted once), and the limit of this host from them;
+    on several trial workers the busy share and the measuring are of all their time."""
+    result = run_sweep(tmp_path, *SMALL_ADD, "finalists.top_k=2", f"gpu_workers={workers}")
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     spent, rows = summary["time_spent"], _trials(tmp_path / "results.sqlite")
     screen, final = rows[rows["phase"] == "screen"], rows[rows["phase"] == "final"]
@@ -166,8 +168,8 @@ def test_the_time_spent_adds_up_the_rows_of_the_job(tmp_path):
     assert len(final) > final["shape"].map(str).nunique() and spent["phases"]["final"]["measure_s"] == \
         pytest.approx(loops)
     phases = summary["phase_seconds"]
-    assert spent["phases"]["screen"]["busy_share"] == pytest.approx(
-        spent["phases"]["screen"]["measure_s"] / phases["trials"])
+    assert spent["gpus"] == workers and spent["phases"]["screen"]["busy_share"] == pytest.approx(
+        spent["phases"]["screen"]["measure_s"] / (phases["trials"] * workers))
     assert spent["limit"] == pytest.approx({"start_s": phases["start"], "compile_s": 0.0,
-                                            "measure_s": screen["measure_s"].sum() + loops})
+                                            "measure_s": (screen["measure_s"].sum() + loops) / workers})
     assert f"against {phases['start'] + phases['trials'] + phases['finalists']:.1f} s" in result.stdout

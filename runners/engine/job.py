@@ -301,31 +301,37 @@ class Job:
     def time_spent(self) -> dict:
         """Where the trials and finalists phases went, against the limit of this host: its start as it
         took, the pool's compile seconds over its processes, and the seconds in the timer's loops (the
-        GPU busy with kernels, flushes and holds). Printed; kept in summary.json."""
+        GPUs busy with kernels, flushes and holds) over the GPUs: a phase's GPU-busy share is of the
+        time of all its GPUs (on two H200s a share of the phase alone read 120%). Printed; kept in
+        summary.json."""
         spent = {phase: dict(values) for phase, values in self.spent.items()}
         if "final" in spent:
             spent["final"]["measure_s"] = sum(self.final_loops.values())
         processes = max(self.plan.compilers, 1) if self.plan else 1
+        gpus = len(self.scheduler.gpu_workers) if self.scheduler and self.scheduler.gpu_workers else 1
         for name, phase in (("trials", "screen"), ("finalists", "final")):
             if phase in spent and self.phases.get(name):
-                spent[phase]["busy_share"] = spent[phase]["measure_s"] / self.phases[name]
+                spent[phase]["busy_share"] = spent[phase]["measure_s"] / (self.phases[name] * gpus)
         measuring = sum(values["measure_s"] for values in spent.values())
         compiling = sum(values["compile_s"] for values in spent.values())
         limit = {"start_s": self.phases.get("start", 0.0), "compile_s": compiling / processes,
-                 "measure_s": measuring}
+                 "measure_s": measuring / gpus}
         took = sum(self.phases.get(name, 0.0) for name in ("start", "trials", "finalists"))
         screen = spent.get("screen")
         if screen:
-            busy = f" ({100 * screen['busy_share']:.0f}% of the phase)" if "busy_share" in screen else ""
+            unit = "GPUs" if self.cfg.backend == "cuda" else "interpreter workers"
+            on = f" on {gpus} {unit}" if gpus > 1 else ""
+            busy = f" ({100 * screen['busy_share']:.0f}% of the phase{on})" if "busy_share" in screen else ""
             final = spent.get("final", {})
             final_busy = (f"; finalists in the timer's loops {final['measure_s']:.1f} s "
                           f"({100 * final['busy_share']:.0f}%)" if "busy_share" in final else "")
+            over = f"{measuring:.1f}/{gpus}" if gpus > 1 else f"{measuring:.1f}"
             print(f"time spent: trials in the timer's loops {screen['measure_s']:.1f} s{busy}, first calls "
                   f"{screen['first_call_s']:.1f} s, compiling {compiling:.1f} s in {processes} process(es)"
                   f"{final_busy}; the limit on this host: start {limit['start_s']:.1f} + compiling "
-                  f"{limit['compile_s']:.1f} + measuring {measuring:.1f} = {sum(limit.values()):.1f} s, "
+                  f"{limit['compile_s']:.1f} + measuring {over} = {sum(limit.values()):.1f} s, "
                   f"against {took:.1f} s for start, trials and finalists")
-        return {"phases": spent, "limit": limit, "took_s": took}
+        return {"phases": spent, "limit": limit, "took_s": took, "gpus": gpus}
 
     def _report(self, summary: dict) -> dict:
         """The job's time by phase, the share W&B took, where the finish went; summary.json."""
