@@ -91,11 +91,11 @@ def test_torch_compile_baselines_run_in_a_worker_of_their_own(tmp_path):
     import glob
     import tempfile
 
-    locks_before = set(glob.glob(f"{tempfile.gettempdir()}/triton-sweep-gpu0-*.lock"))
+    locks_before = set(glob.glob(f"{tempfile.gettempdir()}/triton-sweep-gpu*-*.lock"))
     result = run_sweep(tmp_path, "kernel=softmax", "kernel.shapes=[[1823,781],[4096,1024]]",
                        "kernel.dtypes=[float16]", "kernel.space.BLOCK_SIZE=[1024,2048]",
                        "kernel.space.num_warps=[4,8]", "kernel.baselines=[torch,compile]",
-                       "finalists.top_k=2", "sweep_id=side_test", backend="cuda")
+                       "finalists.top_k=2", "sweep_id=side_test", "gpu_workers=1", backend="cuda")
     rows = sweep_rows(tmp_path, "side_test")
     assert (rows["status"] == "ok").all(), rows[["provider", "status", "message"]]
     compiled = rows[rows["provider"] == "compile"]
@@ -104,7 +104,29 @@ def test_torch_compile_baselines_run_in_a_worker_of_their_own(tmp_path):
     assert (screened["first_call_s"] > 0).all() and compiled["p50_us"].notna().all()
     assert "a worker for the torch.compile baselines" in result.stdout
     assert "the torch.compile baselines in a worker of their own" in result.stdout
-    assert set(glob.glob(f"{tempfile.gettempdir()}/triton-sweep-gpu0-*.lock")) == locks_before
+    assert set(glob.glob(f"{tempfile.gettempdir()}/triton-sweep-gpu*-*.lock")) == locks_before
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2 or (os.cpu_count() or 1) <= IMPORTERS,
+                    reason="two GPUs, and a core for the side worker")
+def test_on_two_gpus_each_has_a_worker_for_the_torch_compile_baselines(tmp_path):
+    """Two baselines that compile, two GPUs: a side worker on each, each sharing its GPU's lock with that
+    GPU's trial worker; every row ok, the lock files gone at the end."""
+    import glob
+    import tempfile
+
+    locks_before = set(glob.glob(f"{tempfile.gettempdir()}/triton-sweep-gpu*-*.lock"))
+    result = run_sweep(tmp_path, "kernel=softmax", "kernel.shapes=[[1823,781],[4096,1024]]",
+                       "kernel.dtypes=[float16]", "kernel.space.BLOCK_SIZE=[1024,2048]",
+                       "kernel.space.num_warps=[4,8]", "kernel.baselines=[torch,compile]", "gpu_workers=2",
+                       "finalists.top_k=2", "sweep_id=two_gpus", backend="cuda")
+    rows = sweep_rows(tmp_path, "two_gpus")
+    assert (rows["status"] == "ok").all(), rows[["provider", "status", "message"]]
+    compiled = rows[rows["provider"] == "compile"]
+    assert set(compiled["phase"]) == {"screen", "final"} and len(compiled) == 4
+    assert "a worker for the torch.compile baselines on each of 2 GPUs" in result.stdout
+    assert "the torch.compile baselines in workers of their own on 2 GPUs" in result.stdout
+    assert set(glob.glob(f"{tempfile.gettempdir()}/triton-sweep-gpu*-*.lock")) == locks_before
 
 
 def test_the_trial_worker_starts_the_gpu_while_the_kernel_module_imports(tmp_path, monkeypatch, capfd):

@@ -386,7 +386,7 @@ def test_torch_compile_baselines_go_to_the_side_worker(side_fails):
               [("triton", 1), ("triton", 4), ("torch", 0), ("compile", 0)]]
     gpu = WorkerProcess("trial worker", _named_stand_in, ("trial worker", False))
     side = WorkerProcess("side worker", _named_stand_in, ("side worker", side_fails))
-    scheduler = Scheduler([gpu], [], trial_timeout_s=60, compile_timeout_s=60, side=side,
+    scheduler = Scheduler([gpu], [], trial_timeout_s=60, compile_timeout_s=60, sides=[side],
                           compiles=lambda trial: trial.provider == "compile")
     ran, groups = {}, {}
     try:
@@ -411,7 +411,7 @@ def test_torch_compile_baselines_go_to_the_side_worker(side_fails):
     side_or_not = "trial worker" if side_fails else "side worker"
     assert groups == {((64,), "compile"): side_or_not, ((128,), "compile"): side_or_not,
                       ((64,), "torch"): "trial worker"}
-    assert (scheduler.side is None) == side_fails
+    assert (scheduler.sides == []) == side_fails
 
 
 def _hold_the_lock(path: str, times, rounds: int, together) -> None:
@@ -547,6 +547,10 @@ def _sleeping_stand_in(conn, name: str, seconds: float) -> None:
         if message[0] == "prepare":
             ahead[message[1].key] = span
             conn.send(("prepared", {"compile_s": seconds}))
+        elif message[0] == "finalists":  # what it compiled ahead among the group's trials
+            compiled_here = [trial.key for trial in message[1] if trial.key in ahead]
+            answer = {"status": "ok", "by": name, "span": span, "compiled_here": compiled_here}
+            conn.send(("finalists", [answer] * len(message[1])))
         else:
             conn.send(("result", {"status": "ok", "by": name, "span": span,
                                   "ahead": ahead.get(message[1].key)}))
@@ -563,7 +567,7 @@ def test_the_trial_worker_waits_its_turn_while_the_side_worker_holds_the_lock():
     trials += [Trial("k", "triton", (512,), "float16", {"num_warps": w}) for w in (1, 2, 4, 8, 16, 32)]
     gpu = WorkerProcess("trial worker", _sleeping_stand_in, ("trial worker", 0.05))
     side = WorkerProcess("side worker", _sleeping_stand_in, ("side worker", 0.15))
-    scheduler = Scheduler([gpu], [], trial_timeout_s=60, compile_timeout_s=60, side=side,
+    scheduler = Scheduler([gpu], [], trial_timeout_s=60, compile_timeout_s=60, sides=[side],
                           compiles=lambda trial: trial.provider == "compile")
     results = {"trial worker": [], "side worker": []}
     handed = []  # for each request handed to the trial worker: whether the side worker held the lock
@@ -599,16 +603,71 @@ def test_the_trial_worker_waits_its_turn_while_the_side_worker_holds_the_lock():
     assert sum(start <= began < end for began in trial_worker_began for start, end in ahead) >= 3
 
 
-def test_the_side_worker_is_kept_for_one_gpu_and_a_baseline_that_compiles():
-    from runners.engine.startup import keep_side
+def test_each_gpu_has_its_side_worker_and_the_turns_are_per_gpu():
+    """On two GPUs each has a side worker: the torch.compile baselines spread over both, each run by the
+    side worker that compiled it ahead, and a finalists group that holds one goes to that side worker
+    too (another would compile it again). A trial worker is handed no request while the side worker of
+    its GPU holds that GPU's lock; the other GPU's trial worker goes on."""
+    shapes = [(64 * i,) for i in range(1, 5)]
+    trials = [Trial("k", provider, shape, "float16", config) for shape in shapes for provider, config in
+              [("triton", {"num_warps": 4}), ("triton", {"num_warps": 8}), ("compile", {})]]
+    trials += [Trial("k", "triton", (512,), "float16", {"num_warps": w}) for w in (1, 2, 4, 8, 16, 32)]
+    gpus = [WorkerProcess(f"trial worker {i}", _sleeping_stand_in, (f"trial worker {i}", 0.05))
+            for i in (0, 1)]
+    sides = [WorkerProcess(f"side worker {i}", _sleeping_stand_in, (f"side worker {i}", seconds))
+             for i, seconds in ((0, 0.15), (1, 0.1))]
+    scheduler = Scheduler(gpus, [], trial_timeout_s=60, compile_timeout_s=60, sides=sides,
+                          compiles=lambda trial: trial.provider == "compile")
+    results = {worker.name: [] for worker in gpus + sides}
+    finalists = {}
+    handed = []  # for each request handed to a trial worker: whether each GPU's side worker held its lock
+    assign = scheduler._assign
 
-    compiled = Trial("k", "compile", (64,), "float16", {})
+    def watched(worker):
+        job = assign(worker)
+        if job is not None and worker in gpus:
+            handed.append((gpus.index(worker), [scheduler._busy(side) for side in sides]))
+        return job
+
+    scheduler._assign = watched
+    try:
+        scheduler.start(ahead=[])
+        for side in sides:
+            side.wait_ready()
+        scheduler.run(trials, lambda worker, trial, result: results[result["by"]].append(result))
+        groups = [[t for t in trials if t.shape == shape] for shape in shapes]
+        scheduler.run_finalists(groups, rule=None, tie_floor=0.005, on_result=lambda worker, group, answers:
+                                finalists.update({group[0].shape: answers[0]}))
+    finally:
+        stop_all(scheduler.on_gpu)
+    ran = {name: len(rows) for name, rows in results.items()}
+    sides_ran = [ran["side worker 0"], ran["side worker 1"]]
+    trial_workers_ran = [ran["trial worker 0"], ran["trial worker 1"]]
+    assert sum(sides_ran) == 4 and all(sides_ran) and sum(trial_workers_ran) == 14 and all(trial_workers_ran)
+    assert all(result["ahead"] is not None for side in sides for result in results[side.name])
+    # every group, finalists of GPU 0 or 1, ran on the side worker that compiled its baseline ahead
+    assert sorted(finalists) == sorted(shapes)
+    assert all(answer["by"].startswith("side worker") and len(answer["compiled_here"]) == 1
+               for answer in finalists.values()), finalists
+    assert all(not held[gpu] for gpu, held in handed)  # never while its own GPU's side worker held the lock
+    locked = {i: [r["span"] for r in results[f"side worker {i}"]] for i in (0, 1)}
+    began = {i: [r["span"][0] for r in results[f"trial worker {i}"]] for i in (0, 1)}
+    assert not any(start <= b < end for i in (0, 1) for b in began[i] for start, end in locked[i])
+    assert any(held[1 - gpu] for gpu, held in handed)  # ... while the other GPU's trial worker went on
+
+
+def test_a_gpu_gets_a_side_worker_for_each_baseline_that_compiles_up_to_the_gpus():
+    from runners.engine.startup import side_workers
+
+    compiled = [Trial("k", "compile", (64 * i,), "float16", {}) for i in (1, 2, 3)]
     eager = Trial("k", "torch", (64,), "float16", {})
     side = WorkerProcess("side worker", _sleeping_stand_in, ("side worker", 0.0))  # never started
     compiles = lambda trial: trial.provider == "compile"  # noqa: E731
-    assert keep_side(side, [eager, compiled], compiles, gpu_workers=1) is side
-    assert keep_side(side, [eager], compiles, gpu_workers=1) is None
-    assert keep_side(side, [eager, compiled], compiles, gpu_workers=2) is None
+    assert side_workers(side, [eager, compiled[0]], compiles, gpu_workers=1) == 1
+    assert side_workers(side, [eager, *compiled], compiles, gpu_workers=2) == 2
+    assert side_workers(side, [eager, compiled[0]], compiles, gpu_workers=8) == 1
+    assert side_workers(None, [eager, *compiled], compiles, gpu_workers=2) == 0  # none started: no core
+    assert side_workers(side, [eager], compiles, gpu_workers=2) == 0
 
 
 def test_a_side_worker_imports_inductor_and_waits_for_the_lock(tmp_path):

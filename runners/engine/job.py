@@ -90,7 +90,8 @@ class Job:
         self.reused_ids: list[int] = []
         # the first trial worker, the fork server and the side worker, until the scheduler takes them
         self.early: list = [None, None, None]
-        self.lock_file: Optional[str] = None  # GPU 0's lock (runners/engine/worker.py: GpuLock)
+        # the locks of the GPUs with a side worker, by index (runners/engine/worker.py: GpuLock)
+        self.lock_files: list[str] = []
         self.plan = self.store = self.scheduler = self.progress = self.env = None
         self.peaks: dict = {}
         self.batch: list = []
@@ -130,24 +131,25 @@ class Job:
                 worker.stop()
         if self.scheduler is not None:
             stop_all(self.scheduler.on_gpu + self.scheduler.compilers)
-        if self.lock_file is not None:
+        for lock_file in self.lock_files:
             with contextlib.suppress(FileNotFoundError):  # a cleaned temp dir: nothing left to remove
-                os.unlink(self.lock_file)
-            self.lock_file = None
+                os.unlink(lock_file)
+        self.lock_files = []
 
     # --- start ---------------------------------------------------------------------------------------
 
     def start(self, finish: bool, cleanup: ExitStack) -> None:
         from runners.engine.plan import stop_rules, validate
-        from runners.engine.startup import IMPORTERS, gpu_lock_file, keep_side, start_early, start_workers
+        from runners.engine.startup import IMPORTERS, gpu_lock_file, side_workers, start_early, start_workers
         from runners.engine.worker import compiles
 
         cfg = self.cfg
         self.outputs.begin(cfg)
         screening, _ = stop_rules(cfg)  # a wrong field stops the job before any worker starts
         rule = StopRule.of(screening)
-        self.lock_file = gpu_lock_file(cfg)
-        self.early = start_early(cfg, rule, self.lock_file)
+        first_lock = gpu_lock_file(cfg)
+        self.lock_files = [first_lock] if first_lock is not None else []
+        self.early = start_early(cfg, rule, first_lock)
         # The background outputs' process with the workers where every process importing at once has a
         # core of its own (this one, the trial worker, the fork server, the side worker, it); else once
         # the workers are ready, not to slow their start (2-core host, interpreter: start 1.5 s, 2.5 s
@@ -158,17 +160,20 @@ class Job:
         self.plan = validate(cfg, self.given_trials)
         self.outputs.check(cfg, self.plan.spec)  # their settings (the export's), before any launch too
         compiling = functools.partial(compiles, self.plan.spec)
-        self.early[2] = keep_side(self.early[2], self.plan.trials, compiling, self.plan.workers)
+        sides = side_workers(self.early[2], self.plan.trials, compiling, self.plan.workers)
+        self.early[2] = self.early[2] if sides else None
+        self.lock_files += [gpu_lock_file(cfg, index) for index in range(1, sides)]
         self.store = self.open_store(self.store_path)
         cleanup.callback(self.store.close)
         plan = self.plan
         print(f"sweep {self.sweep_id}: {plan.spec.name}, {len(plan.trials)} trials planned "
               f"({type(plan.search).__name__} search); "
               f"starting {plan.workers} {cfg.backend.value} worker(s) and {plan.compilers} compile worker(s)"
-              + (", and a worker for the torch.compile baselines" if self.early[2] is not None else ""))
+              + (", and a worker for the torch.compile baselines" if sides else "")
+              + (f" on each of {sides} GPUs" if sides > 1 else ""))
         self.batch = plan.search.ask()
         self.scheduler = start_workers(cfg, plan.workers, plan.compilers, rule, self.batch, self.early,
-                                       compiling)
+                                       compiling, self.lock_files)
         self.early = [None, None, None]  # the scheduler's now
         if finish:
             self.outputs.start_finisher()  # a no-op where it started with the workers

@@ -25,20 +25,24 @@ Who compiles a config, decided as the job goes, from what this job measures:
   started anew: the pool's first worker builds more after it answers (compile_pool.FirstCallBuilds),
   and a crash there ends the request sent to it next. One that kills the compiler again is recorded.
 
-The torch.compile baselines (trials whose first call compiles) go to the side worker where there is
-one (runners/engine/worker.py; a job of one GPU), with the finalists groups that hold one; everything
-else goes to the trial worker. Each of its trials is first compiled ahead (a request that launches
-nothing and takes no lock), while the trial worker goes on. Then the two take turns on the GPU's lock:
-the trial worker gets no new request while the side worker has one that holds it, and a request of the
-side worker may wait for the trial worker's request in flight, so its timeout grows by what is left of
-that one. A side worker that cannot start leaves its trials to the trial worker.
+The torch.compile baselines (trials whose first call compiles) go to the side workers where there are
+some (runners/engine/worker.py: one beside the trial worker of each of the first GPUs, as many as such
+trials), with the finalists groups that hold one; everything else goes to the trial workers. A side
+worker first compiles a trial ahead (a request that launches nothing and takes no lock), while the
+trial workers go on, and then runs it: a trial compiled ahead is the one side worker's that compiled it,
+and a side worker takes first the finalists groups whose baselines it compiled (another would compile
+them again). A side worker and the trial worker of its GPU take turns on that GPU's lock: the trial
+worker gets no new request while its side worker has one that holds it, and a request of the side
+worker may wait for the trial worker's request in flight, so its timeout grows by what is left of that
+one. The other GPUs go on meanwhile. A side worker that cannot start leaves its trials to the other side
+workers, the last one to the trial workers.
 """
 from __future__ import annotations
 
 import statistics
 import time
 from collections import deque
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 from runners.engine import compile_pool
 from runners.engine.process import WorkerLost, WorkerProcess, drive, stop_all
@@ -53,12 +57,16 @@ class WorkerStartError(RuntimeError):
 class Scheduler:
     def __init__(self, gpu_workers: list[WorkerProcess], compilers: list[WorkerProcess],
                  trial_timeout_s: float, compile_timeout_s: float, target: Optional[tuple] = None,
-                 side: Optional[WorkerProcess] = None,
+                 sides: Sequence[WorkerProcess] = (),
                  compiles: Callable[[Trial], bool] = lambda trial: False):
         """`target`: what the pool compiles for until `set_device` gives the GPU's own (None: nothing
-        is compiled before then). `side`: the worker of the trials that `compiles` (module docstring)."""
+        is compiled before then). `sides`: the workers of the trials that `compiles` (module docstring),
+        the i-th on the GPU of gpu_workers[i], sharing its lock."""
         self.gpu_workers, self.compilers = gpu_workers, compilers
-        self.side, self.compiles = side, compiles
+        self.sides, self.compiles = list(sides), compiles
+        # id(worker) -> the worker on its GPU, both ways: a side worker's trial worker and the reverse
+        self.partners = {id(w): other for side, trial in zip(self.sides, gpu_workers)
+                         for w, other in ((side, trial), (trial, side))}
         # The fork server the compile workers come from (one per job); it takes part in `drive` until it
         # is ready, so that its ready message wakes the loop to fork them.
         self.server = next((w.server for w in compilers if w.server is not None), None)
@@ -72,8 +80,8 @@ class Scheduler:
         self.built: dict[str, dict] = {}  # key -> compile outcome (for self.target) not yet taken by run()
         self.wanted: dict[str, Trial] = {}  # key -> trial of run() waiting for its compile outcome
         self.ready: list[Trial] = []
-        self.ready_side: list[Trial] = []  # the side worker's
-        self.prepared: set[str] = set()  # keys of the side worker's trials compiled ahead (or tried)
+        self.ready_side: list[Trial] = []  # the side workers'
+        self.prepared: dict[str, int] = {}  # key -> id() of the side worker that compiled it ahead (or tried)
         self.finalist_groups: deque[list[Trial]] = deque()
         self.compile_s: dict[str, float] = {}  # trial key -> seconds its compile took in the pool
         self.last_group: dict[int, tuple] = {}  # id(worker) -> (shape, dtype) of its last trial
@@ -126,12 +134,16 @@ class Scheduler:
 
     @property
     def on_gpu(self) -> list[WorkerProcess]:
-        """The processes that hold a CUDA context: the trial workers and the side worker."""
-        return self.gpu_workers + ([self.side] if self.side is not None else [])
+        """The processes that hold a CUDA context: the trial workers and the side workers."""
+        return self.gpu_workers + self.sides
 
     def keep_gpu_workers(self, keep: list[WorkerProcess]) -> None:
-        """Use only `keep` from now on; the other GPU workers are stopped."""
-        stop_all([w for w in self.gpu_workers if w not in keep])
+        """Use only `keep` from now on; the other GPU workers are stopped, with their side workers."""
+        dropped = [w for w in self.gpu_workers if w not in keep]
+        dropped += [side for side in self.sides if self.partners[id(side)] in dropped]
+        for side in [w for w in dropped if w in self.sides]:
+            self._drop_side(side)
+        stop_all(dropped)
         self.gpu_workers = keep
 
     def set_device(self, target: Optional[tuple], max_shared_bytes: Optional[int], peaks: dict) -> None:
@@ -165,7 +177,7 @@ class Scheduler:
                     self._settle(trial.key)
                 else:
                     self._queue_compile(trial)
-            elif self._mine(self.side, [trial]):
+            elif self.sides and self.compiles(trial):
                 self.ready_side.append(trial)
             else:
                 self.ready.append(trial)
@@ -224,19 +236,30 @@ class Scheduler:
             return False
         has_work = (bool(self._queue(worker))
                     or any(self._mine(worker, group) for group in self.finalist_groups))
-        if worker is self.side:
+        if worker in self.sides:
             return has_work
         return self._starting or has_work or self._stealable()
 
     def _dropped(self, worker: WorkerProcess) -> bool:
         """A GPU worker given up: a side worker that could not start, or one of a GPU of another model."""
-        return worker is not self.side and worker not in self.gpu_workers
+        return worker not in self.sides and worker not in self.gpu_workers
+
+    def _drop_side(self, side: WorkerProcess) -> None:
+        """Give up a side worker: what it compiled ahead is anyone's again; the last one's trials go to
+        the trial workers."""
+        self.sides.remove(side)
+        trial_worker = self.partners.pop(id(side))
+        self.partners.pop(id(trial_worker), None)
+        self.prepared = {key: owner for key, owner in self.prepared.items() if owner != id(side)}
+        if not self.sides:
+            self.ready += self.ready_side
+            self.ready_side.clear()
 
     def _mine(self, worker: WorkerProcess, trials: list[Trial]) -> bool:
-        """Whether a trial (a list of one) or finalists group is `worker`'s: the side worker's when one
-        of them compiles and there is a side worker, a trial worker's otherwise."""
-        for_side = self.side is not None and any(self.compiles(trial) for trial in trials)
-        return for_side == (worker is self.side)
+        """Whether a trial (a list of one) or finalists group is `worker`'s: the side workers' when one
+        of them compiles and there are side workers, the trial workers' otherwise."""
+        for_side = bool(self.sides) and any(self.compiles(trial) for trial in trials)
+        return for_side == (worker in self.sides)
 
     @staticmethod
     def _busy(worker: Optional[WorkerProcess]) -> bool:
@@ -245,15 +268,19 @@ class Scheduler:
                 and worker.task[0] != "prepare")
 
     def _lock_wait_s(self, worker: WorkerProcess) -> float:
-        """How long the side worker may wait for the GPU's lock: what is left of the trial worker's
-        request in flight (it holds the lock at most until then, when it is killed); 0 otherwise."""
-        if worker is not self.side or not self.gpu_workers or not self._busy(self.gpu_workers[0]):
+        """How long a side worker may wait for its GPU's lock: what is left of the request in flight of
+        that GPU's trial worker (it holds the lock at most until then, when it is killed); 0 otherwise."""
+        partner = self.partners.get(id(worker))
+        if worker not in self.sides or not self._busy(partner):
             return 0.0
-        return max(self.gpu_workers[0].deadline - time.monotonic(), 0.0)
+        return max(partner.deadline - time.monotonic(), 0.0)
 
     def _queue(self, worker: WorkerProcess) -> list[Trial]:
-        """The trials ready for `worker`: the side worker's own, or those of the trial workers."""
-        return self.ready_side if worker is self.side else self.ready
+        """The trials ready for `worker`: for a side worker those it compiled ahead and those no side
+        worker has, else those of the trial workers."""
+        if worker not in self.sides:
+            return self.ready
+        return [t for t in self.ready_side if self.prepared.get(t.key, id(worker)) == id(worker)]
 
     def _wants_compile_worker(self) -> bool:
         """Whether to fork one more compile worker: the fork server is ready, and fewer have been
@@ -305,30 +332,31 @@ class Scheduler:
                     self.compile_timeout_s, f"compiling {trial.label}")
         if self._dropped(worker):
             return None
-        if worker is not self.side and self._busy(self.side):
-            return None  # the GPU's lock is the side worker's: the turns of the module docstring
+        if worker not in self.sides and self._busy(self.partners.get(id(worker))):
+            return None  # its GPU's lock is the side worker's: the turns of the module docstring
         wait_s = self._lock_wait_s(worker)
         queue = self._queue(worker)
         if queue:
             group = self.last_group.get(id(worker))
-            index = next((i for i, t in enumerate(queue) if (t.shape, t.dtype) == group), 0)
-            if worker is self.side and queue[index].key not in self.prepared:
-                trial = queue[index]
-                self.prepared.add(trial.key)
+            trial = next((t for t in queue if (t.shape, t.dtype) == group), queue[0])
+            if worker in self.sides and trial.key not in self.prepared:
+                self.prepared[trial.key] = id(worker)
                 return (("prepare", trial), ("prepare", trial), self.trial_timeout_s,
                         f"compiling {trial.label} ahead")
-            trial = queue.pop(index)
+            (self.ready_side if worker in self.sides else self.ready).remove(trial)
             self.last_group[id(worker)] = (trial.shape, trial.dtype)
             return (("trial", trial, self.peaks), ("trial", trial), self.trial_timeout_s + wait_s,
                     f"running {trial.label}")
-        trial = self._take_to_compile_on_gpu(worker) if worker is not self.side else None
+        trial = self._take_to_compile_on_gpu(worker) if worker not in self.sides else None
         if trial is not None:
             self.last_group[id(worker)] = (trial.shape, trial.dtype)
             return (("trial", trial, self.peaks), ("trial", trial), self.trial_timeout_s,
                     f"compiling and running {trial.label}")
-        trials = next((group for group in self.finalist_groups if self._mine(worker, group)), None)
-        if trials is None:
+        groups = [group for group in self.finalist_groups if self._mine(worker, group)]
+        if not groups:
             return None
+        trials = next((group for group in groups  # one whose baselines it compiled: no compile again
+                       if any(self.prepared.get(t.key) == id(worker) for t in group)), groups[0])
         self.finalist_groups.remove(trials)
         self.last_group[id(worker)] = (trials[0].shape, trials[0].dtype)
         # Each finalist was already timed once; the round-robin re-timing gets that long per finalist.
@@ -348,11 +376,10 @@ class Scheduler:
 
     def _deliver(self, worker: WorkerProcess, task, answer, lost: Optional[WorkerLost]) -> None:
         if task == "start":
-            if lost is not None and worker is self.side:
-                self.side = None  # its trials go to the trial workers
-                self.ready += self.ready_side
-                self.ready_side.clear()
-                print(f"note: {worker.name} could not start ({lost}); the trial workers take its trials")
+            if lost is not None and worker in self.sides:
+                self._drop_side(worker)
+                takers = "the other torch.compile workers" if self.sides else "the trial workers"
+                print(f"note: {worker.name} could not start ({lost}); {takers} take its trials")
             elif lost is not None:
                 raise WorkerStartError(f"{worker.name} could not start: {lost}")
             return

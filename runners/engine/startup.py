@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from typing import TYPE_CHECKING, Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 from omegaconf import DictConfig
 
@@ -17,12 +17,12 @@ if TYPE_CHECKING:
     from runners.engine.trial import Trial
 
 
-def gpu_lock_file(cfg: DictConfig) -> Optional[str]:
-    """A new file for the lock of GPU 0 (runners/engine/worker.py: GpuLock), shared by its trial worker
-    and the side worker; None for the interpreter. The job removes it when it ends."""
+def gpu_lock_file(cfg: DictConfig, index: int = 0) -> Optional[str]:
+    """A new file for the lock of GPU `index` (runners/engine/worker.py: GpuLock), shared by its trial
+    worker and its side worker; None for the interpreter. The job removes it when it ends."""
     if cfg.backend != "cuda":
         return None
-    descriptor, path = tempfile.mkstemp(prefix="triton-sweep-gpu0-", suffix=".lock")
+    descriptor, path = tempfile.mkstemp(prefix=f"triton-sweep-gpu{index}-", suffix=".lock")
     os.close(descriptor)
     return path
 
@@ -38,7 +38,7 @@ def start_early(cfg: DictConfig, rule, lock_file: Optional[str]) -> list[Optiona
     kernel's module, as each of them does first, so they import at once instead of one after another
     (a kernel library's module may take seconds). The side worker (runners/engine/worker.py) starts
     where the config may hold torch.compile baselines (kernel.baselines not []) and the host has a
-    core for it; keep_side stops it once validation says there are none or several GPUs. Starting a
+    core for it; side_workers stops it once validation says there are none. Starting a
     worker launches nothing; a ConfigError stops them at once, unready (runners/engine/job.py). None
     for what is not needed or cannot be named yet (an unknown kernel)."""
     from runners.engine.compile_pool import fork_server, kernel_module
@@ -61,34 +61,44 @@ def start_early(cfg: DictConfig, rule, lock_file: Optional[str]) -> list[Optiona
     return [gpu, server, side]
 
 
-def keep_side(side: Optional[WorkerProcess], trials: list[Trial], compiles: Callable[[Trial], bool],
-              gpu_workers: int) -> Optional[WorkerProcess]:
-    """The side worker where the job runs on one GPU and some trial compiles on its first call; else it
-    is stopped (None). On several GPUs each trial worker compiles its own: one side worker on GPU 0
-    would take every finalists group that holds such a baseline, which the GPUs share otherwise."""
-    if side is not None and (gpu_workers > 1
-                             or not any(compiles(trial) for trial in trials if not trial.pruned_reason)):
+def side_workers(side: Optional[WorkerProcess], trials: list[Trial], compiles: Callable[[Trial], bool],
+                 gpu_workers: int) -> int:
+    """How many GPUs get a side worker, GPU 0's being `side` (started early, where the host has a core
+    for it): one a GPU up to the trials that compile on their first call, so that no trial worker
+    imports dynamo and inductor and compiles under its GPU's lock (on two H200s a trial worker each
+    doing so made the README sweep's trials phase 3.5-5.4 s against 2.0-3.1 s on one GPU with its side
+    worker: BENCHMARKS.md, 2026-11-27 (eighth)), and their finalists groups spread over the GPUs. None
+    where no trial compiles: `side` is stopped."""
+    count = sum(compiles(trial) for trial in trials if not trial.pruned_reason)
+    if side is not None and not count:
         side.stop()
-        return None
-    return side
+    return min(count, gpu_workers) if side is not None else 0
 
 
 def start_workers(cfg: DictConfig, workers: int, compilers: int, rule, first_batch: list[Trial],
                   early: list[Optional[WorkerProcess]],
-                  compiles: Callable[[Trial], bool] = lambda trial: False) -> Scheduler:
-    """Start the trial workers start_early did not (each imports torch and triton) and return once all
-    are ready; the pool compiles the first batch meanwhile, its workers forked from the fork server as
-    soon as it has imported the kernel's module. Keeps the trial workers of the first GPU's model."""
+                  compiles: Callable[[Trial], bool] = lambda trial: False,
+                  lock_files: Sequence[Optional[str]] = ()) -> Scheduler:
+    """Start the trial workers start_early did not (each imports torch and triton), and a side worker
+    beside those of the GPUs with a lock file after GPU 0's (side_workers), and return once the trial
+    workers are ready; the pool compiles the first batch meanwhile, its workers forked from the fork
+    server as soon as it has imported the kernel's module. Keeps the trial workers of the first GPU's
+    model."""
     from runners.engine import compile_pool
     from runners.engine.scheduler import Scheduler, WorkerStartError
     from runners.engine.worker import trial_worker
     from runners.measure.device import nvml_compile_target
 
     first, server, side = early
+
+    def worker(index: int, is_side: bool = False) -> WorkerProcess:
+        lock = lock_files[index] if index < len(lock_files) else None
+        return trial_worker(cfg.backend.value, cfg.kernel.name, cfg.kernel.spec, rule, cfg.timing.warmup_s,
+                            cfg.seed, index, lock, side=is_side)
+
     gpu = [first] if first is not None else []
-    gpu += [trial_worker(cfg.backend.value, cfg.kernel.name, cfg.kernel.spec, rule, cfg.timing.warmup_s,
-                         cfg.seed, i)
-            for i in range(len(gpu), workers)]
+    gpu += [worker(i) for i in range(len(gpu), workers)]
+    sides = [side] + [worker(i, is_side=True) for i in range(1, len(lock_files))] if side is not None else []
     if not compilers and server is not None:
         server.stop()  # nothing of this job to compile
         server = None
@@ -96,7 +106,7 @@ def start_workers(cfg: DictConfig, workers: int, compilers: int, rule, first_bat
     if compilers:
         pool = compile_pool.compile_workers(compilers, cfg.kernel.name, cfg.kernel.spec, server)
     target = nvml_compile_target() if cfg.backend == "cuda" else None
-    scheduler = Scheduler(gpu, pool, cfg.trial_timeout_s, cfg.compile.timeout_s, target, side, compiles)
+    scheduler = Scheduler(gpu, pool, cfg.trial_timeout_s, cfg.compile.timeout_s, target, sides, compiles)
     try:
         scheduler.start(first_batch)
     except WorkerStartError:
@@ -143,9 +153,15 @@ def compile_note(scheduler: Scheduler) -> str:
     """Who compiled the job's configs: the pool (forked workers, median seconds) and the GPU workers."""
     import statistics
 
-    side = scheduler.side
-    side_note = (f"; the torch.compile baselines in a worker of their own (ready after {side.ready_s:.1f} s"
-                 f"{_start_parts(side.info)})" if side is not None and side.ready_s is not None else "")
+    sides = scheduler.sides
+    side_note = ""
+    if len(sides) == 1 and sides[0].ready_s is not None:
+        side_note = (f"; the torch.compile baselines in a worker of their own (ready after "
+                     f"{sides[0].ready_s:.1f} s{_start_parts(sides[0].info)})")
+    elif len(sides) > 1:  # one whose start was never waited for (the others took every trial): "-"
+        side_note = (f"; the torch.compile baselines in workers of their own on {len(sides)} GPUs (ready "
+                     "after " + ", ".join("-" if side.ready_s is None else f"{side.ready_s:.1f}"
+                                          for side in sides) + " s)")
     forked = sum(w.starts > 0 for w in scheduler.compilers)
     if not scheduler.compilers:
         return side_note

@@ -5,17 +5,18 @@ timeout (runners/engine/process.py); a worker that hangs is killed (`timeout`), 
 CUDA error (illegal address, launch failure) is replaced (`crashed`), and the sweep goes on with a
 fresh worker.
 
-Beside the one trial worker of a job on one GPU, a job with torch.compile baselines runs a second worker
-on that GPU for them (`side`): their first call imports dynamo and inductor (7.5 s on an H100 host) and
-hashes torch's and Triton's sources, which the side worker does at its start while the trial worker
-measures; it compiles each baseline ahead of its trial (`prepare_baseline`: nothing launched, no lock),
-and the trial's first call then runs what was compiled (on an H100, 1-1.8 s of compile under the lock
-before: BENCHMARKS.md, 2026-11-26 (fourth)). Then the two take turns: each holds the GPU's
-lock around all it does on the GPU (the CUDA part of its start, each request: inputs, references,
-first calls, checks, timing; inductor's patterns where a compile ahead builds them: patterns_under_lock),
-so that no sample shares the GPU with the other's work, and the
-scheduler gives the trial worker no new request while the side worker has one that holds the lock
-(runners/engine/scheduler.py), so that neither waits for the lock longer than one request of the other.
+Beside the trial worker of a GPU, a job with torch.compile baselines runs a second worker on that GPU
+for them (`side`; on several GPUs one on each, up to the number of such baselines): their first call
+imports dynamo and inductor (7.5 s on an H100 host) and hashes torch's and Triton's sources, which the
+side worker does at its start while the trial worker measures; it compiles each baseline ahead of its
+trial (`prepare_baseline`: nothing launched, no lock), and the trial's first call then runs what was
+compiled (on an H100, 1-1.8 s of compile under the lock before: BENCHMARKS.md, 2026-11-26 (fourth)).
+Then the two take turns: each holds its GPU's lock around all it does on the GPU (the CUDA part of its
+start, each request: inputs, references, first calls, checks, timing; inductor's patterns where a
+compile ahead builds them: patterns_under_lock), so that no sample shares the GPU with the other's
+work, and the scheduler gives the trial worker no new request while its side worker has one that holds
+the lock (runners/engine/scheduler.py), so that neither waits for the lock longer than one request of
+the other.
 """
 from __future__ import annotations
 
