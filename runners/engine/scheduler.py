@@ -28,14 +28,14 @@ Who compiles a config, decided as the job goes, from what this job measures:
 The torch.compile baselines (trials whose first call compiles) go to the side workers where there are
 some (runners/engine/worker.py: one beside the trial worker of each of the first GPUs, as many as such
 trials), with the finalists groups that hold one; everything else goes to the trial workers. A side
-worker first compiles a trial ahead (a request that launches nothing and takes no lock), while the
-trial workers go on, and then runs it: a trial compiled ahead is the one side worker's that compiled it,
-and a side worker takes first the finalists groups whose baselines it compiled (another would compile
-them again). A side worker and the trial worker of its GPU take turns on that GPU's lock: the trial
-worker gets no new request while its side worker has one that holds it, and a request of the side
-worker may wait for the trial worker's request in flight, so its timeout grows by what is left of that
-one. The other GPUs go on meanwhile. A side worker that cannot start leaves its trials to the other side
-workers, the last one to the trial workers.
+worker first compiles a trial ahead (a request that launches nothing and takes no lock), while the trial
+workers go on, and then runs it: a trial compiled ahead, and the finalists group that holds it, are the
+side worker's that compiled it (another would compile it again, under its GPU's lock). A side worker and
+the trial worker of its GPU take turns on that GPU's lock: the trial worker gets no new request while
+its side worker has one that holds it, and a request of the side worker may wait for the trial worker's
+request in flight, so its timeout grows by what is left of that one. The other GPUs go on meanwhile. A
+side worker that cannot start leaves its trials to the other side workers, the last one to the trial
+workers.
 """
 from __future__ import annotations
 
@@ -257,9 +257,11 @@ class Scheduler:
 
     def _mine(self, worker: WorkerProcess, trials: list[Trial]) -> bool:
         """Whether a trial (a list of one) or finalists group is `worker`'s: the side workers' when one
-        of them compiles and there are side workers, the trial workers' otherwise."""
+        of them compiles and there are side workers (of those, the one that compiled it ahead, where one
+        did), the trial workers' otherwise."""
         for_side = bool(self.sides) and any(self.compiles(trial) for trial in trials)
-        return for_side == (worker in self.sides)
+        return (for_side == (worker in self.sides)
+                and all(self.prepared.get(trial.key, id(worker)) == id(worker) for trial in trials))
 
     @staticmethod
     def _busy(worker: Optional[WorkerProcess]) -> bool:
@@ -280,7 +282,7 @@ class Scheduler:
         worker has, else those of the trial workers."""
         if worker not in self.sides:
             return self.ready
-        return [t for t in self.ready_side if self.prepared.get(t.key, id(worker)) == id(worker)]
+        return [trial for trial in self.ready_side if self._mine(worker, [trial])]
 
     def _wants_compile_worker(self) -> bool:
         """Whether to fork one more compile worker: the fork server is ready, and fewer have been
@@ -352,11 +354,9 @@ class Scheduler:
             self.last_group[id(worker)] = (trial.shape, trial.dtype)
             return (("trial", trial, self.peaks), ("trial", trial), self.trial_timeout_s,
                     f"compiling and running {trial.label}")
-        groups = [group for group in self.finalist_groups if self._mine(worker, group)]
-        if not groups:
+        trials = next((group for group in self.finalist_groups if self._mine(worker, group)), None)
+        if trials is None:
             return None
-        trials = next((group for group in groups  # one whose baselines it compiled: no compile again
-                       if any(self.prepared.get(t.key) == id(worker) for t in group)), groups[0])
         self.finalist_groups.remove(trials)
         self.last_group[id(worker)] = (trials[0].shape, trials[0].dtype)
         # Each finalist was already timed once; the round-robin re-timing gets that long per finalist.
