@@ -257,11 +257,12 @@ class Scheduler:
 
     def _mine(self, worker: WorkerProcess, trials: list[Trial]) -> bool:
         """Whether a trial (a list of one) or finalists group is `worker`'s: the side workers' when one
-        of them compiles and there are side workers (of those, the one that compiled it ahead, where one
-        did), the trial workers' otherwise."""
+        of them compiles and there are side workers (of those, the one that compiled the first of them
+        compiled ahead, where one was: a group whose two baselines two side workers compiled goes to
+        one), the trial workers' otherwise."""
         for_side = bool(self.sides) and any(self.compiles(trial) for trial in trials)
-        return (for_side == (worker in self.sides)
-                and all(self.prepared.get(trial.key, id(worker)) == id(worker) for trial in trials))
+        owner = next((self.prepared[trial.key] for trial in trials if trial.key in self.prepared), None)
+        return for_side == (worker in self.sides) and owner in (None, id(worker))
 
     @staticmethod
     def _busy(worker: Optional[WorkerProcess]) -> bool:
