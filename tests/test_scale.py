@@ -676,6 +676,21 @@ def test_a_gpu_gets_a_side_worker_for_each_baseline_that_compiles_up_to_the_gpus
     assert side_workers(side, [eager], compiles, gpu_workers=2) == 0
 
 
+def test_the_compile_note_says_each_side_worker_s_start():
+    from types import SimpleNamespace
+
+    from runners.engine.startup import compile_note
+
+    def note(*ready_s):
+        sides = [SimpleNamespace(ready_s=seconds, info={}) for seconds in ready_s]
+        return compile_note(SimpleNamespace(sides=sides, compilers=[]))
+
+    assert note(3.21) == "; the torch.compile baselines in a worker of their own (ready after 3.2 s)"
+    assert note(3.21, 2.44).endswith("workers of their own on 2 GPUs (ready after 3.2, 2.4 s)")
+    assert note(3.21, None).endswith("(ready after 3.2 s; 1 not waited for: the others took every baseline)")
+    assert note(None) == note() == ""
+
+
 def test_a_side_worker_imports_inductor_and_waits_for_the_lock(tmp_path):
     """A real side worker (on the interpreter here): ready with dynamo and inductor imported, it runs a
     trial and a baseline, and a request waits while another process holds the GPU's lock."""

@@ -158,10 +158,13 @@ def compile_note(scheduler: Scheduler) -> str:
     if len(sides) == 1 and sides[0].ready_s is not None:
         side_note = (f"; the torch.compile baselines in a worker of their own (ready after "
                      f"{sides[0].ready_s:.1f} s{_start_parts(sides[0].info)})")
-    elif len(sides) > 1:  # one whose start was never waited for (the others took every trial): "-"
+    elif len(sides) > 1:
+        ready = [f"{side.ready_s:.1f}" for side in sides if side.ready_s is not None]
+        unready = len(sides) - len(ready)
         side_note = (f"; the torch.compile baselines in workers of their own on {len(sides)} GPUs (ready "
-                     "after " + ", ".join("-" if side.ready_s is None else f"{side.ready_s:.1f}"
-                                          for side in sides) + " s)")
+                     f"after {', '.join(ready)} s"
+                     + (f"; {unready} not waited for: the others took every baseline" if unready else "")
+                     + ")")
     forked = sum(w.starts > 0 for w in scheduler.compilers)
     if not scheduler.compilers:
         return side_note
