@@ -606,8 +606,9 @@ def test_the_trial_worker_waits_its_turn_while_the_side_worker_holds_the_lock():
 def test_each_gpu_has_its_side_worker_and_the_turns_are_per_gpu():
     """On two GPUs each has a side worker: the torch.compile baselines spread over both, each run by the
     side worker that compiled it ahead, and a finalists group that holds one goes to that side worker
-    too (another would compile it again). A trial worker is handed no request while the side worker of
-    its GPU holds that GPU's lock; the other GPU's trial worker goes on."""
+    too (another would compile it again; a group with two, each compiled by another side worker, to the
+    first's). A trial worker is handed no request while the side worker of its GPU holds that GPU's
+    lock; the other GPU's trial worker goes on."""
     shapes = [(64 * i,) for i in range(1, 5)]
     trials = [Trial("k", provider, shape, "float16", config) for shape in shapes for provider, config in
               [("triton", {"num_warps": 4}), ("triton", {"num_warps": 8}), ("compile", {})]]
