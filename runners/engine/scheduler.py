@@ -140,10 +140,10 @@ class Scheduler:
     def keep_gpu_workers(self, keep: list[WorkerProcess]) -> None:
         """Use only `keep` from now on; the other GPU workers are stopped, with their side workers."""
         dropped = [w for w in self.gpu_workers if w not in keep]
-        dropped += [side for side in self.sides if self.partners[id(side)] in dropped]
-        for side in [w for w in dropped if w in self.sides]:
+        their_sides = [side for side in self.sides if self.partners[id(side)] in dropped]
+        for side in their_sides:
             self._drop_side(side)
-        stop_all(dropped)
+        stop_all(dropped + their_sides)
         self.gpu_workers = keep
 
     def set_device(self, target: Optional[tuple], max_shared_bytes: Optional[int], peaks: dict) -> None:
