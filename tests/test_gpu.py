@@ -19,6 +19,11 @@ from tests.conftest import run_sweep, sweep_rows
 pytestmark = pytest.mark.gpu
 
 
+def gpu_uuids() -> list[str]:
+    """This host's GPUs as nvidia-smi -L names them, by CUDA index."""
+    return [f"GPU-{torch.cuda.get_device_properties(i).uuid}" for i in range(torch.cuda.device_count())]
+
+
 def test_gpu_sweep_exports_configs_that_autotune_uses(tmp_path):
     result = run_sweep(tmp_path, "kernel=softmax", "kernel.shapes=[[1823,781],[4096,1024]]",
                        "kernel.dtypes=[bfloat16,float16]", "kernel.space.BLOCK_SIZE=[1024,2048]",
@@ -29,6 +34,7 @@ def test_gpu_sweep_exports_configs_that_autotune_uses(tmp_path):
     # 2 shapes x 2 dtypes x (2 blocks x 2 num_warps + the torch baseline); both blocks hold both rows.
     assert len(ok) == len(rows) == 2 * 2 * (2 * 2 + 1)
     assert set(rows["backend"]) == {"cuda"} and (ok["gpu_name"] == torch.cuda.get_device_name(0)).all()
+    assert set(ok["gpu_uuid"]) <= set(gpu_uuids())  # each row names the GPU of the worker that measured it
     assert (ok["n_samples"] >= 6).all() and ok["pct_copy_bw"].notna().all()  # FAST_TIMING: min_samples=6
     assert ok["sm_clock_start_mhz"].notna().all() and ok["throttled"].notna().all()
     # The kernel time of record comes from CUPTI; the CUDA-event time around the same calls is longer
@@ -98,6 +104,7 @@ def test_torch_compile_baselines_run_in_a_worker_of_their_own(tmp_path):
                        "finalists.top_k=2", "sweep_id=side_test", "gpu_workers=1", backend="cuda")
     rows = sweep_rows(tmp_path, "side_test")
     assert (rows["status"] == "ok").all(), rows[["provider", "status", "message"]]
+    assert set(rows["gpu_uuid"]) == {gpu_uuids()[0]}  # the side worker's rows too: both on GPU 0
     compiled = rows[rows["provider"] == "compile"]
     assert set(compiled["phase"]) == {"screen", "final"} and len(compiled) == 4
     screened = compiled[compiled["phase"] == "screen"]
@@ -111,17 +118,24 @@ def test_torch_compile_baselines_run_in_a_worker_of_their_own(tmp_path):
                     reason="two GPUs, and a core for the side worker")
 def test_on_two_gpus_each_has_a_worker_for_the_torch_compile_baselines(tmp_path):
     """Two baselines that compile, two GPUs: a side worker on each, each sharing its GPU's lock with that
-    GPU's trial worker; every row ok, the lock files gone at the end."""
+    GPU's trial worker; every row ok, each naming the GPU that measured it, a shape's finalists all
+    re-timed on one; a row no GPU measured (pruned) names none; the lock files gone at the end."""
     import glob
     import tempfile
 
     locks_before = set(glob.glob(f"{tempfile.gettempdir()}/triton-sweep-gpu*-*.lock"))
     result = run_sweep(tmp_path, "kernel=softmax", "kernel.shapes=[[1823,781],[4096,1024]]",
-                       "kernel.dtypes=[float16]", "kernel.space.BLOCK_SIZE=[1024,2048]",
+                       "kernel.dtypes=[float16]", "kernel.space.BLOCK_SIZE=[512,1024,2048]",
                        "kernel.space.num_warps=[4,8]", "kernel.baselines=[torch,compile]", "gpu_workers=2",
                        "finalists.top_k=2", "sweep_id=two_gpus", backend="cuda")
-    rows = sweep_rows(tmp_path, "two_gpus")
+    all_rows = sweep_rows(tmp_path, "two_gpus")
+    pruned = all_rows[all_rows["status"] == "pruned"]  # BLOCK_SIZE 512: shorter than either shape's rows
+    assert len(pruned) == 4 and pruned["gpu_uuid"].isna().all()
+    rows = all_rows[all_rows["status"] != "pruned"]
     assert (rows["status"] == "ok").all(), rows[["provider", "status", "message"]]
+    assert set(rows["gpu_uuid"]) == set(gpu_uuids()[:2])
+    final = rows[rows["phase"] == "final"]
+    assert len(final) == 2 * 4 and (final.groupby(["shape", "dtype"])["gpu_uuid"].nunique() == 1).all()
     compiled = rows[rows["provider"] == "compile"]
     assert set(compiled["phase"]) == {"screen", "final"} and len(compiled) == 4
     assert "a worker for the torch.compile baselines on each of 2 GPUs" in result.stdout

@@ -205,7 +205,8 @@ class Job:
 
     def record(self, worker, trial: Trial, result: dict, phase: str = "screen") -> None:
         """A trial's outcome as a row: into the store, to the outputs, and told to the search."""
-        info = (worker.info if worker is not None and worker.info else None) or self.env
+        # a row no GPU measured (pruned, not compiled) has the model's description and names no GPU
+        info = (worker.info if worker is not None and worker.info else None) or {**self.env, "gpu_uuid": None}
         row = {**self.common, **{k: info[k] for k in DEVICE_COLUMNS}, "trial_key": trial.key,
                "kernel": trial.kernel, "provider": trial.provider, "shape": trial.shape, "dtype": trial.dtype,
                "config": trial.config, "phase": phase, **result,

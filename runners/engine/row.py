@@ -71,6 +71,9 @@ COLUMNS: tuple[Column, ...] = (
     _ran_on("triton_version", "TEXT NOT NULL", wandb=CONFIG, resume=True, named=True),
     _ran_on("python_version", named=True), _ran_on("sm_count", "INTEGER"), _ran_on("l2_bytes", "INTEGER"),
     _ran_on("host", named=True),
+    # Which GPU of the host: each row's own, from the trial worker that measured it (on a host of several
+    # GPUs a sweep's rows come from all of them), as nvidia-smi -L names it.
+    _ran_on("gpu_uuid", wandb=CONFIG, named=True),
     # What measured it.
     Column("kernel_hash", "TEXT NOT NULL", CONFIG, resume=True, named=True),
     Column("git_sha", "TEXT", CONFIG, named=True), Column("seed", "INTEGER NOT NULL", CONFIG),

@@ -106,14 +106,15 @@ def describe(backend: str, device_index: int = 0) -> dict:
         "host": socket.gethostname(),
     }
     if backend == "interpret":
-        env.update(gpu_name=INTERPRETER_DEVICE_NAME, driver_version=None, cuda_version=None,
+        env.update(gpu_name=INTERPRETER_DEVICE_NAME, gpu_uuid=None, driver_version=None, cuda_version=None,
                    sm_count=None, l2_bytes=None, sm_clock_max_mhz=None, compile_target=None,
                    max_shared_bytes=None)
         return env
     props = torch.cuda.get_device_properties(device_index)
     _, max_clock, driver = sm_clock_reader(torch, device_index)
-    env.update(gpu_name=props.name, driver_version=driver, cuda_version=torch.version.cuda,
-               sm_count=props.multi_processor_count, l2_bytes=props.L2_cache_size, sm_clock_max_mhz=max_clock,
+    env.update(gpu_name=props.name, gpu_uuid=f"GPU-{props.uuid}", driver_version=driver,
+               cuda_version=torch.version.cuda, sm_count=props.multi_processor_count,
+               l2_bytes=props.L2_cache_size, sm_clock_max_mhz=max_clock,
                # what the compile pool builds for: Triton's GPUTarget("cuda", 10 * major + minor, warp size)
                compile_target=("cuda", 10 * props.major + props.minor, getattr(props, "warp_size", 32)),
                max_shared_bytes=getattr(props, "shared_memory_per_block_optin", None))
