@@ -1,7 +1,11 @@
 """On a GPU: a real sweep through the CUDA worker, its export, and the export driving @triton.autotune."""
+import contextlib
 import importlib.util
 import json
 import os
+import sqlite3
+import subprocess
+import sys
 import time
 
 import pytest
@@ -247,3 +251,73 @@ def test_a_batch_past_one_hold_gives_every_call_its_own_kernel_alone():
     timer._sample_batch([lambda: x.add_(1.0)], calls, 50e-6, samples, events, activities)
     assert activities == [[1] * calls]
     assert len(samples[0]) == calls and min(samples[0]) > 0
+
+
+NEIGHBOUR = """
+import sys, time, torch
+torch.cuda.set_device(int(sys.argv[2]))  # a context on that GPU alone
+a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+torch.cuda.synchronize()
+print("ready", flush=True)
+while sys.argv[1] == "busy":
+    for _ in range(20):
+        a @ a
+    torch.cuda.synchronize()
+time.sleep(600)
+"""
+
+
+@contextlib.contextmanager
+def neighbour(kind: str, gpu: int = 0):
+    """Another process on GPU `gpu`, holding a context: `idle`, or `busy` with matmuls the whole time."""
+    process = subprocess.Popen([sys.executable, "-c", NEIGHBOUR, kind, str(gpu)], stdout=subprocess.PIPE,
+                               text=True)
+    try:
+        assert process.stdout.readline().strip() == "ready"
+        yield process.pid
+    finally:
+        process.kill()
+        process.wait()
+
+
+def test_a_row_measured_while_a_neighbour_ran_kernels_on_its_gpu_says_so(tmp_path):
+    """A process that only holds a context on the GPU is named and marks no row, and the ceilings are kept;
+    one that runs matmuls there is warned of, marks every row, and the ceilings measured beside it are
+    not kept."""
+    sweep = ("kernel=softmax", "kernel.shapes=[[4096,1024]]", "kernel.dtypes=[float16]",
+             "kernel.space.BLOCK_SIZE=[1024,2048]", "kernel.space.num_warps=[4,8]",
+             "kernel.baselines=[torch]", "gpu_workers=1", "sweep_id=nb")
+    for kind in ("idle", "busy"):
+        (tmp_path / kind).mkdir()
+        with neighbour(kind) as pid:
+            result = run_sweep(tmp_path / kind, *sweep, backend="cuda")
+        rows = sweep_rows(tmp_path / kind, "nb")
+        summary = json.loads((tmp_path / kind / "run" / "summary.json").read_text())
+        with contextlib.closing(sqlite3.connect(tmp_path / kind / "results.sqlite")) as db:
+            ceilings_kept = db.execute("SELECT COUNT(*) FROM device_peaks").fetchone()[0]
+        assert f"another process holds a CUDA context on {gpu_uuids()[0]}: pid {pid} (python" in result.stdout
+        assert (rows["status"] == "ok").all() and (rows["phase"] == "screen").sum() == 2 * 2 + 1
+        if kind == "idle":
+            assert not rows["gpu_shared"].any() and rows["gpu_shared"].notna().all()
+            assert summary["gpu_shared_rows"] == 0 and "warning" not in result.stdout and ceilings_kept == 1
+        else:
+            assert rows["gpu_shared"].all(), rows[["provider", "phase", "gpu_shared"]]
+            assert summary["gpu_shared_rows"] == len(rows) and ceilings_kept == 0
+            assert f"warning: pid {pid} (python" in result.stdout
+            assert "the store does not keep them" in result.stdout
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="two GPUs")
+def test_on_two_gpus_a_neighbour_on_one_marks_the_rows_of_that_gpu_alone(tmp_path):
+    with neighbour("busy", gpu=1) as pid:
+        result = run_sweep(tmp_path, "kernel=softmax", "kernel.shapes=[[1823,781],[4096,1024]]",
+                           "kernel.dtypes=[float16]", "kernel.space.BLOCK_SIZE=[1024,2048]",
+                           "kernel.space.num_warps=[2,4,8]", "kernel.baselines=[torch]", "gpu_workers=2",
+                           "sweep_id=nb2", backend="cuda")
+    rows = sweep_rows(tmp_path, "nb2")
+    rows = rows[rows["status"] != "pruned"]
+    first, second = gpu_uuids()[:2]
+    assert (rows["status"] == "ok").all() and set(rows["gpu_uuid"]) == {first, second}
+    assert rows.loc[rows["gpu_uuid"] == second, "gpu_shared"].all()
+    assert not rows.loc[rows["gpu_uuid"] == first, "gpu_shared"].any()
+    assert f"another process holds a CUDA context on {second}: pid {pid} (python" in result.stdout

@@ -38,6 +38,7 @@ from omegaconf import DictConfig
 from runners.engine.process import ask_to_stop, stop_all
 from runners.engine.row import DEVICE_COLUMNS
 from runners.engine.trial import TRITON_PROVIDER, Trial
+from runners.measure.neighbours import watch_gpus
 from runners.measure.stop_rule import StopRule
 
 SPENT = ("measure_s", "first_call_s", "compile_s")  # a row's seconds that time_spent() sums by phase
@@ -96,6 +97,7 @@ class Job:
         self.peaks: dict = {}
         self.batch: list = []
         self.common: dict = {}  # what every row of the job carries (sweep, seed, git sha, kernel hash)
+        self.watch = None  # the other processes on the job's GPUs (runners/measure/neighbours.py)
 
     def lap(self, name: str) -> None:
         self.phases[name] = time.perf_counter() - self.began - sum(self.phases.values())
@@ -114,6 +116,7 @@ class Job:
             self.lap("trials")
             finalist_groups = self.finalists()
             self.lap("finalists")
+            self._stop_watch()  # before the workers go: their contexts are what it tells ours by
             self.store.close()
             # Told to stop now, reaped at the end: a GPU worker takes up to a second to exit with CUDA
             # loaded, and the finish does not need it.
@@ -124,6 +127,10 @@ class Job:
         summary.update(self.outputs_seconds(summary))
         self.lap("finish")
         return self._report(summary)
+
+    def _stop_watch(self) -> None:
+        if self.watch is not None:
+            self.watch.stop()
 
     def _stop_workers(self) -> None:
         for worker in self.early:  # unready ones are killed, not asked (a start takes seconds, a kill none)
@@ -175,6 +182,10 @@ class Job:
         self.scheduler = start_workers(cfg, plan.workers, plan.compilers, rule, self.batch, self.early,
                                        compiling, self.lock_files)
         self.early = [None, None, None]  # the scheduler's now
+        if cfg.backend == "cuda":
+            self.watch = watch_gpus([worker.info["gpu_uuid"] for worker in self.scheduler.gpu_workers],
+                                    lambda: {w.process.pid for w in self.scheduler.on_gpu if w.process})
+            cleanup.callback(self._stop_watch)
         if finish:
             self.outputs.start_finisher()  # a no-op where it started with the workers
 
@@ -198,8 +209,14 @@ class Job:
             if self.peaks is None:
                 print(f"measuring the ceilings of {env['gpu_name']} (copy bandwidth, cuBLAS matmul); "
                       f"cached in {self.store_path}")
+                began = time.monotonic()
                 self.peaks = self.scheduler.measure_peaks(cfg.trial_timeout_s)
-                store.save_peaks(env, self.peaks, now())
+                beside = self.watch.busy(env["gpu_uuid"], began, time.monotonic()) if self.watch else None
+                if beside:
+                    print(f"note: the ceilings were measured while {', '.join(map(str, beside))} ran kernels "
+                          "on the GPU: this job's rows use them, the store does not keep them")
+                else:
+                    store.save_peaks(env, self.peaks, now())
 
     # --- trials --------------------------------------------------------------------------------------
 
@@ -207,11 +224,13 @@ class Job:
         """A trial's outcome as a row: into the store, to the outputs, and told to the search."""
         # a row no GPU measured (pruned, not compiled) has the model's description and names no GPU
         info = (worker.info if worker is not None and worker.info else None) or {**self.env, "gpu_uuid": None}
+        shared = (self.watch.row_shared(info["gpu_uuid"], result.get("measure_s") or 0.0, worker.name)
+                  if self.watch is not None and worker is not None else None)
         row = {**self.common, **{k: info[k] for k in DEVICE_COLUMNS}, "trial_key": trial.key,
                "kernel": trial.kernel, "provider": trial.provider, "shape": trial.shape, "dtype": trial.dtype,
                "config": trial.config, "phase": phase, **result,
                "throttled": _is_throttled(result, info["sm_clock_max_mhz"], self.cfg.timing.throttle_ratio),
-               "timestamp": now()}
+               "gpu_shared": shared, "timestamp": now()}
         self.store.append(row)
         self.statuses[row["status"]] = self.statuses.get(row["status"], 0) + 1
         spent = self.spent.setdefault(phase, dict.fromkeys(SPENT, 0.0))
@@ -297,7 +316,8 @@ class Job:
                 "reused": len(self.reused_ids), "statuses": self.statuses, "not_run": scheduler.not_run,
                 "finalist_groups": finalist_groups, "gpu_workers": len(scheduler.gpu_workers),
                 "compile_workers": self.plan.compilers,
-                "worker_restarts": sum(w.starts - 1 for w in scheduler.on_gpu)}
+                "worker_restarts": sum(w.starts - 1 for w in scheduler.on_gpu),
+                **(self.watch.summary() if self.watch is not None else {"gpu_shared_rows": None})}
 
     def outputs_seconds(self, summary: dict) -> dict:
         """What the outputs report of themselves (W&B runs and seconds), where the finish did not."""

@@ -21,7 +21,7 @@ PEAK_DTYPES = ("float16", "bfloat16", "float32")
 PEAK_RULE = dict(min_samples=10, min_time_s=0.02, rel_precision=0.005, max_time_s=2.0)
 
 
-def _nvml_unavailable(error: Exception) -> bool:
+def nvml_unavailable(error: Exception) -> bool:
     """No NVML library on this machine, or NVML failed (pynvml's NVMLError subclasses are created at
     run time, so they are told apart by name)."""
     return isinstance(error, (ImportError, OSError)) or type(error).__name__.startswith("NVMLError")
@@ -56,7 +56,7 @@ def sm_clock_reader(torch,
         driver = driver.decode() if isinstance(driver, bytes) else driver
         return (lambda: pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM)), max_clock, driver
     except Exception as error:
-        if not _nvml_unavailable(error):
+        if not nvml_unavailable(error):
             raise
         print(f"note: SM clocks not read ({error})")
     return (lambda: None), None, None
@@ -84,7 +84,7 @@ def nvml_compile_target() -> Optional[tuple]:
         handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
         capabilities = {tuple(pynvml.nvmlDeviceGetCudaComputeCapability(h)) for h in handles}
     except Exception as error:
-        if not _nvml_unavailable(error):
+        if not nvml_unavailable(error):
             raise
         return None
     if len(capabilities) != 1:
