@@ -23,7 +23,9 @@ working. On the current environment (this GPU, the running Triton):
    yet, or something was re-screened. `--check` only reports.
 
 Exit status: 0 when every shape is SAME or FAST; 1 when a shape was SLOW beyond the tolerance or broke
-(whether or not it was re-tuned: the shipped file is out of date); 2 on bad input. The GPU time of each
+(whether or not it was re-tuned: the shipped file is out of date); 2 on bad input, and where another
+process ran kernels on the GPU while the configs were re-timed (`gpu_shared`: runners/measure/
+neighbours.py), judging and re-tuning nothing. The GPU time of each
 sweep is printed. The sweeps' rows go to --store like any sweep's (sweep ids revalidate-<kernel>-<time>).
 The command starts as a sweep does: run by a resident where one serves it, else its workers forked from a
 home server that imports torch and Triton while this process reads the export (runners/engine/resident.py:
@@ -241,6 +243,11 @@ def revalidate(args, data: dict, gpu: str, version: str, section: dict, how: str
         return 2
     print(f"re-timed {len(trials)} trials in {time.perf_counter() - began:.1f} s ({gpu_s:.1f} s of GPU time)")
     result = comparison.compare(base, new, between_runs.Rule(), gate_all=True)
+    if result["shared"]["NEW"]:  # a shape judged SLOW there may be the other process's work, and re-tuned
+        print(f"error: {result['shared']['NEW']} re-timed rows were measured while another process ran "
+              "kernels on the GPU (gpu_shared): nothing judged, nothing re-tuned; run it again on a GPU of "
+              "its own", file=sys.stderr)
+        return 2
     print("\n".join(["the shift of every row (runners/results/between_runs.py):",
                      *comparison.shift_lines(result)]))
     shapes = judge_shapes(result, base, tolerance)

@@ -169,6 +169,10 @@ def stores(tmp_path):
     broken_config = {"BLOCK_SIZE": 2048, "num_warps": 4, "num_stages": 1}
     store.append(row("broken", "triton", SHAPES[0], broken_config, None, rng, status="incorrect"))
     noisy_run(store, "old_timer", rng, slower=1.2, timing_method=None)  # CUDA events, ~3 us a call more
+    # "slower" again, measured while another process ran kernels on the GPU (a generator of its own: the
+    # runs above draw as they did before it)
+    noisy_run(store, "shared", np.random.default_rng(11), slower=1.08, space=smaller,
+              kernel_hash="bbbbbbbbbbbb", gpu_shared=True)
     store.close()
     other = ResultStore(tmp_path / "other.sqlite")
     noisy_run(other, "elsewhere", rng, top_k=0)
@@ -221,6 +225,19 @@ def test_a_slower_kernel_moves_every_row_and_fails_the_gate_by_its_shift(stores,
     status, out, _ = _run(capsys, f"--store={path}", "slower", "base", "--fail-on-slow", "2%",
                           _calibrated(path))
     assert ": FAST;" in out and status == 0
+
+
+def test_rows_measured_beside_another_process_s_kernels_refuse_the_gate_slow_or_not(stores, capsys):
+    """The slower kernel that fails the gate at 2% (above), measured while another process ran kernels on
+    the GPU: its slowdown may be that process's work, and the gate refuses rather than fail or pass."""
+    path, _ = stores
+    for base, new in (("base", "shared"), ("shared", "base")):
+        status, out, _ = _run(capsys, f"--store={path}", base, new, "--fail-on-slow", "2%", _calibrated(path))
+        compared = int(out.split("summary: ")[1].split()[0])  # the winners are among the trials matched
+        counts = (0, compared) if new == "shared" else (compared, 0)
+        said = f"{counts[0]} of BASE's and {counts[1]} of NEW's compared rows"
+        assert f"measured while another process ran kernels on their GPU (gpu_shared): {said}" in out
+        assert status == 2 and f"REFUSED: {said} were measured while another process ran kernels" in out
 
 
 def test_another_gpu_model_is_matched_by_trial_and_its_shift_is_not_judged(stores, capsys):

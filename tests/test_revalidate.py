@@ -155,3 +155,26 @@ def test_the_re_screen_decision(shift_verdict, also):
               "shifts": {("GPU", "k", "triton"): shift, ("GPU", "k", "torch"): None}}
     decided = {json.loads(s["shape"])[0]: s["rescreen"] for s in judge_shapes(result, base, 0.03)}
     assert {n for n, rescreen in decided.items() if rescreen} == {3, 5} | also
+
+
+def test_a_re_timing_beside_another_process_s_kernels_judges_and_re_tunes_nothing(tuned, tmp_path, capsys,
+                                                                                   monkeypatch):
+    """The export recorded 4x faster than it runs at 9000 (a re-screen, were it judged), re-timed by the
+    real sweep, whose rows say another process ran kernels on the GPU meanwhile (on a GPU the job's watch
+    marks them: tests/test_gpu.py): exit 2, no verdict, nothing re-screened or written."""
+    from runners import revalidate
+
+    real_sweep = revalidate.run_sweep
+
+    def beside_a_neighbour(*args, **kwargs):
+        rows, seconds = real_sweep(*args, **kwargs)
+        return rows.assign(gpu_shared=rows["status"] == "ok"), seconds
+
+    monkeypatch.setattr(revalidate, "run_sweep", beside_a_neighbour)
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    path = _export(tuned, tmp_path, {3000: 3.0, 9000: 0.25})
+    status = revalidate.main([str(path), "--backend", "interpret", "--store", str(tmp_path / "reval.sqlite")])
+    out = capsys.readouterr()
+    assert status == 2, out
+    assert "re-timed rows were measured while another process ran kernels on the GPU" in out.err
+    assert "re-screen" not in out.out and "summary:" not in out.out

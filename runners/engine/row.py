@@ -61,7 +61,7 @@ COLUMNS: tuple[Column, ...] = (
     Column("pct_copy_bw", "REAL", SUMMARY), Column("pct_matmul", "REAL", SUMMARY),
     Column("sm_clock_start_mhz", "INTEGER"), Column("sm_clock_end_mhz", "INTEGER"),
     _ran_on("sm_clock_max_mhz", "INTEGER"), Column("throttled", "INTEGER", SUMMARY, boolean=True),
-    # Another process held a CUDA context on the row's GPU while it was measured (runners/measure/
+    # Another process ran kernels on the row's GPU while it was measured (runners/measure/
     # neighbours.py); empty where that could not be told.
     Column("gpu_shared", "INTEGER", SUMMARY, named=True, boolean=True),
     # Where it ran.

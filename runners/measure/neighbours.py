@@ -10,7 +10,8 @@ own every POLL_S: the processes holding a CUDA context on each GPU of the job
 that ran kernels lately (nvmlDeviceGetProcessUtilization: SM or memory activity in the last BUSY_FOR_S).
 A row measured while such a process ran kernels on its GPU says so (`gpu_shared`); the job names every other
 process it sees, and keeps no ceilings measured beside one that ran kernels. A process that only holds a
-context (an idle notebook) is named and slows nothing: its rows are not marked.
+context (an idle notebook) is named and slows nothing: its rows are not marked. compare's gate and
+revalidate refuse to judge marked rows (runners/results/comparison.py: refusals).
 
 What it cannot tell: work a neighbour began after the newest poll (a row's answer comes at its end; the
 next rows see it), whether one that stopped less than BUSY_FOR_S ago ran beside a row (it is counted as

@@ -287,12 +287,15 @@ def compare(base: pd.DataFrame, new: pd.DataFrame, rule: between_runs.Rule = bet
     winners = _winner_pairs(base, new, ["kernel", "gpu_name", "dtype", "shape"] if by_gpu
                             else ["kernel", "dtype", "shape"])
     pairs, index_of = [], {}
+    shared = {"BASE": 0, "NEW": 0}  # compared rows measured while another process ran kernels on the GPU
     for base_row, new_row, extra in matched + winners:  # a winner that is a matched trial: one pair
         key = (base_row["id"], new_row["id"])
         if key in index_of:
             pairs[index_of[key]].judged |= extra["judged"]
             continue
         index_of[key] = len(pairs)
+        for side, row in (("BASE", base_row), ("NEW", new_row)):
+            shared[side] += not pd.isna(row.get("gpu_shared")) and bool(row.get("gpu_shared"))
         pairs.append(between_runs.Pair(
             _domain(base_row, new_row), (base_row["dtype"], base_row["shape"]), _figure(base_row, "BASE"),
             _figure(new_row, "NEW"), float(base_row["p50_us"]), extra["judged"],
@@ -316,7 +319,7 @@ def compare(base: pd.DataFrame, new: pd.DataFrame, rule: between_runs.Rule = bet
     return {"matched": sorted((entry(*m) for m in matched), key=lambda r: r["order"]),
             "winners": [entry(*w) for w in winners], "shifts": judgement.shifts,
             "status_changes": status_changes, "only": only, "env_diffs": env_diffs,
-            "classes": _noise_by_shape(pairs, judgement)}
+            "classes": _noise_by_shape(pairs, judgement), "shared": shared}
 
 
 def _environment(base_row: pd.Series, new_row: pd.Series, env_diffs: dict) -> None:
@@ -419,10 +422,15 @@ def shift_lines(result: dict) -> list[str]:
 
 
 def refusals(result: dict) -> list[str]:
-    """Why the gate cannot judge this comparison (exit 2): no judged row or shift with a verdict; judged
-    rows whose noise was not measured; a kernel's shift that no measured spread can judge."""
+    """Why the gate cannot judge this comparison (exit 2): compared rows measured while another process
+    ran kernels on their GPU; no judged row or shift with a verdict; judged rows whose noise was not
+    measured; a kernel's shift that no measured spread can judge."""
     judged = [r for r in result["matched"] + result["winners"] if r["judged"]]
     reasons = []
+    if any(result["shared"].values()):
+        reasons.append(f"{result['shared']['BASE']} of BASE's and {result['shared']['NEW']} of NEW's compared "
+                       "rows were measured while another process ran kernels on their GPU (gpu_shared): their "
+                       "figures are its work's as much as the code's; sweep that side again on a GPU of its own")
     shifts = [s for s in result["shifts"].values() if s is not None and s.judged]
     if not any(r["verdict"] in VERDICTS[:3] for r in judged) and not any(s.verdict in VERDICTS[:3]
                                                                           for s in shifts):
@@ -465,6 +473,9 @@ def report(result: dict, base: Side, new: Side, rule: between_runs.Rule, gate: b
         lines += [f"  {name}: {b} -> {n} ({count})" for (name, b, n), count in differences]
     else:
         lines.append("environment: the same for every matched row (" + ", ".join(NAMED) + ")")
+    if any(result["shared"].values()):
+        lines.append(f"measured while another process ran kernels on their GPU (gpu_shared): "
+                     f"{result['shared']['BASE']} of BASE's and {result['shared']['NEW']} of NEW's compared rows")
     classes = [f"{' '.join(map(str, c))} {s}" for c, s in result["classes"].items()]
     lines.append("repetition noise by shape (kernel provider dtype shape: s): "
                  + ("; ".join(classes) or "none"))
@@ -525,23 +536,26 @@ def broken(result: dict) -> list[dict]:
 
 
 def gate_verdict(result: dict, rule: between_runs.Rule) -> tuple[str, int]:
-    """The gate's line and exit status: 1 when a judged row is SLOW against its shift by more than the
-    gate's share (rule.fail_on_slow), a shift is, or a trial ok in BASE fails in NEW; else 2 where it
-    cannot judge (refusals); else 0."""
+    """The gate's line and exit status: 2 where rows were measured beside another process's kernels
+    (refusals: a SLOW there may be its work); else 1 when a judged row is SLOW against its shift by more
+    than the gate's share (rule.fail_on_slow), a shift is, or a trial ok in BASE fails in NEW; else 2
+    where it cannot judge (refusals); else 0."""
     limit = f"{100 * rule.fail_on_slow:g}%"
     failing = broken(result)
+    reasons = refusals(result)
     judged = [r for r in result["matched"] + result["winners"] if r["judged"]]
     slow = [r for r in judged if r["verdict"] == "SLOW" and r["vs_shift"] - 1 > rule.fail_on_slow]
     shifts = [f"{kernel} on {gpu}" for (gpu, kernel, _), s in result["shifts"].items()
               if s is not None and s.judged and s.verdict == "SLOW"
               and math.expm1(s.value) > rule.fail_on_slow]
     head = f"gate --fail-on-slow {limit} on {len(judged)} judged rows (winners and shipped configs): "
+    if any(result["shared"].values()):
+        return head + "REFUSED: " + "; ".join(reasons), 2
     if slow or shifts or failing:
         named = f" ({', '.join(shifts)})" if shifts else ""
         return head + (f"FAIL: {len(slow)} SLOW by more than {limit} against their shift, "
                        f"{len(shifts)} shift(s) SLOW by more than {limit}{named}, "
                        f"{len(failing)} failing in NEW"), 1
-    reasons = refusals(result)
     if reasons:
         return head + "REFUSED: " + "; ".join(reasons), 2
     return head + "pass", 0
