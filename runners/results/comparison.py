@@ -428,9 +428,9 @@ def refusals(result: dict) -> list[str]:
     judged = [r for r in result["matched"] + result["winners"] if r["judged"]]
     reasons = []
     if any(result["shared"].values()):
-        reasons.append(f"{result['shared']['BASE']} of BASE's and {result['shared']['NEW']} of NEW's compared "
-                       "rows were measured while another process ran kernels on their GPU (gpu_shared): their "
-                       "figures are its work's as much as the code's; sweep that side again on a GPU of its own")
+        reasons.append(f"{_shared_rows(result)} were measured while another process ran kernels on their GPU "
+                       "(gpu_shared): their figures are its work's as much as the code's; sweep that side "
+                       "again on a GPU of its own")
     shifts = [s for s in result["shifts"].values() if s is not None and s.judged]
     if not any(r["verdict"] in VERDICTS[:3] for r in judged) and not any(s.verdict in VERDICTS[:3]
                                                                           for s in shifts):
@@ -446,6 +446,10 @@ def refusals(result: dict) -> list[str]:
             reasons.append(f"the shift of {kernel} on {gpu} (NEW/BASE {math.exp(shift.value):.3f}) cannot be "
                            f"judged: {_unjudged(gpu)}")
     return reasons
+
+
+def _shared_rows(result: dict) -> str:
+    return f"{result['shared']['BASE']} of BASE's and {result['shared']['NEW']} of NEW's compared rows"
 
 
 def _unjudged(gpu: str) -> str:
@@ -474,8 +478,8 @@ def report(result: dict, base: Side, new: Side, rule: between_runs.Rule, gate: b
     else:
         lines.append("environment: the same for every matched row (" + ", ".join(NAMED) + ")")
     if any(result["shared"].values()):
-        lines.append(f"measured while another process ran kernels on their GPU (gpu_shared): "
-                     f"{result['shared']['BASE']} of BASE's and {result['shared']['NEW']} of NEW's compared rows")
+        lines.append("measured while another process ran kernels on their GPU (gpu_shared): "
+                     + _shared_rows(result))
     classes = [f"{' '.join(map(str, c))} {s}" for c, s in result["classes"].items()]
     lines.append("repetition noise by shape (kernel provider dtype shape: s): "
                  + ("; ".join(classes) or "none"))
