@@ -116,7 +116,7 @@ class Job:
             self.lap("trials")
             finalist_groups = self.finalists()
             self.lap("finalists")
-            self._stop_watch()  # before the workers go: their contexts are what it tells ours by
+            self._stop_watch()  # nothing is measured after the finalists
             self.store.close()
             # Told to stop now, reaped at the end: a GPU worker takes up to a second to exit with CUDA
             # loaded, and the finish does not need it.

@@ -4,14 +4,14 @@ Kernels of two processes on one GPU take turns on it (time-slicing), so a neighb
 spreads every figure measured beside it, and nothing in the figures says why: on an H100 a matmul loop
 on the README sweep's GPU made the job 6.4 -> 14.0 s, compare judged 2 of 39 rows SLOW (up to 21.8%
 beyond the run's shift) and a winner's figure FAST, and the sweep printed nothing about it
-(BENCHMARKS.md, 2026-11-28). A GpuWatch polls NVML on a thread of its
-own every POLL_S: the processes holding a CUDA context on each GPU of the job
-(nvmlDeviceGetComputeRunningProcesses), told from the job's own workers, and of those others the ones
-that ran kernels lately (nvmlDeviceGetProcessUtilization: SM or memory activity in the last BUSY_FOR_S).
-A row measured while such a process ran kernels on its GPU says so (`gpu_shared`); the job names every other
-process it sees, and keeps no ceilings measured beside one that ran kernels. A process that only holds a
-context (an idle notebook) is named and slows nothing: its rows are not marked. compare's gate and
-revalidate refuse to judge marked rows (runners/results/comparison.py: refusals).
+(BENCHMARKS.md, 2026-11-28). A GpuWatch polls NVML on a thread of its own every POLL_S: the processes
+holding a CUDA context on each GPU of the job (nvmlDeviceGetComputeRunningProcesses) and, where some are
+not the job's workers, which ran kernels lately (nvmlDeviceGetProcessUtilization: SM or memory activity
+in the last BUSY_FOR_S); the job's own are told from the others on the job's thread. A row measured while
+another process ran kernels on its GPU says so (`gpu_shared`); the job names every other process it
+sees, and keeps no ceilings measured beside one that ran kernels. A process that only holds a context (an
+idle notebook) is named and slows nothing: its rows are not marked. compare's gate and revalidate refuse
+to judge marked rows (runners/results/comparison.py: refusals).
 
 What it cannot tell: work a neighbour began after the newest poll (a row's answer comes at its end; the
 next rows see it), whether one that stopped less than BUSY_FOR_S ago ran beside a row (it is counted as
@@ -51,20 +51,21 @@ class Neighbour:
 
 
 class Polls:
-    """What the polls saw on each GPU: the other processes holding a context there, and at each poll the
-    ones counted as running kernels then: those present that NVML gave a sample of activity within
+    """What the polls saw on each GPU: the processes holding a context there (the job's own among them:
+    which those are is known only to the job's thread, and given to `seen` and `busy`), and at each poll
+    those counted as running kernels then: present, and given a sample of activity by NVML within
     BUSY_FOR_S."""
 
     def __init__(self, uuids: Sequence[str]):
         self._times: dict[str, list[float]] = {uuid: [] for uuid in uuids}
         self._busy: dict[str, list[frozenset]] = {uuid: [] for uuid in uuids}
         self._last_active: dict[str, dict[int, float]] = {uuid: {} for uuid in uuids}  # pid -> poll time
-        self.neighbours: dict[str, dict[int, Neighbour]] = {uuid: {} for uuid in uuids}  # every one seen
+        self._present: dict[str, dict[int, Neighbour]] = {uuid: {} for uuid in uuids}  # every one seen
         self._lock = threading.Lock()
 
     def add(self, at: float, uuid: str, present: Sequence[Neighbour], active: set) -> None:
-        """One poll of GPU `uuid` at time.monotonic() `at`: the other processes present, and the pids
-        NVML gave a sample of SM or memory activity since the poll before."""
+        """One poll of GPU `uuid` at time.monotonic() `at`: the processes present, and the pids NVML gave a
+        sample of SM or memory activity since the poll before."""
         with self._lock:
             last_active = self._last_active[uuid]
             last_active.update(dict.fromkeys(active, at))
@@ -72,34 +73,38 @@ class Polls:
             self._busy[uuid].append(frozenset(
                 n.pid for n in present if at - last_active.get(n.pid, -math.inf) <= BUSY_FOR_S))
             for neighbour in present:
-                self.neighbours[uuid].setdefault(neighbour.pid, neighbour)
+                self._present[uuid].setdefault(neighbour.pid, neighbour)
 
-    def seen(self) -> list[tuple[str, Neighbour]]:
-        """Every other process seen so far, with its GPU."""
+    def seen(self, ours: set) -> list[tuple[str, Neighbour]]:
+        """Every process seen so far that is not one of `ours`, with its GPU."""
         with self._lock:
-            return [(uuid, n) for uuid, neighbours in self.neighbours.items() for n in neighbours.values()]
+            return [(uuid, n) for uuid, present in self._present.items() for n in present.values()
+                    if n.pid not in ours]
 
-    def busy(self, uuid: str, start: float, end: float) -> list[Neighbour]:
-        """The other processes counted as running kernels on GPU `uuid` at any poll from the last one at or
-        before `start` to the first after `end` (or the newest, where none is after it yet): those a
-        measurement from `start` to `end` may have run beside. Work begun after the newest poll is not
+    def busy(self, uuid: str, start: float, end: float, ours: set) -> list[Neighbour]:
+        """The processes but `ours` counted as running kernels on GPU `uuid` at any poll from the last one
+        at or before `start` to the first after `end` (or the newest, where none is after it yet): those
+        a measurement from `start` to `end` may have run beside. Work begun after the newest poll is not
         seen."""
         with self._lock:
             times, busy = self._times[uuid], self._busy[uuid]
             first = max(bisect.bisect_right(times, start) - 1, 0)
             last = bisect.bisect_right(times, end) + 1
-            pids = frozenset().union(*busy[first:last])
-            return [self.neighbours[uuid][pid] for pid in sorted(pids) if pid in self.neighbours[uuid]]
+            pids = frozenset().union(*busy[first:last]) - ours
+            return [self._present[uuid][pid] for pid in sorted(pids)]
 
 
 class GpuWatch:
     """Polls NVML every POLL_S on a daemon thread (`start`, `stop`). `ours()` gives the pids of the job's
-    processes that hold a CUDA context (read at each poll: a worker started anew has a new one). A
-    process counts as busy at a poll where NVML's per-process utilization gave it SM or memory activity
-    within BUSY_FOR_S; where the GPU does not keep that (NVML: not supported), nothing is told."""
+    processes that hold a CUDA context; it is called on the job's thread alone (the handles of forked
+    workers read their server's pipe, which that thread also reads), by every method but the polls, and
+    any pid it ever gave stays the job's (a worker that crashed and is exiting). A process counts as
+    busy at a poll where NVML's per-process utilization gave it SM or memory activity within BUSY_FOR_S;
+    where the GPU does not keep that (NVML: not supported), nothing is told."""
 
-    def __init__(self, uuids: Sequence[str], ours: Callable[[], set]):
-        import pynvml
+    def __init__(self, uuids: Sequence[str], ours: Callable[[], set], pynvml=None):
+        if pynvml is None:  # the NVML bindings; tests on a host without a GPU give a stand-in
+            import pynvml
 
         pynvml.nvmlInit()
         self._nvml = pynvml
@@ -112,6 +117,9 @@ class GpuWatch:
             raise LookupError(f"NVML does not list {', '.join(missing)}")
         self._handles = {uuid: by_uuid[uuid] for uuid in uuids}
         self._ours = ours
+        # every pid ours() gave; the polls read it only to skip the utilization query of a GPU where every
+        # process is the job's
+        self._ever_ours: set = set()
         self.polls = Polls(uuids)
         self.cannot: Optional[str] = None  # why nothing can be told, from the first poll
         self.failed_at: Optional[float] = None  # when a later poll failed (NVML's error): nothing told after
@@ -127,36 +135,45 @@ class GpuWatch:
         """The first poll at once (a neighbour there before the job is named before any row), then the
         thread, unless the first poll found that nothing can be told (`cannot`). Call it once the trial
         workers hold their contexts: NVML must list one of them, else its pids are not this namespace's."""
+        ours = self.ours()
         try:
             for handle in self._handles.values():  # where the GPU keeps no per-process utilization: raises
                 self._active(handle, self._since_us)
-            self.poll(first=True)
+            listed = self.poll()
         except self._nvml.NVMLError_NotSupported as error:
             self.cannot = f"NVML keeps no per-process utilization here ({error})"
+        else:
+            if not ours & listed:
+                self.cannot = ("NVML lists none of this job's workers (its process ids are of another PID "
+                               "namespace, as in some containers)")
         if self.cannot is None:
             self._thread.start()
         return self
 
     def stop(self) -> None:
+        """Ends the polls. Waits a second at most: an NVML call that does not return (a GPU in trouble)
+        leaves the daemon thread to the end of the process, not the job waiting."""
         self._stopped.set()
         if self._thread.is_alive():
-            self._thread.join()
+            self._thread.join(timeout=1.0)
 
-    def poll(self, first: bool = False) -> None:
-        """One poll of every GPU."""
+    def ours(self) -> set:
+        """The job's processes on the GPUs, every one it ever had (on the job's thread only)."""
+        self._ever_ours |= {pid for pid in self._ours() if pid is not None}
+        return self._ever_ours
+
+    def poll(self) -> set:
+        """One poll of every GPU; returns the pids NVML listed."""
         at, since_us = time.monotonic(), self._since_us
         self._since_us = int(time.time() * 1e6)
-        listed = {uuid: self._nvml.nvmlDeviceGetComputeRunningProcesses(handle)
-                  for uuid, handle in self._handles.items()}
-        ours = self._ours()  # after NVML's answer: a worker it lists is already among ours
-        if first and not ours & {p.pid for processes in listed.values() for p in processes}:
-            self.cannot = ("NVML lists none of this job's workers (its process ids are of another PID "
-                           "namespace, as in some containers)")
-            return
-        for uuid, processes in listed.items():
-            present = [_neighbour(p, self._nvml) for p in processes if p.pid not in ours]
-            active = self._active(self._handles[uuid], since_us) - ours if present else set()
-            self.polls.add(at, uuid, present, active)
+        listed = set()
+        for uuid, handle in self._handles.items():
+            processes = self._nvml.nvmlDeviceGetComputeRunningProcesses(handle)
+            listed |= {p.pid for p in processes}
+            others = [p for p in processes if p.pid not in self._ever_ours]
+            active = self._active(handle, since_us) if others else set()
+            self.polls.add(at, uuid, [_neighbour(p, self._nvml) for p in others], active)
+        return listed
 
     def _active(self, handle, since_us: int) -> set:
         try:
@@ -194,7 +211,7 @@ class GpuWatch:
 
     def name_neighbours(self) -> None:
         """Name each other process the first time it is seen on a GPU."""
-        for gpu, neighbour in self.polls.seen():
+        for gpu, neighbour in self.polls.seen(self.ours()):
             if (gpu, neighbour.pid) not in self._named:
                 self._named.add((gpu, neighbour.pid))
                 print(f"note: another process holds a CUDA context on {gpu}: {neighbour}; rows measured "
@@ -207,7 +224,7 @@ class GpuWatch:
                   "their GPU (gpu_shared): their figures are slow and spread by its work; measure them "
                   "again on a GPU of their own, and runners.compare the two")
         return {"gpu_shared_rows": self.shared_rows,
-                "gpu_neighbours": [f"{gpu}: {neighbour}" for gpu, neighbour in self.polls.seen()]}
+                "gpu_neighbours": [f"{gpu}: {neighbour}" for gpu, neighbour in self.polls.seen(self.ours())]}
 
     def busy(self, uuid: Optional[str], start: float, end: float) -> Optional[list[Neighbour]]:
         """The other processes that ran kernels on GPU `uuid` while a measurement from `start` to `end`
@@ -216,7 +233,7 @@ class GpuWatch:
         if uuid is None or uuid not in self._handles or self.cannot is not None or (
                 self.failed_at is not None and end > self.failed_at):
             return None
-        return self.polls.busy(uuid, start, end)
+        return self.polls.busy(uuid, start, end, self.ours())
 
 
 def _text(value) -> str:
