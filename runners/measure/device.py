@@ -27,6 +27,11 @@ def nvml_unavailable(error: Exception) -> bool:
     return isinstance(error, (ImportError, OSError)) or type(error).__name__.startswith("NVMLError")
 
 
+def nvml_text(value) -> str:
+    """A string NVML returned: bytes in older pynvml releases, str in newer ones."""
+    return value.decode() if isinstance(value, bytes) else value
+
+
 def _nvml_handle(torch, device_index: int):
     """NVML handle of the torch device, matched by PCI bus id (CUDA_VISIBLE_DEVICES may reorder)."""
     import pynvml
@@ -52,8 +57,7 @@ def sm_clock_reader(torch,
 
         handle = _nvml_handle(torch, device_index)
         max_clock = pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM)
-        driver = pynvml.nvmlSystemGetDriverVersion()
-        driver = driver.decode() if isinstance(driver, bytes) else driver
+        driver = nvml_text(pynvml.nvmlSystemGetDriverVersion())
         return (lambda: pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM)), max_clock, driver
     except Exception as error:
         if not nvml_unavailable(error):

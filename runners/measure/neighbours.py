@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
+from runners.measure.device import nvml_text, nvml_unavailable
+
 # Seconds between polls. A poll took 0.05 ms a GPU on an H100 host, and 2.1 ms more for a GPU with
 # another process on it (its utilization samples), on this process's watching thread.
 POLL_S = 0.25
@@ -111,7 +113,7 @@ class GpuWatch:
         by_uuid = {}
         for index in range(pynvml.nvmlDeviceGetCount()):
             handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-            by_uuid[_text(pynvml.nvmlDeviceGetUUID(handle))] = handle
+            by_uuid[nvml_text(pynvml.nvmlDeviceGetUUID(handle))] = handle
         missing = [uuid for uuid in uuids if uuid not in by_uuid]
         if missing:
             raise LookupError(f"NVML does not list {', '.join(missing)}")
@@ -236,17 +238,13 @@ class GpuWatch:
         return self.polls.busy(uuid, start, end, self.ours())
 
 
-def _text(value) -> str:
-    return value.decode() if isinstance(value, bytes) else value
-
-
 def _neighbour(process, pynvml) -> Neighbour:
     """A process NVML lists, named by its command (/proc, else NVML) and the GPU memory it holds."""
     try:
         name = Path(f"/proc/{process.pid}/comm").read_text().strip()
     except OSError:
         try:
-            name = _text(pynvml.nvmlSystemGetProcessName(process.pid))
+            name = nvml_text(pynvml.nvmlSystemGetProcessName(process.pid))
         except pynvml.NVMLError:
             name = "?"
     memory = process.usedGpuMemory
@@ -256,8 +254,6 @@ def _neighbour(process, pynvml) -> Neighbour:
 def watch_gpus(uuids: Sequence[str], ours: Callable[[], set]) -> Optional[GpuWatch]:
     """A started GpuWatch of these GPUs, the other processes there from the start named; None, saying
     why, where nothing can be told (no NVML, a GPU it does not list, `cannot`)."""
-    from runners.measure.device import nvml_unavailable
-
     try:
         watch = GpuWatch(uuids, ours).start()
     except Exception as error:
