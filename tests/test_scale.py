@@ -1,8 +1,10 @@
 """Sweep speed and isolation on the CPU: the compile pool (real Triton compiles for an sm_90 target, no
 GPU needed), several trial workers, search budgets and seeds, finalists and the tie rule."""
+import contextlib
 import json
 import re
 import time
+from typing import Optional
 
 import numpy as np
 import pytest
@@ -535,15 +537,29 @@ def test_inductors_patterns_are_built_under_the_gpu_lock_only_by_a_compile_that_
     assert warm["builds"] == [], warm
 
 
-def _sleeping_stand_in(conn, name: str, seconds: float) -> None:
-    """A GPU worker stand-in whose every request takes `seconds`; it says when it began and ended, and
-    a trial's answer also when the compile ahead of it did, if one was asked for."""
+def _lock_file(tmp_path, gpu: int = 0) -> str:
+    """GPU `gpu`'s lock file for the stand-ins below (the job makes one per GPU with a side worker)."""
+    path = tmp_path / f"gpu{gpu}.lock"
+    path.touch()
+    return str(path)
+
+
+def _sleeping_stand_in(conn, name: str, seconds: float, lock_file: Optional[str] = None) -> None:
+    """A GPU worker stand-in whose every request takes `seconds`, under its GPU's lock as a real worker's
+    (runners/engine/worker.py: GpuLock; a compile ahead takes none): a request the scheduler handed it
+    may reach it after one it handed the other worker of its GPU began. It says when it began (holding
+    the lock) and ended, and a trial's answer also when the compile ahead of it did, if one was asked
+    for."""
+    from runners.engine.worker import GpuLock
+
     conn.send(("ready", {"gpu_name": "none"}))
     ahead = {}
+    lock = GpuLock(lock_file)
     while (message := conn.recv()) is not None:
-        began = time.monotonic()
-        time.sleep(seconds)
-        span = (began, time.monotonic())
+        with contextlib.nullcontext() if message[0] == "prepare" else lock:
+            began = time.monotonic()
+            time.sleep(seconds)
+            span = (began, time.monotonic())
         if message[0] == "prepare":
             ahead[message[1].key] = span
             conn.send(("prepared", {"compile_s": seconds}))
@@ -556,7 +572,7 @@ def _sleeping_stand_in(conn, name: str, seconds: float) -> None:
                                   "ahead": ahead.get(message[1].key)}))
 
 
-def test_the_trial_worker_waits_its_turn_while_the_side_worker_holds_the_lock():
+def test_the_trial_worker_waits_its_turn_while_the_side_worker_holds_the_lock(tmp_path):
     """The trial worker is handed no request while the side worker has one that holds the GPU's lock
     (the lock keeps no queue), and goes on while the side worker compiles a trial ahead (that takes no
     lock); the side worker's timeout grows by what is left of the trial worker's request in flight,
@@ -565,8 +581,9 @@ def test_the_trial_worker_waits_its_turn_while_the_side_worker_holds_the_lock():
               for i in range(1, 4) for provider, config in
               [("triton", {"num_warps": 4}), ("triton", {"num_warps": 8}), ("compile", {})]]
     trials += [Trial("k", "triton", (512,), "float16", {"num_warps": w}) for w in (1, 2, 4, 8, 16, 32)]
-    gpu = WorkerProcess("trial worker", _sleeping_stand_in, ("trial worker", 0.05))
-    side = WorkerProcess("side worker", _sleeping_stand_in, ("side worker", 0.15))
+    lock_file = _lock_file(tmp_path)
+    gpu = WorkerProcess("trial worker", _sleeping_stand_in, ("trial worker", 0.05, lock_file))
+    side = WorkerProcess("side worker", _sleeping_stand_in, ("side worker", 0.15, lock_file))
     scheduler = Scheduler([gpu], [], trial_timeout_s=60, compile_timeout_s=60, sides=[side],
                           compiles=lambda trial: trial.provider == "compile")
     results = {"trial worker": [], "side worker": []}
@@ -603,7 +620,7 @@ def test_the_trial_worker_waits_its_turn_while_the_side_worker_holds_the_lock():
     assert sum(start <= began < end for began in trial_worker_began for start, end in ahead) >= 3
 
 
-def test_each_gpu_has_its_side_worker_and_the_turns_are_per_gpu():
+def test_each_gpu_has_its_side_worker_and_the_turns_are_per_gpu(tmp_path):
     """On two GPUs each has a side worker: the torch.compile baselines spread over both, each run by the
     side worker that compiled it ahead, and a finalists group that holds one goes to that side worker
     too (another would compile it again; a group with two, each compiled by another side worker, to the
@@ -618,9 +635,11 @@ def test_each_gpu_has_its_side_worker_and_the_turns_are_per_gpu():
                [("triton", {"num_warps": 4}), ("triton", {"num_warps": 8}), ("compile", {}),
                 ("compile_max", {})]]
     trials += [Trial("k", "triton", (512,), "float16", {"num_warps": w}) for w in (1, 2, 4, 8, 16, 32)]
-    gpus = [WorkerProcess(f"trial worker {i}", _sleeping_stand_in, (f"trial worker {i}", 0.05))
-            for i in (0, 1)]
-    sides = [WorkerProcess(f"side worker {i}", _sleeping_stand_in, (f"side worker {i}", seconds))
+    lock_files = [_lock_file(tmp_path, 0), _lock_file(tmp_path, 1)]
+    gpus = [WorkerProcess(f"trial worker {i}", _sleeping_stand_in,
+                          (f"trial worker {i}", 0.05, lock_files[i])) for i in (0, 1)]
+    sides = [WorkerProcess(f"side worker {i}", _sleeping_stand_in,
+                           (f"side worker {i}", seconds, lock_files[i]))
              for i, seconds in ((0, 0.15), (1, 0.1))]
     scheduler = Scheduler(gpus, [], trial_timeout_s=60, compile_timeout_s=60, sides=sides,
                           compiles=lambda trial: trial.provider.startswith("compile"))
