@@ -2,6 +2,7 @@
 import math
 import random
 import time
+from typing import Optional
 
 import numpy as np
 import pytest
@@ -9,10 +10,10 @@ import torch
 
 from runners.measure.stop_rule import (STOP_CONVERGED, STOP_RESOLUTION, STOP_TIMEOUT, StopRule, at_resolution,
                                        median_interval, median_precision, quantization_note)
-from runners.measure.timing import (FLUSH_BLOCK, FLUSH_KERNEL_NAME, FLUSH_MIN_BYTES, METHOD_WALL, GpuRecord,
-                                    InterpreterTimer, RecordMismatch, _l2_flush_read_kernel, busy_ns,
-                                    calls_from_records, flush_elements, next_batch_rounds, relative_noise,
-                                    summarize)
+from runners.measure.timing import (FLUSH_BLOCK, FLUSH_KERNEL_NAME, FLUSH_MIN_BYTES, METHOD_WALL,
+                                    CallRecord, GpuRecord, InterpreterTimer, RecordMismatch,
+                                    _l2_flush_read_kernel, busy_ns, calls_from_records, flush_elements,
+                                    host_late, next_batch_rounds, relative_noise, summarize)
 from runners.engine.trial import Trial
 from runners.engine.worker import NoGpuWork, measured_fields, timers_disagree
 from runners.measure.timing import METHOD_CUPTI, Measurement
@@ -263,7 +264,9 @@ def test_cupti_records_become_one_sample_per_call():
         _record(FLUSH_KERNEL_NAME, 640, 670), _record("_softmax_kernel", 671, 702),
     ]
     calls = calls_from_records(list(reversed(records)), calls=3)  # records arrive in any order
-    assert [(round(s * 1e6, 3), n) for s, n in calls] == [(30.0, 1), (31.0, 4), (31.0, 1)]
+    assert [(round(c.gpu_s * 1e6, 3), c.activities) for c in calls] == [(30.0, 1), (31.0, 4), (31.0, 1)]
+    # The GPU idle from each flush's end to the next flush's start, the last call's unknown.
+    assert [c.idle_s and round(c.idle_s * 1e6, 3) for c in calls] == [10.0, 9.0, None]
 
 
 def test_a_hold_between_two_calls_of_a_batch_is_no_calls():
@@ -275,8 +278,35 @@ def test_a_hold_between_two_calls_of_a_batch_is_no_calls():
         _record(FLUSH_KERNEL_NAME, 534, 564), _record("_softmax_kernel", 565, 567),
     ]
     calls = calls_from_records(records, calls=2, hold_name="spin_kernel")
-    assert [(round(s * 1e6, 3), n) for s, n in calls] == [(2.0, 1), (2.0, 1)]
-    assert calls_from_records(records, calls=2)[0] == pytest.approx((502e-6, 2))  # what it was without
+    assert [(round(c.gpu_s * 1e6, 3), c.activities) for c in calls] == [(2.0, 1), (2.0, 1)]
+    assert calls[0].idle_s == pytest.approx(2e-6)  # up to the hold's start
+    first_without = calls_from_records(records, calls=2)[0]  # what it was without
+    assert (first_without.gpu_s, first_without.activities) == (pytest.approx(502e-6), 2)
+
+
+def _calls(idle_us: list[Optional[float]], activities: int = 1) -> list[CallRecord]:
+    return [CallRecord(10e-6, activities, None if idle is None else idle * 1e-6) for idle in idle_us]
+
+
+def test_calls_the_host_enqueued_late_are_found_against_their_own_function_s_gaps():
+    # Two functions in turn (0, 1, 0, 1, ...), as measure_interleaved rotates them: a Triton kernel
+    # idling 3 us in its two gaps when fed, an eager call of four kernels (five gaps) idling 9 us.
+    softmax = [3.0, 3.4, 4.8, 5.2, 45.0, 3.2, 2100.0, 3.1]  # up to 2 us above the least kept
+    eager = [9.0, 12.5, 13.9, 9.6, 60.0, 9.2, 14.2, None]  # up to 5 us kept; the batch's last unjudged
+    calls = [call for pair in zip(_calls(softmax), _calls(eager, activities=4)) for call in pair]
+    functions = [0, 1] * len(softmax)
+    late = host_late(calls, functions)
+    assert sorted((functions[p], round(calls[p].idle_s * 1e6, 3)) for p in late) == [
+        (0, 5.2), (0, 45.0), (0, 2100.0), (1, 14.2), (1, 60.0)]
+
+
+def test_a_batch_whose_every_call_was_late_is_judged_against_its_least_late_call():
+    # Where the promise ends: the least idle of a function's calls is taken as its fed gaps, so in a
+    # batch where the host was late to every one of them (the hold too short from its first call) only
+    # the later ones are found. The hold is sized from the host's measured enqueue time, which makes it
+    # the rare case.
+    assert host_late(_calls([40.0, 45.0, 41.2, 60.0]), [0, 0, 0, 0]) == {1, 3}
+    assert host_late(_calls([40.0, 41.5, 40.2]), [0, 0, 0]) == set()
 
 
 def test_overlapping_work_is_counted_once():
@@ -335,6 +365,22 @@ def test_a_call_without_gpu_work_is_an_error_with_its_cause():
     trial = Trial("vector_add", "torch", (1024,), "float16", {})
     with pytest.raises(NoGpuWork, match="no GPU activity was recorded"):
         measured_fields(vector_add.SPEC, trial, empty, peaks={})
+
+
+def test_a_row_s_event_median_is_of_the_calls_fed_in_time_the_late_ones_kept_beside_it():
+    # Two repetitions of a 5 us kernel; five of its nine calls the host launched late (their windows
+    # hold 250-400 us of the GPU waiting), more than half: every call's median would be a late one.
+    from kernels import vector_add
+    from runners.measure.timing import pooled
+
+    fed, late = [8.0e-6, 8.2e-6, 7.9e-6, 8.1e-6], [300e-6, 250e-6, 400e-6, 280e-6, 290e-6]
+    blocks = [Measurement([5e-6] * 5, STOP_CONVERGED, METHOD_CUPTI, fed[:2], late[:3], kernels_per_call=1.0),
+              Measurement([5e-6] * 4, STOP_CONVERGED, METHOD_CUPTI, fed[2:], late[3:], kernels_per_call=1.0)]
+    fields = measured_fields(vector_add.SPEC, Trial("vector_add", "triton", (1024,), "float16", {}),
+                             pooled(blocks), peaks={})
+    assert fields["event_p50_us"] == pytest.approx(8.05) and not fields["timers_disagree"]
+    assert fields["late_event_samples_us"] == pytest.approx([s * 1e6 for s in late])  # nothing lost
+    assert timers_disagree(fields["p50_us"], float(np.median(fed + late)) * 1e6, 1.0)  # what it was
 
 
 def test_a_repetition_takes_its_share_of_the_rule():

@@ -50,6 +50,7 @@ COLUMNS: tuple[Column, ...] = (
     Column("p50_precision", "REAL", SUMMARY), Column("n_samples", "INTEGER", SUMMARY),
     Column("samples_us", "BLOB", samples=True),
     Column("event_p50_us", "REAL", SUMMARY), Column("event_samples_us", "BLOB", samples=True),
+    Column("late_event_samples_us", "BLOB", samples=True),
     Column("kernels_per_call", "REAL", SUMMARY), Column("timers_disagree", "INTEGER", SUMMARY, boolean=True),
     Column("measure_s", "REAL", SUMMARY),
     # Repetitions: blocks of samples on buffers placed anew (runners/measure/timing.py), the median of

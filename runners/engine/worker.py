@@ -323,7 +323,8 @@ def measured_fields(spec, trial: Trial, measurement, peaks: dict) -> dict:
 
     p50_us, the figure of record, is the GPU time per call (CUPTI: the kernels, memsets and memcpys
     of one call, one after another); event_p50_us is the CUDA-event time of the same calls, launch
-    gaps and the event pair included."""
+    gaps and the event pair included, of the calls the GPU ran back to back (those the host enqueued
+    late are late_event_samples_us: timing.host_late)."""
     import torch
 
     from runners.measure.stop_rule import STOP_CONVERGED, quantization_note
@@ -352,6 +353,7 @@ def measured_fields(spec, trial: Trial, measurement, peaks: dict) -> dict:
         "samples_us": [s * 1e6 for s in measurement.samples_s],
         "event_p50_us": event_p50_us,
         "event_samples_us": [s * 1e6 for s in events] if events else None,
+        "late_event_samples_us": [s * 1e6 for s in measurement.late_event_samples_s or []] or None,
         "kernels_per_call": kernels,
         "timers_disagree": timers_disagree(stats["p50_us"], event_p50_us, kernels),
         "measure_s": measurement.measure_s,

@@ -86,7 +86,7 @@ def export_frame(data: dict, keep: Optional[list] = None) -> tuple[pd.DataFrame,
                     add(gpu, section, dtype, {}, best["shape"], figures, False, provider)
     frame = pd.DataFrame(list(rows.values()))
     frame["id"] = range(1, len(frame) + 1)
-    for name in ("samples_us", "event_samples_us"):
+    for name in ("samples_us", "event_samples_us", "late_event_samples_us"):
         frame[name] = None
     return frame, shipped
 
