@@ -309,7 +309,7 @@ def host_late(calls: Sequence[CallRecord], functions: Sequence[int]) -> set[int]
     function's calls in the batch is that (its first follows the hold, enqueued well ahead); a call
     idle by more than HOST_LATE_S a gap beyond it was late. Where the host was late for the next
     call's flush only, its window was not stretched, and it is set apart all the same. A batch's last
-    call (nothing follows it) is not judged. Seen (BENCHMARKS.md, 2026-11-28, second): a host sharing
+    call (nothing follows it) is not judged. Seen (BENCHMARKS.md, 2026-11-28 (second)): a host sharing
     its core with two busy processes gave calls up to 7 ms of such wait."""
     least: dict[int, float] = {}
     for call, function in zip(calls, functions):
