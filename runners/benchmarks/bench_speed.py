@@ -25,7 +25,8 @@ autotune: the same kernel, the same list of configs, each side with a fresh Trit
 
 sweeps: the README sweep (on a fresh Triton cache and store, then again warm with force=true: without a
   resident, then run by the one the cold run left, runners/engine/resident.py) and the export-grade
-  sweeps (cold, no resident), each from every tree given (--old: another checkout of the project, run
+  sweeps (cold, no resident; by default softmax_export and layernorm_export, --sweeps names any file
+  sweeps/*_export.yaml), each from every tree given (--old: another checkout of the project, run
   first) and from this one: command seconds, the phase line, the GPU-busy share of the trials and
   finalists phases, the first calls and this host's limit (the job's time_spent); then compare's
   verdict of this tree's run against the other's (--calibration: earlier README runs of this machine
@@ -389,8 +390,10 @@ def bench_gpus(counts=None) -> None:
 # Warm twice: without a resident (SWEEP_RESIDENT_S=0: as before it existed), then run by the resident that
 # the cold run left (runners/engine/resident.py; a tree without one runs it as the first).
 WARM = [("warm", ["force=true"]), ("warm, resident", ["force=true"])]
-SWEEPS = {"readme": [], "softmax_export": ["+sweep=softmax_export"],
-          "layernorm_export": ["+sweep=layernorm_export"]}
+# The README's command and every export-grade sweep file; by default the ones issue 33 set targets for.
+SWEEPS = {"readme": [], **{path.stem: [f"+sweep={path.stem}"]
+                           for path in sorted((REPO / "sweeps").glob("*_export.yaml"))}}
+DEFAULT_SWEEPS = ["readme", "softmax_export", "layernorm_export"]
 
 
 def _tree_env(tree: Path) -> dict:
@@ -581,7 +584,7 @@ def bench_first_call(kernel: str, top: int = 25) -> None:
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("what", choices=["autotune", "search", "gpus", "sweeps", "firstcall"])
-    parser.add_argument("--sweeps", nargs="+", choices=sorted(SWEEPS), default=list(SWEEPS))
+    parser.add_argument("--sweeps", nargs="+", choices=sorted(SWEEPS), default=DEFAULT_SWEEPS)
     parser.add_argument("--old", type=Path, action="append", default=[],
                         help="sweeps: another tree of the project, run before this one")
     parser.add_argument("--calibration", help="sweeps: earlier README runs for compare (STORE:ID,...)")
