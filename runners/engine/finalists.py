@@ -32,9 +32,10 @@ What they cost (issue 33):
   there. Asking the widened upper end itself to fall within the floor, as this rule did before, can never
   hold where the floor is under one step (kernels under ~6.4 us at 0.5%): there a tie never settled and
   only "slower" could, on a lucky stretch, which tilted the verdicts toward slower (tests/test_finalists.py:
-  tied in 82% of draws against the full rule's 91%, for a difference of half a step). Measured on an H200,
-  the rounds this saves are cheap ones: softmax_export's finalists 11.5 -> 11.0 s, picks the same
-  (BENCHMARKS.md, 2026-11-28 (third)).
+  tied in 82% of draws against the full rule's 91%, for a difference of half a step). On an H200 it saved
+  no time to speak of (finalists 11.5 -> 11.0 s on softmax_export, 23.2 -> 24.0 s on vector_add_export,
+  whose short kernels' samples spread over several steps), picks the same (BENCHMARKS.md, 2026-11-28
+  (third)).
 """
 from __future__ import annotations
 
