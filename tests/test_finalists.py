@@ -16,12 +16,13 @@ from runners.measure.timing import _stop_reasons, next_batch_rounds
 FLOOR = 0.005  # the default tie floor
 
 
-def _rounds(rng, differences, count, noise=0.005, tail=0.0):
-    """`count` rounds of round-paired samples (us) of configs slower than the first by `differences`."""
+def _rounds(rng, differences, count, noise=0.005, tail=0.0, base=10.0):
+    """`count` rounds of round-paired samples (us) of a `base` us kernel's configs slower than the first by
+    `differences`."""
     clock = np.exp(rng.normal(0, noise, count))  # shared by the round: cancels in the pairs
     own = np.exp(rng.normal(0, noise, (len(differences), count)))
     slow = np.where(rng.random((len(differences), count)) < tail, 1.3, 1.0)  # a heavy tail
-    return [list(10.0 * (1 + d) * clock * own[i] * slow[i]) for i, d in enumerate(differences)]
+    return [list(base * (1 + d) * clock * own[i] * slow[i]) for i, d in enumerate(differences)]
 
 
 def test_settled_says_when_every_verdict_is_clear():
@@ -54,8 +55,8 @@ def _finalists(rng, differences, noise, tail, sequential, repetitions=5, base=10
         samples, elapsed = [[] for _ in differences], 0.0
         while True:
             rounds = next_batch_rounds(block, samples, elapsed)
-            for i, new in enumerate(_rounds(rng, differences, rounds, noise, tail)):
-                samples[i] += _read(placed[i] * np.asarray(new) * base / 10.0, rng, step)
+            for i, new in enumerate(_rounds(rng, differences, rounds, noise, tail, base)):
+                samples[i] += _read(placed[i] * np.asarray(new), rng, step)
             elapsed += rounds * len(differences) * 40e-6  # a flush and a 10 us kernel a call
             test = (lambda s: settled([a + b for a, b in zip(taken, s)], FLOOR)) if sequential else None
             if _stop_reasons(block, samples, elapsed, test):

@@ -45,9 +45,7 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 
 from runners.engine.trial import TRITON_PROVIDER
-from runners.measure.stop_rule import CLOCK_JITTER_S, median_interval, quantum
-
-CLOCK_JITTER_US = CLOCK_JITTER_S * 1e6  # the finalists' samples are in us
+from runners.measure.stop_rule import CLOCK_JITTER_S, median_interval_and_step
 
 if TYPE_CHECKING:  # pandas is heavy, and every spawned worker imports this module through runners.sweep
     import pandas as pd
@@ -94,9 +92,8 @@ def _against_fastest(samples_us: list[Sequence[float]]) -> tuple[list[float], in
     for index, samples in enumerate(samples_us):
         if index != fastest:
             n = min(len(samples), len(samples_us[fastest]))
-            differences = np.sort(np.asarray(samples[:n]) - np.asarray(samples_us[fastest][:n]))
-            intervals[index] = (*median_interval(differences, jitter=CLOCK_JITTER_US),
-                                quantum(differences, jitter=CLOCK_JITTER_US))
+            intervals[index] = median_interval_and_step(
+                np.asarray(samples[:n]) - np.asarray(samples_us[fastest][:n]), jitter=CLOCK_JITTER_S * 1e6)
     return p50s, fastest, intervals
 
 

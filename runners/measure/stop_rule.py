@@ -119,17 +119,24 @@ def median_interval(values: Sequence[float], jitter: float = CLOCK_JITTER_S) -> 
     within q of the truth, so the interval is widened by the sample's quantum at each end (quantum();
     `jitter`: CLOCK_JITTER_S in the values' unit): 17 samples of 5.0 and 3 of 5.5 are not a median
     known to 0%. All values equal: the quantum is unknown, and so is the median's interval."""
+    low, high, _ = median_interval_and_step(values, jitter)
+    return low, high
+
+
+def median_interval_and_step(values: Sequence[float], jitter: float = CLOCK_JITTER_S
+                             ) -> tuple[float, float, float]:
+    """median_interval's (low, high) and the clock step it widened each end by (NaN where unknown)."""
     import numpy as np
 
     ordered = np.sort(np.asarray(values, dtype=np.float64))
     n = len(ordered)
     rank = _interval_rank(n)
     if rank < 0:
-        return -math.inf, math.inf
+        return -math.inf, math.inf, math.nan
     step = quantum(ordered, jitter)
     if math.isnan(step):
-        return -math.inf, math.inf
-    return float(ordered[rank]) - step, float(ordered[n - 1 - rank]) + step
+        return -math.inf, math.inf, step
+    return float(ordered[rank]) - step, float(ordered[n - 1 - rank]) + step, step
 
 
 # The 2.5% tail of Binomial(n, 1/2) is searched from this many standard deviations (sqrt(n) / 2) below its
