@@ -150,3 +150,17 @@ def test_a_field_the_row_record_does_not_declare_is_an_error_not_dropped(tmp_pat
     store.append(row)
     assert len(store.load()) == 1
     store.close()
+
+
+def test_rows_appended_together_are_all_written_or_none(tmp_path):
+    """append_many (the pruned configs of a batch): one transaction, the ids in order, each row a member of
+    its sweep; a row the store refuses part-way (here NULL in a NOT NULL column, past the first two) leaves
+    none of them written, nor their memberships."""
+    store = ResultStore(tmp_path / "r.sqlite")
+    ids = store.append_many([_row(1, status="pruned", p50_us=None, samples_us=None), _row(2), _row(3)])
+    assert ids == sorted(ids) and len(set(ids)) == 3
+    assert store.load(sweep_id="s1")["trial_key"].tolist() == ["key1", "key2", "key3"]
+    with pytest.raises(sqlite3.IntegrityError):
+        store.append_many([_row(4, sweep_id="s2"), _row(5, sweep_id="s2"), _row(6, sweep_id="s2", kernel=None)])
+    assert len(store.load()) == 3 and store.load(sweep_id="s2").empty
+    store.close()

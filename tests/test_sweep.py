@@ -153,6 +153,21 @@ def test_a_new_output_is_a_module_and_a_config_node(tmp_path):
     assert not (tmp_path / "run2" / "results.parquet").exists() and "trials: " in result.stdout
 
 
+def test_the_configs_the_constraints_rule_out_are_committed_together_before_any_other(tmp_path):
+    """Committed one at a time, the pruned configs of softmax_export (4648) held every GPU idle for the
+    first 1.5-1.7 s of its trials phase on an H200 host (BENCHMARKS.md, 2026-11-28 (fourth)). They are
+    committed in one transaction before the first trial is handed out: the first row to reach an output
+    finds all of them in the store, and each keeps its reason."""
+    result = run_sweep(tmp_path, "kernel=softmax", "kernel.shapes=[[4,300]]", "kernel.dtypes=[float32]",
+                       "kernel.space.BLOCK_SIZE=[64,128,256,512]", "kernel.space.num_warps=[1,2]",
+                       "kernel.baselines=[]", "+output.rows_csv._target_=tests.rows_output.RowsCsv")
+    trials = _trials(tmp_path / "results.sqlite")
+    pruned = trials[trials["status"] == "pruned"]
+    assert len(pruned) == 6 and set(trials["status"]) == {"pruned", "ok"}  # BLOCK_SIZE 64-256 < 300
+    assert pruned["message"].str.contains("< row length 300").all()
+    assert "rows committed to the store when the first reached this output: 6" in result.stdout
+
+
 @pytest.mark.parametrize("workers", [1, 2])
 def test_the_time_spent_adds_up_the_rows_of_the_job(tmp_path, workers):
     """summary.json's time_spent (issue 33): the seconds the rows report, by phase (a group's finalists are

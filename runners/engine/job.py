@@ -38,6 +38,7 @@ from omegaconf import DictConfig
 from runners.engine.process import ask_to_stop, stop_all
 from runners.engine.row import DEVICE_COLUMNS
 from runners.engine.trial import TRITON_PROVIDER, Trial
+from runners.measure import check
 from runners.measure.neighbours import watch_gpus
 from runners.measure.stop_rule import StopRule
 
@@ -222,16 +223,34 @@ class Job:
 
     def record(self, worker, trial: Trial, result: dict, phase: str = "screen") -> None:
         """A trial's outcome as a row: into the store, to the outputs, and told to the search."""
+        row = self._row(worker, trial, result, phase)
+        self.store.append(row)
+        self._recorded(trial, row, result, phase)
+
+    def record_pruned(self, trials: list[Trial]) -> None:
+        """The trials the kernel's constraints rule out, recorded with their reasons in one transaction
+        before the others are handed out: committed one at a time, softmax_export's 4648 held every GPU
+        idle for the first 1.5-1.7 s of its trials phase on an H200 host (BENCHMARKS.md, 2026-11-28
+        (fourth))."""
+        results = [{"status": check.STATUS_PRUNED, "message": trial.pruned_reason} for trial in trials]
+        rows = [self._row(None, trial, result, "screen") for trial, result in zip(trials, results)]
+        self.store.append_many(rows)
+        for trial, row, result in zip(trials, rows, results):
+            self._recorded(trial, row, result, "screen")
+
+    def _row(self, worker, trial: Trial, result: dict, phase: str) -> dict:
         # a row no GPU measured (pruned, not compiled) has the model's description and names no GPU
         info = (worker.info if worker is not None and worker.info else None) or {**self.env, "gpu_uuid": None}
         shared = (self.watch.row_shared(info["gpu_uuid"], result.get("measure_s") or 0.0, worker.name)
                   if self.watch is not None and worker is not None else None)
-        row = {**self.common, **{k: info[k] for k in DEVICE_COLUMNS}, "trial_key": trial.key,
-               "kernel": trial.kernel, "provider": trial.provider, "shape": trial.shape, "dtype": trial.dtype,
-               "config": trial.config, "phase": phase, **result,
-               "throttled": _is_throttled(result, info["sm_clock_max_mhz"], self.cfg.timing.throttle_ratio),
-               "gpu_shared": shared, "timestamp": now()}
-        self.store.append(row)
+        return {**self.common, **{k: info[k] for k in DEVICE_COLUMNS}, "trial_key": trial.key,
+                "kernel": trial.kernel, "provider": trial.provider, "shape": trial.shape, "dtype": trial.dtype,
+                "config": trial.config, "phase": phase, **result,
+                "throttled": _is_throttled(result, info["sm_clock_max_mhz"], self.cfg.timing.throttle_ratio),
+                "gpu_shared": shared, "timestamp": now()}
+
+    def _recorded(self, trial: Trial, row: dict, result: dict, phase: str) -> None:
+        """What follows a row's commit: the job's counts, the outputs, the search, the progress bar."""
         self.statuses[row["status"]] = self.statuses.get(row["status"], 0) + 1
         spent = self.spent.setdefault(phase, dict.fromkeys(SPENT, 0.0))
         for name in SPENT:
@@ -276,7 +295,8 @@ class Job:
                 todo = [t for t in batch if t.key not in done]
                 self.progress.total += len(todo)
                 self.progress.refresh()
-                scheduler.run(todo, self.record, deadline)
+                self.record_pruned([t for t in todo if t.pruned_reason])
+                scheduler.run([t for t in todo if not t.pruned_reason], self.record, deadline)
                 batch = search.ask() if time.monotonic() < deadline else []
         finally:
             self.progress.close()

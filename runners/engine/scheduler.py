@@ -166,12 +166,13 @@ class Scheduler:
     # --- the two kinds of work --------------------------------------------------------------
     def run(self, trials: list[Trial], record: Callable, deadline: float = float("inf")) -> None:
         """Compile, gate and time `trials`, each ending in one record(worker or None, trial, result);
-        returns when each has been recorded or dropped at the deadline."""
+        returns when each has been recorded or dropped at the deadline. None may be pruned: the job
+        records those itself, all at once (Job.record_pruned)."""
+        if any(trial.pruned_reason for trial in trials):
+            raise ValueError("Scheduler.run runs trials; pruned ones are the job's to record")
         self.record, self.deadline = record, deadline
         for trial in trials:
-            if trial.pruned_reason:
-                record(None, trial, {"status": check.STATUS_PRUNED, "message": trial.pruned_reason})
-            elif self._needs_compile(trial):
+            if self._needs_compile(trial):
                 self.wanted[trial.key] = trial
                 if trial.key in self.built:
                     self._settle(trial.key)

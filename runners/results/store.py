@@ -1,7 +1,8 @@
 """The results store: one SQLite file in WAL mode, one row per measured (or failed, or pruned) trial.
 
-- Crash-safe: every row is its own transaction, committed with synchronous=FULL before the next trial
-  starts, so a `kill -9` loses at most the trial in flight.
+- Crash-safe: every measured row is its own transaction, committed with synchronous=FULL before the next
+  trial starts, so a `kill -9` loses at most the trial in flight. The rows no GPU measured that a job
+  knows at once (the configs its kernel's constraints rule out) go in one transaction (`append_many`).
 - Two writers on one node: WAL lets readers run beside a writer, and busy_timeout makes a second writer
   wait for the lock instead of failing.
 - Resumable: a trial already in the store for the same backend, timing method, GPU model, driver, torch,
@@ -163,15 +164,23 @@ class ResultStore:
     def append(self, row: dict) -> int:
         """Insert one trial row and its membership of row["sweep_id"] in one transaction; returns the id.
         A field runners/engine/row.py does not declare is an error, not dropped."""
-        unknown_fields(row)
-        values = [_encode(name, row.get(name)) for name in COLUMN_NAMES]
-        placeholders = ", ".join("?" for _ in COLUMN_NAMES)
+        return self.append_many([row])[0]
+
+    def append_many(self, rows: list[dict]) -> list[int]:
+        """Insert trial rows and their memberships in one transaction, all or none; returns their ids. One
+        commit each costs a flush to disk: the 4648 pruned rows of softmax_export took 1.45-1.70 s that way on
+        an H200 host, 0.20-0.23 s in one transaction (BENCHMARKS.md, 2026-11-28 (fourth))."""
+        for row in rows:
+            unknown_fields(row)
+        values = [[_encode(name, row.get(name)) for name in COLUMN_NAMES] for row in rows]
+        insert = (f"INSERT INTO trials ({', '.join(COLUMN_NAMES)}) "
+                  f"VALUES ({', '.join('?' for _ in COLUMN_NAMES)})")
+        ids = []
         with self._transaction():
-            cursor = self._db.execute(f"INSERT INTO trials ({', '.join(COLUMN_NAMES)}) "
-                                      f"VALUES ({placeholders})", values)
-            self._db.execute("INSERT OR IGNORE INTO sweep_rows VALUES (?, ?)",
-                             (row["sweep_id"], cursor.lastrowid))
-        return cursor.lastrowid
+            for row, row_values in zip(rows, values):
+                ids.append(self._db.execute(insert, row_values).lastrowid)
+                self._db.execute("INSERT OR IGNORE INTO sweep_rows VALUES (?, ?)", (row["sweep_id"], ids[-1]))
+        return ids
 
     def adopt(self, row_ids: Iterable[int], sweep_id: str) -> None:
         """Make rows measured earlier part of this sweep (resume)."""
