@@ -163,4 +163,5 @@ def test_rows_appended_together_are_all_written_or_none(tmp_path):
     with pytest.raises(sqlite3.IntegrityError):
         store.append_many([_row(4, sweep_id="s2"), _row(5, sweep_id="s2"), _row(6, sweep_id="s2", kernel=None)])
     assert len(store.load()) == 3 and store.load(sweep_id="s2").empty
+    assert store.append_many([]) == [] and len(store.load()) == 3
     store.close()

@@ -170,6 +170,8 @@ class ResultStore:
         """Insert trial rows and their memberships in one transaction, all or none; returns their ids. One
         commit each costs a flush to disk: the 4648 pruned rows of softmax_export took 1.45-1.70 s that way on
         an H200 host, 0.20-0.23 s in one transaction (BENCHMARKS.md, 2026-11-28 (fourth))."""
+        if not rows:
+            return []  # no write lock taken for nothing (a batch without pruned configs)
         for row in rows:
             unknown_fields(row)
         values = [[_encode(name, row.get(name)) for name in COLUMN_NAMES] for row in rows]
