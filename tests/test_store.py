@@ -161,7 +161,8 @@ def test_rows_appended_together_are_all_written_or_none(tmp_path):
     assert ids == sorted(ids) and len(set(ids)) == 3
     assert store.load(sweep_id="s1")["trial_key"].tolist() == ["key1", "key2", "key3"]
     with pytest.raises(sqlite3.IntegrityError):
-        store.append_many([_row(4, sweep_id="s2"), _row(5, sweep_id="s2"), _row(6, sweep_id="s2", kernel=None)])
+        store.append_many([_row(4, sweep_id="s2"), _row(5, sweep_id="s2"),
+                           _row(6, sweep_id="s2", kernel=None)])
     assert len(store.load()) == 3 and store.load(sweep_id="s2").empty
     assert store.append_many([]) == [] and len(store.load()) == 3
     store.close()

@@ -244,8 +244,8 @@ class Job:
         shared = (self.watch.row_shared(info["gpu_uuid"], result.get("measure_s") or 0.0, worker.name)
                   if self.watch is not None and worker is not None else None)
         return {**self.common, **{k: info[k] for k in DEVICE_COLUMNS}, "trial_key": trial.key,
-                "kernel": trial.kernel, "provider": trial.provider, "shape": trial.shape, "dtype": trial.dtype,
-                "config": trial.config, "phase": phase, **result,
+                "kernel": trial.kernel, "provider": trial.provider, "shape": trial.shape,
+                "dtype": trial.dtype, "config": trial.config, "phase": phase, **result,
                 "throttled": _is_throttled(result, info["sm_clock_max_mhz"], self.cfg.timing.throttle_ratio),
                 "gpu_shared": shared, "timestamp": now()}
 
