@@ -3,6 +3,9 @@
 The file is a 7-byte header (":W&B", a 2-byte magic, a version byte) followed by a LevelDB-style log:
 32 KiB blocks of chunks, each with a 7-byte header (crc32 4, little-endian length 2, type 1), type
 1 = a whole record, 2/3/4 = first/middle/last piece of one; each record is a protobuf `Record`.
+A finished run's file ends with its exit record; wandb's service writes the file and closes it after
+run.finish() has returned (seen: a file read at once held no record, or 4096 of its 21,749 bytes), so
+read a file its writer has closed: after the process that wrote it ended, or after wandb.teardown().
 """
 import struct
 
@@ -13,7 +16,17 @@ CHUNK_HEADER_BYTES = 7
 FULL, FIRST, MIDDLE, LAST = 1, 2, 3, 4
 
 
-def read_records(path):
+def read_records(path) -> list:
+    """The records of a finished run's file; ValueError where the file does not end with the exit
+    record (a run cut off, or a file still being written)."""
+    records = list(_records(path))
+    if not records or records[-1].WhichOneof("record_type") != "exit":
+        raise ValueError(f"{path} does not end with the run's exit record ({len(records)} records): "
+                         "its run did not finish, or wandb's service has not closed it yet")
+    return records
+
+
+def _records(path):
     data = open(path, "rb").read()
     if data[:4] != b":W&B":
         raise ValueError(f"{path} is not a W&B run file")
