@@ -184,7 +184,7 @@ def test_a_table_past_the_row_limit_goes_to_the_artifact(tmp_path, monkeypatch):
     conf = {"mode": "offline", "project": "p", "entity": None, "dir": str(tmp_path), "runs": "sweep"}
     assert wandb_logger.log_sweep_summary(conf, "big", frame, [], dims={"softmax": ("rows", "cols")},
                                           runs="sweep")
-    wandb.teardown()  # its service closes the run file after finish() returns: wait for it (wandb_records)
+    # read at once: written means whole on disk (read_run refuses a file without its exit record)
     (path,) = glob.glob(f"{tmp_path}/wandb/offline-run-*/run-*.wandb")
     summary = read_run(path)["summary"]
     assert summary["trials_in_artifact"] is True and "trials/_type" not in summary

@@ -3,9 +3,10 @@
 The file is a 7-byte header (":W&B", a 2-byte magic, a version byte) followed by a LevelDB-style log:
 32 KiB blocks of chunks, each with a 7-byte header (crc32 4, little-endian length 2, type 1), type
 1 = a whole record, 2/3/4 = first/middle/last piece of one; each record is a protobuf `Record`.
-A finished run's file ends with its exit record; wandb's service writes the file and closes it after
-run.finish() has returned (seen: a file read at once held no record, or 4096 of its 21,749 bytes), so
-read a file its writer has closed: after the process that wrote it ended, or after wandb.teardown().
+A finished run's file ends with its exit record. wandb's service writes the file and closes it after
+run.finish() has returned (seen: a file read at once held no record, or 4096 of its 21,749 bytes): the
+logger waits for that before it says a run is written (wandb_logger._close_run_files), and a file
+without its exit record is refused here.
 """
 import struct
 
