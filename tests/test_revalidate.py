@@ -20,9 +20,11 @@ from runners.results.store import ResultStore
 from runners.revalidate import judge_shapes
 from tests.conftest import REPO, run_sweep, wait_for_resident
 
-SHAPES = [[3000], [9000]]
-SWEEP = ["kernel=vector_add", f"kernel.shapes={json.dumps(SHAPES)}", "kernel.dtypes=[float32]",
-         "kernel.space.BLOCK_SIZE=[256,512]", "kernel.space.num_warps=[2]", "kernel.baselines=[torch]",
+SHAPES = [[300], [900]]
+STEADY = "tests.vector_add_steady:SPEC"  # vector_add whose launches sleep: steady timings (its docstring)
+SWEEP = ["kernel=external", f"kernel.spec={STEADY}", f"kernel.shapes={json.dumps(SHAPES)}",
+         "kernel.dtypes=[float32]",
+         "+kernel.space.BLOCK_SIZE=[256,512]", "+kernel.space.num_warps=[2]", "+kernel.baselines=[torch]",
          "finalists.top_k=2", "finalists.min_samples=8", "finalists.min_time_s=0", "finalists.max_time_s=0.5",
          "finalists.repetitions=3", "sweep_id=tuned"]
 
@@ -62,23 +64,23 @@ def _export(tuned, tmp_path, scale: dict):
     return tmp_path / "exports" / "vector_add_configs.json"
 
 
-def _revalidate(path, tmp_path, *args):
+def _revalidate(path, tmp_path, *args, spec: str = STEADY):
     result = subprocess.run([sys.executable, "-m", "runners.revalidate", str(path), "--backend", "interpret",
-                             "--store", str(tmp_path / "reval.sqlite"), *args], cwd=REPO, capture_output=True,
-                            text=True, timeout=600, env={**os.environ, "TRITON_INTERPRET": "1"})
+                             "--store", str(tmp_path / "reval.sqlite"), "--spec", spec, *args], cwd=REPO,
+                            capture_output=True, text=True, timeout=600,
+                            env={**os.environ, "TRITON_INTERPRET": "1"})
     return result.returncode, result.stdout + result.stderr
 
 
 def test_shapes_recorded_as_faster_than_they_run_are_re_screened_the_others_kept(tuned, tmp_path):
-    # 9000 recorded at a quarter of its time: it now looks 4x as slow (SLOW beyond 3%; at half its time, a
-    # CI run whose second re-time ran twice as fast as its first on a busy 2-core machine saw SAME); 3000
-    # recorded at 3x its time: it now looks faster (FAST): kept.
-    path = _export(tuned, tmp_path, {3000: 3.0, 9000: 0.25})
+    # 900 recorded at a quarter of its time: it now looks 4x as slow (SLOW beyond 3%); 300 recorded at 3x
+    # its time: it now looks faster (FAST): kept.
+    path = _export(tuned, tmp_path, {300: 3.0, 900: 0.25})
     status, out = _revalidate(path, tmp_path, "--check")
     assert status == 1, out
     lines = {line.split(" | ")[1]: line for line in out.splitlines() if line.startswith("| float32")}
-    assert "FAST" in lines["3000"] and lines["3000"].endswith("| keep |")
-    assert "SLOW" in lines["9000"] and lines["9000"].endswith("| re-screen |")
+    assert "FAST" in lines["300"] and lines["300"].endswith("| keep |")
+    assert "SLOW" in lines["900"] and lines["900"].endswith("| re-screen |")
     assert "1 to re-screen" in out
     # Without --check the shape is re-screened; the interpreter's rows are never exported.
     status, out = _revalidate(path, tmp_path)
@@ -89,12 +91,12 @@ def test_shapes_recorded_as_faster_than_they_run_are_re_screened_the_others_kept
 def test_an_export_that_still_holds_passes(tuned, tmp_path):
     # Recorded slower than it runs, every shape alike: the shift of every row is 3x faster (not judged on
     # the interpreter, which no spread of runs was measured for), each shape SAME against it.
-    # Holding is every shape kept, none broken (exit 0: the module's rule). The busy 2-core CI box may
-    # re-time one shape faster or slower than the other (interpreter timings, minutes after the base):
-    # FAST or SLOW against the shift, each kept while the shape is no slower than recorded beyond the
-    # tolerance (seen: FAST in 2 of ~8 runs; SLOW once, a shape at 0.37x its recorded time against a
-    # shift of 0.27x).
-    path = _export(tuned, tmp_path, {3000: 3.0, 9000: 3.0})
+    # Holding is every shape kept, none broken (exit 0: the module's rule). Steady as the sleeps make
+    # them, the two shapes may still move apart by more than the repetitions' spread, minutes after the
+    # base: FAST or SLOW against the shift, each kept while the shape is no slower than recorded beyond
+    # the tolerance (seen with vector_add itself: FAST in 2 of ~8 runs; SLOW once, a shape at 0.37x its
+    # recorded time against a shift of 0.27x).
+    path = _export(tuned, tmp_path, {300: 3.0, 900: 3.0})
     status, out = _revalidate(path, tmp_path, "--check")
     assert status == 0, out
     assert "0 to re-screen" in out and re.search(r"2 shapes: \d SAME, \d FAST, \d SLOW, 0 broken", out), out
@@ -104,8 +106,8 @@ def test_an_export_that_still_holds_passes(tuned, tmp_path):
 
 
 def test_a_config_a_kernel_change_broke_is_reported_and_its_shapes_re_screened(tuned, tmp_path):
-    path = _export(tuned, tmp_path, {3000: 3.0, 9000: 3.0})
-    status, out = _revalidate(path, tmp_path, "--check", "--spec", "tests.vector_add_broken:SPEC")
+    path = _export(tuned, tmp_path, {300: 3.0, 900: 3.0})
+    status, out = _revalidate(path, tmp_path, "--check", spec="tests.vector_add_broken:SPEC")
     assert status == 1, out
     broken = [line for line in out.splitlines() if "broken: BLOCK_SIZE=512" in line]
     assert broken and all("(incorrect)" in line and line.endswith("| re-screen |") for line in broken)
@@ -114,11 +116,11 @@ def test_a_config_a_kernel_change_broke_is_reported_and_its_shapes_re_screened(t
 def test_a_revalidation_run_by_the_resident_reports_as_one_run_alone(tuned, tmp_path, residents):
     """The first command leaves a resident (runners/engine/resident.py), which runs the second: the same
     verdicts and exit status (a broken config: no timing decides them)."""
-    path = _export(tuned, tmp_path, {3000: 3.0, 9000: 3.0})
-    alone = _revalidate(path, tmp_path, "--check", "--spec", "tests.vector_add_broken:SPEC")
+    path = _export(tuned, tmp_path, {300: 3.0, 900: 3.0})
+    alone = _revalidate(path, tmp_path, "--check", spec="tests.vector_add_broken:SPEC")
     assert "a resident (pid" in alone[1] and "run by the resident" not in alone[1], alone[1]
     wait_for_resident(residents)
-    served = _revalidate(path, tmp_path, "--check", "--spec", "tests.vector_add_broken:SPEC")
+    served = _revalidate(path, tmp_path, "--check", spec="tests.vector_add_broken:SPEC")
     assert "run by the resident" in served[1], served[1]
     broken = lambda out: sorted(line.split(" | ")[:2] + [line.split(" | ")[-1]] for line in out.splitlines()
                                 if "broken: BLOCK_SIZE=512" in line)
@@ -159,7 +161,7 @@ def test_the_re_screen_decision(shift_verdict, also):
 
 def test_a_re_timing_beside_another_process_s_kernels_judges_and_re_tunes_nothing(tuned, tmp_path, capsys,
                                                                                    monkeypatch):
-    """The export recorded 4x faster than it runs at 9000 (a re-screen, were it judged), re-timed by the
+    """The export recorded 4x faster than it runs at 900 (a re-screen, were it judged), re-timed by the
     real sweep, whose rows say another process ran kernels on the GPU meanwhile (on a GPU the job's watch
     marks them: tests/test_gpu.py): exit 2, no verdict, nothing re-screened or written."""
     from runners import revalidate
@@ -172,8 +174,9 @@ def test_a_re_timing_beside_another_process_s_kernels_judges_and_re_tunes_nothin
 
     monkeypatch.setattr(revalidate, "run_sweep", beside_a_neighbour)
     monkeypatch.setenv("TRITON_INTERPRET", "1")
-    path = _export(tuned, tmp_path, {3000: 3.0, 9000: 0.25})
-    status = revalidate.main([str(path), "--backend", "interpret", "--store", str(tmp_path / "reval.sqlite")])
+    path = _export(tuned, tmp_path, {300: 3.0, 900: 0.25})
+    status = revalidate.main([str(path), "--backend", "interpret", "--store", str(tmp_path / "reval.sqlite"),
+                              "--spec", STEADY])
     out = capsys.readouterr()
     assert status == 2, out
     assert "re-timed rows were measured while another process ran kernels on the GPU" in out.err
