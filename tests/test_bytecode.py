@@ -133,7 +133,7 @@ def test_a_sweep_told_not_to_write_fills_its_cache_in_the_background(tmp_path, m
     assert (sweep_rows(tmp_path, "told")["status"] == "ok").all()
     assert f"compiled into {cache} in the background" in result.stderr
     assert any(cache.rglob("hydra/**/*.pyc"))  # the sweep's own imports, written as it went
-    deadline = time.monotonic() + 300
+    deadline = time.monotonic() + 900  # niced, on a box the suite keeps busy: up to minutes
     while not list(cache.glob("triton-sweep-*.compiled")) and time.monotonic() < deadline:
         time.sleep(0.5)
     if not list(cache.glob("triton-sweep-*.compiled")):

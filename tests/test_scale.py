@@ -144,12 +144,13 @@ def _ready_once_cached(conn, cache, count: int) -> None:
 
 def _peaks_once_cached(conn, cache, count: int) -> None:
     """Stands in for a GPU worker, ready at once, whose measurement of the ceilings ends once the pool has
-    built `count` binaries (or after 30 s); it answers how many there were."""
+    built `count` binaries (or after 300 s: the fork server's imports and two compiles, on a busy 2-core
+    box); it answers how many there were."""
     import time
 
     conn.send(("ready", {"gpu_name": "none"}))
     conn.recv()  # the peaks request
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 300
     while _binaries(cache) < count and time.monotonic() < deadline:
         time.sleep(0.1)
     conn.send(("peaks", {"binaries": _binaries(cache)}))
@@ -161,7 +162,7 @@ def test_the_pool_compiles_while_the_gpu_worker_measures_the_ceilings(tmp_path, 
     (Scheduler.measure_peaks): the pool's fork server is held in its import until the GPU worker is ready
     (as when the command's validation ends late), the stand-in ends its measurement only once the pool
     has built the binaries, and they come within it. (A request waited for outside the scheduler's loop
-    gave the pool no config until it ended: here the stand-in's 30 s, with no binary.)"""
+    gave the pool no config until it ended: here the stand-in's 300 s, with no binary.)"""
     cache, go = tmp_path / "cache", tmp_path / "go"
     monkeypatch.setenv("TRITON_CACHE_DIR", str(cache))
     monkeypatch.setenv("SLOW_IMPORT_S", "0")
@@ -175,7 +176,7 @@ def test_the_pool_compiles_while_the_gpu_worker_measures_the_ceilings(tmp_path, 
         scheduler.start(ahead=trials)  # returns once the stand-in is ready
         assert not scheduler.server.ready
         go.touch()
-        peaks = scheduler.measure_peaks(120)
+        peaks = scheduler.measure_peaks(600)
     finally:
         stop_all([measuring] + pool)
     assert peaks == {"binaries": len(trials)}
@@ -583,7 +584,9 @@ def test_the_trial_worker_waits_its_turn_while_the_side_worker_holds_the_lock(tm
     trials += [Trial("k", "triton", (512,), "float16", {"num_warps": w}) for w in (1, 2, 4, 8, 16, 32)]
     lock_file = _lock_file(tmp_path)
     gpu = WorkerProcess("trial worker", _sleeping_stand_in, ("trial worker", 0.05, lock_file))
-    side = WorkerProcess("side worker", _sleeping_stand_in, ("side worker", 0.15, lock_file))
+    # 0.4 s a request: room for three of the trial worker's 0.05 s ones in a compile ahead even where a
+    # busy 2-core box takes tens of ms to hand each on
+    side = WorkerProcess("side worker", _sleeping_stand_in, ("side worker", 0.4, lock_file))
     scheduler = Scheduler([gpu], [], trial_timeout_s=60, compile_timeout_s=60, sides=[side],
                           compiles=lambda trial: trial.provider == "compile")
     results = {"trial worker": [], "side worker": []}
@@ -616,7 +619,7 @@ def test_the_trial_worker_waits_its_turn_while_the_side_worker_holds_the_lock(tm
     trial_worker_began = [result["span"][0] for result in results["trial worker"]]
     # none of the trial worker's requests began while the side worker held the lock ...
     assert not any(start <= began < end for began in trial_worker_began for start, end in locked)
-    # ... and some began while it compiled ahead (0.15 s, three of the trial worker's 0.05 s requests)
+    # ... and some began while it compiled ahead (three 0.4 s compiles, the trial worker's 0.05 s requests)
     assert sum(start <= began < end for began in trial_worker_began for start, end in ahead) >= 3
 
 
