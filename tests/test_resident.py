@@ -77,16 +77,13 @@ def test_ctrl_c_reaches_the_command_the_resident_runs(tmp_path, residents):
         assert line, output
         output += line
     subprocess.run([sys.executable, "-m", "runners.engine.resident", "stop"], cwd=REPO, env=dict(os.environ))
-    deadline = time.monotonic() + 2
-    while list(residents.glob("*.sock")) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not list(residents.glob("*.sock")) and slow.poll() is None
+    assert not list(residents.glob("*.sock")) and slow.poll() is None  # removed before `stop` ended
     time.sleep(3)  # into its trials
     slow.send_signal(signal.SIGINT)
     rest, _ = slow.communicate(timeout=120)
     assert slow.returncode == -signal.SIGINT, output + rest  # as Python's own end after Ctrl-C
     assert "KeyboardInterrupt" in rest
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 60  # its exit, torch and inductor imported, on a busy 2-core box
     while any(resident._held(lock) for lock in residents.glob("*.lock")) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not any(resident._held(lock) for lock in residents.glob("*.lock"))  # the resident has exited

@@ -378,8 +378,8 @@ def _serve_commands(listener: socket.socket, address: Path, inode: int, began: f
             connection.close()
             continue
         if message.get("stop"):
+            listener = _close(listener, address, inode)  # before the answer: `stop` ends with it removed
             connection.close()
-            listener = _close(listener, address, inode)
         elif message.get("status"):
             _send_line(connection, json.dumps({"pid": os.getpid(), "address": str(address),
                                                "age_s": time.time() - began, "imported_s": imported_s,
