@@ -210,7 +210,8 @@ def _count(path: Path) -> int:
 
 
 def test_a_job_killed_mid_way_loses_nothing_and_the_multirun_run_again_resumes(tmp_path):
-    slow = ["timing.max_time_s=0.1"]  # interpreter samples are noisy: each trial runs to 0.1 s, time to kill
+    # each trial samples for 0.3 s: after job 1's second row, its five others (1.5 s) are the time to kill it
+    slow = ["timing.min_time_s=0.3", "timing.max_time_s=0.3"]
     process = run_sweep(tmp_path, *SHARDED, *slow, multirun=True, background=True)
     job_store = tmp_path / "multirun" / "1" / "results.sqlite"
     deadline = time.time() + 240
