@@ -1,6 +1,6 @@
 """vector_add whose every launch also sleeps SLEEP_S, so that on the interpreter its wall time is mostly a
 sleep, which a busy machine stretches far less than it stretches the interpreter's work (2.4-10 ms a
-launch at 300 and 900 elements on an idle CPU-only host, and up to twice as long under load).
+launch at 300 and 900 elements on this project's CPU-only host with a CI run beside it).
 tests/test_revalidate.py re-times an export of it minutes after the sweep it was made from and expects
 the verdicts that the factors it scales the recorded figures by set; with vector_add itself the second
 timing of a shape on a busy 2-core CI box ran up to twice as fast as the first, and the test failed in
