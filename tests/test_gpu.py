@@ -19,7 +19,7 @@ from runners.engine.worker import timers_disagree
 from runners.measure.check import compare
 from runners.measure.device import cuda_timer
 from runners.measure.stop_rule import StopRule
-from runners.measure.timing import FLUSH_KERNEL_NAME, MAX_CALLS_PER_HOLD
+from runners.measure.timing import FLUSH_KERNEL_NAME, MAX_CALLS_PER_HOLD, Pace
 from tests.conftest import run_sweep, sweep_rows
 
 pytestmark = pytest.mark.gpu
@@ -254,7 +254,8 @@ def test_a_batch_past_one_hold_gives_every_call_its_own_kernel_alone():
     x = torch.randn(1 << 16, device="cuda")
     calls = 2 * MAX_CALLS_PER_HOLD + 3
     samples, events, late_events, activities = [[]], [[]], [[]], [[]]
-    timer._sample_batch([lambda: x.add_(1.0)], calls, 50e-6, samples, events, late_events, activities)
+    timer._sample_batch([lambda: x.add_(1.0)], calls, Pace(50e-6, 0.0), samples, events, late_events,
+                        activities)
     assert activities == [[1] * calls]
     assert len(samples[0]) == calls and min(samples[0]) > 0
 

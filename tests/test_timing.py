@@ -13,7 +13,7 @@ from runners.measure.stop_rule import (STOP_CONVERGED, STOP_RESOLUTION, STOP_TIM
 from runners.measure.timing import (FLUSH_BLOCK, FLUSH_KERNEL_NAME, FLUSH_MIN_BYTES, METHOD_WALL,
                                     CallRecord, GpuRecord, InterpreterTimer, RecordMismatch,
                                     _l2_flush_read_kernel, busy_ns, calls_from_records, flush_elements,
-                                    host_late, next_batch_rounds, relative_noise, summarize)
+                                    hold_seconds, host_late, next_batch_rounds, relative_noise, summarize)
 from runners.engine.trial import Trial
 from runners.engine.worker import NoGpuWork, measured_fields, timers_disagree
 from runners.measure.timing import METHOD_CUPTI, Measurement
@@ -282,6 +282,35 @@ def test_a_hold_between_two_calls_of_a_batch_is_no_calls():
     assert calls[0].idle_s == pytest.approx(2e-6)  # up to the hold's start
     first_without = calls_from_records(records, calls=2)[0]  # what it was without
     assert (first_without.gpu_s, first_without.activities) == (pytest.approx(502e-6), 2)
+
+
+def _calls_the_gpu_reached_first(hold_s: float, host_s: list[float], gpu_s: list[float]) -> int:
+    """Of calls the host enqueues host_s[i] apart after a hold of hold_s, which the GPU runs in gpu_s[i]
+    each from the hold's start on (an idle GPU: the worst case), how many it reached before they were."""
+    enqueued, reached, early = 0.0, hold_s, 0
+    for host, gpu in zip(host_s, gpu_s):
+        enqueued += host
+        early += reached < enqueued
+        reached = max(reached, enqueued) + gpu
+    return early
+
+
+@pytest.mark.parametrize("host_us, gpu_us", [(60, 37), (90, 5), (60, 58), (60, 300), (60, 0)])
+def test_a_hold_covers_the_enqueue_less_what_the_gpu_runs_meanwhile(host_us, gpu_us):
+    # The hold lets the host stay ahead of the GPU through a chunk whose calls each take the host up to
+    # 25% longer than measured (as its noise does), whichever of the two is the slower, while holding
+    # the GPU no longer than that needs: sized as if the GPU ran nothing, it also spanned the calls' own
+    # GPU time (~115 us a 1.2 us vector add's sample against the host's 60 us on an H200).
+    rng = random.Random(5)
+    calls, host_s, gpu_s = 64, host_us * 1e-6, gpu_us * 1e-6
+    hold = hold_seconds(calls, host_s, gpu_s)
+    for _ in range(200):
+        noisy_host = [host_s * rng.uniform(0.75, 1.25) for _ in range(calls)]
+        noisy_gpu = [gpu_s * rng.uniform(1.0, 1.1) for _ in range(calls)]  # launch gaps: never faster
+        assert _calls_the_gpu_reached_first(hold, noisy_host, noisy_gpu) == 0
+    assert hold <= max(1.25 * host_s, calls * (1.25 * host_s - gpu_s) + gpu_s) + 1e-12
+    if gpu_s < host_s:  # where the promise ends: a host 40% slower than measured is caught up with
+        assert _calls_the_gpu_reached_first(hold, [1.4 * host_s] * calls, [gpu_s] * calls) > 0
 
 
 def _calls(idle_us: list[Optional[float]], activities: int = 1) -> list[CallRecord]:

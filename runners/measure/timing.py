@@ -197,6 +197,28 @@ MAX_CALLS_PER_HOLD = 64
 # well above the launch gaps' own spread (3.0 us median, 3.4 us 90th percentile on an H100) and well
 # below the cross-check's allowance (runners/engine/worker.py, LAUNCH_ALLOWANCE_US).
 HOST_LATE_S = 1e-6
+class Pace(NamedTuple):
+    """How fast a measurement's calls go, per call: the host's time to enqueue one (a flush, an event
+    pair and the call) and the GPU's to run one (the flush and the call's work; 0 until a batch has
+    been recorded)."""
+    host_s: float
+    gpu_s: float
+
+
+def hold_seconds(calls: int, host_s: float, gpu_s: float) -> float:
+    """How long to hold the GPU before `calls` calls that the host enqueues host_s apart (25% spared)
+    and the GPU runs in gpu_s each, so that it never reaches a call the host has not yet enqueued.
+
+    Call i (from 0) is enqueued (i + 1) x 1.25 host_s after the hold is, and reached hold + i x gpu_s
+    after the hold starts, which is no earlier (the GPU is idle or busy with the calls before): the hold
+    is the largest (i + 1) x 1.25 host_s - i x gpu_s, the last call's where the host is the slower, one
+    call's enqueue where the GPU is. Sized as if the GPU did nothing (calls x 1.25 host_s), a hold
+    also spans the time the GPU then spends on the calls: on an H200, a 1.2 us vector add's finalists
+    took ~115 us a sample, the host needing ~60 (BENCHMARKS.md, 2026-11-29)."""
+    spared = 1.25 * host_s
+    return max(spared, calls * spared - (calls - 1) * gpu_s)
+
+
 # The GPU counts as busy, and the warm-up loop is left out, when this timer sampled this recently.
 WARM_AFTER_IDLE_S = 0.1
 
@@ -381,6 +403,7 @@ class CudaTimer:
         self.read_sm_clock = read_sm_clock
         self.clock_hz = (max_clock_mhz or 2000) * 1e6
         self.sampled_at = -math.inf  # perf_counter() at the end of the last sampling
+        self._pairs: list[tuple] = []  # CUDA-event pairs, reused by every batch (_event_pairs)
         began = time.perf_counter()
         props = torch.cuda.get_device_properties(device)
         self.flush = L2Flush(torch, device, props.L2_cache_size, props.multi_processor_count)
@@ -427,13 +450,13 @@ class CudaTimer:
         event_samples: list[list[float]] = [[] for _ in fns]
         late_event_samples: list[list[float]] = [[] for _ in fns]
         activities: list[list[int]] = [[] for _ in fns]
-        host_seconds_per_call = self._enqueue_seconds(fns)
+        pace = Pace(self._enqueue_seconds(fns), 0.0)
         clock_start = self.read_sm_clock()
         sampling_began = time.perf_counter()
         while True:
             rounds = next_batch_rounds(rule, samples, time.perf_counter() - sampling_began)
-            host_seconds_per_call = self._sample_batch(fns, rounds, host_seconds_per_call, samples,
-                                                       event_samples, late_event_samples, activities)
+            pace = self._sample_batch(fns, rounds, pace, samples, event_samples, late_event_samples,
+                                      activities)
             reasons = _stop_reasons(rule, samples, time.perf_counter() - sampling_began, settled)
             self.sampled_at = time.perf_counter()
             if reasons:
@@ -453,7 +476,7 @@ class CudaTimer:
         call held an H200 2.5 ms before the 10 samples of a 2 us softmax's screening: 6.2 ms a screening,
         4.8 ms with the hold sized so; BENCHMARKS.md, 2026-11-27 (sixth).)"""
         torch = self._torch
-        pair = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+        (pair,) = self._event_pairs(1)
         slowest = 0.0
         for fn in fns:
             began = time.perf_counter()
@@ -461,6 +484,16 @@ class CudaTimer:
             slowest = max(slowest, time.perf_counter() - began)
         torch.cuda.synchronize()  # a batch's records then hold its own calls alone
         return slowest
+
+    def _event_pairs(self, count: int) -> list[tuple]:
+        """`count` CUDA-event pairs for a batch's calls, the same ones batch after batch: a torch event
+        makes its CUDA event on its first record, inside the host's enqueue loop, and frees it when
+        collected (BENCHMARKS.md, 2026-11-29). A batch reads its events' times before the next reuses
+        them."""
+        torch = self._torch
+        while len(self._pairs) < count:
+            self._pairs.append((torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)))
+        return self._pairs[:count]
 
     def _enqueue_sample(self, fn, pair) -> None:
         """One sample: the flush, then fn between the CUDA-event pair."""
@@ -470,16 +503,18 @@ class CudaTimer:
         fn()
         end.record()
 
-    def _sample_batch(self, fns, rounds: int, host_seconds_per_call: float, samples, event_samples,
-                      late_event_samples, activities) -> float:
-        """Take `rounds` rounds of samples, appending to the lists; returns the host's enqueue time
-        per call, measured behind the batch's first hold (the launch queue is empty there, so the host
-        never waits on the GPU inside that measurement), which sizes the batch's later holds."""
+    def _sample_batch(self, fns, rounds: int, pace: Pace, samples, event_samples, late_event_samples,
+                      activities) -> Pace:
+        """Take `rounds` rounds of samples, appending to the lists, the GPU held before each part of
+        them as long as `pace` says it must be (hold_seconds); returns the batch's pace: the host's
+        enqueue time per call measured behind the batch's first hold (the launch queue is empty there,
+        so the host never waits on the GPU inside that measurement), which sizes the batch's later holds,
+        and the GPU's time per call from its records (pace's as given where there are none)."""
         torch = self._torch
         first_round = len(samples[0])
         order = [index for r in range(rounds) for index in _rotated(len(fns), first_round + r)]
-        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in order]
-        measured_per_call = host_seconds_per_call
+        events = self._event_pairs(len(order))
+        measured_per_call = pace.host_s
 
         def enqueue() -> None:
             nonlocal measured_per_call
@@ -489,17 +524,22 @@ class CudaTimer:
                 # sample) falls behind a short kernel, the GPU drains its queue, and a start event
                 # fires before its kernel has arrived: seen on an H200 as 20-90% noise on 20 us
                 # softmax event times.
-                torch.cuda._sleep(int(1.25 * measured_per_call * len(chunk) * self.clock_hz))
+                hold_s = hold_seconds(len(chunk), measured_per_call, pace.gpu_s)
+                torch.cuda._sleep(int(hold_s * self.clock_hz))
                 enqueue_began = time.perf_counter()
                 for position in chunk:
                     self._enqueue_sample(fns[order[position]], events[position])
                 if first == 0:
                     measured_per_call = (time.perf_counter() - enqueue_began) / len(chunk)
 
+        gpu_per_call = pace.gpu_s
         if self.method == METHOD_CUPTI:
-            calls = calls_from_records(self.kernel_clock.record(enqueue), len(order),
-                                       hold_name=self.kernel_clock.hold_name)
+            hold_name = self.kernel_clock.hold_name
+            records = self.kernel_clock.record(enqueue)
+            calls = calls_from_records(records, len(order), hold_name=hold_name)
             late = host_late(calls, order)
+            work = [(r.start_ns, r.end_ns) for r in records if r.name != hold_name]
+            gpu_per_call = busy_ns(work) * 1e-9 / len(order)  # launch gaps left out: holds err longer
         else:
             enqueue()
             torch.cuda.synchronize()
@@ -512,7 +552,7 @@ class CudaTimer:
                 samples[index].append(calls[position].gpu_s)
                 (late_event_samples if position in late else event_samples)[index].append(event_s)
                 activities[index].append(calls[position].activities)
-        return measured_per_call
+        return Pace(measured_per_call, gpu_per_call)
 
 
 class InterpreterTimer:
