@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from runners.engine.finalists import decide, finalist_groups, settled, winner, winners
+from runners.engine.finalists import decide, finalist_groups, group_rule, settled, winner, winners
 from runners.engine.trial import TRITON_PROVIDER, Trial
 from runners.measure.stop_rule import STOP_SETTLED, StopRule
 from runners.measure.timing import _stop_reasons, next_batch_rounds
@@ -110,7 +110,7 @@ def test_on_a_clock_coarser_than_the_floor_ties_settle_and_the_verdicts_hold(ste
 def _screened(p50s: dict) -> tuple[pd.DataFrame, list]:
     trials = [Trial("k", TRITON_PROVIDER, (64,), "float16", {"num_warps": w}) for w in p50s]
     frame = pd.DataFrame([{"id": i, "trial_key": t.key, "status": "ok", "provider": TRITON_PROVIDER,
-                           "shape": json.dumps([64]), "dtype": "float16",
+                           "shape": json.dumps([64]), "dtype": "float16", "phase": "screen", "measure_s": 0.1,
                            "p50_us": p50s[t.config["num_warps"]]} for i, t in enumerate(trials)])
     return frame, trials
 
@@ -145,7 +145,36 @@ def test_the_winners_of_all_shapes_at_once_are_each_shapes_winner():
 def test_finalists_are_the_top_k_within_the_screen_margin(p50s, expected):
     frame, trials = _screened(p50s)
     (group,) = finalist_groups(frame, trials, {((64,), "float16")}, top_k=3, screen_margin=0.10)
-    assert [t.config["num_warps"] for t in group] == expected
+    assert [t.config["num_warps"] for t in group.trials] == expected
+
+
+def test_a_group_s_screening_seconds_are_its_trials_newest_screened_rows():
+    # What its finalists may spend (finalists.of_screening): every trial of the (shape, dtype) that
+    # screened ok, ours and the baselines, each once (its newest screened row: a re-run's replaces the
+    # old); not a failed trial's seconds, nor an earlier round of finalists', nor another shape's.
+    trials = [Trial("k", TRITON_PROVIDER, (64,), "float16", {"num_warps": w}) for w in (1, 2, 4)]
+    trials += [Trial("k", "torch", (64,), "float16", {}), Trial("k", TRITON_PROVIDER, (128,), "float16", {})]
+    rows = [(trials[0], "screen", "ok", 0.5, 10.0), (trials[0], "screen", "ok", 0.25, 10.0),
+            (trials[1], "screen", "ok", 0.125, 11.0), (trials[1], "final", "ok", 4.0, 11.0),
+            (trials[2], "screen", "incorrect", None, None), (trials[3], "screen", "ok", 0.0625, 9.0),
+            (trials[4], "screen", "ok", 8.0, 20.0)]
+    frame = pd.DataFrame([{"id": i, "trial_key": t.key, "status": status, "provider": t.provider,
+                           "shape": json.dumps(list(t.shape)), "dtype": t.dtype, "phase": phase,
+                           "measure_s": seconds, "p50_us": p50} for i, (t, phase, status, seconds, p50)
+                          in enumerate(rows)])
+    (group,) = finalist_groups(frame, trials, {((64,), "float16")}, top_k=3, screen_margin=0.10)
+    assert group.trials == [trials[0], trials[1], trials[3]]
+    assert group.screening_s == 0.25 + 0.125 + 0.0625
+
+
+def test_a_group_s_rule_is_cut_to_its_screening_and_never_below_its_minimum():
+    rule = StopRule(min_samples=20, min_time_s=0.02, rel_precision=0.005, max_time_s=0.5, repetitions=5)
+    assert group_rule(rule, 0.3, 1.0) == StopRule(20, 0.02, 0.005, 0.3, 5)
+    assert group_rule(rule, 0.3, 0.5).max_time_s == pytest.approx(0.15)
+    assert group_rule(rule, 2.0, 1.0) == rule  # max_time_s stays the cap
+    assert group_rule(rule, 0.001, 1.0).max_time_s == 0.02  # its min_time_s: a valid rule
+    assert group_rule(rule, 0.3, None) == rule and group_rule(rule, 0.0, 1.0) == rule
+    assert group_rule(rule, float("nan"), 1.0) == rule  # seconds unknown: not cut
 
 
 def test_a_settled_block_says_so_and_keeps_its_minimum():

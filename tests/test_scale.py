@@ -402,7 +402,7 @@ def test_torch_compile_baselines_go_to_the_side_worker(side_fails):
         def on_result(worker, group, results):
             groups[(group[0].shape, group[-1].provider)] = results[0]["by"]
 
-        scheduler.run_finalists(finalists, rule=None, tie_floor=0.01, on_result=on_result)
+        scheduler.run_finalists(finalists, [None] * len(finalists), tie_floor=0.01, on_result=on_result)
     finally:
         stop_all(scheduler.on_gpu + [side])
     for trial in trials:
@@ -664,7 +664,8 @@ def test_each_gpu_has_its_side_worker_and_the_turns_are_per_gpu(tmp_path):
             side.wait_ready()
         scheduler.run(trials, lambda worker, trial, result: results[result["by"]].append(result))
         groups = [[t for t in trials if t.shape == shape] for shape in shapes]
-        scheduler.run_finalists(groups, rule=None, tie_floor=0.005, on_result=lambda worker, group, answers:
+        scheduler.run_finalists(groups, [None] * len(groups), tie_floor=0.005,
+                                on_result=lambda worker, group, answers:
                                 finalists.update({group[0].shape: answers[0]}))
     finally:
         stop_all(scheduler.on_gpu)

@@ -168,6 +168,22 @@ def test_the_configs_the_constraints_rule_out_are_committed_together_before_any_
     assert "rows committed to the store when the first reached this output: 6" in result.stdout
 
 
+def test_each_group_s_finalists_take_no_longer_than_its_screening(tmp_path):
+    """finalists.of_screening (issue 33): a group's rounds are capped at the seconds its screening took
+    (its ok trials' rows), within finalists.max_time_s; said before they run, and the rows keep to it."""
+    result = run_sweep(tmp_path, *SMALL_ADD, "finalists.top_k=2", "finalists.max_time_s=30",
+                       "finalists.min_time_s=0", "finalists.repetitions=1")
+    rows = _trials(tmp_path / "results.sqlite")
+    screen, final = rows[rows["phase"] == "screen"], rows[rows["phase"] == "final"]
+    screening = screen[screen["status"] == "ok"].groupby(screen["shape"].map(str))["measure_s"].sum()
+    assert (screening < 30).all() and len(screening) == 2
+    said = (f"for up to {screening.min():.3f}-{screening.max():.3f} s a group (1x the seconds its screening "
+            "took")
+    assert said in result.stdout
+    loops = final.groupby(final["shape"].map(str))["measure_s"].max()
+    assert (loops < 15).all(), loops  # not the 30 s of max_time_s: the loop stopped at its cap, or before
+
+
 @pytest.mark.parametrize("workers", [1, 2])
 def test_the_time_spent_adds_up_the_rows_of_the_job(tmp_path, workers):
     """summary.json's time_spent (issue 33): the seconds the rows report, by phase (a group's finalists are

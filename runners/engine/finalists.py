@@ -26,6 +26,14 @@ What they cost (issue 33):
   within it, by the same interval the tie rule reads. The test is repeated as the rounds come in, so a
   finalist whose true difference sits near the floor can be settled either way on a lucky stretch more
   often than 5% of the time: the rule's promise is the floor's, not the interval's level.
+- No longer than the screening (finalists.of_screening, group_rule): a group's rounds also end at the
+  seconds its screening took (every ok trial of the (shape, dtype), ours and the baselines), within
+  max_time_s. Configs that differ by about the floor, or by one clock step on a 1-6 us kernel, are settled
+  by no number of rounds: vector_add_export's finalists ran to their 0.5 s at 42 of 51 groups, 1.6x its
+  screening. Replayed on two of its H200 stores, the cut picks agreed with the whole run's at 45 and 47
+  of 51 groups, where two whole runs agree at 38, and by the other run's medians were 0.07% and 0.04%
+  faster on average (at worst 1.2% slower) than the whole run's picks, which were themselves 0.16% slower
+  than the other run's own (at worst 4.6%) (BENCHMARKS.md, 2026-11-29).
 - The clock's step: the interval is widened by the differences' step at each end (CUPTI reads 32 ns
   steps), a widening more rounds never take away. A tie stays a tie once the interval's upper end, less
   that widening, is within the floor: more rounds can raise the lower end the verdict reads at most to
@@ -39,13 +47,14 @@ What they cost (issue 33):
 """
 from __future__ import annotations
 
+import dataclasses
 import math
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, NamedTuple, Optional, Sequence
 
 import numpy as np
 
 from runners.engine.trial import TRITON_PROVIDER
-from runners.measure.stop_rule import CLOCK_JITTER_S, median_interval_and_step
+from runners.measure.stop_rule import CLOCK_JITTER_S, StopRule, median_interval_and_step
 
 if TYPE_CHECKING:  # pandas is heavy, and every spawned worker imports this module through runners.sweep
     import pandas as pd
@@ -131,16 +140,25 @@ def winner(rows: pd.DataFrame):
     return index
 
 
+class FinalistGroup(NamedTuple):
+    trials: list  # the finalists of one (shape, dtype), then the baselines beside them
+    screening_s: float  # the seconds its screening sampled for: every ok trial's of the (shape, dtype)
+
+
 def finalist_groups(frame: pd.DataFrame, trials: list, measured_groups: set, top_k: int,
-                    screen_margin: float) -> list[list]:
+                    screen_margin: float) -> list[FinalistGroup]:
     """The trials to re-time, one group a (shape, dtype) this job measured: the top_k configs of ours by
     screened p50 (each trial's newest ok row of the job's rows in `frame`) among those within
-    screen_margin of the best, and the runner-up wherever it is, then the baselines that were ok there.
-    None where top_k < 2 or a group would have fewer than 2 configs."""
+    screen_margin of the best, and the runner-up wherever it is, then the baselines that were ok there;
+    with the seconds their screening took (each trial's newest ok screened row). None where top_k < 2 or
+    a group would have fewer than 2 configs."""
     if top_k < 2 or not measured_groups:
         return []
     by_key = {t.key: t for t in trials}
-    ok = frame[frame["status"] == "ok"].sort_values("id").groupby("trial_key").tail(1)  # a trial's newest row
+    ok = frame[frame["status"] == "ok"].sort_values("id")
+    screened = ok[ok["phase"] == "screen"].groupby("trial_key").tail(1)
+    screening_s = screened.groupby(["shape", "dtype"], sort=False)["measure_s"].sum()
+    ok = ok.groupby("trial_key").tail(1)  # a trial's newest row
     ours = ok[ok["provider"] == TRITON_PROVIDER]
     groups = []
     for (shape, dtype), rows in ours.groupby(["shape", "dtype"], sort=False):
@@ -149,8 +167,18 @@ def finalist_groups(frame: pd.DataFrame, trials: list, measured_groups: set, top
         finalists = [by_key[k] for k in ranked["trial_key"].iloc[:max(len(near), 2)] if k in by_key]
         if len(finalists) >= 2 and (finalists[0].shape, finalists[0].dtype) in measured_groups:
             beside = ok[(ok["provider"] != TRITON_PROVIDER) & (ok["shape"] == shape) & (ok["dtype"] == dtype)]
-            groups.append(finalists + [by_key[k] for k in beside["trial_key"] if k in by_key])
+            groups.append(FinalistGroup(finalists + [by_key[k] for k in beside["trial_key"] if k in by_key],
+                                        float(screening_s.get((shape, dtype), 0.0))))
     return groups
+
+
+def group_rule(rule: StopRule, screening_s: float, of_screening: Optional[float]) -> StopRule:
+    """A group's rule: `rule`, its max_time_s cut to of_screening x the seconds the group's screening
+    took (None: not cut; nor where the screening's seconds are unknown)."""
+    if of_screening is None or not screening_s > 0:
+        return rule
+    cut = max(rule.min_time_s, of_screening * screening_s)  # (a rule's cap is never below its minimum)
+    return dataclasses.replace(rule, max_time_s=min(rule.max_time_s, cut))
 
 
 def on_finalists(record, tie_floor: float):

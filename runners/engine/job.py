@@ -315,16 +315,21 @@ class Job:
         baselines that passed there (so that ours and theirs see the same clocks: screened minutes apart,
         a matmul finalist ran at 1335-1815 MHz on an H200 while cuBLAS had screened at 1980); returns how
         many groups."""
-        from runners.engine.finalists import finalist_groups, on_finalists
+        from runners.engine.finalists import finalist_groups, group_rule, on_finalists
 
         final = self.cfg.finalists
         groups = finalist_groups(self.store.load(sweep_id=self.sweep_id, kernel=self.plan.trials[0].kernel),
                                  self.plan.trials, self.measured_groups, final.top_k, final.screen_margin)
         if not groups:
             return 0
+        rules = [group_rule(StopRule.of(final), g.screening_s, final.of_screening) for g in groups]
+        caps = sorted(rule.max_time_s for rule in rules)
         print(f"re-timing the top {final.top_k} within {100 * final.screen_margin:g}% of the screened best "
-              f"(at least 2) of {len(groups)} (shape, dtype) group(s) round-robin, with their baselines")
-        self.scheduler.run_finalists(groups, StopRule.of(final), final.tie_floor,
+              f"(at least 2) of {len(groups)} (shape, dtype) group(s) round-robin, with their baselines, for "
+              f"up to {caps[0]:.3f}-{caps[-1]:.3f} s a group"
+              + (f" ({final.of_screening:g}x the seconds its screening took, at most {final.max_time_s:g} s)"
+                 if final.of_screening is not None else ""))
+        self.scheduler.run_finalists([g.trials for g in groups], rules, final.tie_floor,
                                      on_finalists(self.record, final.tie_floor))
         return len(groups)
 

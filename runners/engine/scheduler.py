@@ -48,6 +48,7 @@ from runners.engine import compile_pool
 from runners.engine.process import WorkerLost, WorkerProcess, drive, stop_all
 from runners.engine.trial import TRITON_PROVIDER, Trial
 from runners.measure import check
+from runners.measure.stop_rule import StopRule
 
 
 class WorkerStartError(RuntimeError):
@@ -82,14 +83,13 @@ class Scheduler:
         self.ready: list[Trial] = []
         self.ready_side: list[Trial] = []  # the side workers'
         self.prepared: dict[str, int] = {}  # key -> id() of the side worker that compiled it ahead (or tried)
-        self.finalist_groups: deque[list[Trial]] = deque()
+        self.finalist_groups: deque[tuple[list[Trial], StopRule]] = deque()  # each with its rule
         self.compile_s: dict[str, float] = {}  # trial key -> seconds its compile took in the pool
         self.last_group: dict[int, tuple] = {}  # id(worker) -> (shape, dtype) of its last trial
         self.deadline = float("inf")
         self.not_run = 0  # trials dropped at the deadline
         self._starting = False
         self._on_finalists: Optional[Callable] = None
-        self._final_rule = None  # the finalists' StopRule
         self._tie_floor = 0.0
         self.pool_compile_s: list[float] = []  # seconds of each compile in the pool, this job
         self.gpu_compile_s: list[float] = []  # first-call seconds of each config a GPU worker compiled
@@ -188,13 +188,14 @@ class Scheduler:
         self.compiling.difference_update(t.key for t in dropped)
         self._drive()
 
-    def run_finalists(self, groups: list[list[Trial]], rule, tie_floor: float, on_result: Callable) -> None:
+    def run_finalists(self, groups: list[list[Trial]], rules: list, tie_floor: float,
+                      on_result: Callable) -> None:
         """Re-time each group (the finalists of one (shape, dtype)) interleaved on one GPU worker
-        until `rule` (a StopRule) holds or the ties at tie_floor are settled; on_result(worker, trials,
-        results) for each group."""
+        until its rule (a StopRule, of `rules` in turn) holds or the ties at tie_floor are settled;
+        on_result(worker, trials, results) for each group."""
         self.deadline = float("inf")
-        self.finalist_groups.extend(groups)
-        self._final_rule, self._tie_floor, self._on_finalists = rule, tie_floor, on_result
+        self.finalist_groups.extend(zip(groups, rules))
+        self._tie_floor, self._on_finalists = tie_floor, on_result
         self._drive()
 
     # --- the loop ---------------------------------------------------------------------------
@@ -236,7 +237,7 @@ class Scheduler:
         if self._dropped(worker):
             return False
         has_work = (bool(self._queue(worker))
-                    or any(self._mine(worker, group) for group in self.finalist_groups))
+                    or any(self._mine(worker, trials) for trials, _ in self.finalist_groups))
         if worker in self.sides:
             return has_work
         return self._starting or has_work or self._stealable()
@@ -356,14 +357,15 @@ class Scheduler:
             self.last_group[id(worker)] = (trial.shape, trial.dtype)
             return (("trial", trial, self.peaks), ("trial", trial), self.trial_timeout_s,
                     f"compiling and running {trial.label}")
-        trials = next((group for group in self.finalist_groups if self._mine(worker, group)), None)
-        if trials is None:
+        group = next((group for group in self.finalist_groups if self._mine(worker, group[0])), None)
+        if group is None:
             return None
-        self.finalist_groups.remove(trials)
+        self.finalist_groups.remove(group)
+        trials, rule = group
         self.last_group[id(worker)] = (trials[0].shape, trials[0].dtype)
         # Each finalist was already timed once; the round-robin re-timing gets that long per finalist.
         timeout_s = self.trial_timeout_s * len(trials) + wait_s
-        message = ("finalists", trials, self.peaks, self._final_rule, self._tie_floor)
+        message = ("finalists", trials, self.peaks, rule, self._tie_floor)
         doing = f"re-timing {len(trials)} finalists at {trials[0].label}"
         return message, ("finalists", trials), timeout_s, doing
 

@@ -119,9 +119,14 @@ class FinalistsConf(StopRule):
     top_k: int = 8
     tie_floor: float = 0.005  # differences below this share of the fastest p50 are ties
     screen_margin: float = 0.10  # finalists screened within this share of the screened best
+    # and a group's rounds no longer than this multiple of the seconds its screening took (None: max_time_s)
+    of_screening: Optional[float] = 1.0
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.of_screening is not None and not self.of_screening > 0:
+            raise StopRuleError(f"of_screening: {self.of_screening} must be > 0 (1.0: the finalists of a "
+                                "(shape, dtype) take at most as long as its screening did), or null")
         if self.top_k < 0 or self.tie_floor < 0:
             raise StopRuleError(f"top_k: {self.top_k} and tie_floor: {self.tie_floor} must be >= 0")
         if self.screen_margin < 0:
