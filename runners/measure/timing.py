@@ -197,6 +197,8 @@ MAX_CALLS_PER_HOLD = 64
 # well above the launch gaps' own spread (3.0 us median, 3.4 us 90th percentile on an H100) and well
 # below the cross-check's allowance (runners/engine/worker.py, LAUNCH_ALLOWANCE_US).
 HOST_LATE_S = 1e-6
+
+
 class Pace(NamedTuple):
     """How fast a measurement's calls go, per call: the host's time to enqueue one (a flush, an event
     pair and the call) and the GPU's to run one (the flush and the call's work; 0 until a batch has
@@ -403,7 +405,6 @@ class CudaTimer:
         self.read_sm_clock = read_sm_clock
         self.clock_hz = (max_clock_mhz or 2000) * 1e6
         self.sampled_at = -math.inf  # perf_counter() at the end of the last sampling
-        self._pairs: list[tuple] = []  # CUDA-event pairs, reused by every batch (_event_pairs)
         began = time.perf_counter()
         props = torch.cuda.get_device_properties(device)
         self.flush = L2Flush(torch, device, props.L2_cache_size, props.multi_processor_count)
@@ -476,7 +477,7 @@ class CudaTimer:
         call held an H200 2.5 ms before the 10 samples of a 2 us softmax's screening: 6.2 ms a screening,
         4.8 ms with the hold sized so; BENCHMARKS.md, 2026-11-27 (sixth).)"""
         torch = self._torch
-        (pair,) = self._event_pairs(1)
+        pair = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
         slowest = 0.0
         for fn in fns:
             began = time.perf_counter()
@@ -484,16 +485,6 @@ class CudaTimer:
             slowest = max(slowest, time.perf_counter() - began)
         torch.cuda.synchronize()  # a batch's records then hold its own calls alone
         return slowest
-
-    def _event_pairs(self, count: int) -> list[tuple]:
-        """`count` CUDA-event pairs for a batch's calls, the same ones batch after batch: a torch event
-        makes its CUDA event on its first record, inside the host's enqueue loop, and frees it when
-        collected (BENCHMARKS.md, 2026-11-29). A batch reads its events' times before the next reuses
-        them."""
-        torch = self._torch
-        while len(self._pairs) < count:
-            self._pairs.append((torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)))
-        return self._pairs[:count]
 
     def _enqueue_sample(self, fn, pair) -> None:
         """One sample: the flush, then fn between the CUDA-event pair."""
@@ -513,7 +504,7 @@ class CudaTimer:
         torch = self._torch
         first_round = len(samples[0])
         order = [index for r in range(rounds) for index in _rotated(len(fns), first_round + r)]
-        events = self._event_pairs(len(order))
+        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in order]
         measured_per_call = pace.host_s
 
         def enqueue() -> None:
