@@ -357,7 +357,7 @@ class Scheduler:
             self.last_group[id(worker)] = (trial.shape, trial.dtype)
             return (("trial", trial, self.peaks), ("trial", trial), self.trial_timeout_s,
                     f"compiling and running {trial.label}")
-        group = next((group for group in self.finalist_groups if self._mine(worker, group[0])), None)
+        group = next((g for g in self.finalist_groups if self._mine(worker, g[0])), None)
         if group is None:
             return None
         self.finalist_groups.remove(group)
