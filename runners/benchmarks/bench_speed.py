@@ -24,7 +24,8 @@ autotune: the same kernel, the same list of configs, each side with a fresh Trit
   writes no bytecode, both sides read the sweep's bytecode cache, filled first (runners/engine/bytecode.py).
 
 sweeps: the README sweep (on a fresh Triton cache and store, then again warm with force=true: without a
-  resident, then run by the one the cold run left, runners/engine/resident.py) and the export-grade
+  resident, then run by the one the cold run left, runners/engine/resident.py; then as on a machine's
+  first torch.compile: a fresh Triton cache, store and inductor cache) and the export-grade
   sweeps (cold, no resident; by default softmax_export and layernorm_export, --sweeps names any file
   sweeps/*_export.yaml), each from every tree given (--old: another checkout of the project, run
   first) and from this one: command seconds, the phase line, the GPU-busy share of the trials and
@@ -39,6 +40,7 @@ import argparse
 import itertools
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -390,6 +392,10 @@ def bench_gpus(counts=None) -> None:
 # Warm twice: without a resident (SWEEP_RESIDENT_S=0: as before it existed), then run by the resident that
 # the cold run left (runners/engine/resident.py; a tree without one runs it as the first).
 WARM = [("warm", ["force=true"]), ("warm, resident", ["force=true"])]
+# Then as on a machine's first torch.compile: a store, Triton cache and inductor cache of its own, all
+# empty. The cold run finds the torch.compile baselines' graphs in inductor's cache, which keeps their
+# Triton binaries too; here their worker builds them (BENCHMARKS.md, 2026-11-29 (second)).
+FIRST_USE = ("cold, no inductor cache", [])
 # The README's command and every export-grade sweep file; by default the ones issue 33 set targets for.
 SWEEPS = {"readme": [], **{path.stem: [f"+sweep={path.stem}"]
                            for path in sorted((REPO / "sweeps").glob("*_export.yaml"))}}
@@ -453,9 +459,9 @@ def _spent_cells(summary: dict) -> str:
 
 def bench_sweeps(names: list[str], trees: list[Path], calibration: Optional[str]) -> None:
     """Each sweep of `names` from each tree (this one last), cold (a fresh Triton cache and store) and,
-    for the README's, again warm (force=true): command and phase seconds, the GPU-busy shares, first
-    calls, this host's limit; then compare's verdict of the last tree's run against each other tree's,
-    and each run's leave-one-out lines."""
+    for the README's, again warm (force=true), then as on a machine's first torch.compile (FIRST_USE):
+    command and phase seconds, the GPU-busy shares, first calls, this host's limit; then compare's verdict
+    of the last tree's run against each other tree's, and each run's leave-one-out lines."""
     lines = ["| sweep | tree | run | command s | before job | start | peaks | trials | finalists | finish | "
              "trials GPU-busy | finalists GPU-busy | first calls s | limit s |", "|" + "---|" * 14]
     runs = {}
@@ -465,17 +471,23 @@ def bench_sweeps(names: list[str], trees: list[Path], calibration: Optional[str]
                 work = Path(scratch) / f"{name}_{len(runs)}"
                 work.mkdir()
                 cache_dir = tempfile.mkdtemp(prefix="triton-cache-sweeps-")
-                modes = [("cold", [])] + (WARM if name == "readme" else [])
+                modes = [("cold", [])] + (WARM + [FIRST_USE] if name == "readme" else [])
                 for mode, extra in modes:
-                    sweep_id = name if mode == "cold" else f"{name}_{mode.replace(', ', '_')}"
+                    sweep_id = name if mode == "cold" else f"{name}_{re.sub(r'[^a-z]+', '_', mode)}"
+                    here, cache_here, env = work, cache_dir, {}
+                    if (mode, extra) == FIRST_USE:
+                        here = Path(scratch) / f"{name}_{len(runs)}_first_use"
+                        here.mkdir()
+                        cache_here = tempfile.mkdtemp(prefix="triton-cache-sweeps-")
+                        env["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="inductor-", dir=scratch)
                     if mode != "cold":  # no warm run beside the import of the resident the cold run left
                         print(f"waited {_wait_for_residents():.1f} s for the resident the cold run left")
                     if runs or mode != "cold":  # nor beside the bytecode compile a first command started
                         print(f"waited {_wait_for_bytecode():.1f} s for the background bytecode compile")
                     # a resident only where the next run is to use it (the README's cold run leaves it)
                     with_resident = name == "readme" and mode in ("cold", "warm, resident")
-                    run = _timed_sweep(tree, work, sweep_id, SWEEPS[name], cache_dir, extra,
-                                       SWEEP_RESIDENT_S=str(DEFAULT_IDLE_S) if with_resident else "0")
+                    run = _timed_sweep(tree, here, sweep_id, SWEEPS[name], cache_here, extra,
+                                       SWEEP_RESIDENT_S=str(DEFAULT_IDLE_S) if with_resident else "0", **env)
                     summary, phases = run["summary"], run["summary"]["phase_seconds"]
                     before = summary.get("before_job_seconds") or 0.0
                     lines.append(f"| {name} | {tree.name} | {mode} | {run['seconds']:.1f} | {before:.1f} | "
