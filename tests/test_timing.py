@@ -12,8 +12,9 @@ from runners.measure.stop_rule import (STOP_CONVERGED, STOP_RESOLUTION, STOP_TIM
                                        median_interval, median_precision, quantization_note)
 from runners.measure.timing import (FLUSH_BLOCK, FLUSH_KERNEL_NAME, FLUSH_MIN_BYTES, METHOD_WALL,
                                     CallRecord, GpuRecord, InterpreterTimer, RecordMismatch,
-                                    _l2_flush_read_kernel, busy_ns, calls_from_records, flush_elements,
-                                    hold_seconds, host_late, next_batch_rounds, relative_noise, summarize)
+                                    _l2_flush_read_kernel, busy_ns, calls_from_records, fastest_call_s,
+                                    flush_elements, hold_seconds, host_late, next_batch_rounds,
+                                    relative_noise, summarize)
 from runners.engine.trial import Trial
 from runners.engine.worker import NoGpuWork, measured_fields, timers_disagree
 from runners.measure.timing import METHOD_CUPTI, Measurement
@@ -293,6 +294,34 @@ def _calls_the_gpu_reached_first(hold_s: float, host_s: list[float], gpu_s: list
         early += reached < enqueued
         reached = max(reached, enqueued) + gpu
     return early
+
+
+def test_a_hold_is_sized_by_the_fastest_call_where_the_calls_differ():
+    # A finalists group round-robin: two configs of 8 us and a 120 us baseline, a 30 us flush before each
+    # call, the host 60 us a call. Sized by the calls' average GPU time, a hold lets the GPU reach a fast
+    # call that follows another before the host has enqueued it (the review of 1142b9f found 1-2 of 64);
+    # sized by the fastest call's, as the timer now reads it from the batch's records, never.
+    kernels_us = [8, 8, 120]
+    order = [(r + k) % 3 for r in range(21) for k in range(3)]  # rotated every round, as the timer does
+    records, start = [], 0
+    for index in order:
+        records += [_record(FLUSH_KERNEL_NAME, start, start + 30),
+                    _record(f"call_{index}", start + 31, start + 31 + kernels_us[index])]
+        start += 32 + kernels_us[index]
+    calls = calls_from_records(records, len(order))
+    busy_s = busy_ns([(r.start_ns, r.end_ns) for r in records]) * 1e-9
+    fastest = fastest_call_s(busy_s, calls)
+    assert fastest == pytest.approx(38e-6)  # a flush and an 8 us config
+    gpu_s = [(30 + kernels_us[index]) * 1e-6 for index in order]
+    host_s, rng = 60e-6, random.Random(7)
+    by_fastest = hold_seconds(len(order), host_s, fastest)
+    by_average = hold_seconds(len(order), host_s, busy_s / len(order))
+    early = {"fastest": 0, "average": 0}
+    for _ in range(200):
+        noisy_host = [host_s * rng.uniform(0.75, 1.25) for _ in order]
+        early["fastest"] += _calls_the_gpu_reached_first(by_fastest, noisy_host, gpu_s)
+        early["average"] += _calls_the_gpu_reached_first(by_average, noisy_host, gpu_s)
+    assert early["fastest"] == 0 and early["average"] > 0, early
 
 
 @pytest.mark.parametrize("host_us, gpu_us", [(60, 37), (90, 5), (60, 58), (60, 300), (60, 0)])

@@ -201,22 +201,25 @@ HOST_LATE_S = 1e-6
 
 class Pace(NamedTuple):
     """How fast a measurement's calls go, per call: the host's time to enqueue one (a flush, an event
-    pair and the call) and the GPU's to run one (the flush and the call's work; 0 until a batch has
-    been recorded)."""
+    pair and the call) and the GPU's to run the fastest of them (its flush and its work:
+    fastest_call_s; 0 until a batch has been recorded)."""
     host_s: float
     gpu_s: float
 
 
 def hold_seconds(calls: int, host_s: float, gpu_s: float) -> float:
     """How long to hold the GPU before `calls` calls that the host enqueues host_s apart (25% spared)
-    and the GPU runs in gpu_s each, so that it never reaches a call the host has not yet enqueued.
+    and the GPU runs in gpu_s or longer each, so that it never reaches a call the host has not yet
+    enqueued.
 
     Call i (from 0) is enqueued (i + 1) x 1.25 host_s after the hold is, and reached hold + i x gpu_s
-    after the hold starts, which is no earlier (the GPU is idle or busy with the calls before): the hold
-    is the largest (i + 1) x 1.25 host_s - i x gpu_s, the last call's where the host is the slower, one
-    call's enqueue where the GPU is. Sized as if the GPU did nothing (calls x 1.25 host_s), a hold
-    also spans the time the GPU then spends on the calls: on an H200, a 1.2 us vector add's finalists
-    took ~115 us a sample, the host needing ~60 (BENCHMARKS.md, 2026-11-29)."""
+    after the hold starts, or later (the GPU is idle or busy with the calls before): the hold is the
+    largest (i + 1) x 1.25 host_s - i x gpu_s, the last call's where the host is the slower, one call's
+    enqueue where the GPU is. Sized as if the GPU did nothing (calls x 1.25 host_s), a hold also spans
+    the time the GPU then spends on the calls: on an H200, a 1.2 us vector add's finalists took ~115 us
+    a sample, the host needing ~60 (BENCHMARKS.md, 2026-11-29). gpu_s must be the fastest call's, not
+    the calls' average: where fast calls come first in a rotation with a slow one (a finalists group's
+    configs beside its baseline), a hold sized by the average lets the GPU reach them early."""
     spared = 1.25 * host_s
     return max(spared, calls * spared - (calls - 1) * gpu_s)
 
@@ -277,6 +280,14 @@ class CallRecord(NamedTuple):
 
 class RecordMismatch(RuntimeError):
     """The CUPTI records do not hold one flush per enqueued call: samples cannot be assigned."""
+
+
+def fastest_call_s(busy_s: float, calls: Sequence[CallRecord]) -> float:
+    """The GPU's time for the fastest call of a batch, its flush included: an equal share of what the
+    batch kept the GPU busy with besides its calls' own work (the flushes, one a call), plus the least
+    of that work (what hold_seconds is to be given)."""
+    own = [call.gpu_s for call in calls]
+    return max(0.0, busy_s - sum(own)) / len(own) + min(own)
 
 
 def busy_ns(intervals: Sequence[tuple[int, int]]) -> int:
@@ -500,7 +511,7 @@ class CudaTimer:
         them as long as `pace` says it must be (hold_seconds); returns the batch's pace: the host's
         enqueue time per call measured behind the batch's first hold (the launch queue is empty there,
         so the host never waits on the GPU inside that measurement), which sizes the batch's later holds,
-        and the GPU's time per call from its records (pace's as given where there are none)."""
+        and the GPU's time for its fastest call from its records (pace's as given where there are none)."""
         torch = self._torch
         first_round = len(samples[0])
         order = [index for r in range(rounds) for index in _rotated(len(fns), first_round + r)]
@@ -530,7 +541,8 @@ class CudaTimer:
             calls = calls_from_records(records, len(order), hold_name=hold_name)
             late = host_late(calls, order)
             work = [(r.start_ns, r.end_ns) for r in records if r.name != hold_name]
-            gpu_per_call = busy_ns(work) * 1e-9 / len(order)  # launch gaps left out: holds err longer
+            # launch gaps left out: holds err longer
+            gpu_per_call = fastest_call_s(busy_ns(work) * 1e-9, calls)
         else:
             enqueue()
             torch.cuda.synchronize()
