@@ -148,6 +148,14 @@ def test_finalists_are_the_top_k_within_the_screen_margin(p50s, expected):
     assert [t.config["num_warps"] for t in group.trials] == expected
 
 
+def _rows_frame(rows) -> pd.DataFrame:
+    """A job's rows from (trial, phase, status, measure_s, p50_us), ids in order."""
+    return pd.DataFrame([{"id": i, "trial_key": t.key, "status": status, "provider": t.provider,
+                          "shape": json.dumps(list(t.shape)), "dtype": t.dtype, "phase": phase,
+                          "measure_s": seconds, "p50_us": p50} for i, (t, phase, status, seconds, p50)
+                         in enumerate(rows)])
+
+
 def test_a_group_s_screening_seconds_are_its_trials_newest_screened_rows():
     # What its finalists may spend (finalists.of_screening): every trial of the (shape, dtype) that
     # screened ok, ours and the baselines, each once (its newest screened row: a re-run's replaces the
@@ -158,13 +166,21 @@ def test_a_group_s_screening_seconds_are_its_trials_newest_screened_rows():
             (trials[1], "screen", "ok", 0.125, 11.0), (trials[1], "final", "ok", 4.0, 11.0),
             (trials[2], "screen", "incorrect", None, None), (trials[3], "screen", "ok", 0.0625, 9.0),
             (trials[4], "screen", "ok", 8.0, 20.0)]
-    frame = pd.DataFrame([{"id": i, "trial_key": t.key, "status": status, "provider": t.provider,
-                           "shape": json.dumps(list(t.shape)), "dtype": t.dtype, "phase": phase,
-                           "measure_s": seconds, "p50_us": p50} for i, (t, phase, status, seconds, p50)
-                          in enumerate(rows)])
-    (group,) = finalist_groups(frame, trials, {((64,), "float16")}, top_k=3, screen_margin=0.10)
+    (group,) = finalist_groups(_rows_frame(rows), trials, {((64,), "float16")}, top_k=3, screen_margin=0.10)
     assert group.trials == [trials[0], trials[1], trials[3]]
     assert group.screening_s == 0.25 + 0.125 + 0.0625
+    # A trial whose screening is not among the job's rows (reused from an earlier job, its newest row a
+    # finalist's) or has no figure: the group's screening seconds are unknown, and its rule is not cut
+    # (the others' 0.31 s would cut a group whose loop took 4 s before).
+    reused = [row for row in rows if row[0] is not trials[1] or row[1] == "final"]
+    no_figure = [(t, phase, status, float("nan") if t is trials[1] else seconds, p50)
+                 for t, phase, status, seconds, p50 in rows]
+    rule = StopRule(min_samples=20, min_time_s=0.02, rel_precision=0.005, max_time_s=0.5, repetitions=5)
+    for missing in (reused, no_figure):
+        (group,) = finalist_groups(_rows_frame(missing), trials, {((64,), "float16")}, top_k=3,
+                                   screen_margin=0.10)
+        assert group.trials == [trials[0], trials[1], trials[3]] and group.screening_s is None
+        assert group_rule(rule, group.screening_s, 1.0) == rule
 
 
 def test_a_group_s_rule_is_cut_to_its_screening_and_never_below_its_minimum():

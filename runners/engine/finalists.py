@@ -26,10 +26,11 @@ What they cost (issue 33):
   within it, by the same interval the tie rule reads. The test is repeated as the rounds come in, so a
   finalist whose true difference sits near the floor can be settled either way on a lucky stretch more
   often than 5% of the time: the rule's promise is the floor's, not the interval's level.
-- No longer than the screening (finalists.of_screening, group_rule): a group's rounds also end at the
-  seconds its screening took (every ok trial of the (shape, dtype), ours and the baselines), within
-  max_time_s. Configs that differ by about the floor, or by one clock step on a 1-6 us kernel, are settled
-  by no number of rounds: vector_add_export's finalists ran to their 0.5 s at 42 of 51 groups, 1.6x its
+- No longer than the screening (finalists.of_screening, group_rule): a group's sampling also ends at the
+  seconds its screening's timer loops took (every ok trial of the (shape, dtype), ours and the baselines;
+  not cut where one has no screened row among the job's rows), within max_time_s; warm-ups come on top.
+  Configs that differ by about the floor, or by one clock step on a 1-6 us kernel, are settled by no
+  number of rounds: vector_add_export's finalists ran to their 0.5 s at 42 of 51 groups, 1.6x its
   screening. Replayed on two of its H200 stores, the cut picks agreed with the whole run's at 45 and 47
   of 51 groups, where two whole runs agree at 38, and by the other run's medians were 0.07% and 0.04%
   faster on average (at worst 1.2% slower) than the whole run's picks, which were themselves 0.16% slower
@@ -142,7 +143,9 @@ def winner(rows: pd.DataFrame):
 
 class FinalistGroup(NamedTuple):
     trials: list  # the finalists of one (shape, dtype), then the baselines beside them
-    screening_s: float  # the seconds its screening sampled for: every ok trial's of the (shape, dtype)
+    # the seconds its screening's timer loops took, every ok trial's of the (shape, dtype) summed; None
+    # where one of them has no screened row among the job's rows (screening_seconds)
+    screening_s: Optional[float]
 
 
 def finalist_groups(frame: pd.DataFrame, trials: list, measured_groups: set, top_k: int,
@@ -150,14 +153,14 @@ def finalist_groups(frame: pd.DataFrame, trials: list, measured_groups: set, top
     """The trials to re-time, one group a (shape, dtype) this job measured: the top_k configs of ours by
     screened p50 (each trial's newest ok row of the job's rows in `frame`) among those within
     screen_margin of the best, and the runner-up wherever it is, then the baselines that were ok there;
-    with the seconds their screening took (each trial's newest ok screened row). None where top_k < 2 or
-    a group would have fewer than 2 configs."""
+    with the seconds their screening took (screening_seconds). None where top_k < 2 or a group would have
+    fewer than 2 configs."""
     if top_k < 2 or not measured_groups:
         return []
     by_key = {t.key: t for t in trials}
     ok = frame[frame["status"] == "ok"].sort_values("id")
     screened = ok[ok["phase"] == "screen"].groupby("trial_key").tail(1)
-    screening_s = screened.groupby(["shape", "dtype"], sort=False)["measure_s"].sum()
+    screened_s = dict(zip(screened["trial_key"], screened["measure_s"]))
     ok = ok.groupby("trial_key").tail(1)  # a trial's newest row
     ours = ok[ok["provider"] == TRITON_PROVIDER]
     groups = []
@@ -166,16 +169,28 @@ def finalist_groups(frame: pd.DataFrame, trials: list, measured_groups: set, top
         near = ranked[ranked["p50_us"] <= (1 + screen_margin) * ranked["p50_us"].iloc[0]]
         finalists = [by_key[k] for k in ranked["trial_key"].iloc[:max(len(near), 2)] if k in by_key]
         if len(finalists) >= 2 and (finalists[0].shape, finalists[0].dtype) in measured_groups:
-            beside = ok[(ok["provider"] != TRITON_PROVIDER) & (ok["shape"] == shape) & (ok["dtype"] == dtype)]
+            in_group = ok[(ok["shape"] == shape) & (ok["dtype"] == dtype)]
+            beside = in_group[in_group["provider"] != TRITON_PROVIDER]
             groups.append(FinalistGroup(finalists + [by_key[k] for k in beside["trial_key"] if k in by_key],
-                                        float(screening_s.get((shape, dtype), 0.0))))
+                                        screening_seconds(in_group["trial_key"], screened_s)))
     return groups
 
 
-def group_rule(rule: StopRule, screening_s: float, of_screening: Optional[float]) -> StopRule:
+def screening_seconds(keys, screened_s: dict) -> Optional[float]:
+    """The seconds the screening of these trials took: each one's newest ok screened row's measure_s
+    (`screened_s`), summed. None where one has none among the job's rows, or no figure: a trial reused
+    from an earlier job may have only its finalist row there, and a sum without it would cut its group
+    to a part of its screening."""
+    seconds = [screened_s.get(key) for key in keys]
+    if any(value is None or not math.isfinite(value) for value in seconds):
+        return None
+    return float(sum(seconds))
+
+
+def group_rule(rule: StopRule, screening_s: Optional[float], of_screening: Optional[float]) -> StopRule:
     """A group's rule: `rule`, its max_time_s cut to of_screening x the seconds the group's screening
     took (None: not cut; nor where the screening's seconds are unknown)."""
-    if of_screening is None or not screening_s > 0:
+    if of_screening is None or screening_s is None or not screening_s > 0:
         return rule
     cut = max(rule.min_time_s, of_screening * screening_s)  # (a rule's cap is never below its minimum)
     return dataclasses.replace(rule, max_time_s=min(rule.max_time_s, cut))
