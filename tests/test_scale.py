@@ -19,6 +19,7 @@ from runners.engine.trial import Trial
 from runners.engine.specs import load_spec
 from runners.engine.trials import plan_trials
 from runners.measure import check
+from runners.measure.stop_rule import StopRule
 from runners.results.store import ResultStore
 from tests.conftest import run_sweep
 
@@ -373,8 +374,8 @@ def _named_stand_in(conn, name: str, fails: bool) -> None:
             conn.send(("prepared", {"compile_s": 0.25}))
         elif message[0] == "trial":
             conn.send(("result", {"status": "ok", "by": name, "prepared": message[1].key in prepared}))
-        else:
-            conn.send(("finalists", [{"status": "ok", "by": name} for _ in message[1]]))
+        else:  # with the rule its group came with
+            conn.send(("finalists", [{"status": "ok", "by": name, "rule": message[3]} for _ in message[1]]))
 
 
 @pytest.mark.parametrize("side_fails", [False, True])
@@ -382,7 +383,8 @@ def test_torch_compile_baselines_go_to_the_side_worker(side_fails):
     """The trials whose first call compiles, and the finalists groups that hold one, go to the side
     worker, each compiled ahead there first (its seconds recorded as the trial's compile), everything
     else to the trial worker; a side worker that cannot start leaves them to the trial worker, and
-    nothing is lost."""
+    nothing is lost. Each finalists group reaches its worker with the rule it was given (its own cut:
+    finalists.of_screening), whichever worker runs it."""
     shapes = [(64,), (128,)]
     trials = [Trial("k", provider, shape, "float16", {"num_warps": w} if provider == "triton" else {})
               for shape in shapes for provider, w in
@@ -399,10 +401,17 @@ def test_torch_compile_baselines_go_to_the_side_worker(side_fails):
                      for shape in shapes]
         finalists.append([t for t in trials if t.shape == shapes[0] and t.provider != "compile"])
 
+        rules = [StopRule(min_samples=20, min_time_s=0.02, rel_precision=0.005, max_time_s=0.1 * (i + 1))
+                 for i in range(len(finalists))]
+        given, used = {}, {}
+
         def on_result(worker, group, results):
             groups[(group[0].shape, group[-1].provider)] = results[0]["by"]
+            used[(group[0].shape, group[-1].provider)] = results[0]["rule"]
 
-        scheduler.run_finalists(finalists, [None] * len(finalists), tie_floor=0.01, on_result=on_result)
+        for group, rule in zip(finalists, rules):
+            given[(group[0].shape, group[-1].provider)] = rule
+        scheduler.run_finalists(finalists, rules, tie_floor=0.01, on_result=on_result)
     finally:
         stop_all(scheduler.on_gpu + [side])
     for trial in trials:
@@ -414,6 +423,7 @@ def test_torch_compile_baselines_go_to_the_side_worker(side_fails):
     side_or_not = "trial worker" if side_fails else "side worker"
     assert groups == {((64,), "compile"): side_or_not, ((128,), "compile"): side_or_not,
                       ((64,), "torch"): "trial worker"}
+    assert used == given and len(set(map(repr, used.values()))) == 3
     assert (scheduler.sides == []) == side_fails
 
 
@@ -719,7 +729,6 @@ def test_a_side_worker_imports_inductor_and_waits_for_the_lock(tmp_path):
     """A real side worker (on the interpreter here): ready with dynamo and inductor imported, it runs a
     trial and a baseline, and a request waits while another process holds the GPU's lock."""
     from runners.engine.worker import GpuLock, trial_worker
-    from runners.measure.stop_rule import StopRule
 
     lock = tmp_path / "gpu0.lock"
     lock.touch()

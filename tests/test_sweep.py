@@ -169,19 +169,19 @@ def test_the_configs_the_constraints_rule_out_are_committed_together_before_any_
 
 
 def test_each_group_s_finalists_take_no_longer_than_its_screening(tmp_path):
-    """finalists.of_screening (issue 33): a group's rounds are capped at the seconds its screening took
-    (its ok trials' rows), within finalists.max_time_s; said before they run, and the rows keep to it."""
+    """finalists.of_screening (issue 33): the job cuts each group's max_time_s to the seconds its screening
+    took (its ok trials' rows), within finalists.max_time_s, and says so before they run. (That each group
+    reaches its worker with its own rule is test_scale.py's side-worker test; that a measurement stops at
+    its rule's max_time_s, test_timing.py's.)"""
     result = run_sweep(tmp_path, *SMALL_ADD, "finalists.top_k=2", "finalists.max_time_s=30",
                        "finalists.min_time_s=0", "finalists.repetitions=1")
     rows = _trials(tmp_path / "results.sqlite")
-    screen, final = rows[rows["phase"] == "screen"], rows[rows["phase"] == "final"]
+    screen = rows[rows["phase"] == "screen"]
     screening = screen[screen["status"] == "ok"].groupby(screen["shape"].map(str))["measure_s"].sum()
-    assert (screening < 30).all() and len(screening) == 2
+    assert (screening < 30).all() and len(screening) == 2 and screening.min() != screening.max()
     said = (f"for up to {screening.min():.3f}-{screening.max():.3f} s a group (1x the seconds its screening "
             "took")
     assert said in result.stdout
-    loops = final.groupby(final["shape"].map(str))["measure_s"].max()
-    assert (loops < 15).all(), loops  # not the 30 s of max_time_s: the loop stopped at its cap, or before
 
 
 @pytest.mark.parametrize("workers", [1, 2])

@@ -194,7 +194,7 @@ class Scheduler:
         until its rule (a StopRule, of `rules` in turn) holds or the ties at tie_floor are settled;
         on_result(worker, trials, results) for each group."""
         self.deadline = float("inf")
-        self.finalist_groups.extend(zip(groups, rules))
+        self.finalist_groups.extend(zip(groups, rules, strict=True))
         self._tie_floor, self._on_finalists = tie_floor, on_result
         self._drive()
 
