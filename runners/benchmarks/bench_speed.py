@@ -478,7 +478,7 @@ def bench_sweeps(names: list[str], trees: list[Path], calibration: Optional[str]
                     if (mode, extra) == FIRST_USE:
                         here = Path(scratch) / f"{name}_{len(runs)}_first_use"
                         here.mkdir()
-                        cache_here = tempfile.mkdtemp(prefix="triton-cache-sweeps-")
+                        cache_here = tempfile.mkdtemp(prefix="triton-cache-", dir=scratch)
                         env["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="inductor-", dir=scratch)
                     if mode != "cold":  # no warm run beside the import of the resident the cold run left
                         print(f"waited {_wait_for_residents():.1f} s for the resident the cold run left")
