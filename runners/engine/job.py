@@ -322,8 +322,8 @@ class Job:
                                  self.plan.trials, self.measured_groups, final.top_k, final.screen_margin)
         if not groups:
             return 0
-        rule = StopRule.of(final)
-        rules = [group_rule(rule, g.screening_s, final.of_screening) for g in groups]
+        uncut = StopRule.of(final)
+        rules = [group_rule(uncut, g.screening_s, final.of_screening) for g in groups]
         caps = sorted(rule.max_time_s for rule in rules)
         print(f"re-timing the top {final.top_k} within {100 * final.screen_margin:g}% of the screened best "
               f"(at least 2) of {len(groups)} (shape, dtype) group(s) round-robin, with their baselines, for "
