@@ -27,9 +27,6 @@ Exit status: 0 when every shape is SAME or FAST; 1 when a shape was SLOW beyond 
 process ran kernels on the GPU while the configs were re-timed (`gpu_shared`: runners/measure/
 neighbours.py), judging and re-tuning nothing. The GPU time of each
 sweep is printed. The sweeps' rows go to --store like any sweep's (sweep ids revalidate-<kernel>-<time>).
-The command starts as a sweep does: run by a resident where one serves it, else its workers forked from a
-home server that imports torch and Triton while this process reads the export (runners/engine/resident.py:
-start_command), and it leaves a resident for the next command.
 """
 from __future__ import annotations
 
@@ -41,11 +38,6 @@ import sys
 import time
 from pathlib import Path
 from typing import Optional
-
-if __name__ == "__main__":  # before the heavy imports: a resident may run this command (and exit here)
-    from runners.engine.resident import start_command
-
-    start_command("runners.revalidate")
 
 import pandas as pd
 
@@ -313,6 +305,4 @@ def _write(args, data: dict, kernel: str, rows: pd.DataFrame, tolerance: float) 
 
 
 if __name__ == "__main__":
-    from runners.engine.resident import end_command
-
-    end_command(main())
+    sys.exit(main())

@@ -8,12 +8,6 @@ jobs apart (hydra/launcher=local, slurm; runners/engine/launch.py) each job writ
 its job directory, resuming from a copy of the store of record, and the multirun's end merges them into
 the store of record first (runners/merge.py).
 
-A resident (runners/engine/resident.py) runs the command where one is there for this Python, path and
-environment: the client's part is the first thing this module does, before Hydra's import, after only
-pointing Python at a bytecode cache where it is told to write none (runners/engine/bytecode.py). A
-command that runs here forks a home server next, whose imports of torch and Triton its workers inherit
-(runners/engine/process.py: start_home_server).
-
 Only light modules are imported here at the top: torch, Triton, pandas and the kernel's module are
 imported inside the job, after its workers have been started, so that the three processes import them
 at once (and a spawned worker, which imports this module again, does not pay for them twice).
@@ -26,11 +20,6 @@ import sys
 import traceback
 from pathlib import Path
 from typing import Optional
-
-if __name__ == "__main__":  # before Hydra's import: a resident may run this command (and exit here)
-    from runners.engine.resident import start_command
-
-    start_command("runners.sweep")
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -166,9 +155,7 @@ def main(cfg: DictConfig) -> Optional[dict]:
 
 
 if __name__ == "__main__":
-    from runners.engine.resident import end_command
     from runners.engine.schema import register_configs
 
     register_configs()
-    main()  # an error or a failed multirun leaves through SystemExit, with its status, never reaching this
-    end_command(0)
+    main()

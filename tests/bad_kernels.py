@@ -86,22 +86,6 @@ COMPILE_CASES = dataclasses.replace(vector_add.SPEC, name="add_compile_cases", l
                                     baselines={}, space={"CASE": [0, 1, 2, 3], "BLOCK_SIZE": [256]})
 
 
-_outputs_made = [0]  # in this process
-
-
-def _output_then_die(inputs):
-    """vector_add's output; the second one a process makes kills it: in the pool's first compile
-    worker, the one its builds after answering a config make (compile_pool.FirstCallBuilds)."""
-    _outputs_made[0] += 1
-    if _outputs_made[0] == 2:
-        os._exit(3)
-    return vector_add.SPEC.output_like(inputs)
-
-
-DIES_AFTER_ANSWERING = dataclasses.replace(vector_add.SPEC, name="add_dies_after_answering",
-                                           output_like=_output_then_die, baselines={})
-
-
 @triton.jit
 def _store_far_away_kernel(x_ptr, y_ptr, out_ptr, n_elements, BLOCK_SIZE: tl.constexpr):
     offsets = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)

@@ -1,22 +1,15 @@
 """CPU tests run kernels through the Triton interpreter; GPU tests are marked `gpu` and skipped
 without CUDA."""
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
 import torch
 
-from runners.engine import resident
-
 HAS_CUDA = torch.cuda.is_available()
-# The sweeps tests run neither leave a resident behind nor use one (runners/engine/resident.py), unless a
-# test asks: each would keep torch imported for 15 minutes.
-os.environ.setdefault("SWEEP_RESIDENT_S", "0")
 if not HAS_CUDA:
     os.environ.setdefault("TRITON_INTERPRET", "1")  # before any kernel module is imported
 
@@ -34,24 +27,45 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip_gpu)
 
 
+def user_env(**extra: str) -> dict:
+    """The environment of a user's shell for a command the tests start: this one's, less what the
+    developers' machines set and users' shells do not (PYTHONUNBUFFERED), with the checkout on the import
+    path (a user's kernels by import path: tests.*) and W&B quiet."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    python_path = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    return {**env, "WANDB_SILENT": "true", "PYTHONPATH": python_path, **extra}
+
+
+def run_command(args: list, cwd=None, env: dict = None, timeout: float = 600, background: bool = False):
+    """`python -m <args>` as a user runs it: the environment of user_env (or `env`), a strict umask, and
+    a working directory other than the checkout (a new one, unless given)."""
+    cwd = cwd if cwd is not None else tempfile.mkdtemp(prefix="cwd-")
+    command = [sys.executable, "-m", *map(str, args)]
+    env = env if env is not None else user_env()
+    if background:
+        return subprocess.Popen(command, cwd=cwd, env=env, umask=0o077, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    return subprocess.run(command, cwd=cwd, env=env, umask=0o077, capture_output=True, text=True,
+                          timeout=timeout)
+
+
 def run_sweep(tmp_path: Path, *overrides: str, multirun: bool = False, check: bool = True,
-              background: bool = False, backend: str = "interpret"):
+              background: bool = False, backend: str = "interpret", env: dict = None):
     """Run `python -m runners.sweep` (on the interpreter unless told) with its store, runs, exports and
-    W&B files under tmp_path."""
-    args = [sys.executable, "-m", "runners.sweep"] + (["-m"] if multirun else []) + [
+    W&B files under tmp_path, as run_command runs a command."""
+    args = ["runners.sweep"] + (["-m"] if multirun else []) + [
         f"backend={backend}", f"store={tmp_path}/results.sqlite", f"export_dir={tmp_path}/exports",
         f"hydra.run.dir={tmp_path}/run", f"hydra.sweep.dir={tmp_path}/multirun",
-        "logger.mode=disabled", f"logger.dir={tmp_path}", "wait_for_background=true", *FAST_TIMING,
-        *overrides,
+        "logger.mode=disabled", f"logger.dir={tmp_path}", *FAST_TIMING, *overrides,
     ]
-    python_path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
-    env = {**os.environ, "WANDB_SILENT": "true", "PYTHONPATH": python_path}
+    env = env if env is not None else user_env()
     if backend == "interpret":
         env["TRITON_INTERPRET"] = "1"
+    cwd = tmp_path / "cwd"
+    cwd.mkdir(exist_ok=True)
+    result = run_command(args, cwd=cwd, env=env, background=background)
     if background:
-        return subprocess.Popen(args, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True, start_new_session=True)
-    result = subprocess.run(args, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+        return result
     if check and result.returncode != 0:
         raise AssertionError(f"sweep failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
     return result
@@ -76,27 +90,3 @@ def modules_after(code: str, package: str) -> list[str]:
     result = subprocess.run([sys.executable, "-c", code + listing], capture_output=True, text=True,
                             check=True, cwd=REPO)
     return result.stdout.split()
-
-
-@pytest.fixture
-def residents(monkeypatch):
-    """Residents allowed for this test (runners/engine/resident.py), in a folder of its own (short: a
-    Unix socket's path holds 107 bytes at most); stopped at its end."""
-    runtime = tempfile.mkdtemp(prefix="resident-", dir="/tmp")
-    monkeypatch.setenv("XDG_RUNTIME_DIR", runtime)
-    monkeypatch.setenv(resident.IDLE_VARIABLE, "120")
-    where = resident.folder()
-    yield where
-    subprocess.run([sys.executable, "-m", "runners.engine.resident", "stop"], cwd=REPO, env=dict(os.environ))
-    deadline = time.monotonic() + 30
-    while list(where.glob("*.sock")) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    shutil.rmtree(runtime, ignore_errors=True)
-
-
-def wait_for_resident(folder, timeout_s: float = 120) -> None:
-    """Until the resident a command left in `folder` (the residents fixture's) has imported and listens."""
-    deadline = time.monotonic() + timeout_s
-    while resident.starting() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert len(list(folder.glob("*.sock"))) == 1, list(folder.iterdir())

@@ -3,7 +3,6 @@ the built-in kernels (checked against the workload the program draws), an extern
 import path, launches of no spec listed, an autotuner's own benchmark launches kept apart, the exit
 status passed through; the sweep file it writes runs; kernel.calls weighs the export's covering set."""
 import json
-import os
 import subprocess
 import sys
 import textwrap
@@ -23,15 +22,14 @@ from runners.results.export import export_kernel
 from runners.results.export.cover import Measured, weighted_loss
 from runners.results.export.fileformat import read_export
 from runners.results.store import ResultStore
-from tests.conftest import REPO, run_sweep
+from tests.conftest import REPO, run_command, run_sweep, user_env
 
 STEPS = 12
 
 
 def capture(tmp_path: Path, *args: str, program: list[str]) -> subprocess.CompletedProcess:
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(REPO)}
-    command = [sys.executable, "-m", "runners.capture", "--out", str(tmp_path / "app"), *args, "--", *program]
-    return subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    return run_command(["runners.capture", "--out", tmp_path / "app", *args, "--", *program], cwd=tmp_path,
+                       env=user_env(TRITON_INTERPRET="1"))
 
 
 def _sweep_calls(path: Path) -> Counter:
@@ -296,9 +294,7 @@ def test_export_takes_the_calls_of_a_sweep_file(weighted_store, tmp_path):
     (tmp_path / "captured.yaml").write_text(
         f"kernel:\n  shapes: {json.dumps([list(s) for s in shapes])}\n"
         f"  calls: {[CALLS[s] for s in shapes]}\n")
-    command = [sys.executable, "-m", "runners.export", "--store", str(tmp_path / "results.sqlite"),
-               "--kernel", "softmax", "--out-dir", str(tmp_path / "out"),
-               "--calls", str(tmp_path / "captured.yaml")]
-    result = subprocess.run(command, cwd=REPO, capture_output=True, text=True)
+    result = run_command(["runners.export", "--store", tmp_path / "results.sqlite", "--kernel", "softmax",
+                          "--out-dir", tmp_path / "out", "--calls", tmp_path / "captured.yaml"], cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert [c["config"]["BLOCK_SIZE"] for c in _section(tmp_path / "out")["configs"]] == [2048, 1024]

@@ -3,14 +3,12 @@ one line naming it and saying what to do, before any worker starts, and is never
 SQLite can still read of it is recovered by `runners.merge --recover`."""
 import hashlib
 import os
-import subprocess
-import sys
 
 import pytest
 
 from runners import compare, export, merge, plot
 from runners.results.store import DamagedStore, ResultStore, damage_of
-from tests.conftest import REPO, run_sweep
+from tests.conftest import run_command, run_sweep
 from tests.synthetic_store import softmax_sweep
 
 
@@ -149,7 +147,6 @@ def test_the_cli_line_of_a_damaged_store_through_a_real_process(tmp_path):
     path = tmp_path / "results.sqlite"
     _store(path)
     _cut_to_half(path)
-    result = subprocess.run([sys.executable, "-m", "runners.export", "--store", str(path)], cwd=REPO,
-                            capture_output=True, text=True)
+    result = run_command(["runners.export", "--store", path], cwd=tmp_path)
     assert result.returncode == 2
     _one_error_line(result.stderr, path, "cut short")

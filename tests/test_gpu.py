@@ -191,61 +191,6 @@ def test_the_trial_worker_starts_the_gpu_while_the_kernel_module_imports(tmp_pat
     assert "registerClient" not in capfd.readouterr().err
 
 
-def test_a_configs_first_call_and_first_check_load_what_the_compile_pool_built(tmp_path):
-    """On a fresh Triton cache, the compile pool builds a config's binary and, once it has answered, the
-    check's one-pass kernel for its outputs and the launcher of each kernel signature where Triton
-    compiles one (runners/engine/compile_pool.py: FirstCallBuilds). The GPU worker's first call and first
-    check of that config then only load them: the only file they add to the cache is Triton's driver
-    utilities (built once per cache by a process's first launch). Before, they built the check's kernel
-    there (this test fails so on ab56adb) and, with Triton 3.6, a launcher per signature (0.23-0.31 s
-    each on an H200 host), under the GPU's lock."""
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    cache = tmp_path / "cache"
-    shape, config = (4096, 1024), {"BLOCK_SIZE": 1024, "num_warps": 4, "num_stages": 1}
-    compile_in_pool = f"""
-from runners.engine import compile_pool
-from runners.engine.process import stop_all
-from runners.engine.scheduler import Scheduler
-from runners.engine.trial import Trial
-from runners.measure.device import nvml_compile_target
-target = nvml_compile_target()
-pool = compile_pool.compile_workers(1, "softmax", None)
-scheduler = Scheduler([], pool, trial_timeout_s=60, compile_timeout_s=120, target=target)
-try:
-    scheduler.start(ahead=[])
-    scheduler.set_device(target, 232448, peaks={{}})
-    scheduler.run([Trial("softmax", "triton", {shape}, "float16", {config})], lambda *args: None)
-finally:
-    stop_all(pool, grace_s=120)  # it builds the rest after answering: let it finish
-assert len(scheduler.ready) == 1
-"""
-    first_call_and_check = f"""
-import torch
-from runners.engine.specs import load_spec
-from runners.measure import check, mismatch
-spec = load_spec("softmax", None)
-inputs = spec.make_inputs({shape}, torch.float16, 0, torch.device("cuda"))
-out = spec.output_like(inputs)
-spec.launch(inputs, out, {config})
-references = check.references(spec, inputs)
-assert mismatch.applies(out, references[0], None)
-assert check.compare_outputs(check.as_tuple(out), references) is None
-"""
-    def files_after(code: str) -> set:  # run in a process of its own; the cache's files after it
-        subprocess.run([sys.executable, "-c", code], env={**os.environ, "TRITON_CACHE_DIR": str(cache)},
-                       cwd=Path(__file__).resolve().parents[1], check=True, timeout=300)
-        return {path.relative_to(cache) for path in cache.rglob("*") if path.is_file()}
-
-    built = files_after(compile_in_pool)
-    assert any(path.name == "_mismatch_kernel.cubin" for path in built)
-    added = files_after(first_call_and_check) - built
-    assert [path for path in added if path.suffix in (".so", ".cubin")
-            and not path.name.startswith("cuda_utils")] == [], sorted(added)
-
-
 def test_a_batch_past_one_hold_gives_every_call_its_own_kernel_alone():
     # Behind each MAX_CALLS_PER_HOLD calls the GPU is held again; that spin is no call's work (its
     # milliseconds once landed in the sample before it: 0.3-9 ms samples among 2-66 us ones).

@@ -4,8 +4,6 @@ and says why it cannot replay the one defined inside a function; each sweep then
 against the program's own: a kernel writing in place (restored before each checked call), one reading
 an index tensor (its recorded values), one under @triton.autotune (its configs, the others pruned)."""
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -16,7 +14,7 @@ from runners.engine.replay import Replay, kernel_name, parse_target, why_not
 from runners.engine.trial import ConfigError
 from runners.measure.check import compare
 from runners.results.store import ResultStore
-from tests.conftest import REPO, run_sweep
+from tests.conftest import REPO, run_command, run_sweep, user_env
 
 PROGRAM = REPO / "tests" / "replay_program.py"
 ONE_OPTION = ("+kernel.space.num_warps=[1]", "+kernel.space.num_stages=[1]")  # the interpreter ignores both
@@ -25,10 +23,8 @@ ONE_OPTION = ("+kernel.space.num_warps=[1]", "+kernel.space.num_stages=[1]")  # 
 def _capture(folder: Path, program: Path) -> tuple[Path, str]:
     """(the capture's folder, its printed lines): the sweep files moved to <folder>/conf/sweep/."""
     folder.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(REPO)}
-    command = [sys.executable, "-m", "runners.capture", "--replay", "--out", str(folder / "app"), "--",
-               sys.executable, str(program)]
-    result = subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True, timeout=600)
+    result = run_command(["runners.capture", "--replay", "--out", folder / "app", "--", sys.executable, program],
+                         cwd=folder, env=user_env(TRITON_INTERPRET="1"))
     assert result.returncode == 0, result.stdout + result.stderr
     (folder / "conf" / "sweep").mkdir(parents=True)
     for path in folder.glob("app_*.yaml"):

@@ -6,10 +6,7 @@ The export re-validated here is made from an interpreter sweep by the export's o
 export refuses interpreter timings), with its recorded figures scaled to stand for a change: the
 re-validation measures again on the same (interpreter) machine."""
 import json
-import os
 import re
-import subprocess
-import sys
 
 import pytest
 
@@ -18,7 +15,7 @@ from runners.results.export import gpu_section, write_export
 from runners.results.export.rows import baseline_rows
 from runners.results.store import ResultStore
 from runners.revalidate import judge_shapes
-from tests.conftest import REPO, run_sweep, wait_for_resident
+from tests.conftest import run_command, run_sweep, user_env
 
 SHAPES = [[300], [900]]
 STEADY = "tests.vector_add_steady:SPEC"  # vector_add whose launches sleep: steady timings (its docstring)
@@ -65,10 +62,9 @@ def _export(tuned, tmp_path, scale: dict):
 
 
 def _revalidate(path, tmp_path, *args, spec: str = STEADY):
-    result = subprocess.run([sys.executable, "-m", "runners.revalidate", str(path), "--backend", "interpret",
-                             "--store", str(tmp_path / "reval.sqlite"), "--spec", spec, *args], cwd=REPO,
-                            capture_output=True, text=True, timeout=600,
-                            env={**os.environ, "TRITON_INTERPRET": "1"})
+    result = run_command(["runners.revalidate", path, "--backend", "interpret", "--store",
+                          tmp_path / "reval.sqlite", "--spec", spec, *args], cwd=tmp_path,
+                         env=user_env(TRITON_INTERPRET="1"))
     return result.returncode, result.stdout + result.stderr
 
 
@@ -111,20 +107,6 @@ def test_a_config_a_kernel_change_broke_is_reported_and_its_shapes_re_screened(t
     assert status == 1, out
     broken = [line for line in out.splitlines() if "broken: BLOCK_SIZE=512" in line]
     assert broken and all("(incorrect)" in line and line.endswith("| re-screen |") for line in broken)
-
-
-def test_a_revalidation_run_by_the_resident_reports_as_one_run_alone(tuned, tmp_path, residents):
-    """The first command leaves a resident (runners/engine/resident.py), which runs the second: the same
-    verdicts and exit status (a broken config: no timing decides them)."""
-    path = _export(tuned, tmp_path, {300: 3.0, 900: 3.0})
-    alone = _revalidate(path, tmp_path, "--check", spec="tests.vector_add_broken:SPEC")
-    assert "a resident (pid" in alone[1] and "run by the resident" not in alone[1], alone[1]
-    wait_for_resident(residents)
-    served = _revalidate(path, tmp_path, "--check", spec="tests.vector_add_broken:SPEC")
-    assert "run by the resident" in served[1], served[1]
-    broken = lambda out: sorted(line.split(" | ")[:2] + [line.split(" | ")[-1]] for line in out.splitlines()
-                                if "broken: BLOCK_SIZE=512" in line)
-    assert alone[0] == served[0] == 1 and broken(alone[1]) == broken(served[1]) != []
 
 
 def test_bad_input_names_the_argument(tmp_path):

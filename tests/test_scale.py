@@ -2,7 +2,6 @@
 GPU needed), several trial workers, search budgets and seeds, finalists and the tie rule."""
 import contextlib
 import json
-import re
 import time
 from typing import Optional
 
@@ -68,52 +67,6 @@ def test_compile_pool_reports_shared_memory_the_device_lacks():
     assert recorded[trials[0].key]["status"] == check.STATUS_OUT_OF_RESOURCES
     assert "shared memory" in recorded[trials[0].key]["message"]
     assert [t.key for t in scheduler.ready] == [trials[1].key]
-
-
-def test_compile_pool_builds_the_checks_one_pass_kernel_for_large_outputs(tmp_path, monkeypatch):
-    """Once it has answered a config, the pool's first compile worker builds the check's one-pass kernel
-    (runners/measure/mismatch.py) for the config's outputs where the check will run it, so that the GPU
-    worker's first check loads it instead of compiling it under the GPU's lock: for a softmax of 2^22
-    elements once per output dtype (fp16 and fp32 here), not for one of 1023 x 1025 (the check judges
-    that without the kernel; built, its element count would make a build of its own); for a matmul,
-    whose check adds its accumulation bound, the build that loads the bound too. The worker finishes
-    before it reads its stop sign."""
-    from runners.measure import mismatch
-
-    cache = tmp_path / "cache"
-    monkeypatch.setenv("TRITON_CACHE_DIR", str(cache))
-
-    def builds() -> list[tuple[str, int]]:  # (the output's element type, the loads) of each build's IR
-        irs = [path.read_text() for path in cache.glob("*/_mismatch_kernel.ttir")]
-        return sorted((re.search(r"tt\.ptr<(\w+)>", ir).group(1), ir.count("tt.load")) for ir in irs)
-
-    config = {"BLOCK_SIZE": 2048, "num_warps": 4, "num_stages": 1}  # a block holds a row of each shape
-    shapes = [((1023, 1025), "float16"), ((4096, 1024), "float16"), ((2048, 2048), "float16"),
-              ((4096, 1024), "float32")]
-    trials = [Trial("softmax", "triton", shape, dtype, config) for shape, dtype in shapes]
-    recorded, scheduler = _compile(trials, workers=1, spec="kernels.softmax:SPEC", grace_s=300.0)
-    assert recorded == {} and len(scheduler.ready) == len(trials)
-    assert builds() == [("f16", 4), ("f32", 4)]  # out, ref and the two tolerances
-    assert mismatch.MIN_ELEMENTS == 4096 * 1024 > 1023 * 1025
-
-    config = {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 8, "num_warps": 4, "num_stages": 2}
-    trials = [Trial("matmul", "triton", (2048, 2048, 2048), "float16", config)]
-    recorded, scheduler = _compile(trials, workers=1, spec="kernels.matmul:SPEC", grace_s=300.0)
-    assert recorded == {} and len(scheduler.ready) == 1
-    assert builds() == [("f16", 4), ("f16", 5), ("f32", 4)]  # and the bound
-
-
-def test_a_config_sent_to_a_compile_worker_that_then_dies_is_compiled_again(tmp_path, monkeypatch):
-    """The pool's first worker builds more after it answers a config; where that kills it, the config the
-    scheduler had sent it next is compiled again on a worker started anew, not recorded as a compiler
-    that died. (A config whose own compile kills the compiler still is: case 3 of the test above.)"""
-    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "cache"))
-    trials = [Trial("add_dies_after_answering", "triton", (4000,), "float32", {"BLOCK_SIZE": block})
-              for block in (256, 512)]
-    recorded, scheduler = _compile(trials, workers=1, spec="tests.bad_kernels:DIES_AFTER_ANSWERING")
-    assert recorded == {}
-    assert sorted(t.key for t in scheduler.ready) == sorted(t.key for t in trials)
-    assert scheduler.recompiled == {trials[1].key}
 
 
 def _cached_archs(cache) -> list[int]:
@@ -457,95 +410,6 @@ def test_the_gpu_lock_lets_one_worker_at_a_time(tmp_path):
     for process in processes:
         process.join(30)
     assert all(earlier[1] <= later[0] for earlier, later in zip(held, held[1:])), held
-
-
-def _held_elsewhere(path) -> bool:
-    """Whether an flock on `path` is held by another open file (this process's included)."""
-    import fcntl
-    import os
-
-    descriptor = os.open(path, os.O_RDWR)
-    try:
-        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(descriptor)  # (and the lock, if it was taken)
-    return False
-
-
-def test_the_gpu_lock_taken_inside_itself_stays_held_until_the_outermost_exit(tmp_path):
-    """Inductor's patterns may be built under the lock inside a request that holds it already: the inner
-    exit must not let go of it (a second flock of the same file is no wait, and its unlock the first's)."""
-    from runners.engine.worker import GpuLock
-
-    path = tmp_path / "gpu0.lock"
-    path.touch()
-    lock = GpuLock(str(path))
-    with lock:
-        with lock:
-            assert _held_elsewhere(path)
-        assert _held_elsewhere(path)
-    assert not _held_elsewhere(path)
-
-
-# A compile ahead in a process of its own, as the torch.compile worker's (inductor's patterns are built
-# once a process); prints what the patterns' builder saw.
-_COMPILE_AHEAD = """
-import json, sys
-import torch
-from torch._inductor.fx_passes import joint_graph
-from kernels import softmax
-from runners.engine.trial import Trial
-from runners.engine.worker import GpuLock, patterns_under_lock, prepare_baseline
-from tests.test_scale import _held_elsewhere
-
-lock_file = sys.argv[1]
-builder, builds = joint_graph.lazy_init, []
-
-def spy(*args, **kwargs):  # each call: whether the lock was held, whether it built (not a cache lookup)
-    held, before = _held_elsewhere(lock_file), builder.cache_info().currsize
-    result = builder(*args, **kwargs)
-    builds.append({"held": held, "built": builder.cache_info().currsize > before})
-    return result
-
-joint_graph.lazy_init = spy
-patterns_under_lock(GpuLock(lock_file))
-ahead = [prepare_baseline(softmax.SPEC, Trial("softmax", "compile", shape, "float32", {}),
-                          torch.device("cpu"))
-         for shape in ((8, 100), (8, 100), (4, 36))]
-print(json.dumps({"builds": builds, "ahead": ahead, "held_after": _held_elsewhere(lock_file)}))
-"""
-
-
-def test_inductors_patterns_are_built_under_the_gpu_lock_only_by_a_compile_that_needs_them(tmp_path):
-    """The torch.compile worker builds inductor's patterns (which copy to the GPU) under the GPU's lock,
-    when a compile ahead asks for them, once a process: on an empty inductor cache its first compile
-    does, holding the lock, the next ones only look them up; in a new process, compiles ahead that find
-    their graphs in inductor's caches ask for none. CPU inductor (C++ compiles, ~20 s)."""
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    lock_file = tmp_path / "gpu0.lock"
-    lock_file.touch()
-    environment = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
-
-    def compile_ahead() -> dict:
-        done = subprocess.run([sys.executable, "-c", _COMPILE_AHEAD, str(lock_file)], env=environment,
-                              capture_output=True, text=True, timeout=600,
-                              cwd=Path(__file__).resolve().parents[1])  # where `tests` imports from
-        assert done.returncode == 0, done.stderr[-3000:]
-        return json.loads(done.stdout.strip().splitlines()[-1])
-
-    cold = compile_ahead()
-    assert all(a["compile_s"] is not None and "message" not in a for a in cold["ahead"]), cold
-    assert [call for call in cold["builds"] if call["built"]] == [{"held": True, "built": True}], cold
-    assert not cold["held_after"]
-    warm = compile_ahead()
-    assert all(a["compile_s"] is not None and "message" not in a for a in warm["ahead"]), warm
-    assert warm["builds"] == [], warm
 
 
 def _lock_file(tmp_path, gpu: int = 0) -> str:

@@ -1,22 +1,20 @@
 """Start-up and finish of a sweep on the CPU: the kernel's module imported once by the fork server, the
 GPU worker compiling a small list itself while the fork server still imports, workers started before
-validation stopped by a bad input, and the results written whatever the plots and the W&B summary
-run do (runners/engine/process.py, runners/engine/scheduler.py, runners/sweep.py,
-runners/results/finisher.py)."""
+validation stopped by a bad input, the results written whatever the plots do, and commands that leave
+nothing running behind them (runners/engine/process.py, runners/engine/scheduler.py, runners/sweep.py,
+runners/results/outputs, runners/results/finisher.py)."""
 import json
+import os
 import time
+from pathlib import Path
 
 import pandas as pd
-import pytest
 
 from runners.engine import compile_pool
 from runners.engine.process import WorkerProcess, stop_all
 from runners.engine.scheduler import Scheduler
 from runners.engine.trial import Trial
-from runners.results.finisher import Finisher
-from runners.results.store import ResultStore
-from tests.conftest import run_sweep
-from tests.synthetic_store import softmax_sweep
+from tests.conftest import FAST_TIMING, run_command, run_sweep, user_env
 
 H100_TARGET = ("cuda", 90, 32)
 SLOW = "tests.slow_import_kernel:SPEC"
@@ -136,79 +134,71 @@ def test_results_and_the_finish_breakdown_do_not_depend_on_the_plots(tmp_path, m
     assert len(pd.read_parquet(tmp_path / "run" / "results.parquet")) == 3
     assert not list((tmp_path / "run").glob("*.png"))
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
-    # the outputs in their order, their trial-time work closed, then the background ones waited for
-    assert list(summary["finish_seconds"]) == ["load", "parquet", "table", "export", "closing", "background"]
+    # the outputs in their order, the trial-time work closed before the plots and the W&B summary run
+    assert list(summary["finish_seconds"]) == ["load", "parquet", "table", "export", "closing", "plots", "wandb"]
     assert summary["before_job_seconds"] > 0 and summary["written"]["plots"] == []
     assert "finish load " in result.stdout and "before the job " in result.stdout
 
 
-# A wandb whose runs start only once the test creates a file, and then fail.
-SLOW_WANDB = """import os, time
-class Settings(dict):
-    def __init__(self, **kwargs):
-        super().__init__(kwargs)
-def init(**kwargs):
-    while not os.path.exists(os.environ["FAKE_WANDB_RELEASE"]):
-        time.sleep(0.05)
-    raise RuntimeError("fake: the summary run could not be made")
-"""
+def _processes_with(marker: str) -> list[str]:
+    """The command lines of the processes whose environment holds `marker` (this one's aside)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            if marker.encode() in (proc / "environ").read_bytes():
+                found.append((proc / "cmdline").read_bytes().replace(b"\0", b" ").decode())
+        except OSError:  # gone meanwhile, or not ours to read
+            pass
+    return found
 
 
-def test_a_summary_run_that_hangs_is_left_to_finish_on_its_own(tmp_path, monkeypatch):
-    store = ResultStore(tmp_path / "r.sqlite")
-    softmax_sweep(store, "s")
-    store.close()
-    fake = tmp_path / "fake" / "wandb"
-    fake.mkdir(parents=True)
-    (fake / "__init__.py").write_text(SLOW_WANDB)
-    release = tmp_path / "release"
-    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "fake"))
-    monkeypatch.setenv("FAKE_WANDB_RELEASE", str(release))
-    out = tmp_path / "run"
-    out.mkdir()
-    said = []
-    logger = {"mode": "offline", "project": "p", "entity": None, "dir": str(tmp_path)}
-    plots = {"name": "plots", "target": "runners.results.outputs.plots:Plots", "settings": {}}
-    wandb = {"name": "wandb", "target": "runners.results.outputs.wandb:Wandb", "settings": {"logger": logger}}
-    finisher = Finisher.start([plots, wandb])
-    try:
-        finisher.begin(str(tmp_path / "r.sqlite"), "s", out, [{**plots, "handover": {}}])
-        finisher.then({"export": []}, [{**wandb, "handover": {"summary": True}}])
-        outcome = finisher.wait(say=said.append, then_wait_s=0.5)
-        left_running = finisher.process.poll() is None
-    finally:
-        release.touch()
-    assert left_running and outcome["background"] and "wandb" not in outcome["seconds"]
-    names = ["heatmap_softmax.png", "roofline.png", "speedup_softmax.png"]
-    assert sorted(p.name for p in outcome["files"]["plots"]) == names
-    assert all(p.stat().st_size > 0 for p in outcome["files"]["plots"])
-    note = f"note: output(s) wandb not written yet: process {finisher.process.pid} goes on in the background"
-    assert said[0].startswith("plots: ") and said[-1].startswith(note)
-    assert finisher.process.wait(timeout=60) == 0  # it goes on once released, and says what happened
-    log = (out / "finish.log").read_text()
-    assert "the run of sweep s was not written (RuntimeError: fake: the summary run could not" in log
+def test_two_commands_in_a_row_in_a_plain_shell_leave_no_process_and_no_cache_of_their_own(tmp_path):
+    """The README's CPU command twice, as a user's shell runs it (no PYTHONUNBUFFERED, umask 077, another
+    directory, a home of its own, W&B offline and the plots on): both succeed, each writes all its
+    outputs before it returns and leaves no process behind, its files are the user's alone, and the
+    user's cache holds nothing but the libraries' own caches."""
+    home = tmp_path / "home"
+    home.mkdir()
+    marker = f"SWEEP_TEST_MARKER={tmp_path.name}"
+    env = user_env(HOME=str(home), TRITON_INTERPRET="1", SWEEP_TEST_MARKER=tmp_path.name)
+    for key in ("XDG_CACHE_HOME", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "WANDB_DIR"):
+        env.pop(key, None)
+    readme = ["runners.sweep", "backend=interpret", "kernel.shapes=[[64,1000]]", "kernel.space.BLOCK_SIZE=[1024]",
+              "kernel.space.num_warps=[4]", "kernel.baselines=[torch]", *FAST_TIMING]
+    for run in ("first", "second"):
+        result = run_command(readme + [f"sweep_id={run}", f"hydra.run.dir=outputs/{run}"], cwd=tmp_path, env=env)
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert _processes_with(marker) == []
+        out = tmp_path / "outputs" / run
+        assert sorted(p.name for p in out.glob("*.png")) == ["roofline.png", "speedup_softmax.png"]
+        assert list((tmp_path / "outputs" / "wandb").glob("offline-run-*"))
+        assert (out / "results.parquet").stat().st_mode & 0o077 == 0, "the user's umask 077"
+    cached = {path.name for path in (home / ".cache").iterdir()} if (home / ".cache").exists() else set()
+    assert cached <= {"triton", "torch", "torchinductor", "matplotlib", "wandb"}, cached
 
 
-def test_by_default_the_command_exits_before_the_plots_which_land_after_it(tmp_path):
-    """wait_for_background=false (the default): the command returns once its own results are written;
-    the finishing process, started in a session of its own, writes the plots after it and says so."""
+def test_finish_in_background_leaves_the_plots_to_a_process_that_writes_them_after_the_command(tmp_path):
+    """finish_in_background=true: the command returns once its own results are written; a process in a
+    session of its own writes the plots after it, and says so in finish.log."""
     result = run_sweep(tmp_path, "kernel=vector_add", "kernel.shapes=[1000]",
                        "kernel.space.BLOCK_SIZE=[256,512]", "kernel.space.num_warps=[1]",
-                       "kernel.baselines=[torch]", "sweep_id=left", "wait_for_background=false")
+                       "kernel.baselines=[torch]", "sweep_id=left", "finish_in_background=true")
     run = tmp_path / "run"
     summary = json.loads((run / "summary.json").read_text())
-    assert summary["finish_in_background"] and summary["background_seconds"] == {}
+    pid = summary["finish_in_background"]
     assert len(pd.read_parquet(run / "results.parquet")) == 3  # its own results are there at its exit
     line = next(line for line in result.stdout.splitlines() if "written in the background by process" in line)
-    assert line.startswith("plots, wandb: ") and str(run / "finish.log") in line
-    pid = int(line.split("by process ")[1].split(",")[0])
+    assert line.startswith(f"plots, wandb: written in the background by process {pid}")
+    assert str(run / "finish.log") in line
     deadline = time.monotonic() + 120
     while _alive(pid) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not _alive(pid)
     # (one meta-parameter varies: no heatmap)
     assert sorted(p.name for p in run.glob("*.png")) == ["roofline.png", "speedup_vector_add.png"]
-    assert "plots: roofline.png, speedup_vector_add.png in " in (run / "finish.log").read_text()
+    assert "plots: " in (run / "finish.log").read_text()
 
 
 def test_the_benchmark_small_list_is_what_our_sweep_plans_at_four_shapes():
@@ -238,63 +228,6 @@ def test_the_module_to_preload_is_named_from_the_config_alone():
     assert compile_pool.kernel_module("no_such_kernel", None) is None
 
 
-def test_triton_s_key_of_its_sources_is_computed_once_before_any_fork():
-    """compute_source_keys leaves Triton's key in its cache, for the processes forked after it (the fork
-    server's compile workers, the resident's commands)."""
-    import triton.runtime.cache
-
-    from runners.engine.process import compute_source_keys
-
-    key = triton.runtime.cache.triton_key
-    if not hasattr(key, "cache_info"):
-        pytest.skip("this Triton does not cache its key")
-    key.cache_clear()
-    compute_source_keys()
-    assert key.cache_info().currsize == 1
-    key()
-    assert key.cache_info().hits >= 1
-
-
-FROZEN_SCRIPT = """
-import atexit, gc, json, os, sys
-# Registered before the module is imported, so run after its unfreeze at exit (atexit runs in reverse).
-atexit.register(lambda: sys.stderr.write(f"frozen at exit: {gc.get_freeze_count()}\\n"))
-from runners.engine.process import importing
-with importing():
-    import triton
-frozen = gc.get_freeze_count()
-reading, writing = os.pipe()
-child = os.fork()
-if child == 0:
-    os.write(writing, str(gc.get_freeze_count()).encode())
-    os._exit(0)
-os.waitpid(child, 0)
-print(json.dumps({"frozen": frozen, "in_fork": int(os.read(reading, 64)), "collector_on": gc.isenabled()}))
-"""
-
-
-def test_what_the_imports_made_is_frozen_here_and_in_forks_and_unfrozen_at_exit():
-    """importing() freezes what the imports made (no later collection walks it, in this process or in
-    its forks) and turns the collector back on; the process still exits as Python does, nothing frozen
-    at its last collection: with them left frozen, Triton's bindings print their leaks."""
-    import os
-    import subprocess
-    import sys
-
-    from tests.conftest import REPO
-
-    path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
-    result = subprocess.run([sys.executable, "-c", FROZEN_SCRIPT], cwd=REPO, capture_output=True, text=True,
-                            env={**os.environ, "PYTHONPATH": path}, timeout=120)
-    assert result.returncode == 0, result.stderr
-    state = json.loads(result.stdout.splitlines()[-1])
-    assert state["frozen"] > 10_000  # Triton's modules and all they import
-    assert state["in_fork"] > 0.9 * state["frozen"]  # less the few freed by their count since
-    assert state["collector_on"]
-    assert "frozen at exit: 0\n" in result.stderr, result.stderr[:2000]
-    assert "leaked" not in result.stderr, result.stderr[:2000]
-
-
 def test_the_start_line_names_each_part_and_brackets_the_nested_ones():
     from runners.engine.startup import _start_parts
 
@@ -302,46 +235,3 @@ def test_the_start_line_names_each_part_and_brackets_the_nested_ones():
                               "gpu_after_imports": 0.31}}
     assert _start_parts(info) == " (imports 1.0, gpu (lock 0.0, cuda context 0.3), gpu after imports 0.3)"
     assert _start_parts({}) == ""
-
-
-HOME_SCRIPT = r'''
-import json, os, sys
-from runners.engine.process import WorkerProcess, start_home_server, stop_all
-
-
-def report(conn):
-    conn.send(("ready", {"parent": os.getppid(), "imported": "tests.slow_import_kernel" in sys.modules}))
-    conn.recv()
-
-
-if __name__ == "__main__":
-    server = start_home_server(("tests.slow_import_kernel",))
-    workers = [WorkerProcess(f"worker {i}", "__main__:report", ()) for i in range(2)]
-    for worker in workers:
-        worker.start()  # asked for while the server imports: forked once it is ready
-    print(json.dumps({"server": server.wait_ready()["pid"], "workers": [w.wait_ready() for w in workers]}))
-    stop_all(workers)
-'''
-
-
-def test_a_command_s_workers_are_forked_from_a_home_server_that_imported_its_preload_once(tmp_path):
-    """A command run in its own process starts its home server first (runners/sweep.py): the server
-    imports its preload while the command composes its config, and every worker asked of it, even
-    before it is ready, is its child with that preload imported, not imported again."""
-    import os
-    import subprocess
-    import sys
-
-    from tests.conftest import REPO
-
-    script, marker = tmp_path / "home.py", tmp_path / "imported"
-    script.write_text(HOME_SCRIPT)
-    env = {**os.environ, "SLOW_IMPORT_S": "1", "SLOW_IMPORT_MARKER": str(marker),
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
-    result = subprocess.run([sys.executable, str(script)], cwd=REPO, env=env, capture_output=True,
-                            text=True, timeout=120)
-    assert result.returncode == 0, result.stderr
-    started = json.loads(result.stdout.splitlines()[-1])
-    assert _imports(marker) == [started["server"]]
-    assert [w["parent"] for w in started["workers"]] == [started["server"]] * 2
-    assert all(w["imported"] for w in started["workers"])

@@ -1,10 +1,11 @@
 """Sweep speed on a GPU (a benchmark, not a test): prints the tables BENCHMARKS.md records.
 
-    python -m runners.benchmarks.bench_speed autotune [--kernel matmul|softmax|slow_import] [--resident]
+    python -m runners.benchmarks.bench_speed autotune [--kernel matmul|softmax|slow_import]
                                                                      # ours vs @triton.autotune
     python -m runners.benchmarks.bench_speed search                  # Optuna and random vs the grid
     python -m runners.benchmarks.bench_speed gpus                    # throughput on 1 GPU vs all visible
-    python -m runners.benchmarks.bench_speed sweeps [--old TREE] [--sweeps readme softmax_export ...]
+    python -m runners.benchmarks.bench_speed sweeps [--old TREE] [--old-extra OVERRIDE ...]
+                                                    [--sweeps readme softmax_export ...]
                                                          # where each sweep's time goes, old tree beside
     python -m runners.benchmarks.bench_speed firstcall [--kernel softmax]   # where a config's first call goes
 
@@ -19,20 +20,16 @@ autotune: the same kernel, the same list of configs, each side with a fresh Trit
   holds no CPU, which a real import would), 4 shapes, 30 configs listed, those the kernel's constraints
   keep at each shape (~11) tried there. Both sides import that module: autotune's process once, our
   sweep in its own process, its trial worker and its fork server, at once. Its "pick vs best" is the
-  worst over the 4 shapes. --resident: our sweep is run by the resident that an earlier command of ours
-  left (runners/engine/resident.py), on an emptied Triton cache: a user's second command. Where Python
-  writes no bytecode, both sides read the sweep's bytecode cache, filled first (runners/engine/bytecode.py).
+  worst over the 4 shapes.
 
-sweeps: the README sweep (on a fresh Triton cache and store, then again warm with force=true: without a
-  resident, then run by the one the cold run left, runners/engine/resident.py; then as on a machine's
-  first torch.compile: a fresh Triton cache, store and inductor cache) and the export-grade
-  sweeps (cold, no resident; by default softmax_export and layernorm_export, --sweeps names any file
-  sweeps/*_export.yaml), each from every tree given (--old: another checkout of the project, run
-  first) and from this one: command seconds, the phase line, the GPU-busy share of the trials and
-  finalists phases, the first calls and this host's limit (the job's time_spent); then compare's
-  verdict of this tree's run against the other's (--calibration: earlier README runs of this machine
-  kind, STORE:ID,...) and both runs' leave-one-out lines. Every run but the first waits until no
-  background compile of the bytecode cache runs (the first command on a fresh machine starts one).
+sweeps: the README sweep (on a fresh Triton cache and store, then again warm with force=true, then as on
+  a machine's first torch.compile: a fresh Triton cache, store and inductor cache) and the export-grade
+  sweeps (cold; by default softmax_export and layernorm_export, --sweeps names any file
+  sweeps/*_export.yaml), each from every tree given (--old: another checkout of the project, run first,
+  with --old-extra added to its overrides) and from this one: command seconds, the phase line, the
+  GPU-busy share of the trials and finalists phases, the first calls and this host's limit (the job's
+  time_spent); then compare's verdict of this tree's run against the other's (--calibration: earlier
+  README runs of this machine kind, STORE:ID,...) and both runs' leave-one-out lines.
 """
 from __future__ import annotations
 
@@ -49,10 +46,6 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Optional
-
-from runners.engine import resident
-from runners.engine.bytecode import cache_folder, keep_bytecode, wait_for_precompile
-from runners.engine.resident import DEFAULT_IDLE_S
 
 # The lists both sides get: 96 matmul configs at 4096^3 fp16 and 72 softmax configs at 8192x8192 fp16;
 # 30 softmax configs over 4 shapes behind a slow import (those valid at a shape are tried there).
@@ -78,8 +71,7 @@ def _configs(space: dict) -> list[dict]:
 
 def _run(args: list[str], cache_dir: str, cwd: Path = REPO,
          **env) -> tuple[float, subprocess.CompletedProcess]:
-    # No resident (runners/engine/resident.py) unless a run asks: each side starts from nothing, and none
-    # imports in the background beside the next measurement.
+    # SWEEP_RESIDENT_S=0: an older tree leaves no resident (a process that outlived its commands)
     environment = {**os.environ, "TRITON_CACHE_DIR": cache_dir, "WANDB_SILENT": "true",
                    "SWEEP_RESIDENT_S": "0", **env}
     began = time.perf_counter()
@@ -241,24 +233,8 @@ def careful_remeasure(kernel: str, shape: list, configs: list[dict]) -> dict[str
             for c, m in zip(runnable, measurements)}
 
 
-def _bytecode_for_both_sides() -> None:
-    """Where Python writes no bytecode (the H200 hosts: PYTHONDONTWRITEBYTECODE=1), every process of both
-    sides reads the sweep's bytecode cache (runners/engine/bytecode.py), filled before the first
-    measurement: neither side compiles its imports from source, and no compile runs beside a
-    measurement."""
-    folder = keep_bytecode()  # this process's environment, which every side's process starts from
-    if folder is not None:
-        subprocess.run([sys.executable, "-m", "runners.engine.bytecode", str(folder)], cwd=REPO, check=True)
-        print(f"bytecode cache {folder} filled (waited {wait_for_precompile(folder):.1f} s more for "
-              "another compile into it)", flush=True)
-
-
-def bench_autotune(kernels: list[str], with_resident: bool = False) -> None:
-    """Our sweep against @triton.autotune (module docstring); `with_resident`: our sweep run by the
-    resident that the sweep measuring the ceilings left (runners/engine/resident.py: an earlier command's
-    imports, as a user's second command has them), on the same Triton cache folder, emptied in between
-    (a resident serves commands of the environment it was started in, TRITON_CACHE_DIR included)."""
-    _bytecode_for_both_sides()
+def bench_autotune(kernels: list[str]) -> None:
+    """Our sweep against @triton.autotune (module docstring)."""
     lines = ["| kernel, shape | configs | ours: job s | @autotune first call s | speed-up, job vs call | "
              "ours: command s | @autotune process s | speed-up, command vs process | ours pick vs best | "
              "autotune pick vs best |",
@@ -266,19 +242,11 @@ def bench_autotune(kernels: list[str], with_resident: bool = False) -> None:
     for kernel in kernels:
         case = CASES[kernel]
         tried = tried_configs(case)
-        env = {"SWEEP_RESIDENT_S": str(DEFAULT_IDLE_S)} if with_resident else {}
         with tempfile.TemporaryDirectory() as work:
             cache_dir = tempfile.mkdtemp(prefix="triton-cache-ours-")
-            measure_peaks_once(Path(work), cache_dir, **env)
-            try:
-                if with_resident:
-                    print(f"waited {_wait_for_residents():.1f} s for the resident the first sweep left")
-                ours = our_sweep("external" if "spec_path" in case else kernel, case["shapes"],
-                                 case["space"], Path(work), spec_path=case.get("spec_path"),
-                                 cache_dir=cache_dir, **env)
-            finally:
-                if with_resident:
-                    _stop_residents()
+            measure_peaks_once(Path(work), cache_dir)
+            ours = our_sweep("external" if "spec_path" in case else kernel, case["shapes"],
+                             case["space"], Path(work), spec_path=case.get("spec_path"), cache_dir=cache_dir)
         theirs = autotune_first_call(kernel)
         # The re-measure is neither side's time: it loads our side's binaries instead of compiling
         # every config again, one after another, in this process.
@@ -298,9 +266,8 @@ def bench_autotune(kernels: list[str], with_resident: bool = False) -> None:
         shapes = " ".join("x".join(map(str, shape)) for shape in case["shapes"])
         listed = len(_configs(case["space"]))
         count = sum(map(len, tried))
-        label = (f"{kernel} {shapes} {DTYPE}" + (f", {case['module']} imports in 5 s" if "module" in case
-                                                 else "")
-                 + (", ours run by a resident" if with_resident else ""))
+        label = f"{kernel} {shapes} {DTYPE}" + (f", {case['module']} imports in 5 s" if "module" in case
+                                                else "")
         tried_count = count if count == listed else f"{count} ({listed} listed)"
         lines.append(f"| {label} | {tried_count} | {ours['job_seconds']:.1f} | "
                      f"{theirs['seconds']:.1f} | {theirs['seconds'] / ours['job_seconds']:.2f}x | "
@@ -389,9 +356,7 @@ def bench_gpus(counts=None) -> None:
 
 
 # The sweeps `sweeps` times: the README's main command (cold, then warm) and the export-grade sweeps.
-# Warm twice: without a resident (SWEEP_RESIDENT_S=0: as before it existed), then run by the resident that
-# the cold run left (runners/engine/resident.py; a tree without one runs it as the first).
-WARM = [("warm", ["force=true"]), ("warm, resident", ["force=true"])]
+WARM = [("warm", ["force=true"])]
 # Then as on a machine's first torch.compile: a store, Triton cache and inductor cache of its own, all
 # empty. The cold run finds the torch.compile baselines' graphs in inductor's cache, which keeps their
 # Triton binaries too; here their worker builds them (BENCHMARKS.md, 2026-11-29 (second)).
@@ -424,25 +389,6 @@ def _timed_sweep(tree: Path, work: Path, name: str, overrides: list[str], cache_
             "output": result.stdout + result.stderr}
 
 
-def _stop_residents() -> None:
-    """End this user's residents: none outlives the benchmark, nor imports beside another measurement."""
-    subprocess.run([sys.executable, "-m", "runners.engine.resident", "stop"], cwd=REPO)
-
-
-def _wait_for_bytecode() -> float:
-    """Seconds until no compile into the bytecode cache runs (none used here: 0)."""
-    folder = cache_folder()
-    return wait_for_precompile(folder) if folder is not None and folder.exists() else 0.0
-
-
-def _wait_for_residents() -> float:
-    """Seconds until no resident of this user is still importing (none: 0)."""
-    began = time.perf_counter()
-    while resident.starting():
-        time.sleep(0.1)
-    return time.perf_counter() - began
-
-
 def _spent_cells(summary: dict) -> str:
     spent = summary.get("time_spent")
     if not spent:
@@ -457,7 +403,7 @@ def _spent_cells(summary: dict) -> str:
     return f"{share('screen')} | {share('final')} | {first:.1f} | {sum(spent['limit'].values()):.1f}"
 
 
-def bench_sweeps(names: list[str], trees: list[Path], calibration: Optional[str]) -> None:
+def bench_sweeps(names: list[str], trees: list[Path], calibration: Optional[str], old_extra: list[str]) -> None:
     """Each sweep of `names` from each tree (this one last), cold (a fresh Triton cache and store) and,
     for the README's, again warm (force=true), then as on a machine's first torch.compile (FIRST_USE):
     command and phase seconds, the GPU-busy shares, first calls, this host's limit; then compare's verdict
@@ -480,42 +426,30 @@ def bench_sweeps(names: list[str], trees: list[Path], calibration: Optional[str]
                         here.mkdir()
                         cache_here = tempfile.mkdtemp(prefix="triton-cache-", dir=scratch)
                         env["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="inductor-", dir=scratch)
-                    if mode != "cold":  # no warm run beside the import of the resident the cold run left
-                        print(f"waited {_wait_for_residents():.1f} s for the resident the cold run left")
-                    if runs or mode != "cold":  # nor beside the bytecode compile a first command started
-                        print(f"waited {_wait_for_bytecode():.1f} s for the background bytecode compile")
-                    # a resident only where the next run is to use it (the README's cold run leaves it)
-                    with_resident = name == "readme" and mode in ("cold", "warm, resident")
-                    run = _timed_sweep(tree, here, sweep_id, SWEEPS[name], cache_here, extra,
-                                       SWEEP_RESIDENT_S=str(DEFAULT_IDLE_S) if with_resident else "0", **env)
+                    extra = [*extra, *(old_extra if tree != trees[-1] else [])]
+                    run = _timed_sweep(tree, here, sweep_id, SWEEPS[name], cache_here, extra, **env)
                     summary, phases = run["summary"], run["summary"]["phase_seconds"]
                     before = summary.get("before_job_seconds") or 0.0
                     lines.append(f"| {name} | {tree.name} | {mode} | {run['seconds']:.1f} | {before:.1f} | "
                                  + " | ".join(f"{phases.get(p, 0.0):.1f}" for p in PHASES)
                                  + f" | {_spent_cells(summary)} |")
                     print(lines[-1], flush=True)
-                    said = ("time spent", "wall time", "finish ", "ready after", "run by the resident",
-                            "a resident (pid")
+                    said = ("time spent", "wall time", "finish ", "ready after")
                     print("\n".join(l for l in run["output"].splitlines()
                                      if l.startswith(said) or "reused from the store" in l), flush=True)
                     if mode == "cold":
                         runs[(name, tree)] = (work, run["between"])
-        _stop_residents()
         print("\n".join(lines))
         for name in names:
             new_work, new_between = runs[(name, trees[-1])]
             for tree in trees[:-1]:
                 old_work, old_between = runs[(name, tree)]
-                # The README sweep also against the run the resident gave: the same picks there too
-                news = [name] + ([f"{name}_warm_resident"] if name == "readme" else [])
-                for new in news:
-                    args = [sys.executable, "-m", "runners.compare", f"{old_work}/results.sqlite:{name}",
-                            f"{new_work}/results.sqlite:{new}", "--fail-on-slow", "2%"]
-                    args += ["--calibration", calibration] if calibration and name == "readme" else []
-                    result = subprocess.run(args, cwd=REPO, capture_output=True, text=True)
-                    print(f"compare {name}, {tree.name} -> {trees[-1].name} {new} (exit status "
-                          f"{result.returncode}):\n" + "\n".join(result.stdout.splitlines()[-12:]),
-                          flush=True)
+                args = [sys.executable, "-m", "runners.compare", f"{old_work}/results.sqlite:{name}",
+                        f"{new_work}/results.sqlite:{name}", "--fail-on-slow", "2%"]
+                args += ["--calibration", calibration] if calibration and name == "readme" else []
+                result = subprocess.run(args, cwd=REPO, capture_output=True, text=True)
+                print(f"compare {name}, {tree.name} -> {trees[-1].name} (exit status {result.returncode}):\n"
+                      + "\n".join(result.stdout.splitlines()[-12:]), flush=True)
                 for label, between in ((tree.name, old_between), (trees[-1].name, new_between)):
                     print("\n".join(f"leave-one-out, {label}: {line}" for line in between))
 
@@ -602,15 +536,15 @@ def main(argv=None) -> None:
     parser.add_argument("--calibration", help="sweeps: earlier README runs for compare (STORE:ID,...)")
     parser.add_argument("--kernel", action="append",
                         help=f"autotune: of {sorted(CASES)}; firstcall: a built-in kernel (default softmax)")
-    parser.add_argument("--resident", action="store_true",
-                        help="autotune: our sweep run by a resident an earlier command left")
+    parser.add_argument("--old-extra", nargs="*", default=[],
+                        help="sweeps: overrides for the --old trees only (e.g. an option only they know)")
     parser.add_argument("--gpus", type=int, action="append",
                         help="gpus: these GPU counts only (default 1 and all)")
     args = parser.parse_args(argv)
     if args.what == "autotune" and not set(args.kernel or []) <= set(CASES):
         parser.error(f"--kernel: autotune's cases are {sorted(CASES)}")
     if args.what == "autotune":
-        bench_autotune(args.kernel or ["matmul", "softmax", "slow_import"], args.resident)
+        bench_autotune(args.kernel or ["matmul", "softmax", "slow_import"])
     elif args.what == "search":
         bench_search()
     elif args.what == "gpus":
@@ -618,7 +552,8 @@ def main(argv=None) -> None:
     elif args.what == "firstcall":
         bench_first_call((args.kernel or ["softmax"])[0])
     else:
-        bench_sweeps(args.sweeps, [tree.resolve() for tree in args.old] + [REPO], args.calibration)
+        bench_sweeps(args.sweeps, [tree.resolve() for tree in args.old] + [REPO], args.calibration,
+                     args.old_extra)
 
 
 if __name__ == "__main__":

@@ -41,7 +41,7 @@ def sweep(work: Path, backend: str, overrides: list[str]) -> dict:
     work.mkdir(parents=True)
     args = [sys.executable, "-m", "runners.sweep", f"backend={backend}", f"store={work}/results.sqlite",
             f"export_dir={work}/exports", f"hydra.run.dir={work}/run", f"logger.dir={work}", *SWEEP,
-            "wait_for_background=true", *overrides]  # the summary run's seconds and files counted too
+            *overrides]
     env = {**os.environ, "WANDB_SILENT": "true"}
     if backend == "interpret":
         env["TRITON_INTERPRET"] = "1"
@@ -57,7 +57,7 @@ def sweep(work: Path, backend: str, overrides: list[str]) -> dict:
     files = [path for run in runs for path in run.rglob("*") if path.is_file()]
     return {"wall": wall, "job_wall": summary["wall_seconds"],
             "wandb": ((summary.get("wandb_seconds") or 0.0)
-                      + (summary.get("background_seconds", {}).get("wandb") or 0.0)),
+                      + (summary.get("finish_seconds", {}).get("wandb") or 0.0)),
             "runs": len(runs), "files": len(files), "mb": sum(path.stat().st_size for path in files) / 1e6}
 
 

@@ -7,9 +7,6 @@ running beside it, and it also runs on a machine without a GPU. The launcher run
 dtypes and the 16-byte alignment of a fresh allocation are all Triton specializes on) and every
 @triton.jit launch in it becomes a compile (JITFunction.run with warmup=True). The binary lands in the
 Triton cache (TRITON_CACHE_DIR), where the GPU worker's first call finds it and only loads it. Once it
-has answered, the pool's first worker also builds what that first call and the first check of the
-config's outputs would build besides (FirstCallBuilds), for the configs it compiles: the check's one-pass
-kernel, and the C launcher of each kernel signature where Triton compiles one.
 
 The workers are forked from a fork server (runners/engine/process.py) that imported torch, Triton and the
 kernel's module once, before the first fork: a module that takes seconds to import costs them nothing.
@@ -59,7 +56,7 @@ class _CompileOnlyDriver:
 COMPILE_NICENESS = 10
 
 
-def _compile_main(conn, kernel_name: str, spec_path: Optional[str], builds_first_calls: bool = False) -> None:
+def _compile_main(conn, kernel_name: str, spec_path: Optional[str]) -> None:
     os.nice(COMPILE_NICENESS)  # ptxas, which it starts, inherits it
     import torch
     from triton.backends.compiler import GPUTarget
@@ -79,7 +76,6 @@ def _compile_main(conn, kernel_name: str, spec_path: Optional[str], builds_first
 
     JITFunction.run = compile_only
     target_set, devices = None, {}
-    first_calls = FirstCallBuilds() if builds_first_calls else None
     conn.send(("ready", {"pid": os.getpid()}))
     while True:
         message = conn.recv()
@@ -93,49 +89,6 @@ def _compile_main(conn, kernel_name: str, spec_path: Optional[str], builds_first
         compiled.clear()
         outcome = compile_trial(spec, trial, torch, compiled)
         conn.send(("compiled", outcome))
-        if first_calls is not None and outcome["status"] == BUILT:  # after the answer: that binary is sent
-            first_calls.build(spec, trial, torch, compiled, launchers=target[0] == "cuda")
-
-
-class FirstCallBuilds:
-    """What a GPU worker's first call of a built config, and its first check of the outputs, would build
-    on a fresh Triton cache under the GPU's lock besides loading the binary, built by the pool's first
-    compile worker once it has answered a config: the check's one-pass kernel for the config's outputs
-    (runners/measure/mismatch.py), and the C launcher that Triton 3.6 compiles with gcc for each new
-    kernel signature at its first launch (0.23-0.31 s each on an H200 host, where a first launch with
-    both built took 0.002-0.003 s: BENCHMARKS.md, 2026-11-27 (third)), for the configs that worker
-    compiles itself. A launcher is tried once a signature: a Triton that builds none per signature (3.9
-    launches through one in its driver) or a host without the CUDA driver library to link against
-    fails at once. The GPU worker builds whatever is missing at its first call, as it always could.
-    Python exceptions here are caught; a crash would end the request the scheduler had sent this
-    worker next, which the scheduler then compiles once more on a worker started anew."""
-
-    def __init__(self):
-        try:
-            from triton.backends.nvidia.driver import CudaLauncher
-        except ImportError:  # a Triton without the NVIDIA backend
-            CudaLauncher = None
-        self.launcher = CudaLauncher
-        self.signatures: set[tuple] = set()
-
-    def build(self, spec, trial: Trial, torch, compiled: list, launchers: bool) -> None:
-        """`compiled`: the kernels the config's launch built; the check's kernel joins them here."""
-        try:
-            inputs = spec.make_inputs(trial.shape, getattr(torch, trial.dtype), 0, torch.device("meta"))
-            check.build_one_pass(check.as_tuple(spec.output_like(inputs)),
-                                 with_bound=spec.accumulation_bound is not None)
-        except Exception:
-            pass  # the first check builds it, or judges without it, as it always could
-        if not launchers or self.launcher is None:
-            return
-        for kernel in compiled:
-            try:
-                signature = (kernel.name, repr(kernel.src.signature))
-                if signature not in self.signatures:
-                    self.signatures.add(signature)
-                    self.launcher(kernel.src, kernel.metadata)  # lands in the Triton cache
-            except Exception:
-                pass  # this signature's first launch builds it, as it always could
 
 
 def compile_trial(spec, trial: Trial, torch, compiled: list) -> dict:
@@ -186,8 +139,7 @@ def fork_server(kernel_name: str, spec_path: Optional[str]) -> ForkServer:
     worker (17 processes importing one at once on a 16-core host made a sweep's start 22 s)."""
     # torch.fx.experimental.symbolic_shapes (and sympy with it): torch imports it at the first meta
     # tensor an output_like allocates (torch.empty_like); each compile worker's first compile imported
-    # it, 2.6-3.3 s on an H100 host without bytecode (the pool's median compile 0.33-0.53 s with it, on
-    # a warm Triton cache; 0.001-0.002 s each later compile): BENCHMARKS.md, 2026-11-26 (fifth).
+    # it, 2.6-3.3 s on an H100 host (0.001-0.002 s each later compile): BENCHMARKS.md, 2026-11-26 (fifth).
     preload = ("torch", "triton", "torch.fx.experimental.symbolic_shapes", "runners.engine.specs",
                "runners.engine.compile_pool")
     module = kernel_module(kernel_name, spec_path)
@@ -196,13 +148,10 @@ def fork_server(kernel_name: str, spec_path: Optional[str]) -> ForkServer:
 
 def compile_workers(count: int, kernel_name: str, spec_path: Optional[str],
                     server: Optional[ForkServer] = None) -> list[WorkerProcess]:
-    """`count` compile workers, none started, all forked from `server` (a new one when None). The
-    scheduler forks them as the work needs them (runners/engine/scheduler.py), the first one first: that
-    one also builds what first calls would build besides (FirstCallBuilds). Every worker building it
-    built the same files at once after its first answer (16 at once on an H200 host, 0.7 s each), and
-    made each of their second configs wait for it."""
+    """`count` compile workers, none started, all forked from `server` (a new one when None); the
+    scheduler forks them as the work needs them (runners/engine/scheduler.py)."""
     server = server or fork_server(kernel_name, spec_path)
-    return [WorkerProcess(f"compile worker {i}", _compile_main, (kernel_name, spec_path, i == 0),
+    return [WorkerProcess(f"compile worker {i}", _compile_main, (kernel_name, spec_path),
                           new_session=True,
                           interpret=False,  # the real compiler, whatever the shell or backend says
                           server=server)

@@ -3,18 +3,16 @@
 - start: the first trial worker and the compile pool's fork server start at once, while this process
   validates the config (runners/engine/plan.py; no launch before that passes: a bad input stops them
   and is reported, naming the field); then the other trial workers (one per GPU), the pool compiling
-  the first batch meanwhile; the process of the background outputs with them where every process
-  importing at once has a core (runners/results/finisher.py).
+  the first batch meanwhile.
 - ceilings: this GPU's measured copy bandwidth and matmul rate, from the store or measured once.
 - trials: search picks the configs (grid, random, optuna; budgets); trials the store already holds are
   reused; each other one is compiled in the pool (or by the GPU worker itself when the pool cannot be
   sooner: runners/engine/scheduler.py), checked and timed on a free GPU worker, recorded in the store
   and handed to the outputs (W&B trial runs).
 - finalists: the top configs of each (shape, dtype) re-timed round-robin with their baselines.
-- finish: the outputs (runners/results/outputs: parquet, table, export; plots and the W&B summary
-  off the critical path).
-Whatever ends the job, one ExitStack closes what it opened, in reverse order: workers, the finishing
-process, the progress bar, the outputs' trial-time work, the store.
+- finish: the outputs (runners/results/outputs: parquet, table, export, plots, the W&B summary run).
+Whatever ends the job, one ExitStack closes what it opened, in reverse order: workers, the progress bar,
+the outputs' trial-time work, the store.
 
 The job is given the store to write (`open_store`, a callable: the store of record, or a job's own
 under a launcher that runs jobs apart) and the outputs (an Outputs): the engine imports nothing of
@@ -107,9 +105,8 @@ class Job:
         self.single = finish  # a multirun's jobs are finished together, at its end
         with ExitStack() as cleanup:
             cleanup.callback(self._stop_workers)
-            cleanup.callback(self.outputs.abandon)  # a no-op once the finish has waited for them
             cleanup.callback(self.outputs.close)  # the trial-time work (W&B trial runs); once only
-            self.start(finish, cleanup)
+            self.start(cleanup)
             self.lap("start")
             self.ceilings()
             self.lap("peaks")
@@ -146,9 +143,9 @@ class Job:
 
     # --- start ---------------------------------------------------------------------------------------
 
-    def start(self, finish: bool, cleanup: ExitStack) -> None:
+    def start(self, cleanup: ExitStack) -> None:
         from runners.engine.plan import stop_rules, validate
-        from runners.engine.startup import IMPORTERS, gpu_lock_file, side_workers, start_early, start_workers
+        from runners.engine.startup import gpu_lock_file, side_workers, start_early, start_workers
         from runners.engine.worker import compiles
 
         cfg = self.cfg
@@ -158,13 +155,6 @@ class Job:
         first_lock = gpu_lock_file(cfg)
         self.lock_files = [first_lock] if first_lock is not None else []
         self.early = start_early(cfg, rule, first_lock)
-        # The background outputs' process with the workers where every process importing at once has a
-        # core of its own (this one, the trial worker, the fork server, the side worker, it); else once
-        # the workers are ready, not to slow their start (2-core host, interpreter: start 1.5 s, 2.5 s
-        # beside it).
-        importers = IMPORTERS - (self.early[1] is None) + (self.early[2] is not None)
-        if finish and (os.cpu_count() or 1) >= importers:
-            self.outputs.start_finisher()
         self.plan = validate(cfg, self.given_trials)
         self.outputs.check(cfg, self.plan.spec)  # their settings (the export's), before any launch too
         compiling = functools.partial(compiles, self.plan.spec)
@@ -187,8 +177,6 @@ class Job:
             self.watch = watch_gpus([worker.info["gpu_uuid"] for worker in self.scheduler.gpu_workers],
                                     lambda: {w.process.pid for w in self.scheduler.on_gpu if w.process})
             cleanup.callback(self._stop_watch)
-        if finish:
-            self.outputs.start_finisher()  # a no-op where it started with the workers
 
     # --- ceilings ------------------------------------------------------------------------------------
 
@@ -392,7 +380,7 @@ class Job:
         summary["before_job_seconds"] = self.before_job_s
         summary["time_spent"] = self.time_spent()
         logging_seconds = (summary.get("wandb_seconds") or 0.0) + (
-            summary.get("background_seconds", {}).get("wandb") or 0.0)
+            summary.get("finish_seconds", {}).get("wandb") or 0.0)
         share = 100 * logging_seconds / summary["wall_seconds"]
         print(f"wall time {summary['wall_seconds']:.1f} s ("
               + ", ".join(f"{name} {seconds:.1f}" for name, seconds in self.phases.items())

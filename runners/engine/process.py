@@ -9,16 +9,12 @@ ForkServer, which imported torch, Triton and the kernel's module once, before an
 """
 from __future__ import annotations
 
-import atexit
-import contextlib
-import gc
 import importlib
 import multiprocessing
 import multiprocessing.connection
 import os
 import signal
 import sys
-import threading
 import time
 import traceback
 from multiprocessing import reduction
@@ -29,74 +25,17 @@ from runners.measure import check
 READY_TIMEOUT_S = 600  # imports, CUDA context and the L2 flush buffer; generous for a cold file cache
 
 
-@contextlib.contextmanager
-def importing():
-    """Imports (torch, its compilers, Triton, a kernel library) with the cyclic garbage collector off,
-    then every object tracked so far frozen (gc.freeze). They allocate ~10^6 objects that live as long
-    as the process, which the collector walked again and again while they came (`import torch,
-    torch._dynamo, torch._inductor.compile_fx` and a full collection: 2.55-2.78 s with it on, 2.11-2.17 s
-    off, on this project's CPU host: BENCHMARKS.md, 2026-11-26, later). Frozen, they are left out of
-    every later collection, here and in the processes forked from here (the home server's, the fork
-    server's and the resident's children), which then no longer write to every page they share with
-    their parent: on that host a child importing dynamo and inductor after its parent's torch and
-    Triton took 1.21-1.27 s instead of 1.41-1.48 s, and 300,000 allocations after them, with the
-    collections they trigger, 0.05-0.06 s instead of 0.49-0.54 s (`python -m
-    runners.benchmarks.bench_imports`); on an H100 host the workers of a command the resident ran
-    were ready 0.5-0.9 s sooner (BENCHMARKS.md, 2026-11-27). The price: the cyclic garbage the imports
-    left is frozen with them and kept until exit (7,000-9,500 objects, ~5 MB, after torch, Triton,
-    dynamo and inductor on that host). Unfrozen at exit (atexit), for the interpreter's last
-    collection: left frozen, Triton's bindings print hundreds of lines about objects they call leaked."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.freeze()
-            gc.enable()
-
-
-# importing()'s unfreeze at exit, registered when this module is imported: it runs after what is registered
-# later (atexit runs in reverse), and is a no-op where nothing was frozen. A fork inherits it; a module
-# imported afresh (a command the resident runs) adds a second, as harmless.
-atexit.register(gc.unfreeze)
-
-
 def import_ahead(names) -> dict[str, str]:
-    """Import `names` (with `importing`) and compute the source keys, ahead of the work that needs them;
-    {name: why} for each that failed in any way (an import of a broken package can raise anything): the
-    work that needs it imports it again, and reports the failure there."""
-    failed, keys = {}, None
-    with importing():
-        for name in names:
-            if keys is None and "triton.runtime.cache" in sys.modules:
-                # Triton's key, mostly reading and hashing its 100+ MB library (hashlib lets go of the
-                # GIL), beside the imports left: a kernel library's module may take seconds.
-                keys = threading.Thread(target=compute_source_keys, name="source keys")
-                keys.start()
-            try:
-                importlib.import_module(name)
-            except Exception as error:
-                failed[name] = f"{type(error).__name__}: {error}"[:500]
-        if keys is not None:
-            keys.join()  # before any fork: the forks inherit its result, and must not inherit a thread
-        compute_source_keys()  # what is cached by now returns at once; inductor's where it came last
+    """Import `names` ahead of the work that needs them; {name: why} for each that failed in any way (an
+    import of a broken package can raise anything): the work that needs it imports it again, and reports
+    the failure there."""
+    failed = {}
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except Exception as error:
+            failed[name] = f"{type(error).__name__}: {error}"[:500]
     return failed
-
-
-def compute_source_keys() -> None:
-    """Triton's key of its own sources and inductor's of torch's, each computed once a process and then
-    cached (functools): Triton's took 0.39 s inside torch.compile's first call on an H200 host (cProfile;
-    BENCHMARKS.md, 2026-11-26, later), and every compile and cache lookup of Triton needs it. Computed
-    here where their modules are imported, before forking: each child has them. A version that names
-    them otherwise is skipped."""
-    for module, name in (("triton.runtime.cache", "triton_key"), ("torch._inductor.codecache", "torch_key")):
-        function = getattr(sys.modules.get(module), name, None)
-        if function is not None:
-            try:
-                function()
-            except Exception:  # early only: whatever it raises (an unreadable file, another signature),
-                pass  # the compile that needs the key raises again, where it is reported
 
 
 class WorkerLost(Exception):
@@ -116,12 +55,7 @@ def _resolve(main: Union[Callable, str]) -> Callable:
     return getattr(importlib.import_module(module), name)
 
 
-def _entry(conn, new_session: bool, environment: dict, main: Union[Callable, str], args: tuple,
-           parents_end=None) -> None:
-    # A child this process forked itself holds the parent's end of its pipe too: closed, so that the
-    # parent's exit ends the pipe here (an orphaned home server would wait on it for ever).
-    if parents_end is not None:
-        parents_end.close()
+def _entry(conn, new_session: bool, environment: dict, main: Union[Callable, str], args: tuple) -> None:
     # A child forked from the fork server has the server's environment, fixed when it started: take the
     # parent's as it is now (TRITON_CACHE_DIR, say, may have changed since).
     os.environ.clear()
@@ -137,13 +71,6 @@ def _entry(conn, new_session: bool, environment: dict, main: Union[Callable, str
         raise
 
 
-def _spawned_entry(*args) -> None:
-    """A spawned child's `_entry`, which then ends without tearing its modules down (exit_without_teardown):
-    what it had to give went through its pipe, and the sweep's finish waits for its workers' exit."""
-    _entry(*args)
-    exit_without_teardown(0)
-
-
 def flush_stdio() -> None:
     for stream in (sys.stdout, sys.stderr):
         try:
@@ -152,45 +79,22 @@ def flush_stdio() -> None:
             pass  # a closed or broken stream: nothing more can be said through it
 
 
-def exit_without_teardown(code: int, killed_by: Optional[int] = None) -> None:
-    """End this process as Python would, less its teardown of the modules (torch, Triton and pandas take
-    0.45-0.47 s to tear down on this project's CPU-only host: a process that imports them exits in that
-    time after its work, in 0.02 s through os._exit). What is registered to run at exit still runs
-    (multiprocessing's clean-up: its daemonic children ended, its resource tracker told; Hydra's job
-    log flushed), then stdout and stderr are flushed. `killed_by`: a signal to end by instead (as Python
-    does after an uncaught Ctrl-C). The fork server's children end through os._exit alone: they would
-    run what the server registered."""
-    atexit._run_exitfuncs()
-    flush_stdio()
-    if killed_by is not None:
-        signal.signal(killed_by, signal.SIG_DFL)
-        os.kill(os.getpid(), killed_by)
-    os._exit(code)
-
-
 class WorkerProcess:
     """Parent-side handle of one worker. `main(conn, *args)` runs in the child: it sends ("ready", info)
     once (or ("failed", why) and returns), then answers each request with one message, and returns when
     it receives None. `main` may be "module:function", imported in the child only."""
 
     def __init__(self, name: str, main: Union[Callable, str], args: tuple, new_session: bool = False,
-                 interpret: bool = False, server: Optional["ForkServer"] = None, fork_here: bool = False):
+                 interpret: bool = False, server: Optional["ForkServer"] = None):
         """`server`: for a worker that never touches CUDA, the ForkServer it is forked from, in
-        milliseconds, with torch, Triton and the kernel's module already imported there (32 compile
-        workers importing torch and triton at once took 6 s on a 32-core H200 host, and slowed the
-        GPU worker's start from 4 s to 6 s). Without one the worker is forked from the home server where
-        this process has one (a command the resident forked: runners/engine/resident.py), else spawned:
-        a fresh interpreter, never a fork of a process that may hold CUDA. An interpreter worker is
-        never forked from the home server: Triton reads TRITON_INTERPRET when it is imported, and the
-        home server imported it without. `fork_here`: this process forks the child itself (the home
-        server, forked while this process holds no CUDA and runs one thread)."""
+        milliseconds, with torch, Triton and the kernel's module already imported there. Without one the
+        worker is spawned: a fresh interpreter, never a fork of a process that may hold CUDA."""
         self.name = name
         self._interpret = interpret
         self._main = main
         self._args = args
         self._new_session = new_session
-        self.server = server if server is not None or interpret else _home
-        self._context = multiprocessing.get_context("fork" if fork_here else "spawn")
+        self.server = server
         self.process = None
         self.conn = None
         self.info: Optional[dict] = None  # what the child sent with "ready"
@@ -214,8 +118,6 @@ class WorkerProcess:
         """Spawn (or replace) the child, or ask the fork server for it; it is ready once `take()`
         returns its ready message. Never waits for the fork server."""
         self.stop()
-        if _home is not None and self.server is _home and not _home.running:
-            self.server = None  # the home server is gone: spawned from now on, as without one
         environment = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
         if self._interpret:
             environment["TRITON_INTERPRET"] = "1"
@@ -225,12 +127,10 @@ class WorkerProcess:
             child_end.close()  # the server holds it until the fork; then the child alone
             self.process = _ForkedChild(self.server, request)
         else:
-            parent_end, child_end = self._context.Pipe()
-            forked = self._context.get_start_method() == "fork"
-            target = _entry if forked else _spawned_entry
-            self.process = self._context.Process(target=target, daemon=True, args=(
-                child_end, self._new_session, environment, self._main, self._args,
-                parent_end if forked else None))
+            context = multiprocessing.get_context("spawn")
+            parent_end, child_end = context.Pipe()
+            self.process = context.Process(target=_entry, daemon=True, args=(
+                child_end, self._new_session, environment, self._main, self._args))
             # TRITON_INTERPRET is read when triton is imported, which a spawned child may do before
             # `main` runs (while re-importing the parent's main module), and which the fork server
             # does before its first fork: it must be in the environment they inherit, not only in
@@ -404,8 +304,8 @@ class ForkServer(WorkerProcess):
     imports took. After that it answers no request: `fork()` and `kill_child()` talk to it, and
     `poll()` reads the pids of the forks and the exit codes of the children it reaps."""
 
-    def __init__(self, preload: tuple[str, ...], fork_here: bool = False):
-        super().__init__("fork server", _fork_server_main, (tuple(preload),), fork_here=fork_here)
+    def __init__(self, preload: tuple[str, ...]):
+        super().__init__("fork server", _fork_server_main, (tuple(preload),))
         self.preload = tuple(preload)
         self.pids: dict[int, int] = {}  # request -> pid of the child forked for it
         self.exits: dict[int, int] = {}  # pid -> exit code (negative: the signal that ended it)
@@ -479,25 +379,6 @@ class ForkServer(WorkerProcess):
         self._gone = True
 
 
-_home: Optional[ForkServer] = None  # this command's home server (start_home_server)
-
-
-def start_home_server(preload: tuple[str, ...] = ()) -> ForkServer:
-    """Fork this process's home server: every worker this process starts later (GPU trial workers, the
-    side worker, the compile pool's fork server, the W&B trial runs' processes; not an interpreter
-    worker) is forked from it, with what this process had imported (a command the resident forked:
-    torch, Triton, dynamo and inductor) and `preload`, which it imports itself (a command run in its own
-    process: torch and Triton, while Hydra composes the config), instead of spawned into a fresh
-    interpreter that imports them again (seconds each); a worker asked for while it imports is forked
-    once it is ready. Called while this process holds no CUDA context and runs one thread, before the
-    command starts; the server never touches CUDA. It exits with this process (its pipe ends)."""
-    global _home
-    server = ForkServer(tuple(preload), fork_here=True)
-    server.start()
-    _home = server
-    return server
-
-
 def _kill(pid: int, group: bool) -> None:
     if group:
         try:
@@ -512,11 +393,6 @@ def _kill(pid: int, group: bool) -> None:
 
 def _fork_server_main(conn, preload: tuple[str, ...]) -> None:
     began = time.perf_counter()
-    # Its children may use CUDA (the home server's trial workers): an import that asks torch whether CUDA
-    # is there would otherwise ask the driver, and torch then refuses CUDA in every fork (as the
-    # resident, runners/engine/resident.py, sets for its own imports). A child takes the environment of
-    # the process that asked for it, without this.
-    os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
     failed = import_ahead(preload)  # a worker imports what failed again after the fork, and says why
     seconds = time.perf_counter() - began
     # Ctrl-C is the sweep's to handle (it stops every worker); each exit of a child wakes the loop.
@@ -668,5 +544,5 @@ def stop_all(workers: list[WorkerProcess], grace_s: float = 5.0) -> None:
         if worker.process is not None:
             worker.process.join(max(deadline - time.monotonic(), 0))
         worker.stop()  # kills what is still alive, closes the pipe
-    for server in {id(w.server): w.server for w in workers if w.server not in (None, _home)}.values():
-        server.stop()  # the home server serves the command's later jobs too; it ends with the command
+    for server in {id(w.server): w.server for w in workers if w.server is not None}.values():
+        server.stop()

@@ -21,9 +21,6 @@ Who compiles a config, decided as the job goes, from what this job measures:
   A list the GPU workers have taken by then gets no compile worker: the pool is skipped for a small
   list whose compiles all fit in the fork server's start (a kernel module that imports slowly, say),
   and grows to its full size for a large one.
-- A config whose compile worker died (not one that timed out) is compiled once more, on a worker
-  started anew: the pool's first worker builds more after it answers (compile_pool.FirstCallBuilds),
-  and a crash there ends the request sent to it next. One that kills the compiler again is recorded.
 
 The torch.compile baselines (trials whose first call compiles) go to the side workers where there are
 some (runners/engine/worker.py: one beside the trial worker of each of the first GPUs, as many as such
@@ -94,7 +91,6 @@ class Scheduler:
         self.pool_compile_s: list[float] = []  # seconds of each compile in the pool, this job
         self.gpu_compile_s: list[float] = []  # first-call seconds of each config a GPU worker compiled
         self.gpu_compiled: set[str] = set()  # keys of the configs GPU workers compiled themselves
-        self.recompiled: set[str] = set()  # keys compiled again after their compile worker died
         self._peaks: Optional[tuple] = None  # (answer, lost) of measure_peaks' request, once it is in
 
     # --- start-up ---------------------------------------------------------------------------
@@ -420,14 +416,7 @@ class Scheduler:
             if trial.key in self.wanted:
                 self._queue_compile(trial)
             return
-        if lost is not None and lost.status != check.STATUS_TIMEOUT and trial.key not in self.recompiled:
-            # Once more, on a worker started anew: the pool's first worker builds more after it answers
-            # (compile_pool.FirstCallBuilds), and its crash there ends the request sent to it next. A
-            # config whose own compile kills the compiler dies twice, and is recorded below.
-            self.recompiled.add(trial.key)
-            self._queue_compile(trial)
-            return
-        if lost is not None:  # hung past the compile timeout, or the compiler process died (twice)
+        if lost is not None:  # hung past the compile timeout, or the compiler process died
             status = (check.STATUS_TIMEOUT if lost.status == check.STATUS_TIMEOUT
                       else check.STATUS_COMPILE_ERROR)
             outcome = {"status": status, "message": f"compile: {lost}", "compile_s": None}

@@ -168,10 +168,9 @@ class SweepConf:
     store: str = "outputs/results.sqlite"
     export_dir: str = "outputs/exports"
     trial_timeout_s: float = 300.0  # wall clock for one trial (load or compile, check, timing) in a worker
-    # False: the command exits once the store, parquet file, table and export are written, and the plots
-    # and the W&B summary run are written by the finishing process on its own (runners/results/finisher.py;
-    # its finish.log says when); true: the command waits for them (bounded)
-    wait_for_background: bool = False
+    # True: the plots and the W&B summary run are left to a process of their own (runners/results/
+    # finisher.py; its finish.log says what it did), and the command exits once its other outputs are written
+    finish_in_background: bool = False
 
 
 KERNEL_CONF = Path(__file__).resolve().parents[2] / "conf" / "kernel"

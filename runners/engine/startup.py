@@ -27,9 +27,9 @@ def gpu_lock_file(cfg: DictConfig, index: int = 0) -> Optional[str]:
     return path
 
 
-# This process, the first trial worker, the fork server and the finishing process import at once; the
-# side worker starts with them where the host has a core more.
-IMPORTERS = 4
+# This process, the first trial worker and the fork server import at once; the side worker starts with
+# them where the host has a core more.
+IMPORTERS = 3
 
 
 def start_early(cfg: DictConfig, rule, lock_file: Optional[str]) -> list[Optional[WorkerProcess]]:

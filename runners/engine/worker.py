@@ -7,14 +7,11 @@ fresh worker.
 
 Beside the trial worker of a GPU, a job with torch.compile baselines runs a second worker on that GPU
 for them (`side`; on several GPUs one on each, up to the number of such baselines): their first call
-imports dynamo and inductor (7.5 s on an H100 host) and hashes torch's and Triton's sources, which the
-side worker does at its start while the trial worker measures; it compiles each baseline ahead of its
-trial (`prepare_baseline`: nothing launched, no lock), and the trial's first call then runs what was
-compiled (on an H100, 1-1.8 s of compile under the lock before: BENCHMARKS.md, 2026-11-26 (fourth)).
-Then the two take turns: each holds its GPU's lock around all it does on the GPU (the CUDA part of its
-start, each request: inputs, references, first calls, checks, timing; inductor's patterns where a
-compile ahead builds them: patterns_under_lock), so that no sample shares the GPU with the other's
-work, and the scheduler gives the trial worker no new request while its side worker has one that holds
+imports dynamo and inductor (seconds), which the side worker does at its start while the trial worker
+measures; it compiles each baseline ahead of its trial (`prepare_baseline`: nothing launched, no lock),
+and the trial's first call then runs what was compiled. Then the two take turns: each holds its GPU's
+lock around all it does on the GPU (the CUDA part of its start, each request: inputs, references, first
+calls, checks, timing), so that no sample shares the GPU with the other's work, and the scheduler gives the trial worker no new request while its side worker has one that holds
 the lock (runners/engine/scheduler.py), so that neither waits for the lock longer than one request of
 the other.
 """
@@ -28,32 +25,25 @@ import random
 import time
 from typing import Callable, Optional
 
-from runners.engine.process import WorkerProcess, compute_source_keys, importing
+from runners.engine.process import WorkerProcess
 from runners.engine.trial import TRITON_PROVIDER, Trial
 from runners.measure import check
 
 
 class GpuLock:
     """One GPU to one worker at a time (module docstring): an exclusive flock on a file the sweep made;
-    no file, no lock (a GPU with one worker). The kernel releases it if the holder dies. Taken again
-    inside itself (inductor's patterns, built under it when a compile needs them: patterns_under_lock),
-    it stays held until the outermost exit: a second flock on the same file would not wait, and its
-    unlock would let go of the first. The depth is the process's, not a thread's: two threads of one
-    worker never hold it at once (the trial worker's start thread is waited for before its first request)."""
+    no file, no lock (a GPU with one worker). The kernel releases it if the holder dies."""
 
     def __init__(self, path: Optional[str]):
         self.fd = os.open(path, os.O_RDWR) if path else None
-        self.depth = 0
 
     def __enter__(self) -> "GpuLock":
-        if self.fd is not None and self.depth == 0:
+        if self.fd is not None:
             fcntl.flock(self.fd, fcntl.LOCK_EX)
-        self.depth += 1
         return self
 
     def __exit__(self, *exc) -> None:
-        self.depth -= 1
-        if self.fd is not None and self.depth == 0:
+        if self.fd is not None:
             fcntl.flock(self.fd, fcntl.LOCK_UN)
 
 
@@ -380,12 +370,11 @@ def _worker_main(conn, backend: str, kernel_name: str, spec_path: Optional[str],
     gpu_start = None
     try:
         lock = GpuLock(lock_path)
-        with importing():
-            import torch
+        import torch
 
-            from runners.engine.specs import load_spec
-            from runners.measure import device as device_info
-            from runners.measure.timing import METHOD_CUPTI, InterpreterTimer
+        from runners.engine.specs import load_spec
+        from runners.measure import device as device_info
+        from runners.measure.timing import METHOD_CUPTI, InterpreterTimer
         device = torch.device("cpu") if backend == "interpret" else torch.device("cuda", device_index)
         # The GPU's part of the start, beside the imports below; the torch.compile worker's after them:
         # begun beside them, it would ask for the GPU's lock with the trial worker's start and could hold
@@ -394,15 +383,11 @@ def _worker_main(conn, backend: str, kernel_name: str, spec_path: Optional[str],
             pool = concurrent.futures.ThreadPoolExecutor(1, "worker-start")
             gpu_start = pool.submit(_start_on_gpu, torch, device_info, device, lock, rule, warmup_s)
             pool.shutdown(wait=False)  # its thread ends with its task
-        with importing():
-            if side:  # what each of its compiles needs, a hit in inductor's caches too (module docstring)
-                import torch._dynamo  # noqa: F401
-                import torch._inductor.compile_fx  # noqa: F401
-
-                compute_source_keys()  # inductor's key of torch's sources, which every cache lookup needs
-                patterns_under_lock(lock)
-            imported = time.perf_counter()
-            spec = load_spec(kernel_name, spec_path)
+        if side:  # what each of its compiles needs (module docstring)
+            import torch._dynamo  # noqa: F401
+            import torch._inductor.compile_fx  # noqa: F401
+        imported = time.perf_counter()
+        spec = load_spec(kernel_name, spec_path)
         loaded = time.perf_counter()
         if backend == "interpret":
             timer = InterpreterTimer(rule, warmup_s)
@@ -458,35 +443,6 @@ def _start_on_gpu(torch, device_info, device, lock: GpuLock, rule, warmup_s: flo
     nvml = time.perf_counter() - context - sum(timer.start_seconds.values())
     return timer, {"lock": locked - began, "cuda_context": context - locked, **timer.start_seconds,
                    "nvml": nvml}
-
-
-def patterns_under_lock(lock: GpuLock) -> None:
-    """Inductor's pattern matcher builds its patterns at the first compile of a process that runs the
-    joint graph's passes, and copies to the device as it does (48 small copies in 0.46 s on an H100 host
-    with torch 2.11; a compile ahead after it copied nothing: BENCHMARKS.md, 2026-11-26 (fifth)). A
-    compile ahead that finds its graph in inductor's caches runs no such pass, and needs none of them
-    (BENCHMARKS.md, 2026-11-27 (fourth)). So the torch.compile worker builds them at the first compile
-    that asks for them, holding the GPU's lock while they copy: its compiles ahead hold it for nothing
-    else. The builder (`joint_graph.lazy_init`, cached by its arguments: the device compile_fx passes)
-    is wrapped where the joint graph's passes look it up; a torch without it is left as it is (a first
-    compile ahead may then copy beside the trial worker's samples)."""
-    try:
-        from torch._inductor.fx_passes import joint_graph
-        build = joint_graph.lazy_init
-    except (ImportError, AttributeError):
-        return
-    built = set()
-
-    def lazy_init(*args, **kwargs):
-        key = (args, tuple(sorted(kwargs.items())))
-        if key in built:  # built: a lookup in its cache, nothing copied
-            return build(*args, **kwargs)
-        with lock:
-            result = build(*args, **kwargs)
-        built.add(key)
-        return result
-
-    joint_graph.lazy_init = lazy_init
 
 
 def _serve(conn, spec, cache: ShapeCache, timer, device, lock: GpuLock, side: bool) -> None:

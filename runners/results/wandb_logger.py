@@ -10,9 +10,7 @@ Per-trial runs are created in child processes, each fed through its pipe by a th
 wandb's serialization and its service process never share the interpreter (or its GIL) with the timing
 loop, so a slow log call cannot delay a kernel launch inside a timed window. The sweep only pays for a
 queue put per trial and for the processes' last runs at the end; both are measured and reported as the
-logging share of the wall time. In a command the resident runs (runners/engine/resident.py) they are
-forked from its home server, pandas and wandb imported: spawned, they held the README sweep's finish
-3.7-5.0 s past its last trial on an H200, forked 0.4-0.6 s (BENCHMARKS.md, 2026-11-26).
+logging share of the wall time.
 Several processes, because one makes about 5 runs a second: trials that fail the gate in a tenth of a
 second outran it (seen on an H200: 80 incorrect matmul trials left a 10 s drain, 23% of the sweep).
 
@@ -24,9 +22,8 @@ kernel, provider, dtype, gpu_name, sweep_id, shape_label, so parallel-coordinate
 panels work without setup; define_metric marks latencies as minimized (summary min) and throughput
 as maximized (summary max). The sweep's run holds the trials table with those same keys as columns,
 charts built from it, every shape's best config as summary keys, the plots and the exported files
-(runners/results/wandb_tables.py: what each holds); the sweep's finishing process writes it
-(runners/results/finisher.py), after the results are out and the trial runs written, so that the sweep
-waits for it a bounded time only.
+(runners/results/wandb_tables.py: what each holds); the sweep writes it last, after the results are out
+and the trial runs written (or leaves it to runners/results/finisher.py: finish_in_background=true).
 
 W&B is never allowed to cost a result: wandb failing to import (an incomplete install raises anywhere
 inside its imports), an unwritable logger.dir, or runs that cannot be started or uploaded end in ONE
@@ -103,8 +100,8 @@ SPAWN_ATTEMPTS = 3  # tries to start the interpreter that imports wandb (_import
 
 def _import_problem() -> Optional[str]:
     """Why wandb fails to import ('Type: message'), tried in an interpreter of its own unless this one
-    has it: the sweep's process writes no run (its logging processes and its finishing process do),
-    and wandb's import (0.5-0.8 s of this process's GIL) held its first trial back. None when it
+    has it: the sweep's process writes no run before its finish (its logging processes do), and wandb's
+    import (0.5-0.8 s of this process's GIL) held its first trial back. None when it
     imports. A broken install fails anywhere in wandb's imports, not only with an ImportError."""
     if "wandb" in sys.modules:
         return None
@@ -205,10 +202,9 @@ def _close_run_files() -> None:
 
 
 class TrialLogger:
-    """The trial runs: LOGGING_PROCESSES processes (runners/engine/process.py's WorkerProcess: spawned,
-    or forked from the home server of a command the resident runs, in milliseconds instead of an
-    interpreter's imports), each fed through its pipe by a thread of its own, so that log() never
-    waits for W&B; runs go to the processes in turn."""
+    """The trial runs: LOGGING_PROCESSES processes (runners/engine/process.py's WorkerProcess), each fed
+    through its pipe by a thread of its own, so that log() never waits for W&B; runs go to the
+    processes in turn."""
 
     def __init__(self, conf: dict, sweep_id: str):
         self.enabled = conf["mode"] != "disabled"

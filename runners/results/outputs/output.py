@@ -1,5 +1,5 @@
 """The record of one output of a sweep: the Output base class, what its `write` is given (Finished), and
-the "module:Class" form by which the finishing process (runners/results/finisher.py) builds one again.
+the "module:Class" form by which the background finish (runners/results/finisher.py) builds one again.
 The package's __init__ runs the sweep's outputs together; this module is what an output plug-in and the
 finisher import, so neither imports the other's importer."""
 from __future__ import annotations
@@ -28,8 +28,7 @@ class Finished:
 class Output:
     """An output of the sweep (module docstring). `name` is its key under `output`."""
 
-    background = False  # written by the finishing process
-    needs_foreground = False  # (background) only once the foreground outputs have written
+    background = False  # written after the others; by a process of its own with finish_in_background
 
     def __init__(self, **settings):
         self.name = ""
@@ -56,11 +55,8 @@ class Output:
         """Once the last row is recorded; may be called twice."""
 
     def handover(self) -> dict:
-        """(background) What the finishing process's instance needs to know of this one."""
+        """(background) What `write` needs to know of the job, where another process writes it."""
         return {}
-
-    def warm(self) -> None:
-        """(background) Import what `write` needs, in the finishing process while the trials run."""
 
     def write(self, done: Finished, handover: Optional[dict] = None) -> list[Path]:
         """The output's files (or nothing: a printed table)."""
@@ -76,7 +72,7 @@ def target(output: Output) -> str:
 
 
 def made(spec: str, name: str, settings: dict) -> Output:
-    """An Output from "module:Class" and its settings (in the finishing process)."""
+    """An Output from "module:Class" and its settings (in the background finish)."""
     module, _, qualname = spec.partition(":")
     output = getattr(importlib.import_module(module), qualname)(**settings)
     output.name = name

@@ -1,5 +1,5 @@
 """Weights & Biases: the sweep's run at its end (every trial in a table, charts, the best config of every
-shape as summary keys), written by the finishing process once the export and the plots exist, and, where
+shape as summary keys), written once the export and the plots exist, and, where
 `logger.runs` says so, a run per trial while the sweep runs (runners/results/wandb_logger.py does the
 writing, and says how W&B is kept from ever costing a result). Its settings are the config's `logger`
 group (`logger.mode=offline|online|disabled`, `logger.runs=trial|sweep|auto`)."""
@@ -17,8 +17,7 @@ from runners.results.outputs.output import Finished, Output
 
 
 class Wandb(Output):
-    background = True  # the sweep's run
-    needs_foreground = True  # it carries the exported files and the plots
+    background = True  # the sweep's run, which carries the exported files and the plots
 
     def __init__(self, logger: dict):
         super().__init__(logger=logger)
@@ -86,23 +85,11 @@ class Wandb(Output):
 
     def handover(self) -> dict:
         """Whether the sweep's run is to be made (not when logging is off or known to fail here), how the
-        job logged, and its dims (the finishing process never starts a job)."""
+        job logged, and its dims (the background finish never starts a job)."""
         from runners.results.wandb_logger import known_problem
 
         return {"summary": self.wanted and known_problem(self.conf) is None, "runs": self.runs,
                 "dims": list(self.dims), "timing": self.timing}
-
-    def warm(self) -> None:
-        from runners.results.wandb_logger import known_problem
-
-        if not self.wanted or known_problem(self.conf) is not None:
-            return
-        try:
-            import wandb
-
-            wandb.setup()  # starts wandb's service now: 0.25 s less on the summary run on a CPU-only host
-        except Exception:  # a broken install fails anywhere: the summary run's own check names the cause
-            pass
 
     def write(self, done: Finished, handover: Optional[dict] = None) -> list[Path]:
         from runners.results.wandb_logger import log_sweep_summary
@@ -122,7 +109,7 @@ class Wandb(Output):
         configured = str(self.conf.get("runs", "trial"))
         # No job started here: the end of a multirun, whose jobs logged as a multirun's (runs_of).
         runs = handover.get("runs") or ("sweep" if configured == "auto" else configured)
-        timing = handover.get("timing") or (None if done.cfg is None  # the finisher: no config
+        timing = handover.get("timing") or (None if done.cfg is None  # the background finish: no config
                                             else OmegaConf.to_container(done.cfg.timing, resolve=True))
         written = log_sweep_summary(self.conf, done.sweep_id, done.frame, exports, images, dims, runs, timing)
         if written and runs == "sweep":  # with trial runs the hint came at the job's end
