@@ -277,9 +277,10 @@ def kernel_seconds(specs: dict, mapped: dict) -> dict:
 
     if not torch.cuda.is_available():
         return {}
+    import numpy as np
+
     from runners.measure.device import cuda_timer
     from runners.measure.stop_rule import StopRule
-    from runners.measure.timing import percentile
 
     rule = StopRule(min_samples=10, min_time_s=0.01, rel_precision=0.02, max_time_s=0.2)
     timer = cuda_timer(torch.cuda.current_device(), rule, warmup_s=0.01)
@@ -292,7 +293,7 @@ def kernel_seconds(specs: dict, mapped: dict) -> dict:
                 inputs = spec.make_inputs(shape, getattr(torch, dtype), 0, torch.device("cuda"))
                 out = spec.output_like(inputs)
                 (measured,) = timer.measure_interleaved([lambda: spec.launch(inputs, out, config)], rule)
-                seconds[(kernel, shape, dtype)] = percentile(sorted(measured.samples_s), 50)
+                seconds[(kernel, shape, dtype)] = float(np.median(measured.samples_s))
             except Exception as error:  # a shape the spec cannot launch: its share is left blank
                 print(f"note: {kernel} {list(shape)} {dtype} not timed ({type(error).__name__}: {error})")
     return seconds

@@ -370,6 +370,7 @@ def _worker_main(conn, backend: str, kernel_name: str, spec_path: Optional[str],
     gpu_start = None
     try:
         lock = GpuLock(lock_path)
+        import scipy.stats  # noqa: F401  (the stop rule's ranks: imported here, not in a first timer loop)
         import torch
 
         from runners.engine.specs import load_spec

@@ -139,33 +139,14 @@ def median_interval_and_step(values: Sequence[float], jitter: float = CLOCK_JITT
     return float(ordered[rank]) - step, float(ordered[n - 1 - rank]) + step, step
 
 
-# The 2.5% tail of Binomial(n, 1/2) is searched from this many standard deviations (sqrt(n) / 2) below its
-# mean: the mass below is under 1e-57, nothing beside 2.5% in float64.
-_TAIL_SEARCH_SD = 16
-
-
 @lru_cache(maxsize=None)
 def _interval_rank(n: int) -> int:
     """The 0-based rank of the lower end of the exact 95% interval of the median of n values; -1 when
-    no interval reaches 95% (n < 6): the largest i with P(Binomial(n, 1/2) <= i) <= 2.5%.
+    no interval reaches 95% (n < 6): the largest i with P(Binomial(n, 1/2) <= i) <= 2.5%."""
+    from scipy.stats import binom
 
-    The CDF in log space with numpy, from the window's first k to n // 2: log C(n, k) / C(n, first) step
-    by step (C(n, k) / C(n, k - 1) = (n - k + 1) / k), accumulated with logaddexp, and normalised by the
-    symmetry of Binomial(n, 1/2): P(X <= n // 2) is 1/2 for odd n, (1 + P(X = n / 2)) / 2 for even n. No
-    lgamma: the difference of three lgamma values of ~10^8 put the rank one off at some n from 1.7
-    million on (found by an independent review). Its ranks are scipy.stats' binom's (tests/test_timing.py,
-    n from 6 to 20 million); scipy.special's bdtr, used before, took 0.2-0.3 s to import in the
-    torch.compile worker's start on an H200 host, the README sweep's longest path (BENCHMARKS.md,
-    2026-11-27 (second))."""
-    import numpy as np
-
-    first = max(0, math.floor(n / 2 - _TAIL_SEARCH_SD * math.sqrt(n) / 2))
-    steps = np.arange(first + 1, n // 2 + 1)
-    log_terms = np.concatenate(([0.0], np.cumsum(np.log((n - steps + 1) / steps))))
-    log_sums = np.logaddexp.accumulate(log_terms)
-    half = math.log(2 - math.exp(log_terms[-1] - log_sums[-1])) if n % 2 == 0 else math.log(2)
-    log_cdf = log_sums - (log_sums[-1] + half)
-    return first + int(np.searchsorted(log_cdf, math.log(TAIL_95), side="right")) - 1
+    rank = int(binom.ppf(TAIL_95, n, 0.5))  # the smallest i with P(X <= i) >= 2.5%
+    return rank if binom.cdf(rank, n, 0.5) <= TAIL_95 else rank - 1
 
 
 def quantum(ordered, jitter: float = CLOCK_JITTER_S) -> float:
