@@ -359,3 +359,12 @@ def test_a_compiled_baseline_compiled_ahead_runs_nothing_and_its_first_call_comp
     assert compare(softmax.SPEC.baselines["compile"](other), softmax.softmax_ref(*upcast(other)),
                    normwise=True) is None
     assert counters["stats"]["unique_graphs"] == traced + 1
+    # A torch without the private compile_fx (runners/engine/internals.py): nothing compiled ahead, said
+    # in the answer; the first call compiles as it always could.
+    import torch._inductor.compile_fx
+
+    monkeypatch.delattr(torch._inductor.compile_fx, "compile_fx")
+    without = prepare_baseline(softmax.SPEC, Trial("softmax", "compile", (2, 100), "float32", {}),
+                               torch.device("cpu"))
+    assert without["compile_s"] is None and "has no torch._inductor.compile_fx.compile_fx" in without["message"]
+    assert counters["inductor"]["fxgraph_cache_miss"] == 3 and counters["stats"]["unique_graphs"] == traced + 1

@@ -99,6 +99,42 @@ def test_a_small_list_is_compiled_by_the_gpu_worker_while_the_fork_server_import
     assert all(w.starts == 0 for w in pool)  # no compile worker was ever forked
 
 
+def test_a_triton_without_the_compile_only_parts_gets_no_pool_and_the_same_rows(tmp_path, monkeypatch, capsys):
+    """Without triton.runtime.driver.set_active (runners/engine/internals.py) there is no compile pool:
+    compile_workers says so and gives none, and the trial worker compiles each config itself, with the
+    same outcome for every trial as beside a pool."""
+    import triton.runtime
+
+    from runners.engine.worker import trial_worker
+    from runners.measure.stop_rule import StopRule
+
+    monkeypatch.setenv("SLOW_IMPORT_S", "0")
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "cache"))
+    trials = _softmax_trials(warps=(1, 4))
+    rule = StopRule(min_samples=6, min_time_s=0.0, rel_precision=0.5, max_time_s=0.05)
+
+    def outcomes() -> tuple[dict, list]:
+        gpu = trial_worker("interpret", "external", SLOW, rule, 0.0, 0)
+        pool = compile_pool.compile_workers(2, "external", SLOW)
+        scheduler = Scheduler([gpu], pool, trial_timeout_s=120, compile_timeout_s=120, target=H100_TARGET)
+        recorded = {}
+        try:
+            scheduler.start(ahead=trials)
+            scheduler.set_device(H100_TARGET, 232448, peaks={})
+            scheduler.run(trials, lambda worker, trial, result: recorded.update({trial.key: result["status"]}))
+        finally:
+            stop_all([gpu] + pool)
+        return recorded, pool
+
+    beside_pool, pool = outcomes()
+    monkeypatch.delattr(type(triton.runtime.driver), "set_active")
+    alone, no_pool = outcomes()
+    assert pool and no_pool == []
+    assert "no compile pool (this Triton has no triton.runtime.driver.set_active)" in capsys.readouterr().out
+    assert alone == beside_pool and sorted(alone) == sorted(t.key for t in trials)
+    assert set(alone.values()) == {"ok"}
+
+
 def test_bad_input_stops_the_workers_started_before_validation(tmp_path, monkeypatch):
     """The trial worker and the fork server start before the input is validated. A bad input must
     neither wait for them (here their import of the kernel's module never ends) nor let them print

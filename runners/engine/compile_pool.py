@@ -2,11 +2,12 @@
 
 Each compile worker runs Triton's real compiler for the GPU's target (sent by the scheduler: read through
 NVML while the GPU workers start, then confirmed by their report) through a driver that knows that target
-and nothing else: no CUDA context, no GPU memory, no launch, so compiling never disturbs the timing
-running beside it, and it also runs on a machine without a GPU. The launcher runs on meta tensors (shapes,
-dtypes and the 16-byte alignment of a fresh allocation are all Triton specializes on) and every
-@triton.jit launch in it becomes a compile (JITFunction.run with warmup=True). The binary lands in the
-Triton cache (TRITON_CACHE_DIR), where the GPU worker's first call finds it and only loads it. Once it
+and nothing else (runners/engine/internals.py: CompileOnly): no CUDA context, no GPU memory, no launch,
+so compiling never disturbs the timing running beside it, and it also runs on a machine without a GPU.
+The launcher runs on meta tensors (shapes, dtypes and the 16-byte alignment of a fresh allocation are all
+Triton specializes on) and every @triton.jit launch in it becomes a compile. The binary lands in the
+Triton cache (TRITON_CACHE_DIR), where the GPU worker's first call finds it and only loads it. A Triton
+without what that needs gets no pool (compile_workers): each GPU worker compiles in its first call.
 
 The workers are forked from a fork server (runners/engine/process.py) that imported torch, Triton and the
 kernel's module once, before the first fork: a module that takes seconds to import costs them nothing.
@@ -31,25 +32,6 @@ BUILT = None  # the outcome of a successful compile
 DEFERRED = "deferred"  # not decided here; the GPU worker compiles it
 
 
-class _CompileOnlyDriver:
-    """The part of Triton's driver interface that JITFunction.run(warmup=True) uses: a device index,
-    a stream and the compile target. Each target gets a device index of its own: a JITFunction keeps
-    its compiled kernels per device index, so a second target under the same index would be answered
-    with the first target's kernels."""
-
-    def __init__(self, target, device: int):
-        self._target, self._device = target, device
-
-    def get_current_device(self):
-        return self._device
-
-    def get_current_stream(self, device=None):
-        return 0
-
-    def get_current_target(self):
-        return self._target
-
-
 # Below the GPU workers, the torch.compile worker and the sweep's own process: a pool of one process a
 # core took a fifth of each core from their imports and first calls (the README sweep's torch.compile
 # worker imported in 11.8 s beside it on an H200 host, 8.6-9.0 s alone), and gets every core they leave.
@@ -59,36 +41,21 @@ COMPILE_NICENESS = 10
 def _compile_main(conn, kernel_name: str, spec_path: Optional[str]) -> None:
     os.nice(COMPILE_NICENESS)  # ptxas, which it starts, inherits it
     import torch
-    from triton.backends.compiler import GPUTarget
-    from triton.runtime import driver
-    from triton.runtime.jit import JITFunction
 
+    from runners.engine.internals import CompileOnly
     from runners.engine.specs import load_spec
 
     spec = load_spec(kernel_name, spec_path)
-    launch = JITFunction.run
-    compiled = []
-
-    def compile_only(self, *args, grid, warmup, **kwargs):
-        kernel = launch(self, *args, grid=grid, warmup=True, **kwargs)
-        compiled.append(kernel)
-        return kernel
-
-    JITFunction.run = compile_only
-    target_set, devices = None, {}
+    compiling = CompileOnly()
     conn.send(("ready", {"pid": os.getpid()}))
     while True:
         message = conn.recv()
         if message is None:
             return
         _, trial, target = message
-        if target != target_set:
-            driver.set_active(_CompileOnlyDriver(GPUTarget(*target),
-                                                 devices.setdefault(target, len(devices))))
-            target_set = target
-        compiled.clear()
-        outcome = compile_trial(spec, trial, torch, compiled)
-        conn.send(("compiled", outcome))
+        compiling.set_target(target)
+        compiling.compiled.clear()
+        conn.send(("compiled", compile_trial(spec, trial, torch, compiling.compiled)))
 
 
 def compile_trial(spec, trial: Trial, torch, compiled: list) -> dict:
@@ -149,7 +116,14 @@ def fork_server(kernel_name: str, spec_path: Optional[str]) -> ForkServer:
 def compile_workers(count: int, kernel_name: str, spec_path: Optional[str],
                     server: Optional[ForkServer] = None) -> list[WorkerProcess]:
     """`count` compile workers, none started, all forked from `server` (a new one when None); the
-    scheduler forks them as the work needs them (runners/engine/scheduler.py)."""
+    scheduler forks them as the work needs them (runners/engine/scheduler.py). None where this Triton
+    cannot compile without a GPU (internals.compile_only_problem): said in a line."""
+    from runners.engine.internals import compile_only_problem
+
+    problem = compile_only_problem() if count else None
+    if problem:
+        print(f"note: no compile pool ({problem}): each GPU worker compiles a config in its first call")
+        return []
     server = server or fork_server(kernel_name, spec_path)
     return [WorkerProcess(f"compile worker {i}", _compile_main, (kernel_name, spec_path),
                           new_session=True,
