@@ -2,6 +2,7 @@
 
 CPU: the Triton interpreter, fp16 and fp32. GPU (marked): bf16 too, and long rows.
 """
+import importlib
 import dataclasses
 import itertools
 import math
@@ -361,9 +362,7 @@ def test_a_compiled_baseline_compiled_ahead_runs_nothing_and_its_first_call_comp
     assert counters["stats"]["unique_graphs"] == traced + 1
     # A torch without the private compile_fx (runners/engine/internals.py): nothing compiled ahead, said
     # in the answer; the first call compiles as it always could.
-    import torch._inductor.compile_fx
-
-    monkeypatch.delattr(torch._inductor.compile_fx, "compile_fx")
+    monkeypatch.delattr(importlib.import_module("torch._inductor.compile_fx"), "compile_fx")
     without = prepare_baseline(softmax.SPEC, Trial("softmax", "compile", (2, 100), "float32", {}),
                                torch.device("cpu"))
     assert without["compile_s"] is None and "has no torch._inductor.compile_fx.compile_fx" in without["message"]
