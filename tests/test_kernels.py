@@ -2,8 +2,8 @@
 
 CPU: the Triton interpreter, fp16 and fp32. GPU (marked): bf16 too, and long rows.
 """
-import importlib
 import dataclasses
+import importlib
 import itertools
 import math
 
