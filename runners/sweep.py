@@ -8,9 +8,10 @@ jobs apart (hydra/launcher=local, slurm; runners/engine/launch.py) each job writ
 its job directory, resuming from a copy of the store of record, and the multirun's end merges them into
 the store of record first (runners/merge.py).
 
-Only light modules are imported here at the top: torch, Triton, pandas and the kernel's module are
-imported inside the job, after its workers have been started, so that the three processes import them
-at once (and a spawned worker, which imports this module again, does not pay for them twice).
+First, on a GPU, the command forks the home server its workers are forked from (runners/engine/process.py:
+start_home_server), which imports torch and Triton while Hydra composes the config. Only light modules are
+imported here at the top: torch, Triton, pandas and the kernel's module are imported inside the job,
+after its workers have been started, so that the processes import them at once.
 """
 from __future__ import annotations
 
@@ -20,6 +21,11 @@ import sys
 import traceback
 from pathlib import Path
 from typing import Optional
+
+if __name__ == "__main__" and "TRITON_INTERPRET" not in os.environ:  # (Triton reads it at its import)
+    from runners.engine.process import start_home_server
+
+    start_home_server(("torch", "triton"))  # first: it imports them while this process goes on
 
 import hydra
 from hydra.core.hydra_config import HydraConfig

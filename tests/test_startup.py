@@ -38,6 +38,14 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def _gone(pid: int, timeout_s: float = 30.0) -> bool:
+    """Whether process `pid` has ended, waiting up to timeout_s for it to."""
+    deadline = time.monotonic() + timeout_s
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not _alive(pid)
+
+
 def test_the_fork_server_imports_the_kernel_module_once_for_every_compile_worker(tmp_path, monkeypatch):
     marker = tmp_path / "imported"
     monkeypatch.setenv("SLOW_IMPORT_S", "0")
@@ -228,10 +236,7 @@ def test_finish_in_background_leaves_the_plots_to_a_process_that_writes_them_aft
     line = next(line for line in result.stdout.splitlines() if "written in the background by process" in line)
     assert line.startswith(f"plots, wandb: written in the background by process {pid}")
     assert str(run / "finish.log") in line
-    deadline = time.monotonic() + 120
-    while _alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not _alive(pid)
+    assert _gone(pid, 120)
     # (one meta-parameter varies: no heatmap)
     assert sorted(p.name for p in run.glob("*.png")) == ["roofline.png", "speedup_vector_add.png"]
     assert "plots: " in (run / "finish.log").read_text()
@@ -271,3 +276,45 @@ def test_the_start_line_names_each_part_and_brackets_the_nested_ones():
                               "gpu_after_imports": 0.31}}
     assert _start_parts(info) == " (imports 1.0, gpu (lock 0.0, cuda context 0.3), gpu after imports 0.3)"
     assert _start_parts({}) == ""
+
+
+HOME_SCRIPT = r'''
+import json, os, sys
+from runners.engine import process
+from runners.engine.process import WorkerProcess, start_home_server, stop_all
+
+
+def report(conn):
+    conn.send(("ready", {"parent": os.getppid(), "imported": "tests.slow_import_kernel" in sys.modules}))
+    conn.recv()
+
+
+if __name__ == "__main__":
+    start_home_server(("tests.slow_import_kernel",))
+    server = process._home
+    workers = [WorkerProcess(f"worker {i}", "__main__:report", ()) for i in range(2)]
+    for worker in workers:
+        worker.start()  # asked for while the server imports: forked once it is ready
+    print(json.dumps({"server": server.wait_ready()["pid"], "workers": [w.wait_ready() for w in workers]}))
+    stop_all(workers)
+'''
+
+
+def test_a_command_s_workers_are_forked_from_a_home_server_that_imported_its_preload_once(tmp_path):
+    """A command starts its home server first (runners/sweep.py): the server imports its preload while
+    the command composes its config, and every worker asked of it, even before it is ready, is its child
+    with that preload imported, not imported again; the server ends with the command."""
+    import subprocess
+    import sys
+
+    script, marker = tmp_path / "home.py", tmp_path / "imported"
+    script.write_text(HOME_SCRIPT)
+    env = user_env(SLOW_IMPORT_S="1", SLOW_IMPORT_MARKER=str(marker))
+    result = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    started = json.loads(result.stdout.splitlines()[-1])
+    assert _imports(marker) == [started["server"]]
+    assert [w["parent"] for w in started["workers"]] == [started["server"]] * 2
+    assert all(w["imported"] for w in started["workers"])
+    assert _gone(started["server"])

@@ -55,7 +55,12 @@ def _resolve(main: Union[Callable, str]) -> Callable:
     return getattr(importlib.import_module(module), name)
 
 
-def _entry(conn, new_session: bool, environment: dict, main: Union[Callable, str], args: tuple) -> None:
+def _entry(conn, new_session: bool, environment: dict, main: Union[Callable, str], args: tuple,
+           parents_end=None) -> None:
+    # A child this process forked itself holds the parent's end of its pipe too: closed, so that the
+    # parent's exit ends the pipe here (an orphaned home server would wait on it for ever).
+    if parents_end is not None:
+        parents_end.close()
     # A child forked from the fork server has the server's environment, fixed when it started: take the
     # parent's as it is now (TRITON_CACHE_DIR, say, may have changed since).
     os.environ.clear()
@@ -85,16 +90,20 @@ class WorkerProcess:
     it receives None. `main` may be "module:function", imported in the child only."""
 
     def __init__(self, name: str, main: Union[Callable, str], args: tuple, new_session: bool = False,
-                 interpret: bool = False, server: Optional["ForkServer"] = None):
-        """`server`: for a worker that never touches CUDA, the ForkServer it is forked from, in
-        milliseconds, with torch, Triton and the kernel's module already imported there. Without one the
-        worker is spawned: a fresh interpreter, never a fork of a process that may hold CUDA."""
+                 interpret: bool = False, server: Optional["ForkServer"] = None, fork_here: bool = False):
+        """`server`: the ForkServer the worker is forked from, in milliseconds, with what it imported
+        (the compile pool's: torch, Triton and the kernel's module). Without one, from this command's home
+        server where it has one (start_home_server), else spawned: a fresh interpreter, never a fork of a
+        process that may hold CUDA. An interpreter worker is never forked from the home server: Triton
+        reads TRITON_INTERPRET when it is imported, and the home server imported it without.
+        `fork_here`: this process forks the child itself (the home server)."""
         self.name = name
         self._interpret = interpret
         self._main = main
         self._args = args
         self._new_session = new_session
-        self.server = server
+        self.server = server if server is not None or interpret else _home
+        self._fork_here = fork_here
         self.process = None
         self.conn = None
         self.info: Optional[dict] = None  # what the child sent with "ready"
@@ -118,6 +127,8 @@ class WorkerProcess:
         """Spawn (or replace) the child, or ask the fork server for it; it is ready once `take()`
         returns its ready message. Never waits for the fork server."""
         self.stop()
+        if _home is not None and self.server is _home and not _home.running:
+            self.server = None  # the home server is gone: spawned from now on
         environment = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
         if self._interpret:
             environment["TRITON_INTERPRET"] = "1"
@@ -127,10 +138,11 @@ class WorkerProcess:
             child_end.close()  # the server holds it until the fork; then the child alone
             self.process = _ForkedChild(self.server, request)
         else:
-            context = multiprocessing.get_context("spawn")
+            context = multiprocessing.get_context("fork" if self._fork_here else "spawn")
             parent_end, child_end = context.Pipe()
             self.process = context.Process(target=_entry, daemon=True, args=(
-                child_end, self._new_session, environment, self._main, self._args))
+                child_end, self._new_session, environment, self._main, self._args,
+                parent_end if self._fork_here else None))
             # TRITON_INTERPRET is read when triton is imported, which a spawned child may do before
             # `main` runs (while re-importing the parent's main module), and which the fork server
             # does before its first fork: it must be in the environment they inherit, not only in
@@ -304,8 +316,8 @@ class ForkServer(WorkerProcess):
     imports took. After that it answers no request: `fork()` and `kill_child()` talk to it, and
     `poll()` reads the pids of the forks and the exit codes of the children it reaps."""
 
-    def __init__(self, preload: tuple[str, ...]):
-        super().__init__("fork server", _fork_server_main, (tuple(preload),))
+    def __init__(self, preload: tuple[str, ...], fork_here: bool = False):
+        super().__init__("fork server", _fork_server_main, (tuple(preload),), fork_here=fork_here)
         self.preload = tuple(preload)
         self.pids: dict[int, int] = {}  # request -> pid of the child forked for it
         self.exits: dict[int, int] = {}  # pid -> exit code (negative: the signal that ended it)
@@ -379,6 +391,21 @@ class ForkServer(WorkerProcess):
         self._gone = True
 
 
+_home: Optional[ForkServer] = None  # this command's home server (start_home_server)
+
+
+def start_home_server(preload: tuple[str, ...]) -> None:
+    """Fork this command's home server, which imports `preload` (torch and Triton) while the command
+    composes its config: every worker the command starts later (not the compile pool's, forked from a
+    fork server of their own, nor an interpreter worker) is forked from it with those imported, instead
+    of spawned into an interpreter that imports them again (seconds: BENCHMARKS.md, "Start-up devices").
+    Called first, while this process holds no CUDA and runs one thread; the server never touches CUDA,
+    and ends with this process (its pipe ends)."""
+    global _home
+    _home = ForkServer(tuple(preload), fork_here=True)
+    _home.start()
+
+
 def _kill(pid: int, group: bool) -> None:
     if group:
         try:
@@ -393,6 +420,9 @@ def _kill(pid: int, group: bool) -> None:
 
 def _fork_server_main(conn, preload: tuple[str, ...]) -> None:
     began = time.perf_counter()
+    # Its children may use CUDA (the home server's trial workers): an import that asks torch whether CUDA
+    # is there would otherwise ask the driver, and torch then refuses CUDA in every fork.
+    os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
     failed = import_ahead(preload)  # a worker imports what failed again after the fork, and says why
     seconds = time.perf_counter() - began
     # Ctrl-C is the sweep's to handle (it stops every worker); each exit of a child wakes the loop.
@@ -544,5 +574,5 @@ def stop_all(workers: list[WorkerProcess], grace_s: float = 5.0) -> None:
         if worker.process is not None:
             worker.process.join(max(deadline - time.monotonic(), 0))
         worker.stop()  # kills what is still alive, closes the pipe
-    for server in {id(w.server): w.server for w in workers if w.server is not None}.values():
-        server.stop()
+    for server in {id(w.server): w.server for w in workers if w.server not in (None, _home)}.values():
+        server.stop()  # the home server serves the command's later jobs too; it ends with the command
