@@ -49,20 +49,26 @@ def run_command(args: list, cwd=None, env: dict = None, timeout: float = 600, ba
                           timeout=timeout)
 
 
+# The outputs of a test's sweep: the default ones but the plots (their own tests draw them: tests/test_plot.py,
+# and the sweeps that ask for them with plots=True), a second or two of matplotlib a sweep.
+NO_PLOTS = "output=[parquet,table,export,wandb]"
+
+
 def run_sweep(tmp_path: Path, *overrides: str, multirun: bool = False, check: bool = True,
-              background: bool = False, backend: str = "interpret", env: dict = None):
+              background: bool = False, backend: str = "interpret", env: dict = None, plots: bool = False):
     """Run `python -m runners.sweep` (on the interpreter unless told) with its store, runs, exports and
     W&B files under tmp_path, as run_command runs a command."""
+    outputs = [] if plots or any(o.startswith("output=") for o in overrides) else [NO_PLOTS]
     args = ["runners.sweep"] + (["-m"] if multirun else []) + [
         f"backend={backend}", f"store={tmp_path}/results.sqlite", f"export_dir={tmp_path}/exports",
         f"hydra.run.dir={tmp_path}/run", f"hydra.sweep.dir={tmp_path}/multirun",
-        "logger.mode=disabled", f"logger.dir={tmp_path}", *FAST_TIMING, *overrides,
+        "logger.mode=disabled", f"logger.dir={tmp_path}", *FAST_TIMING, *outputs, *overrides,
     ]
     env = env if env is not None else user_env()
     if backend == "interpret":
         env["TRITON_INTERPRET"] = "1"
     cwd = tmp_path / "cwd"
-    cwd.mkdir(exist_ok=True)
+    cwd.mkdir(parents=True, exist_ok=True)
     result = run_command(args, cwd=cwd, env=env, background=background)
     if background:
         return result

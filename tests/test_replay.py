@@ -23,8 +23,8 @@ ONE_OPTION = ("+kernel.space.num_warps=[1]", "+kernel.space.num_stages=[1]")  # 
 def _capture(folder: Path, program: Path) -> tuple[Path, str]:
     """(the capture's folder, its printed lines): the sweep files moved to <folder>/conf/sweep/."""
     folder.mkdir(parents=True, exist_ok=True)
-    result = run_command(["runners.capture", "--replay", "--out", folder / "app", "--", sys.executable, program],
-                         cwd=folder, env=user_env(TRITON_INTERPRET="1"))
+    result = run_command(["runners.capture", "--replay", "--out", folder / "app", "--", sys.executable,
+                          program], cwd=folder, env=user_env(TRITON_INTERPRET="1"))
     assert result.returncode == 0, result.stdout + result.stderr
     (folder / "conf" / "sweep").mkdir(parents=True)
     for path in folder.glob("app_*.yaml"):

@@ -107,7 +107,8 @@ def test_a_small_list_is_compiled_by_the_gpu_worker_while_the_fork_server_import
     assert all(w.starts == 0 for w in pool)  # no compile worker was ever forked
 
 
-def test_a_triton_without_the_compile_only_parts_gets_no_pool_and_the_same_rows(tmp_path, monkeypatch, capsys):
+def test_a_triton_without_the_compile_only_parts_gets_no_pool_and_the_same_rows(tmp_path, monkeypatch,
+                                                                               capsys):
     """Without triton.runtime.driver.set_active (runners/engine/internals.py) there is no compile pool:
     compile_workers says so and gives none, and the trial worker compiles each config itself, with the
     same outcome for every trial as beside a pool."""
@@ -129,7 +130,7 @@ def test_a_triton_without_the_compile_only_parts_gets_no_pool_and_the_same_rows(
         try:
             scheduler.start(ahead=trials)
             scheduler.set_device(H100_TARGET, 232448, peaks={})
-            scheduler.run(trials, lambda worker, trial, result: recorded.update({trial.key: result["status"]}))
+            scheduler.run(trials, lambda _, trial, result: recorded.update({trial.key: result["status"]}))
         finally:
             stop_all([gpu] + pool)
         return recorded, pool
@@ -170,7 +171,7 @@ def test_results_and_the_finish_breakdown_do_not_depend_on_the_plots(tmp_path, m
     monkeypatch.setenv("PYTHONPATH", str(tmp_path / "fake"))  # run_sweep puts the repository before it
     result = run_sweep(tmp_path, "kernel=vector_add", "kernel.shapes=[1000]",
                        "kernel.space.BLOCK_SIZE=[256,512]", "kernel.space.num_warps=[1]",
-                       "kernel.baselines=[torch]", "sweep_id=noplots", check=False)
+                       "kernel.baselines=[torch]", "sweep_id=noplots", check=False, plots=True)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output
     warnings = [line for line in output.splitlines() if "warning" in line.lower()]
@@ -179,7 +180,8 @@ def test_results_and_the_finish_breakdown_do_not_depend_on_the_plots(tmp_path, m
     assert not list((tmp_path / "run").glob("*.png"))
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     # the outputs in their order, the trial-time work closed before the plots and the W&B summary run
-    assert list(summary["finish_seconds"]) == ["load", "parquet", "table", "export", "closing", "plots", "wandb"]
+    finish = ["load", "parquet", "table", "export", "closing", "plots", "wandb"]
+    assert list(summary["finish_seconds"]) == finish
     assert summary["before_job_seconds"] > 0 and summary["written"]["plots"] == []
     assert "finish load " in result.stdout and "before the job " in result.stdout
 
@@ -209,10 +211,12 @@ def test_two_commands_in_a_row_in_a_plain_shell_leave_no_process_and_no_cache_of
     env = user_env(HOME=str(home), TRITON_INTERPRET="1", SWEEP_TEST_MARKER=tmp_path.name)
     for key in ("XDG_CACHE_HOME", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "WANDB_DIR"):
         env.pop(key, None)
-    readme = ["runners.sweep", "backend=interpret", "kernel.shapes=[[64,1000]]", "kernel.space.BLOCK_SIZE=[1024]",
-              "kernel.space.num_warps=[4]", "kernel.baselines=[torch]", *FAST_TIMING]
+    readme = ["runners.sweep", "backend=interpret", "kernel.shapes=[[64,1000]]",
+              "kernel.space.BLOCK_SIZE=[1024]", "kernel.space.num_warps=[4]", "kernel.baselines=[torch]",
+              *FAST_TIMING]
     for run in ("first", "second"):
-        result = run_command(readme + [f"sweep_id={run}", f"hydra.run.dir=outputs/{run}"], cwd=tmp_path, env=env)
+        result = run_command(readme + [f"sweep_id={run}", f"hydra.run.dir=outputs/{run}"], cwd=tmp_path,
+                             env=env)
         assert result.returncode == 0, result.stdout + result.stderr
         assert _processes_with(marker) == []
         out = tmp_path / "outputs" / run
@@ -228,7 +232,8 @@ def test_finish_in_background_leaves_the_plots_to_a_process_that_writes_them_aft
     session of its own writes the plots after it, and says so in finish.log."""
     result = run_sweep(tmp_path, "kernel=vector_add", "kernel.shapes=[1000]",
                        "kernel.space.BLOCK_SIZE=[256,512]", "kernel.space.num_warps=[1]",
-                       "kernel.baselines=[torch]", "sweep_id=left", "finish_in_background=true")
+                       "kernel.baselines=[torch]", "sweep_id=left", "finish_in_background=true",
+                       plots=True)
     run = tmp_path / "run"
     summary = json.loads((run / "summary.json").read_text())
     pid = summary["finish_in_background"]

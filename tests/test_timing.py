@@ -142,7 +142,8 @@ def test_the_median_interval_rank_is_the_widest_that_covers_at_large_n():
         assert _interval_rank(n) == exact, n
     counts = np.unique(np.geomspace(20_001, 20_000_000, 40).astype(int))
     ranks = np.array([_interval_rank(int(n)) for n in counts])
-    assert np.all(binom.cdf(ranks, counts, 0.5) <= 0.025) and np.all(binom.cdf(ranks + 1, counts, 0.5) > 0.025)
+    assert np.all(binom.cdf(ranks, counts, 0.5) <= 0.025)
+    assert np.all(binom.cdf(ranks + 1, counts, 0.5) > 0.025)
     assert np.all(binom.cdf(ranks + 1, counts, 0.5) > 0.025)
 
 

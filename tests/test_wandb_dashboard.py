@@ -23,6 +23,7 @@ def test_dashboard_keys_metrics_plots_and_pct_of_best(tmp_path):
         "kernel.baselines=[torch]",
         "logger.mode=offline",
         "sweep_id=dash",
+        plots=True,
     )
     paths = sorted(glob.glob(f"{tmp_path}/wandb/offline-run-*/run-*.wandb"))
     runs = {path: read_run(path) for path in paths}

@@ -68,7 +68,7 @@ def _assert_results_untouched(tmp_path, result, *causes: str) -> None:
 @pytest.mark.parametrize("runs", ["trial", "sweep"])
 def test_wandb_that_fails_to_import(tmp_path, monkeypatch, runs):
     _fake_wandb(tmp_path, BROKEN_IMPORT, monkeypatch)
-    result = run_sweep(tmp_path, *SMALL, "logger.mode=offline", f"logger.runs={runs}", check=False)
+    result = run_sweep(tmp_path, *SMALL, "logger.mode=offline", f"logger.runs={runs}", check=False, plots=True)
     _assert_results_untouched(
         tmp_path, result, "W&B logging is off", "wandb cannot be imported (ImportError: cannot"
     )
@@ -77,7 +77,7 @@ def test_wandb_that_fails_to_import(tmp_path, monkeypatch, runs):
 
 def test_wandb_whose_runs_fail_to_start(tmp_path, monkeypatch):
     _fake_wandb(tmp_path, BROKEN_INIT, monkeypatch)
-    result = run_sweep(tmp_path, *SMALL, "logger.mode=offline", check=False)
+    result = run_sweep(tmp_path, *SMALL, "logger.mode=offline", check=False, plots=True)
     _assert_results_untouched(
         tmp_path,
         result,
@@ -90,7 +90,7 @@ def test_wandb_whose_runs_fail_to_start(tmp_path, monkeypatch):
 def test_wandb_whose_sweep_run_fails_to_start(tmp_path, monkeypatch):
     """logger.runs=sweep: the one run the sweep makes fails to start."""
     _fake_wandb(tmp_path, BROKEN_INIT, monkeypatch)
-    result = run_sweep(tmp_path, *SMALL, "logger.mode=offline", "logger.runs=sweep", check=False)
+    result = run_sweep(tmp_path, *SMALL, "logger.mode=offline", "logger.runs=sweep", check=False, plots=True)
     _assert_results_untouched(
         tmp_path,
         result,

@@ -403,7 +403,8 @@ def _spent_cells(summary: dict) -> str:
     return f"{share('screen')} | {share('final')} | {first:.1f} | {sum(spent['limit'].values()):.1f}"
 
 
-def bench_sweeps(names: list[str], trees: list[Path], calibration: Optional[str], old_extra: list[str]) -> None:
+def bench_sweeps(names: list[str], trees: list[Path], calibration: Optional[str],
+                 old_extra: list[str]) -> None:
     """Each sweep of `names` from each tree (this one last), cold (a fresh Triton cache and store) and,
     for the README's, again warm (force=true), then as on a machine's first torch.compile (FIRST_USE):
     command and phase seconds, the GPU-busy shares, first calls, this host's limit; then compare's verdict

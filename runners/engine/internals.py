@@ -24,7 +24,8 @@ def compile_only_problem() -> Optional[str]:
         from triton.runtime.jit import JITFunction
     except ImportError as error:
         return f"ImportError: {error}"
-    for where, owner, name in (("triton.runtime.driver", driver, "set_active"), ("JITFunction", JITFunction, "run")):
+    for where, owner, name in (("triton.runtime.driver", driver, "set_active"),
+                               ("JITFunction", JITFunction, "run")):
         if not callable(getattr(owner, name, None)):
             return f"this Triton has no {where}.{name}"
     return None

@@ -99,7 +99,8 @@ def start_workers(cfg: DictConfig, workers: int, compilers: int, rule, first_bat
     gpu = [first] if first is not None else []
     gpu += [worker(i) for i in range(len(gpu), workers)]
     sides = [side] + [worker(i, is_side=True) for i in range(1, len(lock_files))] if side is not None else []
-    pool = compile_pool.compile_workers(compilers, cfg.kernel.name, cfg.kernel.spec, server) if compilers else []
+    pool = compile_pool.compile_workers(compilers, cfg.kernel.name, cfg.kernel.spec, server) if compilers \
+        else []
     if not pool and server is not None:
         server.stop()  # nothing of this job to compile, or no pool on this Triton
         server = None

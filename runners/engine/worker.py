@@ -11,7 +11,8 @@ imports dynamo and inductor (seconds), which the side worker does at its start w
 measures; it compiles each baseline ahead of its trial (`prepare_baseline`: nothing launched, no lock),
 and the trial's first call then runs what was compiled. Then the two take turns: each holds its GPU's
 lock around all it does on the GPU (the CUDA part of its start, each request: inputs, references, first
-calls, checks, timing), so that no sample shares the GPU with the other's work, and the scheduler gives the trial worker no new request while its side worker has one that holds
+calls, checks, timing), so that no sample shares the GPU with the other's work, and the scheduler gives
+the trial worker no new request while its side worker has one that holds
 the lock (runners/engine/scheduler.py), so that neither waits for the lock longer than one request of
 the other.
 """
