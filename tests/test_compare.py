@@ -75,15 +75,16 @@ def test_unchanged_reruns_pass_the_gate_though_runs_differ_by_twice_the_old_assu
     """Runs whose offsets spread 1% (the rule before issue 32 assumed 0.5% and failed 6 in 100 such
     comparisons): the gate fails at most what alpha = 1% explains, and few rows are not SAME."""
     failures = not_same = compared = 0
-    frames, calibrated = _runs(tmp_path, 100, run_noise=0.01)
+    pairs = 40  # seeded; bench_gate measures the rates over thousands
+    frames, calibrated = _runs(tmp_path, pairs, run_noise=0.01)
     for base, new in frames:
         rows, status = _gate(base, new, calibrated)
         failures += status == 1
         not_same += sum(r["verdict"] != "SAME" for r in rows)
         compared += len(rows)
         assert status in (0, 1)  # judged, never refused: the calibration names this GPU and kernel
-    assert compared > 2500
-    assert failures <= stats.binom.ppf(0.999, 100, 0.01)
+    assert compared > 1000
+    assert failures <= stats.binom.ppf(0.999, pairs, 0.01)
     assert not_same <= 0.01 * compared
 
 

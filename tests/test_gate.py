@@ -54,7 +54,7 @@ def test_sticky_errors_hangs_and_dying_workers_do_not_stop_the_sweep(tmp_path, w
     run_sweep(tmp_path, "kernel=external", "kernel.spec=tests.bad_kernels:HANG_OR_DIE",
               "kernel.shapes=[1000]", "kernel.dtypes=[float32]",
               "+kernel.space.BLOCK_SIZE=[32,64,128,256,512]", "+kernel.space.num_warps=[4]",
-              "trial_timeout_s=20", f"gpu_workers={workers}")
+              "trial_timeout_s=8", f"gpu_workers={workers}")
     rows = _rows(tmp_path)
     assert len(rows) == 5  # each trial recorded once, whichever worker ran it and however it ended
     by_block = {json.loads(c)["BLOCK_SIZE"]: (s, m)
@@ -62,7 +62,7 @@ def test_sticky_errors_hangs_and_dying_workers_do_not_stop_the_sweep(tmp_path, w
     assert by_block[32][0] == "crashed" and "illegal memory access" in by_block[32][1]
     # The worker that hit the sticky error is replaced before the next trial: this one times out on
     # its own, not "worker died" on the way out of the old one.
-    assert by_block[64][0] == "timeout" and "no answer within 20 s" in by_block[64][1]
+    assert by_block[64][0] == "timeout" and "no answer within 8 s" in by_block[64][1]
     assert by_block[128][0] == "crashed" and "exit code 7" in by_block[128][1]
     assert by_block[256][0] == "ok" and by_block[512][0] == "ok"  # fresh workers after each failure
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
