@@ -22,10 +22,10 @@ import traceback
 from pathlib import Path
 from typing import Optional
 
-if __name__ == "__main__" and "TRITON_INTERPRET" not in os.environ:  # (Triton reads it at its import)
+if __name__ == "__main__":  # first: the home server imports torch and Triton while this process goes on
     from runners.engine.process import start_home_server
 
-    start_home_server(("torch", "triton"))  # first: it imports them while this process goes on
+    start_home_server(("torch", "triton"))
 
 import hydra
 from hydra.core.hydra_config import HydraConfig

@@ -94,15 +94,16 @@ class WorkerProcess:
         """`server`: the ForkServer the worker is forked from, in milliseconds, with what it imported
         (the compile pool's: torch, Triton and the kernel's module). Without one, from this command's home
         server where it has one (start_home_server), else spawned: a fresh interpreter, never a fork of a
-        process that may hold CUDA. An interpreter worker is never forked from the home server: Triton
-        reads TRITON_INTERPRET when it is imported, and the home server imported it without.
+        process that may hold CUDA. A worker is forked from the home server only where it imported Triton
+        as the worker needs it: Triton reads TRITON_INTERPRET when it is imported.
         `fork_here`: this process forks the child itself (the home server)."""
         self.name = name
         self._interpret = interpret
         self._main = main
         self._args = args
         self._new_session = new_session
-        self.server = server if server is not None or interpret else _home
+        home = _home if _home is not None and _home.interprets == interpret else None
+        self.server = server if server is not None else home
         self._fork_here = fork_here
         self.process = None
         self.conn = None
@@ -319,6 +320,7 @@ class ForkServer(WorkerProcess):
     def __init__(self, preload: tuple[str, ...], fork_here: bool = False):
         super().__init__("fork server", _fork_server_main, (tuple(preload),), fork_here=fork_here)
         self.preload = tuple(preload)
+        self.interprets = False  # whether its Triton runs kernels in the interpreter (TRITON_INTERPRET)
         self.pids: dict[int, int] = {}  # request -> pid of the child forked for it
         self.exits: dict[int, int] = {}  # pid -> exit code (negative: the signal that ended it)
         self._requests = 0
@@ -397,12 +399,14 @@ _home: Optional[ForkServer] = None  # this command's home server (start_home_ser
 def start_home_server(preload: tuple[str, ...]) -> None:
     """Fork this command's home server, which imports `preload` (torch and Triton) while the command
     composes its config: every worker the command starts later (not the compile pool's, forked from a
-    fork server of their own, nor an interpreter worker) is forked from it with those imported, instead
-    of spawned into an interpreter that imports them again (seconds: BENCHMARKS.md, "Start-up devices").
+    fork server of their own; those that need Triton in the other mode of TRITON_INTERPRET than this
+    environment's) is forked from it with those imported, instead of spawned into an interpreter that
+    imports them again (seconds: BENCHMARKS.md, "Start-up devices").
     Called first, while this process holds no CUDA and runs one thread; the server never touches CUDA,
     and ends with this process (its pipe ends)."""
     global _home
     _home = ForkServer(tuple(preload), fork_here=True)
+    _home.interprets = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")  # how it imports Triton
     _home.start()
 
 
