@@ -68,7 +68,8 @@ def _assert_results_untouched(tmp_path, result, *causes: str) -> None:
 @pytest.mark.parametrize("runs", ["trial", "sweep"])
 def test_wandb_that_fails_to_import(tmp_path, monkeypatch, runs):
     _fake_wandb(tmp_path, BROKEN_IMPORT, monkeypatch)
-    result = run_sweep(tmp_path, *SMALL, "logger.mode=offline", f"logger.runs={runs}", check=False, plots=True)
+    result = run_sweep(tmp_path, *SMALL, "logger.mode=offline", f"logger.runs={runs}", check=False,
+                       plots=True)
     _assert_results_untouched(
         tmp_path, result, "W&B logging is off", "wandb cannot be imported (ImportError: cannot"
     )
