@@ -317,10 +317,11 @@ class ForkServer(WorkerProcess):
     imports took. After that it answers no request: `fork()` and `kill_child()` talk to it, and
     `poll()` reads the pids of the forks and the exit codes of the children it reaps."""
 
-    def __init__(self, preload: tuple[str, ...], fork_here: bool = False):
-        super().__init__("fork server", _fork_server_main, (tuple(preload),), fork_here=fork_here)
+    def __init__(self, preload: tuple[str, ...], fork_here: bool = False, interpret: bool = False):
+        super().__init__("fork server", _fork_server_main, (tuple(preload),), interpret=interpret,
+                         fork_here=fork_here)
         self.preload = tuple(preload)
-        self.interprets = False  # whether its Triton runs kernels in the interpreter (TRITON_INTERPRET)
+        self.interprets = interpret  # whether its Triton runs kernels in the interpreter (TRITON_INTERPRET)
         self.pids: dict[int, int] = {}  # request -> pid of the child forked for it
         self.exits: dict[int, int] = {}  # pid -> exit code (negative: the signal that ended it)
         self._requests = 0
@@ -405,8 +406,8 @@ def start_home_server(preload: tuple[str, ...]) -> None:
     Called first, while this process holds no CUDA and runs one thread; the server never touches CUDA,
     and ends with this process (its pipe ends)."""
     global _home
-    _home = ForkServer(tuple(preload), fork_here=True)
-    _home.interprets = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")  # how it imports Triton
+    interprets = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")  # how it imports Triton
+    _home = ForkServer(tuple(preload), fork_here=True, interpret=interprets)
     _home.start()
 
 
