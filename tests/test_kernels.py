@@ -65,7 +65,7 @@ def test_softmax_online_single_pass_and_looped(shape, block, dtype):
 
 
 @pytest.mark.parametrize("dtype", CPU_DTYPES)
-@pytest.mark.parametrize("shape, block_m, block_n", [((1823, 781), 4, 256), ((6, 42), 1, 64),
+@pytest.mark.parametrize("shape, block_m, block_n", [((1823, 781), 32, 256), ((6, 42), 1, 64),
                                                      ((37, 123), 8, 32)])
 def test_fused_gelu(shape, block_m, block_n, dtype):
     _check(fused_gelu.SPEC, shape, dtype,
