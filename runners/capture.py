@@ -278,6 +278,7 @@ def kernel_seconds(specs: dict, mapped: dict) -> dict:
     if not torch.cuda.is_available():
         return {}
     import numpy as np
+    import scipy.stats  # noqa: F401  (the stop rule's ranks: imported here, not in the first timer loop)
 
     from runners.measure.device import cuda_timer
     from runners.measure.stop_rule import StopRule

@@ -42,7 +42,7 @@ from typing import Optional
 if __name__ == "__main__":  # first: the home server imports torch and Triton while this process goes on
     from runners.engine.process import start_home_server
 
-    start_home_server(("torch", "triton"))
+    start_home_server(("torch", "triton", "scipy.stats"))
 
 import pandas as pd
 

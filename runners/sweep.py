@@ -8,7 +8,7 @@ jobs apart (hydra/launcher=local, slurm; runners/engine/launch.py) each job writ
 its job directory, resuming from a copy of the store of record, and the multirun's end merges them into
 the store of record first (runners/merge.py).
 
-First, on a GPU, the command forks the home server its workers are forked from (runners/engine/process.py:
+First the command forks the home server its workers are forked from (runners/engine/process.py:
 start_home_server), which imports torch and Triton while Hydra composes the config. Only light modules are
 imported here at the top: torch, Triton, pandas and the kernel's module are imported inside the job,
 after its workers have been started, so that the processes import them at once.
@@ -25,7 +25,7 @@ from typing import Optional
 if __name__ == "__main__":  # first: the home server imports torch and Triton while this process goes on
     from runners.engine.process import start_home_server
 
-    start_home_server(("torch", "triton"))
+    start_home_server(("torch", "triton", "scipy.stats"))
 
 import hydra
 from hydra.core.hydra_config import HydraConfig

@@ -9,7 +9,8 @@ path where a release renamed or removed one:
   checked there, since kernels/ imports nothing of runners/): a torch.compile baseline compiled ahead,
   nothing launched. Missing: the baseline compiles in its first call, under its GPU's lock.
 - `torch.cuda._sleep` (runners/measure/timing.py, runners/results/export/runtime.py): a spin on the GPU
-  that holds back the calls enqueued behind it; part of the timer, no start-up device.
+  that holds back the calls enqueued behind it; part of the timer, no start-up device, and not behind a
+  check (no public call does it).
 """
 from __future__ import annotations
 

@@ -90,19 +90,21 @@ class WorkerProcess:
     it receives None. `main` may be "module:function", imported in the child only."""
 
     def __init__(self, name: str, main: Union[Callable, str], args: tuple, new_session: bool = False,
-                 interpret: bool = False, server: Optional["ForkServer"] = None, fork_here: bool = False):
+                 interpret: Optional[bool] = False, server: Optional["ForkServer"] = None,
+                 fork_here: bool = False):
         """`server`: the ForkServer the worker is forked from, in milliseconds, with what it imported
         (the compile pool's: torch, Triton and the kernel's module). Without one, from this command's home
         server where it has one (start_home_server), else spawned: a fresh interpreter, never a fork of a
         process that may hold CUDA. A worker is forked from the home server only where it imported Triton
-        as the worker needs it: Triton reads TRITON_INTERPRET when it is imported.
+        as the worker needs it: Triton reads TRITON_INTERPRET when it is imported (`interpret` None: a
+        worker that runs no kernel, forked from the home server either way).
         `fork_here`: this process forks the child itself (the home server)."""
         self.name = name
-        self._interpret = interpret
+        self._interpret = bool(interpret)
         self._main = main
         self._args = args
         self._new_session = new_session
-        home = _home if _home is not None and _home.interprets == interpret else None
+        home = _home if _home is not None and interpret in (None, _home.interprets) else None
         self.server = server if server is not None else home
         self._fork_here = fork_here
         self.process = None
@@ -406,7 +408,8 @@ def start_home_server(preload: tuple[str, ...]) -> None:
     Called first, while this process holds no CUDA and runs one thread; the server never touches CUDA,
     and ends with this process (its pipe ends)."""
     global _home
-    interprets = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")  # how it imports Triton
+    # how it imports Triton (the values Triton takes for true)
+    interprets = os.environ.get("TRITON_INTERPRET", "").strip().lower() in ("1", "true", "on", "yes")
     _home = ForkServer(tuple(preload), fork_here=True, interpret=interprets)
     _home.start()
 

@@ -224,7 +224,7 @@ class TrialLogger:
 
         count = max(1, min(LOGGING_PROCESSES, (os.cpu_count() or 2) // 2))  # leave cores to the sweep
         main = f"{__name__}:_log_trials"
-        self._processes = [WorkerProcess(f"W&B logging process {i}", main, (conf, sweep_id))
+        self._processes = [WorkerProcess(f"W&B logging process {i}", main, (conf, sweep_id), interpret=None)
                            for i in range(count)]
         self._pending = [queue.SimpleQueue() for _ in self._processes]  # each process's runs, then None
         self._unsent: list[list[str]] = [[] for _ in self._processes]  # why a run could not be sent
