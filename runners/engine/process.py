@@ -323,11 +323,15 @@ class ForkServer(WorkerProcess):
         super().__init__("fork server", _fork_server_main, (tuple(preload),), interpret=interpret,
                          fork_here=fork_here)
         self.preload = tuple(preload)
-        self.interprets = interpret  # whether its Triton runs kernels in the interpreter (TRITON_INTERPRET)
         self.pids: dict[int, int] = {}  # request -> pid of the child forked for it
         self.exits: dict[int, int] = {}  # pid -> exit code (negative: the signal that ended it)
         self._requests = 0
         self._gone = False
+
+    @property
+    def interprets(self) -> bool:
+        """Whether its Triton runs kernels in the interpreter (TRITON_INTERPRET)."""
+        return self._interpret
 
     @property
     def running(self) -> bool:
