@@ -67,7 +67,7 @@ def main(argv=None) -> int:
         try:
             settings = from_command(kernel, args.spec, args.key, args.tolerance, not args.no_merge, dims,
                                     args.calls)
-            for path in export_kernel(frame, kernel, args.out_dir, **settings):
+            for path in export_kernel(frame, kernel, args.out_dir, source=args.store, **settings):
                 print(path)
         except (ExportError, ConfigError) as error:  # ConfigError: a --spec that cannot be loaded
             print(f"error: {error}", file=sys.stderr)

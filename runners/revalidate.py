@@ -300,7 +300,8 @@ def _write(args, data: dict, kernel: str, rows: pd.DataFrame, tolerance: float) 
     """The section of this GPU and Triton version, from `rows`, into the export (the others kept)."""
     out_dir = Path(args.out_dir) if args.out_dir else Path(args.export).parent
     try:
-        paths = export_kernel(rows, kernel, out_dir, **from_export(data, tolerance, args.spec))
+        paths = export_kernel(rows, kernel, out_dir, source=args.store,
+                              **from_export(data, tolerance, args.spec))
     except ExportError as error:  # interpreter rows, or nothing ok: the existing file is left as it is
         print(f"no new section written: {error}")
         return

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 TRITON_PROVIDER = "triton"
+NUM_WARPS_ALLOWED = (1, 2, 4, 8, 16, 32)  # what Triton launches
 
 
 class ConfigError(ValueError):

@@ -8,11 +8,10 @@ import math
 from typing import Any
 
 from kernels.spec import KernelSpec, is_power_of_two
-from runners.engine.trial import TRITON_PROVIDER, ConfigError, Trial
+from runners.engine.trial import NUM_WARPS_ALLOWED, TRITON_PROVIDER, ConfigError, Trial
 
 DTYPES = ("float16", "bfloat16", "float32")
 # num_warps beyond 32 exceeds the 1024 threads of a CUDA block.
-NUM_WARPS_ALLOWED = (1, 2, 4, 8, 16, 32)
 # The interpreter runs every program in Python: past this many elements one trial takes minutes.
 INTERPRET_MAX_ELEMENTS = 1 << 20
 

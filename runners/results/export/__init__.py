@@ -21,10 +21,11 @@ from typing import Optional
 import pandas as pd
 
 from runners.results.export.cover import Measured, covering_set
-from runners.results.export.fileformat import FORMAT, merged, sections
+from runners.results.export.fileformat import FORMAT, merged, sections, validated
 from runners.results.export.generalization import Lookup, estimate, summary_line
 from runners.results.export.render import render_module
-from runners.results.export.rows import baseline_rows, parse_shape, select_rows, trial_statuses
+from runners.results.export.rows import (baseline_rows, checked_rows, parse_shape, select_rows,
+                                         trial_statuses)
 from runners.results.export.settings import checked, checked_tolerance
 
 PROVENANCE = ("timing_method", "driver_version", "cuda_version", "torch_version", "triton_version",
@@ -72,16 +73,17 @@ def write_export(kernel: str, new: dict[str, dict], out_dir: str | Path, dims: t
     gpus: dict[str, dict] = {}
     for gpu, version, section in sections(existing) if existing else ():
         if not (gpu in new and new[gpu]["triton_version"] == version):
-            print(f"note: {json_path.name} keeps {gpu}'s configs of Triton {version}, exported "
-                  f"{section['exported_at']}")
+            print(f"note: {json_path.name} keeps the configs of {gpu!r}, Triton {version!r}, exported "
+                  f"{section['exported_at']!r}")
             gpus.setdefault(gpu, {})[version] = section
     for gpu, section in new.items():
         gpus.setdefault(gpu, {})[section["triton_version"]] = section
     data = {"format": FORMAT, "kernel": kernel, "dims": list(dims),
             "key": key if key else existing.get("key", {}),
             "gpus": {gpu: dict(sorted(gpus[gpu].items())) for gpu in sorted(gpus)}}
-    out_dir.mkdir(parents=True, exist_ok=True)
     text = json.dumps(data, indent=1)
+    validated(json.loads(text), f"{json_path} as it would be written")  # nothing written otherwise
+    out_dir.mkdir(parents=True, exist_ok=True)
     json_path.write_text(text)
     py_path = out_dir / f"{kernel}_configs.py"
     py_path.write_text(render_module(json.loads(text), json_path.name))  # from the JSON as written
@@ -90,10 +92,13 @@ def write_export(kernel: str, new: dict[str, dict], out_dir: str | Path, dims: t
 
 def export_kernel(frame: pd.DataFrame, kernel: str, out_dir: str | Path, *, tolerance: float = 0.03,
                   key: dict | None = None, dims: tuple | None = None, merge: bool = True,
-                  key_field: str = "--key", calls: Optional[dict] = None, rule=None) -> list[Path]:
+                  key_field: str = "--key", calls: Optional[dict] = None, rule=None,
+                  source: str = "the store") -> list[Path]:
     """Write the kernel's export from the store's rows (module doc); `rule`: the kernel's constraints,
-    (shape, dtype, config) -> reason or None, which the leave-one-out estimate plays as `check`."""
+    (shape, dtype, config) -> reason or None, which the leave-one-out estimate plays as `check`;
+    `source`: the store, as errors name it."""
     checked_tolerance(tolerance)
+    checked_rows(frame[frame["kernel"] == kernel], source)
     by_gpu = select_rows(frame, kernel)
     rank = len(parse_shape(next(iter(by_gpu.values()))["shape"].iloc[0]))
     dims, key = checked(kernel, rank, key, dims, key_field)

@@ -4,10 +4,15 @@ exported: the covering sets (COVER), the winner of each measured shape (BEST_BY_
 once (CONFIGS, for @triton.autotune), the map from the kernel's arguments to the sweep's dims (KEY, from
 the kernel's export key or --key), the sections that look the kinds of size up apart (ALIGNED_APART), a
 prune function for autotune and config_for() (runtime.py says how they look a call up).
+
+The data it is given has been checked against the file format (fileformat.py); every value goes in as the
+repr() of that checked value, and the text the docstring shows (GPU names, versions, sweep ids) only in a
+printable form that cannot end it (`_printable`).
 """
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from runners.results.export.fileformat import sections
@@ -17,9 +22,26 @@ RUNTIME = Path(__file__).resolve().parent / "runtime.py"
 RUNTIME_MARKER = "# ---- generated modules copy everything below this line ----\n"
 
 
+def _printable(text) -> str:
+    """Text for the docstring: letters, digits and a few marks of ASCII; any other character a '?'."""
+    return re.sub(r"[^A-Za-z0-9 _.,:;+=@#%()\[\]/-]", "?", str(text))
+
+
+def _provenance(gpu: str, version: str, section: dict) -> str:
+    """The docstring's lines of one section: where, how and from which sweeps it was measured."""
+    text = {name: _printable(section.get(name) or "not recorded")
+            for name in ("driver_version", "cuda_version", "torch_version", "kernel_hash", "exported_at")}
+    timed = section.get("timing_method") or "CUDA events (before timing_method was recorded)"
+    return (f"- {_printable(gpu)}, Triton {_printable(version)}: driver {text['driver_version']}, CUDA "
+            f"{text['cuda_version']},\n  torch {text['torch_version']}, kernel source {text['kernel_hash']};"
+            f"\n  timed by {_printable(timed)};\n  {section['trials']} ok trials of sweeps "
+            f"{_printable(', '.join(section['sweep_ids']))}; within {100 * section['tolerance']:g}%; "
+            f"exported {text['exported_at']}")
+
+
 def _config_source(config: dict) -> str:
     meta = {k: v for k, v in config.items() if k not in LAUNCH_OPTIONS}
-    options = "".join(f", {k}={config[k]}" for k in LAUNCH_OPTIONS if k in config)
+    options = "".join(f", {k}={config[k]!r}" for k in LAUNCH_OPTIONS if k in config)
     return f"triton.Config({meta!r}{options})"
 
 
@@ -76,13 +98,7 @@ def render_module(data: dict, json_name: str) -> str:
         for dtype_data in section["dtypes"].values():
             for entry in dtype_data["configs"]:
                 configs.setdefault(_identity(entry["config"]), (len(configs), entry["config"]))
-    provenance = "\n".join(
-        f"- {gpu}, Triton {version}: driver {s['driver_version'] or 'not recorded'}, CUDA "
-        f"{s['cuda_version'] or 'not recorded'},\n  torch {s['torch_version']}, kernel source "
-        f"{s['kernel_hash']};"
-        f"\n  timed by {s.get('timing_method') or 'CUDA events (before timing_method was recorded)'};"
-        f"\n  {s['trials']} ok trials of sweeps {', '.join(s['sweep_ids'])}; within "
-        f"{100 * s['tolerance']:g}%; exported {s['exported_at']}" for gpu, version, s in all_sections)
+    provenance = "\n".join(_provenance(gpu, version, section) for gpu, version, section in all_sections)
     key_args = list(data["key"]) or [d for d in data["dims"]]
     cover_lines, best_lines = _literal_lines(data, configs)
     config_lines = "\n".join(f"    {_config_source(config)}," for _, config in configs.values())

@@ -5,21 +5,64 @@ trial; beside them the baselines measured in that environment, and every status 
 leave-one-out estimate scores a pick that was not ok at a shape). Each row's figures travel with the
 config: its p50 and, where it was timed in repetitions, their medians and spread, else its one median's
 precision, which runners.compare and runners.revalidate judge a later measurement against.
+
+A store may hold rows of someone else's (merged in): every row of the kernel is checked before the export
+reads it (`checked_rows`, the file format's types: fileformat.py).
 """
 from __future__ import annotations
 
 import json
 import math
-from typing import Optional
+from typing import Annotated, Optional
 
 import pandas as pd
+from pydantic import Field, StrictInt
 
 from runners.engine.row import ENV_KEY
 from runners.engine.trial import TRITON_PROVIDER
+from runners.results.export.fileformat import Config, Figure, Model, Name, Shape, Text, validated
 from runners.results.export.settings import ExportError
 
 # Rows exported together share the resume environment; backend and GPU name are already fixed here.
 EXPORT_ENV = [name for name in ENV_KEY if name not in ("backend", "gpu_name")]
+
+
+class StoredRow(Model):
+    """The fields of a store's row that an export reads, shape and config parsed from their JSON."""
+
+    id: StrictInt
+    sweep_id: Text
+    kernel: Name
+    provider: Text
+    status: Text
+    dtype: Name
+    shape: Shape
+    config: Config
+    p50_us: Optional[Annotated[float, Field(gt=0, allow_inf_nan=False)]] = None
+    gbps: Optional[Figure] = None
+    gpu_name: Text
+    backend: Text
+    triton_version: Text
+    torch_version: Optional[Text] = None
+    driver_version: Optional[Text] = None
+    cuda_version: Optional[Text] = None
+    kernel_hash: Optional[Text] = None
+    timing_method: Optional[Text] = None
+
+
+def checked_rows(rows: pd.DataFrame, source: str) -> None:
+    """ExportError naming the store (`source`), the row, its sweep and the field, for the first row whose
+    fields are not what a sweep writes."""
+    for row in rows[[name for name in StoredRow.model_fields if name in rows]].to_dict("records"):
+        row = {name: None if isinstance(value, float) and math.isnan(value) else value
+               for name, value in row.items()}
+        where = f"{source}: row {row['id']} of sweep {row['sweep_id']!r}"
+        for name in ("shape", "config"):
+            try:
+                row[name] = json.loads(row[name])
+            except (TypeError, ValueError):
+                raise ExportError(f"{where}: {name}: not JSON (it holds {str(row[name])[:80]!r})") from None
+        validated(row, where, StoredRow)
 
 
 def newest_per_trial(rows: pd.DataFrame) -> pd.DataFrame:

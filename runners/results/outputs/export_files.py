@@ -21,7 +21,7 @@ class Export(Output):
         paths = []
         for kernel in done.frame["kernel"].unique():
             try:
-                paths += export_kernel(done.frame, kernel, done.cfg.export_dir,
+                paths += export_kernel(done.frame, kernel, done.cfg.export_dir, source=done.store,
                                        **from_sweep(done.cfg, kernel))
             except ExportError as error:
                 print(f"export skipped: {error}")
