@@ -74,12 +74,9 @@ def run_job(cfg: DictConfig, sweep_id: str, output_dir: Path, finish: bool) -> d
     selects; returns the job summary (also written to output_dir/summary.json)."""
     from runners.engine.job import Job
     from runners.results.outputs import Outputs
-    from runners.results.store import DamagedStore, ResultStore, damage_of
+    from runners.results.store import ResultStore
 
     store_path, prior = job_store_paths(cfg)
-    damage = damage_of(store_path)
-    if damage:  # before any worker starts; the file is left as it is
-        raise DamagedStore(store_path, damage)
     before_job_s = process_age_s() if HydraConfig.get().mode != RunMode.MULTIRUN else None
     outputs = Outputs.from_config(cfg)
     job = Job(cfg, sweep_id, output_dir, store_path, prior, ResultStore, outputs, before_job_s)

@@ -1,6 +1,8 @@
 """CPU tests run kernels through the Triton interpreter; GPU tests are marked `gpu` and skipped
 without CUDA."""
 import os
+import random
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -96,3 +98,19 @@ def modules_after(code: str, package: str) -> list[str]:
     result = subprocess.run([sys.executable, "-c", code + listing], capture_output=True, text=True,
                             check=True, cwd=REPO)
     return result.stdout.split()
+
+
+def overwrite_a_leaf_page(path):
+    """Random bytes over one leaf page of the trials table, in the middle of the file (SQLite's dbstat
+    table names the pages where this build has it)."""
+    db = sqlite3.connect(path)
+    page_size = db.execute("PRAGMA page_size").fetchone()[0]
+    try:
+        pages = [p for (p,) in db.execute("SELECT pageno FROM dbstat WHERE name = 'trials' AND "
+                                          "pagetype = 'leaf' ORDER BY pageno")]
+    except sqlite3.OperationalError:
+        pages = [path.stat().st_size // page_size // 2 + 1]
+    db.close()
+    with path.open("r+b") as file:
+        file.seek((pages[len(pages) // 2] - 1) * page_size)
+        file.write(random.Random(7).randbytes(page_size))

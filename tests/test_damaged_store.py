@@ -1,6 +1,7 @@
-"""A damaged store (its header overwritten, or cut to half its size) is refused by every command with
-one line naming it and saying what to do, before any worker starts, and is never written to; what
-SQLite can still read of it is recovered by `runners.merge --recover`."""
+"""A damaged store (its header overwritten, cut to half its size, or one leaf page of its trials
+overwritten) is refused whole by every command with one line naming it and saying what to do, before any
+worker starts or any row is read, and is never written to; what SQLite can still read of it is recovered
+by `runners.merge --recover`."""
 import hashlib
 import os
 
@@ -8,7 +9,7 @@ import pytest
 
 from runners import compare, export, merge, plot
 from runners.results.store import DamagedStore, ResultStore, damage_of
-from tests.conftest import run_command, run_sweep
+from tests.conftest import overwrite_a_leaf_page, run_command, run_sweep
 from tests.synthetic_store import softmax_sweep
 
 
@@ -37,7 +38,8 @@ def _cut_to_half(path):
 
 
 DAMAGES = {"header overwritten": (_overwrite_header, "not an SQLite header"),
-           "cut to half": (_cut_to_half, "cut short")}
+           "cut to half": (_cut_to_half, "cut short"),
+           "a leaf page overwritten": (overwrite_a_leaf_page, "SQLite")}
 
 
 @pytest.fixture(params=sorted(DAMAGES))
@@ -129,18 +131,14 @@ def test_recover_says_plainly_when_sqlite_can_read_nothing(tmp_path, capsys):
     assert "only a copy of the file brings" in err and "Traceback" not in err
 
 
-def test_a_store_damaged_inside_is_named_when_its_pages_are_read(tmp_path):
+def test_no_read_returns_part_of_a_store_damaged_inside(tmp_path):
     path = tmp_path / "results.sqlite"
-    _store(path)
-    size = path.stat().st_size
-    with path.open("r+b") as file:  # the header holds; pages in the middle do not
-        file.seek(size // 2)
-        file.write(b"\xff" * 8192)
-    assert damage_of(path) is None
-    store = ResultStore(path)
-    with pytest.raises(DamagedStore, match="SQLite says"):
-        store.load()
-    store.close()
+    _store(path, sweeps=("base", "again"))
+    overwrite_a_leaf_page(path)
+    digest = _digest(path)
+    with pytest.raises(DamagedStore, match="SQLite"):  # at open: load(sweep_id=...) never runs
+        ResultStore(path).load(sweep_id="base")
+    assert _digest(path) == digest
 
 
 def test_the_cli_line_of_a_damaged_store_through_a_real_process(tmp_path):

@@ -7,6 +7,7 @@ export refuses interpreter timings), with its recorded figures scaled to stand f
 re-validation measures again on the same (interpreter) machine."""
 import json
 import re
+import shutil
 
 import pytest
 
@@ -15,7 +16,7 @@ from runners.results.export import gpu_section, write_export
 from runners.results.export.rows import baseline_rows
 from runners.results.store import ResultStore
 from runners.revalidate import judge_shapes
-from tests.conftest import run_command, run_sweep, user_env
+from tests.conftest import overwrite_a_leaf_page, run_command, run_sweep, user_env
 
 SHAPES = [[300], [900]]
 STEADY = "tests.vector_add_steady:SPEC"  # vector_add whose launches sleep: steady timings (its docstring)
@@ -162,3 +163,16 @@ def test_a_re_timing_beside_another_process_s_kernels_judges_and_re_tunes_nothin
     assert status == 2, out
     assert "re-timed rows were measured while another process ran kernels on the GPU" in out.err
     assert "re-screen" not in out.out and "summary:" not in out.out
+
+
+def test_a_damaged_store_is_refused_in_one_line_and_left_as_it_is(tuned, tmp_path):
+    work, _ = tuned
+    store = tmp_path / "reval.sqlite"
+    shutil.copyfile(work / "results.sqlite", store)
+    overwrite_a_leaf_page(store)
+    before = store.read_bytes()
+    status, out = _revalidate(_export(tuned, tmp_path, {300: 1.0, 900: 1.0}), tmp_path)
+    errors = [line for line in out.splitlines() if line.startswith("error:")]
+    assert status == 2 and len(errors) == 1 and "Traceback" not in out, out
+    assert f"{store}: a damaged results store: SQLite" in errors[0] and "re-timed" not in out
+    assert store.read_bytes() == before
