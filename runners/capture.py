@@ -1,6 +1,8 @@
 """Tune what a program really calls: `python -m runners.capture [--out sweeps/NAME] [--spec PKG.MOD:SPEC]
 [--bucket pow2] [--replay] -- python my_app.py ARGS` runs the program unchanged (its exit status is the
-command's) with a hook on its Triton launches (runners/launch_hook/triton_launch_hook.py), then:
+command's) with a hook on its Triton launches (runners/launch_hook/triton_launch_hook.py), in a session of
+its own: SIGINT (Ctrl-C), SIGTERM or SIGHUP sent to the capture goes on to the program's process group, and
+the capture, stopped, writes nothing (a partial capture); on Linux the program dies with the capture. Then:
 
 - maps each launch to a kernel spec: the built-in kernels by their @triton.jit functions, a kernel of
   another package by `--spec` (the functions of its spec's module); the shape comes from the spec's
@@ -22,6 +24,8 @@ command's) with a hook on its Triton launches (runners/launch_hook/triton_launch
 from __future__ import annotations
 
 import argparse
+import contextlib
+import ctypes
 import glob
 import inspect
 import json
@@ -38,22 +42,61 @@ HOOK_DIR = Path(__file__).resolve().parent / "launch_hook"
 FLOAT_DTYPES = ("float16", "bfloat16", "float32")
 
 
-def run_program(command: list[str], folder: str, replay: bool = False) -> tuple[int, float]:
-    """Run the program with the hook on its PYTHONPATH; (its exit status as a shell gives it: 128 + N
-    when a signal N ended it, its wall seconds). Ctrl-C goes to the program alone: the capture waits for
-    it to end and still reports what it launched. replay: the hook records what a replay needs."""
+STOPS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # sent to the capture: on to the program's group
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def die_with_capture():
+    """A preexec_fn giving the program SIGKILL when the capture dies, even by SIGKILL (Linux's parent-death
+    signal, as bwrap's --die-with-parent); None where there is no prctl."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    capture = os.getpid()
+
+    def in_child():
+        prctl(PR_SET_PDEATHSIG, ctypes.c_ulong(signal.SIGKILL))
+        if os.getppid() != capture:  # the capture died before: no signal will come
+            os._exit(128 + signal.SIGKILL)
+
+    return in_child
+
+
+def run_program(command: list[str], folder: str, replay: bool = False) -> tuple[int, float, Optional[int]]:
+    """Run the program with the hook on its PYTHONPATH, in a session of its own; (its exit status as a shell
+    gives it: 128 + N when a signal N ended it, its wall seconds, the first of STOPS the capture got, else
+    None). Each of STOPS the capture gets goes to the program's process group (the program and what it
+    started there) once; the capture waits for the program to end. replay: the hook records what a
+    replay needs."""
+    # On the main thread (signal.signal refuses any other): the parent-death signal fires when the thread
+    # that started the program ends.
     python_path = os.pathsep.join(filter(None, [str(HOOK_DIR), os.environ.get("PYTHONPATH")]))
     env = {**os.environ, "PYTHONPATH": python_path, "TRITON_CAPTURE_DIR": folder}
     if replay:
         env["TRITON_CAPTURE_REPLAY"] = "1"
     began = time.perf_counter()
-    process = subprocess.Popen(command, env=env)
-    interrupt = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # Its own session: a terminal's Ctrl-C reaches the capture's group alone, so the program gets it once.
+    process = subprocess.Popen(command, env=env, start_new_session=True, preexec_fn=die_with_capture())
+    stops = []
+
+    def stop(signum, _frame):
+        stops.append(signum)
+        with contextlib.suppress(ProcessLookupError):  # the group has ended
+            os.killpg(process.pid, signum)
+
+    # A signal ignored on entry (nohup, a script's `cmd &`) stays ignored: the program inherited it so.
+    # One before these handlers ends the capture as it would have, and the parent-death signal the program.
+    previous = {number: signal.signal(number, stop) for number in STOPS
+                if signal.getsignal(number) is not signal.SIG_IGN}
     try:
         status = process.wait()
     finally:
-        signal.signal(signal.SIGINT, interrupt)
-    return (128 - status if status < 0 else status), time.perf_counter() - began
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+    return (128 - status if status < 0 else status), time.perf_counter() - began, (stops or [None])[0]
 
 
 def read_launches(folder: str) -> tuple[dict, float]:
@@ -361,7 +404,11 @@ def main(argv=None) -> int:
         print(f"error: --spec: {error}", file=sys.stderr)
         return 2
     with tempfile.TemporaryDirectory(prefix="capture_") as folder:
-        status, wall_s = run_program(command, folder, args.replay)
+        status, wall_s, stop = run_program(command, folder, args.replay)
+        if stop is not None:
+            print(f"stopped: the capture got {signal.Signals(stop).name} after {wall_s:.1f} s and sent it to "
+                  "the program's process group; no file written (a partial capture)", file=sys.stderr)
+            return 128 + stop
         functions, hook_seconds = read_launches(folder)
     report(args, command, specs, spec_paths, functions, hook_seconds, wall_s)
     return status

@@ -1,11 +1,17 @@
 """python -m runners.capture on the interpreter: the example program's launches counted and mapped to
 the built-in kernels (checked against the workload the program draws), an external kernel mapped by its
 import path, launches of no spec listed, an autotuner's own benchmark launches kept apart, the exit
-status passed through; the sweep file it writes runs; kernel.calls weighs the export's covering set."""
+status passed through; a stop (SIGTERM, Ctrl-C, SIGHUP) ends the program and its child and writes nothing,
+a SIGKILL of the capture ends the program; the sweep file it writes runs; kernel.calls weighs the export's
+covering set."""
+import contextlib
 import json
+import os
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -166,7 +172,7 @@ def test_a_captured_sweep_file_runs(tmp_path):
 
 
 PROCESSES_PROGRAM = textwrap.dedent("""
-    import multiprocessing, os, signal, sys
+    import multiprocessing, os, sys
     import torch
     from tests.external_kernel import scale_rows
 
@@ -185,12 +191,11 @@ PROCESSES_PROGRAM = textwrap.dedent("""
         pool.close()  # the workers end on their own (a `with` block would kill them: their counts lost)
         pool.join()
         launch(0)  # an empty tensor: listed, not swept
-        os.kill(os.getppid(), signal.SIGINT)  # Ctrl-C reaches the capture too: it goes on
         sys.exit(5)
 """)
 
 
-def test_children_empty_launches_and_ctrl_c(tmp_path):
+def test_children_and_empty_launches(tmp_path):
     (tmp_path / "app.py").write_text(PROCESSES_PROGRAM)
     result = capture(tmp_path, "--spec", "tests.external_kernel:SPEC", program=[sys.executable, "app.py"])
     assert result.returncode == 5, result.stdout + result.stderr
@@ -198,6 +203,97 @@ def test_children_empty_launches_and_ctrl_c(tmp_path):
     assert _sweep_calls(tmp_path / "app_scale_rows.yaml") == Counter({(2, 10): 1, (2, 20): 1, (2, 30): 3})
     assert "not mapped: tests.external_kernel._scale_rows_kernel: 1 calls at 1 argument set(s): a dim of " \
            "[2, 0] is 0 (a launch on an empty tensor)" in result.stdout
+
+
+# Writes its pid and its child's, then sleeps; a SIGINT it writes down before it ends (it comes once).
+SLEEPER_PROGRAM = textwrap.dedent("""
+    import os, signal, subprocess, sys, time
+
+    def interrupted(signum, frame):
+        with open("interrupts", "a") as handle:
+            handle.write(f"{signum}\\n")
+        time.sleep(0.5)  # a second SIGINT sent with the first would be written too
+        sys.exit(0)
+
+    signal.signal(signal.SIGINT, interrupted)
+    child = subprocess.Popen(["sleep", "600"])
+    with open("pids.tmp", "w") as handle:
+        handle.write(f"{os.getpid()} {child.pid}")
+    os.replace("pids.tmp", "pids")
+    time.sleep(600)
+""")
+DEADLINE_S = 30  # generous: each ends in well under a second
+linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc; Linux's parent-death signal")
+
+
+def _alive(pid: int) -> bool:
+    """Whether the process runs: not ended, nor a zombie (ended, not yet waited for)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+
+
+def _within(condition) -> bool:
+    end = time.monotonic() + DEADLINE_S
+    while not condition():
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+@pytest.fixture
+def sleeper(tmp_path):
+    """The capture of SLEEPER_PROGRAM as a user's shell starts it (TMPDIR tmp_path/tmp), and the program's
+    pid and its child's once it wrote them; whatever is left is killed after the test."""
+    (tmp_path / "app.py").write_text(SLEEPER_PROGRAM)
+    (tmp_path / "tmp").mkdir()
+    capture = run_command(["runners.capture", "--out", tmp_path / "app", "--", sys.executable, "app.py"],
+                          cwd=tmp_path, env=user_env(TRITON_INTERPRET="1", TMPDIR=str(tmp_path / "tmp")),
+                          background=True)
+    pids = []
+    try:
+        _within(lambda: (tmp_path / "pids").exists() or capture.poll() is not None)
+        if not (tmp_path / "pids").exists():
+            pytest.fail(f"no pids from the program; the capture: {capture.poll()} {capture.communicate()[0]}")
+        pids = [int(pid) for pid in (tmp_path / "pids").read_text().split()]
+        yield capture, pids
+    finally:
+        for pid in filter(_alive, pids):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        capture.kill()
+        capture.wait()
+        capture.stdout.close()
+
+
+@linux
+@pytest.mark.parametrize("name", ["SIGTERM", "SIGINT", "SIGHUP"])  # kill or a scheduler; Ctrl-C; hangup
+def test_a_stop_ends_the_program_and_its_child(sleeper, tmp_path, name):
+    capture, (program, child) = sleeper
+    assert len(list((tmp_path / "tmp").glob("capture_*"))) == 1
+    # Ctrl-C: a terminal sends it to its foreground process group, the capture's (the program has its own)
+    (os.killpg if name == "SIGINT" else os.kill)(capture.pid, signal.Signals[name])
+    assert capture.wait(timeout=DEADLINE_S) == 128 + signal.Signals[name]
+    assert _within(lambda: not _alive(program) and not _alive(child))
+    output = capture.stdout.read()
+    assert f"stopped: the capture got {name} after " in output, output
+    assert "sent it to the program's process group; no file written (a partial capture)" in output
+    assert not list((tmp_path / "tmp").glob("capture_*")) and not list(tmp_path.glob("app_*"))
+    if name == "SIGINT":  # once: not from the terminal and again from the capture
+        assert (tmp_path / "interrupts").read_text() == f"{int(signal.SIGINT)}\n"
+
+
+@linux
+def test_the_program_dies_with_the_capture(sleeper, tmp_path):
+    capture, (program, child) = sleeper
+    capture.kill()
+    assert capture.wait(timeout=DEADLINE_S) == -signal.SIGKILL
+    assert _within(lambda: not _alive(program))
+    # Not covered: the program's child runs on (nothing signals its group once the capture is gone), and
+    # the temp folder stays.
+    assert _alive(child) and len(list((tmp_path / "tmp").glob("capture_*"))) == 1
 
 
 def test_a_warmup_is_no_launch():
