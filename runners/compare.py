@@ -43,7 +43,7 @@ from runners.results.comparison import (CompareError, Side, compare, export_fram
                                         report, shipped_keys, versions_against)
 from runners.results.export.fileformat import read_export, sections
 from runners.results.export.settings import ExportError, sweep_export_conf
-from runners.results.store import DamagedStore, ResultStore
+from runners.results.store import ResultStore, StoreError
 
 DEFAULT_MIN_EFFECT = 0.01
 DEFAULT_ALPHA = 0.01
@@ -86,7 +86,7 @@ def load_side(argument: str, store_path: str, label: str) -> Side:
         frame = store.load(sweep_id=sweep_id or None)
         everything = store.load() if frame.empty and sweep_id else None
         store.close()
-    except DamagedStore as error:
+    except StoreError as error:
         raise CompareError(f"{label}: {error}") from None
     except sqlite3.DatabaseError as error:
         raise CompareError(f"{label}: {path} is not a results store ({error})") from None

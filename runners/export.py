@@ -17,7 +17,7 @@ from pathlib import Path
 from runners.engine.trial import ConfigError
 from runners.results.export import export_kernel
 from runners.results.export.settings import ExportError, from_command
-from runners.results.store import DamagedStore, ResultStore
+from runners.results.store import ResultStore, StoreError
 
 
 def main(argv=None) -> int:
@@ -54,7 +54,7 @@ def main(argv=None) -> int:
         store = ResultStore(args.store)
         frame = store.load(sweep_id=args.sweep_id, kernel=args.kernel)
         store.close()
-    except DamagedStore as error:
+    except StoreError as error:
         print(f"error: --store: {error}", file=sys.stderr)
         return 2
     kernels = [args.kernel] if args.kernel else sorted(frame["kernel"].unique())

@@ -31,7 +31,7 @@ import sys
 from pathlib import Path
 from typing import Iterable
 
-from runners.results.store import DamagedStore, MergeCounts, ResultStore
+from runners.results.store import DamagedStore, MergeCounts, ResultStore, StoreError
 
 JOB_STORE = "results.sqlite"  # a job's own store, in its job directory
 PRIOR_STORE = "prior.sqlite"  # the store of record when the multirun started, in its sweep directory
@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         results, failed = merge_stores(args.sources, args.into, args.recover)
-    except DamagedStore as error:  # the target: nothing was written to it
+    except StoreError as error:  # the target: nothing was written to it
         print(f"error: --into: {error}", file=sys.stderr)
         return 2
     print(f"{args.into}: kept {sum(c.kept for c in results)} rows, skipped {sum(c.skipped for c in results)} "

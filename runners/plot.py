@@ -11,8 +11,9 @@ import argparse
 import sys
 from pathlib import Path
 
+from runners.engine.trial import ConfigError, checked_name
 from runners.results.plots import PlotError, ceilings, render
-from runners.results.store import DamagedStore, ResultStore
+from runners.results.store import ResultStore, StoreError
 
 
 def main(argv=None) -> int:
@@ -24,6 +25,12 @@ def main(argv=None) -> int:
     parser.add_argument("--x", help="heatmap x axis: a meta-parameter (default: the two with most values)")
     parser.add_argument("--y", help="heatmap y axis: a meta-parameter")
     args = parser.parse_args(argv)
+    if args.out is None:  # the sweep id names the folder
+        try:
+            checked_name(args.sweep_id, "--sweep-id")
+        except ConfigError as error:
+            print(f"error: {error}; or give --out", file=sys.stderr)
+            return 2
     if not Path(args.store).is_file():
         print(f"error: --store: {args.store} does not exist; run a sweep first", file=sys.stderr)
         return 2
@@ -33,7 +40,7 @@ def main(argv=None) -> int:
         peaks = ceilings(frame, store) if not frame.empty else {}
         known = sorted(store.load()["sweep_id"].unique()) if frame.empty else []
         store.close()
-    except DamagedStore as error:
+    except StoreError as error:
         print(f"error: --store: {error}", file=sys.stderr)
         return 2
     if frame.empty:

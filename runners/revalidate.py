@@ -53,7 +53,7 @@ from runners.results.export.fileformat import read_export
 from runners.results.export.fileformat import sections as export_sections
 from runners.results.export.runtime import pick_version
 from runners.results.export.settings import CONF_DIR, ExportError, from_export
-from runners.results.store import DamagedStore, shape_label
+from runners.results.store import StoreError, shape_label
 
 SHAPE_LIST = 20  # shapes listed in the report unless --all
 
@@ -238,7 +238,7 @@ def revalidate(args, data: dict, gpu: str, version: str, section: dict, how: str
                          "finalists.of_screening=null"])
         began = time.perf_counter()
         new, gpu_s = run_sweep(cfg, sweep_id, args.store, trials)
-    except (ConfigError, DamagedStore) as error:
+    except (ConfigError, StoreError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     print(f"re-timed {len(trials)} trials in {time.perf_counter() - began:.1f} s ({gpu_s:.1f} s of GPU time)")

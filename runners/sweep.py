@@ -31,17 +31,57 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
 from hydra.types import RunMode
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from runners.engine.launch import runs_jobs_apart
 
+CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+
 def sweep_id_of(cfg: DictConfig) -> str:
-    """cfg.sweep_id, else the name of the Hydra run directory (multirun: the sweep directory)."""
-    if cfg.sweep_id:
-        return str(cfg.sweep_id)
+    """cfg.sweep_id (checked: it names folders), else the name of the Hydra run directory (multirun: the
+    sweep directory)."""
+    from runners.engine.trial import checked_name
+
+    if cfg.sweep_id is not None:
+        return checked_name(str(cfg.sweep_id), "sweep_id")
     hydra_conf = HydraConfig.get()
     directory = hydra_conf.sweep.dir if hydra_conf.mode == RunMode.MULTIRUN else hydra_conf.run.dir
     return Path(directory).name
+
+
+def check_fields(cfg: DictConfig) -> None:
+    """ConfigError naming a field the schema does not declare (added with `+`) and the sweep would ignore."""
+    from runners.engine.schema import unknown_field
+    from runners.engine.trial import ConfigError
+
+    name = unknown_field(cfg)
+    if name:
+        parent, _, leaf = name.rpartition(".")
+        known = sorted(set(OmegaConf.select(cfg, parent).keys()) - {leaf}) if parent else None
+        raise ConfigError(f"{name}: not a field of the sweep's config (a `+` adds it, and nothing reads it)"
+                          + (f"; {parent} has: {', '.join(known)}" if known else ""))
+
+
+def check_yaml_files(argv: list[str]) -> None:
+    """A YAML error in a config file the command line picks (+sweep=NAME, kernel=NAME) in one line,
+    file:line:column, exit 2: Hydra would end in its parser's traceback."""
+    import yaml
+
+    for arg in argv:
+        group, sep, value = arg.lstrip("+~").partition("=")
+        folder = CONF_DIR / group
+        if not sep or not group or not folder.is_dir():
+            continue
+        for name in value.strip("[]").split(","):
+            path = (folder / f"{name.strip()}.yaml").resolve()
+            try:
+                yaml.safe_load(path.read_text()) if path.is_file() else None
+            except yaml.YAMLError as error:
+                mark = getattr(error, "problem_mark", None)
+                where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
+                said = ": ".join(filter(None, (getattr(error, name, None) for name in ("context", "problem"))))
+                print(f"error: {arg}: {where}: {said or error}", file=sys.stderr)
+                sys.exit(2)
 
 
 def process_age_s() -> Optional[float]:
@@ -76,6 +116,7 @@ def run_job(cfg: DictConfig, sweep_id: str, output_dir: Path, finish: bool) -> d
     from runners.results.outputs import Outputs
     from runners.results.store import ResultStore
 
+    check_fields(cfg)
     store_path, prior = job_store_paths(cfg)
     before_job_s = process_age_s() if HydraConfig.get().mode != RunMode.MULTIRUN else None
     outputs = Outputs.from_config(cfg)
@@ -91,12 +132,19 @@ class SweepEndCallback(Callback):
     directory for the jobs to resume from; at the end, the job stores are merged into it first."""
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
+        from runners.engine.trial import ConfigError, checked_name
         from runners.merge import gather, write_prior
-        from runners.results.store import DamagedStore, damage_of
+        from runners.results.store import DamagedStore, StoreError, damage_of
 
-        damage = damage_of(config.store)
-        if damage:  # every job would stop on it: none is started
-            print(f"error: {DamagedStore(config.store, damage)}", file=sys.stderr)
+        try:  # every job would stop on these: none is started
+            check_fields(config)
+            if config.sweep_id is not None:
+                checked_name(str(config.sweep_id), "sweep_id")
+            damage = damage_of(config.store)
+            if damage:
+                raise DamagedStore(config.store, damage)
+        except (ConfigError, StoreError) as error:
+            print(f"error: {error}", file=sys.stderr)
             sys.exit(2)
         if not runs_jobs_apart(config.hydra):
             return
@@ -133,15 +181,16 @@ class SweepEndCallback(Callback):
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 def main(cfg: DictConfig) -> Optional[dict]:
     multirun = HydraConfig.get().mode == RunMode.MULTIRUN
-    sweep_id = sweep_id_of(cfg)
     output_dir = Path(HydraConfig.get().runtime.output_dir)
+    sweep_id = cfg.sweep_id
     try:
+        sweep_id = sweep_id_of(cfg)
         return run_job(cfg, sweep_id, output_dir, finish=not multirun)
     except Exception as error:  # bad input; or any other failure of one job of a multirun: keep the others'
         from runners.engine.trial import ConfigError
-        from runners.results.store import DamagedStore
+        from runners.results.store import StoreError
 
-        if isinstance(error, (ConfigError, DamagedStore)):
+        if isinstance(error, (ConfigError, StoreError)):
             print(f"error: {error}", file=sys.stderr)
             if not multirun:
                 sys.exit(2)
@@ -149,7 +198,7 @@ def main(cfg: DictConfig) -> Optional[dict]:
             raise
         else:
             traceback.print_exc()
-        failure = (str(error) if isinstance(error, (ConfigError, DamagedStore))
+        failure = (str(error) if isinstance(error, (ConfigError, StoreError))
                    else f"{type(error).__name__}: {error}")
     # The other jobs go on; the end-of-sweep callback still writes the sweep's results, reports this
     # job and exits 1.
@@ -160,5 +209,6 @@ def main(cfg: DictConfig) -> Optional[dict]:
 if __name__ == "__main__":
     from runners.engine.schema import register_configs
 
+    check_yaml_files(sys.argv[1:])
     register_configs()
     main()

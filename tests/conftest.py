@@ -38,17 +38,20 @@ def user_env(**extra: str) -> dict:
     return {**env, "WANDB_SILENT": "true", "PYTHONPATH": python_path, **extra}
 
 
-def run_command(args: list, cwd=None, env: dict = None, timeout: float = 600, background: bool = False):
+def run_command(args: list, cwd=None, env: dict = None, timeout: float = 600, background: bool = False,
+                preexec_fn=None):
     """`python -m <args>` as a user runs it: the environment of user_env (or `env`), a strict umask, and
-    a working directory other than the checkout (a new one, unless given)."""
+    a working directory other than the checkout (a new one, unless given); preexec_fn: run in the child
+    before the command (a resource limit)."""
     cwd = cwd if cwd is not None else tempfile.mkdtemp(prefix="cwd-")
     command = [sys.executable, "-m", *map(str, args)]
     env = env if env is not None else user_env()
     if background:
         return subprocess.Popen(command, cwd=cwd, env=env, umask=0o077, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True, start_new_session=True)
+                                stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                                preexec_fn=preexec_fn)
     return subprocess.run(command, cwd=cwd, env=env, umask=0o077, capture_output=True, text=True,
-                          timeout=timeout)
+                          timeout=timeout, preexec_fn=preexec_fn)
 
 
 # The outputs of a test's sweep: the default ones but the plots (their own tests draw them:
@@ -57,7 +60,8 @@ NO_PLOTS = "output=[parquet,table,export,wandb]"
 
 
 def run_sweep(tmp_path: Path, *overrides: str, multirun: bool = False, check: bool = True,
-              background: bool = False, backend: str = "interpret", env: dict = None, plots: bool = False):
+              background: bool = False, backend: str = "interpret", env: dict = None, plots: bool = False,
+              preexec_fn=None):
     """Run `python -m runners.sweep` (on the interpreter unless told) with its store, runs, exports and
     W&B files under tmp_path, as run_command runs a command."""
     outputs = [] if plots or any(o.startswith("output=") for o in overrides) else [NO_PLOTS]
@@ -71,7 +75,7 @@ def run_sweep(tmp_path: Path, *overrides: str, multirun: bool = False, check: bo
         env["TRITON_INTERPRET"] = "1"
     cwd = tmp_path / "cwd"
     cwd.mkdir(parents=True, exist_ok=True)
-    result = run_command(args, cwd=cwd, env=env, background=background)
+    result = run_command(args, cwd=cwd, env=env, background=background, preexec_fn=preexec_fn)
     if background:
         return result
     if check and result.returncode != 0:

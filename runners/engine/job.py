@@ -149,8 +149,6 @@ class Job:
         from runners.engine.worker import compiles
 
         cfg = self.cfg
-        self.store = self.open_store(self.store_path)  # a damaged one refused before any worker starts
-        cleanup.callback(self.store.close)
         self.outputs.begin(cfg)
         screening, _ = stop_rules(cfg)  # a wrong field stops the job before any worker starts
         rule = StopRule.of(screening)
@@ -163,6 +161,9 @@ class Job:
         sides = side_workers(self.early[2], self.plan.trials, compiling, self.plan.workers)
         self.early[2] = self.early[2] if sides else None
         self.lock_files += [gpu_lock_file(cfg, index) for index in range(1, sides)]
+        # A damaged or unwritable store stops the job here, before the trial workers' work begins.
+        self.store = self.open_store(self.store_path)
+        cleanup.callback(self.store.close)
         plan = self.plan
         print(f"sweep {self.sweep_id}: {plan.spec.name}, {len(plan.trials)} trials planned "
               f"({type(plan.search).__name__} search); "

@@ -3,9 +3,12 @@
 `shapes`, `dtypes` and the `space` values are typed Any on purpose: each may be one value (one job of a
 Hydra multirun, `-m kernel.space.num_warps=4,8`) or a list (expanded inside the job,
 `kernel.space.num_warps=[4,8]`); runners/engine/trials.py validates them with messages naming the field.
+Hydra's `+key=value` adds a key past the schema: `unknown_field` finds it, and the sweep refuses it.
 """
 from __future__ import annotations
 
+import dataclasses
+import typing
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -171,6 +174,22 @@ class SweepConf:
     # True: the plots and the W&B summary run are left to a process of their own (runners/results/
     # finisher.py; its finish.log says what it did), and the command exits once its other outputs are written
     finish_in_background: bool = False
+
+
+def unknown_field(cfg, schema: type = SweepConf, prefix: str = "") -> Optional[str]:
+    """The dotted name of the first key of a composed config that its schema does not declare (a typo
+    added with Hydra's `+`, which the sweep would ignore); None when there is none. The sections typed as
+    dicts (kernel.space, output, ...) hold names of their own."""
+    fields = typing.get_type_hints(schema)
+    for key in cfg:
+        if key not in fields:
+            if not (key == "hydra" and not prefix):  # Hydra's own node, where the config still has it
+                return f"{prefix}{key}"
+        elif dataclasses.is_dataclass(fields[key]):
+            found = unknown_field(cfg[key], fields[key], f"{prefix}{key}.")
+            if found:
+                return found
+    return None
 
 
 KERNEL_CONF = Path(__file__).resolve().parents[2] / "conf" / "kernel"

@@ -20,6 +20,15 @@ class ConfigError(ValueError):
     """Bad user input, found before anything is launched; the message names the field."""
 
 
+def checked_name(value: str, field: str) -> str:
+    """A name that becomes one component of a path (a sweep id: outputs/plots/<sweep id>): ConfigError
+    naming `field` unless it is one, printable, and neither '.' nor '..'."""
+    if value in ("", ".", "..") or "/" in value or "\\" in value or not value.isprintable():
+        raise ConfigError(f"{field}: {value!r} cannot name a folder: give letters, digits and marks such as "
+                          "- _ . (no / or \\, no control characters, not . or ..)")
+    return value
+
+
 @dataclass(frozen=True)
 class Trial:
     kernel: str

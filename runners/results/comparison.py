@@ -26,7 +26,7 @@ from runners.results import between_runs
 from runners.results.export.cover import Measured, covering_set
 from runners.results.export.fileformat import sections
 from runners.results.export.runtime import pick_version, version_key
-from runners.results.store import DamagedStore, ResultStore, shape_label
+from runners.results.store import ResultStore, StoreError, shape_label
 
 LISTED = 20  # trials listed per only-in / failing list unless --all
 OTHER_TIMER = "OTHER TIMER"  # the two rows were timed by different methods: not comparable
@@ -155,7 +155,7 @@ def load_calibration(argument: str, sides: tuple) -> tuple[dict, str]:
         ids = ids or sorted(store.load()["sweep_id"].unique())
         frames = {sweep_id: store.load(sweep_id=sweep_id) for sweep_id in ids}
         store.close()
-    except (DamagedStore, sqlite3.DatabaseError) as error:
+    except (StoreError, sqlite3.DatabaseError) as error:
         raise CompareError(f"--calibration: {path}: {error}") from None
     left_out = {}
     for side in sides:

@@ -75,7 +75,21 @@ class MergeCounts:
 SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
-class DamagedStore(ValueError):
+class StoreError(ValueError):
+    """A store that cannot be used as it is (damaged, or not writable); the message is one line naming the
+    file and saying what to do."""
+
+
+class UnwritableStore(StoreError):
+    """A store SQLite cannot write: a full disk, a read-only file system, a folder that cannot be made."""
+
+    def __init__(self, path: str | Path, problem: str):
+        super().__init__(f"{path}: cannot write the results store ({problem}); the rows committed before "
+                         f"are kept. Free space on its disk or make {Path(path).parent} writable (or give "
+                         "store=... another path), then run again: a sweep resumes where it stopped")
+
+
+class DamagedStore(StoreError):
     """A store file SQLite cannot read whole. The file is left as it is; the message names it, says what
     is wrong and what to do."""
 
@@ -108,16 +122,16 @@ def damage_of(path: str | Path) -> Optional[str]:
     # The page count in the header holds only where SQLite marked it valid (offset 92 = change counter).
     if pages and header[92:96] == header[24:28] and size < pages * page_size:
         return f"it is cut short: {size} bytes of the {pages * page_size} its header records"
-    db = sqlite3.connect(path, timeout=60)
     try:
-        db.execute("PRAGMA query_only = ON")
-        found = db.execute("PRAGMA integrity_check(1)").fetchone()[0]
-    except sqlite3.DatabaseError as error:
-        if _is_damage(error):
-            return f"SQLite says: {error}"
-        raise
-    finally:
-        db.close()
+        with _reading(path):
+            db = sqlite3.connect(path, timeout=60)
+            try:
+                db.execute("PRAGMA query_only = ON")
+                found = db.execute("PRAGMA integrity_check(1)").fetchone()[0]
+            finally:
+                db.close()
+    except DamagedStore as damaged:
+        return damaged.problem
     return None if found == "ok" else f"SQLite's integrity check says: {' '.join(found.split())}"
 
 
@@ -130,14 +144,25 @@ def _is_damage(error: sqlite3.DatabaseError) -> bool:
     return "malformed" in text or "not a database" in text
 
 
+def _is_unwritable(error: sqlite3.DatabaseError) -> bool:
+    """A write (or the open before it) that failed for the disk or the file system's permissions."""
+    name = getattr(error, "sqlite_errorname", "")
+    if name:
+        return name.split("_")[1] in ("FULL", "IOERR", "READONLY", "CANTOPEN", "PERM")
+    text = str(error)
+    return any(words in text for words in ("disk is full", "disk I/O", "readonly", "unable to open"))
+
+
 @contextmanager
 def _reading(path: Path):
-    """Turns SQLite's word for a damaged file into a DamagedStore naming the file."""
+    """Turns SQLite's word for a damaged file, or for one it cannot write, into a StoreError naming it."""
     try:
         yield
     except sqlite3.DatabaseError as error:
         if _is_damage(error):
             raise DamagedStore(path, f"SQLite says: {error}") from None
+        if _is_unwritable(error):
+            raise UnwritableStore(path, f"SQLite says: {error}") from None
         raise
 
 
@@ -147,7 +172,10 @@ class ResultStore:
         problem = damage_of(self.path)
         if problem:
             raise DamagedStore(self.path, problem)  # before anything is written to it
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise UnwritableStore(self.path, f"{error.strerror}: {error.filename}") from None
         with _reading(self.path):
             # isolation_level=None: autocommit, each statement its own transaction unless BEGIN is issued.
             self._db = sqlite3.connect(self.path, timeout=60, isolation_level=None)

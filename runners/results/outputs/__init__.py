@@ -16,6 +16,7 @@ depends on an output: a failing output says so in a line and the others go on.
 """
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 
@@ -82,7 +83,7 @@ class Outputs:
         background = [o for o in self.all if o.background]
         for output in self.all:
             if output not in background:
-                done.files[output.name] = output.write(done)
+                done.files[output.name] = _written(output, done)
                 lap(output.name)
         self.close()  # the trial-time work (W&B trial runs) is over before the summary run
         lap("closing")
@@ -96,8 +97,17 @@ class Outputs:
                   f"{done.output_dir / 'finish.log'}")
         else:
             for output in background:
-                done.files[output.name] = output.write(done, output.handover())
+                done.files[output.name] = _written(output, done, output.handover())
                 lap(output.name)
         written = {name: [str(p) for p in paths] for name, paths in done.files.items()}
         return {"written": written, "finish_in_background": left, "finish_seconds": seconds,
                 **{key: value for o in self.all for key, value in o.seconds().items()}}
+
+
+def _written(output: Output, done: Finished, handover=None) -> list:
+    """The files an output wrote; none, said in one line, where the disk refused them (full, read-only)."""
+    try:
+        return output.write(done, handover)
+    except OSError as error:
+        print(f"error: {output.name}: not written ({error}); the rows are in {done.store}", file=sys.stderr)
+        return []
