@@ -79,7 +79,7 @@ def check_yaml_files(argv: list[str]) -> None:
             except yaml.YAMLError as error:
                 mark = getattr(error, "problem_mark", None)
                 where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
-                said = ": ".join(filter(None, (getattr(error, name, None) for name in ("context", "problem"))))
+                said = ": ".join(filter(None, (getattr(error, n, None) for n in ("context", "problem"))))
                 print(f"error: {arg}: {where}: {said or error}", file=sys.stderr)
                 sys.exit(2)
 
