@@ -38,6 +38,8 @@ import time
 from pathlib import Path
 from typing import Optional
 
+from runners import version
+
 HOOK_DIR = Path(__file__).resolve().parent / "launch_hook"
 FLOAT_DTYPES = ("float16", "bfloat16", "float32")
 
@@ -377,12 +379,9 @@ def load_specs(spec_paths: list[str]) -> tuple[dict, dict]:
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if "--" not in argv:
-        print("error: give the program after --: python -m runners.capture [options] -- python app.py ARGS",
-              file=sys.stderr)
-        return 2
-    split = argv.index("--")
+    split = argv.index("--") if "--" in argv else len(argv)
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--version", action="version", version=version())
     parser.add_argument("--out", default="sweeps/captured",
                         help="prefix of the files written: <out>_<kernel>.yaml, <out>_launches.json")
     parser.add_argument("--spec", action="append", default=[], metavar="PKG.MODULE:ATTR",
@@ -396,7 +395,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv[:split])
     command = argv[split + 1:]
     if not command:
-        print("error: no program after --", file=sys.stderr)
+        print("error: give the program after --: python -m runners.capture [options] -- python app.py ARGS",
+              file=sys.stderr)
         return 2
     try:
         specs, spec_paths = load_specs(args.spec)

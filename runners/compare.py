@@ -38,6 +38,7 @@ import sqlite3
 import sys
 from pathlib import Path
 
+from runners import version
 from runners.results import between_runs
 from runners.results.comparison import (CompareError, Side, compare, export_frame, load_calibration,
                                         report, shipped_keys, versions_against)
@@ -114,6 +115,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      epilog="The rule: runners/results/between_runs.py; the exit status: "
                                             "runners/compare.py's docstring.")
+    parser.add_argument("--version", action="version", version=version())
     parser.add_argument("base", metavar="BASE", help="sweep id in --store, store file, file:sweep_id, or an "
                                                      "export's .json")
     parser.add_argument("new", metavar="NEW", help="the same, for what is compared against BASE")

@@ -14,6 +14,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from runners import version
 from runners.engine.trial import ConfigError
 from runners.results.export import export_kernel
 from runners.results.export.settings import ExportError, from_command
@@ -22,6 +23,7 @@ from runners.results.store import ResultStore, StoreError
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--version", action="version", version=version())
     parser.add_argument("--store", default="outputs/results.sqlite")
     parser.add_argument("--kernel", help="kernel name; default: every kernel with ok GPU trials")
     parser.add_argument("--sweep-id", help="only this sweep's trials (measured or reused by it)")

@@ -31,6 +31,7 @@ import sys
 from pathlib import Path
 from typing import Iterable
 
+from runners import version
 from runners.results.store import DamagedStore, MergeCounts, ResultStore, StoreError
 
 JOB_STORE = "results.sqlite"  # a job's own store, in its job directory
@@ -119,6 +120,7 @@ def write_prior(store_path: str | Path, sweep_dir: str | Path) -> Path | None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m runners.merge", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--version", action="version", version=version())
     parser.add_argument("sources", nargs="+", help="store files to merge (a job's results.sqlite, ...)")
     parser.add_argument("--into", required=True, help="the store that receives them (created if missing)")
     parser.add_argument("--recover", action="store_true",

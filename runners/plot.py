@@ -11,6 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from runners import version
 from runners.engine.trial import ConfigError, checked_name
 from runners.results.plots import PlotError, ceilings, render
 from runners.results.store import ResultStore, StoreError
@@ -18,6 +19,7 @@ from runners.results.store import ResultStore, StoreError
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--version", action="version", version=version())
     parser.add_argument("--store", default="outputs/results.sqlite")
     parser.add_argument("--sweep-id", required=True, help="the sweep to plot (its rows, measured or reused)")
     parser.add_argument("--kernel", help="only this kernel's rows")

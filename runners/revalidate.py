@@ -46,13 +46,15 @@ if __name__ == "__main__":  # first: the home server imports torch and Triton wh
 
 import pandas as pd
 
+from runners import version as tool_version
+from runners.engine.schema import CONF_DIR
 from runners.engine.trial import TRITON_PROVIDER, ConfigError, Trial
 from runners.results import between_runs
 from runners.results.export import export_kernel
 from runners.results.export.fileformat import read_export
 from runners.results.export.fileformat import sections as export_sections
 from runners.results.export.runtime import pick_version
-from runners.results.export.settings import CONF_DIR, ExportError, from_export
+from runners.results.export.settings import ExportError, from_export
 from runners.results.store import StoreError, shape_label
 
 SHAPE_LIST = 20  # shapes listed in the report unless --all
@@ -194,6 +196,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0],
         epilog="What is re-timed, judged and re-tuned: runners/revalidate.py's docstring.")
+    parser.add_argument("--version", action="version", version=tool_version())
     parser.add_argument("export", metavar="EXPORT",
                         help="an export's JSON: outputs/exports/<kernel>_configs.json")
     parser.add_argument("--store", default="outputs/results.sqlite", help="where the sweeps' rows go")

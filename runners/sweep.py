@@ -33,9 +33,9 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
+from runners import version
 from runners.engine.launch import runs_jobs_apart
-
-CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+from runners.engine.schema import CONF_DIR
 
 def sweep_id_of(cfg: DictConfig) -> str:
     """cfg.sweep_id (checked: it names folders), else the name of the Hydra run directory (multirun: the
@@ -62,6 +62,18 @@ def check_fields(cfg: DictConfig) -> None:
                           + (f"; {parent} has: {', '.join(known)}" if known else ""))
 
 
+def config_folders(group: str) -> list[Path]:
+    """Where Hydra looks for a config group's files, first to last: this directory's sweeps/ (the group
+    sweep), the tool's conf/, this directory's conf/ (hydra_plugins/triton_sweep_home)."""
+    here = Path.cwd()
+    return ([here / "sweeps"] if group == "sweep" else []) + [CONF_DIR / group, here / "conf" / group]
+
+
+def config_file(group: str, name: str) -> Optional[Path]:
+    """The file Hydra takes for `group=name`, or None."""
+    return next((f / f"{name}.yaml" for f in config_folders(group) if (f / f"{name}.yaml").is_file()), None)
+
+
 def check_yaml_files(argv: list[str]) -> None:
     """A YAML error in a config file the command line picks (+sweep=NAME, kernel=NAME) in one line,
     file:line:column, exit 2: Hydra would end in its parser's traceback."""
@@ -69,19 +81,28 @@ def check_yaml_files(argv: list[str]) -> None:
 
     for arg in argv:
         group, sep, value = arg.lstrip("+~").partition("=")
-        folder = CONF_DIR / group
-        if not sep or not group or not folder.is_dir():
+        if not sep or not group or group.startswith("hydra"):
             continue
         for name in value.strip("[]").split(","):
-            path = (folder / f"{name.strip()}.yaml").resolve()
+            path = config_file(group, name.strip())
             try:
-                yaml.safe_load(path.read_text()) if path.is_file() else None
+                yaml.safe_load(path.read_text()) if path is not None else None
             except yaml.YAMLError as error:
                 mark = getattr(error, "problem_mark", None)
                 where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
                 said = ": ".join(filter(None, (getattr(error, n, None) for n in ("context", "problem"))))
                 print(f"error: {arg}: {where}: {said or error}", file=sys.stderr)
                 sys.exit(2)
+
+
+def say_sweep_file() -> None:
+    """Which file +sweep=NAME took: this directory's, where it has one (over the tool's own)."""
+    name = HydraConfig.get().runtime.choices.get("sweep")
+    path = config_file("sweep", name) if name else None
+    if path is not None:
+        own = CONF_DIR / "sweep" / f"{name}.yaml"
+        over = own.is_file() and own.resolve() != path.resolve()
+        print(f"+sweep={name}: {path}" + (" (over the tool's own file of that name)" if over else ""))
 
 
 def process_age_s() -> Optional[float]:
@@ -117,6 +138,7 @@ def run_job(cfg: DictConfig, sweep_id: str, output_dir: Path, finish: bool) -> d
     from runners.results.store import ResultStore
 
     check_fields(cfg)
+    say_sweep_file()
     store_path, prior = job_store_paths(cfg)
     before_job_s = process_age_s() if HydraConfig.get().mode != RunMode.MULTIRUN else None
     outputs = Outputs.from_config(cfg)
@@ -178,7 +200,7 @@ class SweepEndCallback(Callback):
             sys.exit(1)
 
 
-@hydra.main(version_base="1.3", config_path="../conf", config_name="config")
+@hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
 def main(cfg: DictConfig) -> Optional[dict]:
     multirun = HydraConfig.get().mode == RunMode.MULTIRUN
     output_dir = Path(HydraConfig.get().runtime.output_dir)
@@ -206,9 +228,17 @@ def main(cfg: DictConfig) -> Optional[dict]:
     return None
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """`python -m runners.sweep [overrides]`, and the console script `triton-sweep` (runners/cli.py)."""
     from runners.engine.schema import register_configs
 
+    if sys.argv[1:] == ["--version"]:
+        print(f"{version()} (Hydra {hydra.__version__})")
+        return
     check_yaml_files(sys.argv[1:])
     register_configs()
     main()
+
+
+if __name__ == "__main__":
+    cli()

@@ -152,20 +152,23 @@ def test_an_autotuners_benchmark_launches_are_kept_apart(tmp_path):
     assert _sweep_calls(tmp_path / "app_scale_rows.yaml") == Counter({(4, 50): 5})
 
 
-def test_a_captured_sweep_file_runs(tmp_path):
-    result = capture(tmp_path, program=[sys.executable, "-m", "kernels.examples.transformer_steps", "--small",
-                                        "--steps", "3", "--dtype", "float32"])
+def test_a_captured_sweep_file_runs_from_the_user_s_directory(tmp_path):
+    """README's flow in the user's repository: capture into its sweeps/, then +sweep=NAME_<kernel> finds
+    the file there with no hydra.searchpath (run_sweep runs in tmp_path/run/cwd)."""
+    home = tmp_path / "run" / "cwd"
+    home.mkdir(parents=True)
+    program = [sys.executable, "-m", "kernels.examples.transformer_steps", "--small", "--steps", "3",
+               "--dtype", "float32"]
+    result = run_command(["runners.capture", "--out", "sweeps/app", "--", *program], cwd=home,
+                         env=user_env(TRITON_INTERPRET="1"))
     assert result.returncode == 0, result.stdout + result.stderr
-    searchpath = tmp_path / "conf"
-    (searchpath / "sweep").mkdir(parents=True)
-    (tmp_path / "app_layernorm.yaml").rename(searchpath / "sweep" / "app_layernorm.yaml")
-    swept = run_sweep(tmp_path / "run", f"hydra.searchpath=[file://{searchpath}]", "+sweep=app_layernorm",
-                      "kernel.space.BLOCK_SIZE=[32,64]", "kernel.space.num_warps=[1]",
-                      "kernel.space.num_stages=[1]", "kernel.baselines=[]")
+    swept = run_sweep(tmp_path / "run", "+sweep=app_layernorm", "kernel.space.BLOCK_SIZE=[32,64]",
+                      "kernel.space.num_warps=[1]", "kernel.space.num_stages=[1]", "kernel.baselines=[]")
+    assert f"+sweep=app_layernorm: {home / 'sweeps' / 'app_layernorm.yaml'}" in swept.stdout
     store = ResultStore(tmp_path / "run" / "results.sqlite")
     frame = store.load()
     store.close()
-    planned = _sweep_calls(searchpath / "sweep" / "app_layernorm.yaml")
+    planned = _sweep_calls(home / "sweeps" / "app_layernorm.yaml")
     assert {tuple(json.loads(s)) for s in frame["shape"]} == set(planned), swept.stdout
     ok = frame[frame["status"] == "ok"]  # BLOCK_SIZE 64 is pruned at 32 columns
     assert set(frame["status"]) <= {"ok", "pruned"} and set(ok["shape"]) == set(frame["shape"])

@@ -56,14 +56,14 @@ def test_a_field_added_with_plus_that_nothing_reads_is_refused_before_any_launch
 
 
 def test_a_sweep_file_with_a_yaml_error_is_named_by_file_line_and_column(tmp_path, capsys, monkeypatch):
-    (tmp_path / "sweep").mkdir()
-    (tmp_path / "sweep" / "mine.yaml").write_text("kernel:\n  shapes: [[1000]\n  dtypes: float32\n")
-    monkeypatch.setattr(sweep, "CONF_DIR", tmp_path)
-    sweep.check_yaml_files(["backend=interpret", "+sweep=other,good"])  # no such files: Hydra's to say
+    (tmp_path / "sweeps").mkdir()  # the sweep files of the directory the command runs in
+    (tmp_path / "sweeps" / "mine.yaml").write_text("kernel:\n  shapes: [[1000]\n  dtypes: float32\n")
+    monkeypatch.chdir(tmp_path)
+    sweep.check_yaml_files(["backend=interpret", "+sweep=other,softmax_export"])  # no such file; sound
     with pytest.raises(SystemExit) as stopped:
         sweep.check_yaml_files(["backend=interpret", "+sweep=mine"])
     assert stopped.value.code == 2
-    _one_error_line(capsys.readouterr().err, f"+sweep=mine: {tmp_path / 'sweep' / 'mine.yaml'}:3:3:",
+    _one_error_line(capsys.readouterr().err, f"+sweep=mine: {tmp_path / 'sweeps' / 'mine.yaml'}:3:3:",
                     "while parsing a flow sequence")
 
 

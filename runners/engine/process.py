@@ -412,6 +412,8 @@ def start_home_server(preload: tuple[str, ...]) -> None:
     Called first, while this process holds no CUDA and runs one thread; the server never touches CUDA,
     and ends with this process (its pipe ends)."""
     global _home
+    if _home is not None:  # one a command
+        return
     # how it imports Triton (the values Triton takes for true)
     interprets = os.environ.get("TRITON_INTERPRET", "").strip().lower() in ("1", "true", "on", "yes")
     _home = ForkServer(tuple(preload), fork_here=True, interpret=interprets)

@@ -19,6 +19,9 @@ from omegaconf import MISSING
 
 from runners.measure.stop_rule import StopRule, StopRuleError
 
+# The Hydra config: runners/conf, a link to the checkout's conf/, the folder itself in an installed copy.
+CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
+
 
 class Backend(str, Enum):
     """str-valued, so `cfg.backend == "cuda"` holds and it pickles and prints as its name."""
@@ -192,7 +195,7 @@ def unknown_field(cfg, schema: type = SweepConf, prefix: str = "") -> Optional[s
     return None
 
 
-KERNEL_CONF = Path(__file__).resolve().parents[2] / "conf" / "kernel"
+KERNEL_CONF = CONF_DIR / "kernel"
 
 
 def register_configs() -> None:

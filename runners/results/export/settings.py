@@ -9,12 +9,10 @@ before anything is launched (`check_sweep`).
 """
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Optional
 
+from runners.engine.schema import CONF_DIR
 from runners.engine.trial import ConfigError
-
-CONF_DIR = Path(__file__).resolve().parents[3] / "conf"
 
 
 class ExportError(ValueError):

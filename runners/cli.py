@@ -1,0 +1,48 @@
+"""The console scripts (pyproject.toml's project.scripts): each runs the entry of its `python -m
+runners.<name>` form, with the working directory first on the import path as `python -m` puts it there,
+so that a kernel of the user's repository is found by its import path (kernel.spec=mykernels:SPEC); the
+commands that start workers start their home server first, as their `python -m` form does."""
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+
+
+def _run(name: str, home: bool = False):
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    if home:
+        from runners.engine.process import start_home_server
+
+        start_home_server(("torch", "triton", "scipy.stats"))
+    module = importlib.import_module(f"runners.{name}")
+    return module.cli() if hasattr(module, "cli") else module.main()
+
+
+def sweep():
+    return _run("sweep", home=True)
+
+
+def export():
+    return _run("export")
+
+
+def compare():
+    return _run("compare")
+
+
+def capture():
+    return _run("capture")
+
+
+def plot():
+    return _run("plot")
+
+
+def merge():
+    return _run("merge")
+
+
+def revalidate():
+    return _run("revalidate", home=True)
