@@ -2,18 +2,22 @@
 failing to import, and wandb.init failing in every run; each leaves the store, the parquet file, the
 plots and the exit status as they are without W&B and says so in one warning line naming the cause. In
 this process, with the real wandb: an unwritable logger.dir and online runs that cannot be created, each
-one warning line, trial runs and summary together."""
+one warning line, trial runs and summary together. Online with the real wandb and a server out of reach
+(refused, or silent): the runs go offline after one bounded wait, named with their `wandb sync`."""
 
 import os
+import socket
 import subprocess
 import sys
+import threading
+import time
 
 import pandas as pd
 import pytest
 
 from runners.results import wandb_logger
 from runners.results.store import ResultStore
-from tests.conftest import run_sweep
+from tests.conftest import run_sweep, sweep_rows, user_env
 
 SMALL = [
     "kernel=softmax",
@@ -241,3 +245,136 @@ def test_the_check_imports_wandb_in_an_interpreter_of_its_own(tmp_path):
                             env=env, check=True)
     assert failed.stdout.startswith("wandb cannot be imported (ImportError: cannot import name 'Settings'")
     assert failed.stdout.split()[-1] == "False"
+
+
+UNREACHABLE = ["kernel=vector_add", "kernel.shapes=[[1000]]", "kernel.space.BLOCK_SIZE=[256,512]",
+               "sweep_id=unreachable"]
+
+
+@pytest.fixture(scope="module")
+def without_wandb(tmp_path_factory):
+    """The same sweep with logger.mode=disabled: its rows and its seconds."""
+    work = tmp_path_factory.mktemp("disabled")
+    began = time.perf_counter()
+    run_sweep(work, *UNREACHABLE)
+    return sweep_rows(work, "unreachable"), time.perf_counter() - began
+
+
+@pytest.fixture
+def server(request):
+    """A W&B address on this machine where nothing listens (refused), or where a listener accepts every
+    connection, holds it and never sends a byte (silent)."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    if request.param == "refused":
+        listener.close()  # the port is free again: connections to it are refused
+        yield f"http://127.0.0.1:{port}"
+        return
+    listener.listen(64)
+    held = []
+
+    def hold():
+        while True:
+            try:
+                held.append(listener.accept()[0])
+            except OSError:  # closed at the end of the test
+                return
+
+    threading.Thread(target=hold, daemon=True).start()
+    yield f"http://127.0.0.1:{port}"
+    listener.close()
+    for connection in held:
+        connection.close()
+
+
+@pytest.mark.parametrize("server, runs", [("refused", "auto"), ("silent", "auto"), ("silent", "sweep")],
+                         indirect=["server"])
+def test_an_unreachable_server_sends_the_runs_offline(tmp_path, without_wandb, server, runs, request):
+    """logger.mode=online, the server out of reach: the sweep's results as without W&B, every run (a run
+    per trial and the sweep's, or the sweep's alone) written offline after one bounded wait (wandb's
+    init_timeout), and one warning line naming the `wandb sync` that uploads them."""
+    env = user_env(WANDB_BASE_URL=server, WANDB_API_KEY="0" * 40)  # a key of the right form, never sent
+    began = time.perf_counter()
+    result = run_sweep(tmp_path, *UNREACHABLE, "logger.mode=online", f"logger.runs={runs}", check=False,
+                       env=env)
+    seconds = time.perf_counter() - began
+    output = result.stdout + result.stderr
+    assert result.returncode == 0 and "Traceback" not in output, output
+    warnings = [line for line in output.splitlines() if "warning" in line.lower()]
+    assert len(warnings) == 1 and output.count("wandb sync") == 1, warnings
+    assert warnings[0].startswith("warning: W&B: the server was unreachable (CommError: ")
+    sync = f"written offline instead; upload later with: wandb sync {tmp_path}/wandb/offline-run-*;"
+    assert sync in warnings[0]
+    assert warnings[0].endswith("not affected")
+    rows, disabled_s = without_wandb
+    frame = sweep_rows(tmp_path, "unreachable")
+    assert len(frame) == len(rows) == 8 and set(frame["status"]) == set(rows["status"]) == {"ok"}
+    assert len(pd.read_parquet(tmp_path / "run" / "results.parquet")) == len(frame)
+    trial_runs = len(frame) if runs == "auto" else 0  # auto: 8 trials, at most logger.auto_trials
+    if trial_runs:
+        assert f"{trial_runs} of {trial_runs} trial runs and the sweep's run are written" in warnings[0]
+    assert len(list((tmp_path / "wandb").glob("offline-run-*"))) == trial_runs + 1
+    # No timing threshold beyond a generous one: wandb's default init_timeout alone is 90 s a logging
+    # process (the loss this bounds); with INIT_TIMEOUT_S and FINISH_TIMEOUT_S it is 5-10 s on 2 cores.
+    extra = seconds - disabled_s
+    case = request.node.callspec.params["server"]
+    print(f"{case} ({runs}): {seconds:.1f} s online, {disabled_s:.1f} s disabled: {extra:.1f} s to W&B")
+    assert extra < 60
+
+
+REFUSED = "Timed out while retrying: connect: connection refused"
+
+
+@pytest.mark.parametrize("fault", ["init", "upload"])
+def test_a_logging_process_goes_offline_at_the_first_fault(tmp_path, monkeypatch, fresh_logger_state, fault):
+    """A logging process whose first online run finds the server out of reach, its init failing to
+    connect (CommError) or its upload not finished within finish_timeout (TimeoutError from finish),
+    writes that run and the later ones offline without asking the server again, and says so in its
+    answer: why, how many went offline, which run is left to sync."""
+    import wandb
+
+    modes = []
+
+    class Run:
+        settings = type("Settings", (), {"sync_dir": str(tmp_path / "wandb" / "run-1")})()
+        summary: dict = {}
+
+        def __init__(self, mode):
+            self.mode = mode
+
+        def define_metric(self, *args, **kwargs):
+            pass
+
+        def finish(self):
+            if self.mode == "online":
+                raise TimeoutError("Timed out finishing run.")
+
+    def start_run(conf, sweep_id, job_type, name, config, trial, mode):
+        modes.append(mode)
+        if mode == "online" and fault == "init":
+            raise wandb.errors.CommError(REFUSED)
+        return Run(mode)
+
+    class Conn:
+        items = [("k", f"trial {i}", {}, {"status": "ok"}) for i in range(3)] + [None]
+        answer = None
+
+        def recv(self):
+            return self.items.pop(0)
+
+        def send(self, answer):
+            self.answer = answer
+
+    monkeypatch.setattr(wandb_logger, "_start_run", start_run)
+    conn, conf = Conn(), {"mode": "online", "project": "p", "entity": None, "dir": str(tmp_path)}
+    wandb_logger._log_trials(conn, conf, "s")
+    failed, cause, stopped, why, offline, unsynced = conn.answer
+    assert (failed, cause, stopped) == (0, None, False)
+    if fault == "init":
+        assert modes == ["online", "offline", "offline", "offline"] and (offline, unsynced) == (3, [])
+        assert why == f"the server was unreachable (CommError: {REFUSED})"
+    else:
+        assert modes == ["online", "offline", "offline"]
+        assert (offline, unsynced) == (2, [Run.settings.sync_dir])
+        assert why == f"an upload did not finish within {wandb_logger.FINISH_TIMEOUT_S:g} s"

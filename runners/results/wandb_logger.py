@@ -29,6 +29,9 @@ W&B is never allowed to cost a result: wandb failing to import (an incomplete in
 inside its imports), an unwritable logger.dir, or runs that cannot be started or uploaded end in ONE
 warning line naming the cause; the store, the parquet file, the export and the exit status are the
 same as without W&B. The first two are checked before any trial, and turn logging off.
+Nor is it allowed to hold one: online, wandb's own init_timeout and finish_timeout bound what a server
+out of reach (refused, or silent) or an upload that hangs can cost, and a process that meets either
+writes its later runs offline, named with their `wandb sync` command in that one line.
 """
 from __future__ import annotations
 
@@ -46,10 +49,16 @@ from typing import Iterable, Optional
 import pandas as pd
 
 CLOSE_TIMEOUT_S = 600  # a sweep's last runs may still be uploading in online mode
+# Online, what one run may wait for the server (wandb's defaults: 90 s to start, no bound to finish): a
+# server out of reach costs a logging process, or the sweep's run, at most these once (see _init_run). The
+# sweep's run may upload a large table: its finish is given longer.
+INIT_TIMEOUT_S = 10.0
+FINISH_TIMEOUT_S = 5.0
+SWEEP_FINISH_TIMEOUT_S = 60.0
 LOGGING_PROCESSES = 4
-# A logging process stops trying when wandb.init fails (it has retried for its init_timeout, 90 s by
-# default, already: what fails it, an install, credentials, a server out of reach, does not pass within
-# a sweep), or after this many runs in a row that started but could not be written.
+# A logging process stops trying when wandb.init fails (what fails it, an install, credentials, does not
+# pass within a sweep; a server out of reach sends the runs offline instead), or after this many runs in a
+# row that started but could not be written.
 GIVE_UP_AFTER = 3
 MINIMIZED = ("p20_us", "p50_us", "p80_us", "min_us", "noise")
 MAXIMIZED = ("gbps", "tflops", "pct_copy_bw", "pct_matmul")
@@ -58,6 +67,8 @@ UNAFFECTED = "the results, parquet file and export are not affected"
 # In this process: (mode, dir) -> why W&B is off, or None when it works; causes already warned about.
 _problems: dict[tuple, Optional[str]] = {}
 _warned: set[str] = set()
+# (mode, dir) -> why its online runs are written offline from now on (the server out of reach).
+_offline: dict[tuple, str] = {}
 
 
 def _cause(error: BaseException) -> str:
@@ -140,17 +151,57 @@ TRIAL_RUN_SETTINGS = {"x_disable_stats": True, "x_disable_machine_info": True, "
 
 def _init_run(conf: dict, sweep_id: str, job_type: str, name: str, config: Optional[dict] = None,
               trial: bool = False):
+    """A run, offline where the online server was found out of reach (_offline): the online init that
+    finds it so (its init_timeout spent retrying, or the connection refused) is the last one tried, and
+    this run starts offline in its place. A run that is refused (no API key, a bad one) is not."""
     import wandb
 
+    key = (conf["mode"], conf["dir"])
+    if conf["mode"] == "online" and key not in _offline:
+        try:
+            return _start_run(conf, sweep_id, job_type, name, config, trial, "online")
+        except wandb.errors.AuthenticationError:
+            raise
+        except wandb.errors.CommError as error:
+            _offline[key] = f"the server was unreachable ({_cause(error)})"
+    return _start_run(conf, sweep_id, job_type, name, config, trial,
+                      "offline" if key in _offline else conf["mode"])
+
+
+def _start_run(conf: dict, sweep_id: str, job_type: str, name: str, config: Optional[dict], trial: bool,
+               mode: str):
+    import wandb
+
+    # wandb's error reporting sends to WANDB_BASE_URL from an exit hook, waiting up to 10 s: a silent server
+    # held every process that had tried it online 10 s at its exit. Off, unless the user's shell sets it.
+    os.environ.setdefault("WANDB_ERROR_REPORTING", "false")
     known = getattr(wandb.Settings, "model_fields", {})
     lean = {key: value for key, value in TRIAL_RUN_SETTINGS.items() if key in known} if trial else {}
+    if mode == "online":  # past its bound, finish raises TimeoutError: the upload hangs (_timed_out)
+        bounds = {"init_timeout": INIT_TIMEOUT_S, "finish_timeout_raises": True,
+                  "finish_timeout": FINISH_TIMEOUT_S if trial else SWEEP_FINISH_TIMEOUT_S}
+        lean.update({key: value for key, value in bounds.items() if key in known})
     return wandb.init(
-        project=conf["project"], entity=conf["entity"], dir=conf["dir"], mode=conf["mode"],
+        project=conf["project"], entity=conf["entity"], dir=conf["dir"], mode=mode,
         group=sweep_id, job_type=job_type, name=name, config=config,
         reinit="create_new",
         # Rows carry git_sha already; wandb's own git probe only warns when dir is outside a checkout.
         settings=wandb.Settings(silent=True, disable_git=True, **lean),
     )
+
+
+def _timed_out(run, conf: dict, seconds: float = FINISH_TIMEOUT_S) -> str:
+    """A run whose finish raised TimeoutError: its upload did not end within `seconds` (wandb keeps
+    the rest on disk). The runs after it are written offline; returns its directory, to `wandb sync`."""
+    why = f"an upload did not finish within {seconds:g} s"
+    _offline.setdefault((conf["mode"], conf["dir"]), why)
+    return str(run.settings.sync_dir)
+
+
+def _offline_words(conf: dict, why: str, runs: str, unsynced: Iterable[str] = ()) -> str:
+    """What the warning line says of runs written offline because the server was out of reach."""
+    where = " ".join([f"{conf['dir']}/wandb/offline-run-*", *unsynced])
+    return f"{why}; {runs} written offline instead; upload later with: wandb sync {where}"
 
 
 def _fill_trial_run(run, summary: dict) -> None:
@@ -166,10 +217,15 @@ def _fill_trial_run(run, summary: dict) -> None:
         run.finish()
 
 
-def _log_trials(conn, conf: dict, sweep_id: str) -> None:
+def _log_trials(conn, conf: dict, sweep_id: str, unreached: Optional[str] = None) -> None:
     """A logging process: write the runs that come through its pipe until the stop sign (None), then
-    answer (failed, first cause, gave up)."""
-    failed, cause, in_a_row, stopped = 0, None, 0, False
+    answer (failed, first cause, gave up, why it went offline, runs written offline, runs to sync).
+    `unreached`: why an earlier job of this command found the server out of reach (offline from the
+    start)."""
+    failed, cause, in_a_row, stopped, offline, unsynced = 0, None, 0, False, 0, []
+    key = (conf["mode"], conf["dir"])
+    if unreached:
+        _offline.setdefault(key, unreached)
     while (item := conn.recv()) is not None:
         if stopped:
             failed += 1  # drained, not tried: see GIVE_UP_AFTER
@@ -180,14 +236,17 @@ def _log_trials(conn, conf: dict, sweep_id: str) -> None:
         except Exception as error:
             failed, cause, stopped = failed + 1, cause or _cause(error), True
             continue
+        offline += conf["mode"] == "online" and key in _offline
         try:
             _fill_trial_run(run, summary)
             in_a_row = 0
+        except TimeoutError:  # its finish, online: written but for its upload (_timed_out)
+            unsynced.append(_timed_out(run, conf))
         except Exception as error:
             failed, cause, in_a_row = failed + 1, cause or _cause(error), in_a_row + 1
             stopped = in_a_row >= GIVE_UP_AFTER
     _close_run_files()
-    conn.send((failed, cause, stopped))
+    conn.send((failed, cause, stopped, _offline.get(key), offline, unsynced))
 
 
 def _close_run_files() -> None:
@@ -224,7 +283,8 @@ class TrialLogger:
 
         count = max(1, min(LOGGING_PROCESSES, (os.cpu_count() or 2) // 2))  # leave cores to the sweep
         main = f"{__name__}:_log_trials"
-        self._processes = [WorkerProcess(f"W&B logging process {i}", main, (conf, sweep_id), interpret=None)
+        args = (conf, sweep_id, unreachable(conf))
+        self._processes = [WorkerProcess(f"W&B logging process {i}", main, args, interpret=None)
                            for i in range(count)]
         self._pending = [queue.SimpleQueue() for _ in self._processes]  # each process's runs, then None
         self._unsent: list[list[str]] = [[] for _ in self._processes]  # why a run could not be sent
@@ -256,14 +316,17 @@ class TrialLogger:
         for pending in self._pending:
             pending.put(None)  # one stop sign each, after its runs
         deadline = began + CLOSE_TIMEOUT_S
-        problems, failed, causes, gave_up = [], 0, [], False
+        problems, failed, causes, gave_up, offline, unsynced = [], 0, [], False, 0, []
         for process, feeder, unsent in zip(self._processes, self._feeders, self._unsent):
             feeder.join(max(0.0, deadline - time.perf_counter()))
             count, cause, stopped = 0, None, False
             try:
                 answered = process.conn.poll(max(0.0, deadline - time.perf_counter()))
                 if answered:
-                    count, cause, stopped = process.conn.recv()
+                    count, cause, stopped, why, written, left = process.conn.recv()
+                    if why:  # its server out of reach: the sweep's run goes offline too (_init_run)
+                        _offline.setdefault((self._conf["mode"], self._conf["dir"]), why)
+                        offline, unsynced = offline + written, unsynced + left
             except (EOFError, OSError):
                 answered = None  # it died before answering
             child = process.process
@@ -279,12 +342,17 @@ class TrialLogger:
             causes += [c for c in [cause, *unsent[:1]] if c and c not in causes]
         if failed:
             problems.insert(0, f"{failed} of {self.runs} trial runs not written ({'; '.join(causes)})")
+        why = unreachable(self._conf)
+        if why:
+            runs = f"{offline} of {self.runs} trial runs" + ("" if gave_up else " and the sweep's run")
+            problems.insert(0, _offline_words(self._conf, why, f"{runs} are", unsynced))
         if gave_up:  # the summary run would only fail the same way, and online wait for a timeout first
             _problems[(self._conf["mode"], self._conf["dir"])] = causes[0]
             problems.append("the summary run is skipped")
         if problems:
             problems = list(dict.fromkeys(problems))  # four processes stopped alike make one phrase
-            _warn_once(causes[0] if causes else problems[0], f"W&B: {'; '.join(problems)}; {UNAFFECTED}")
+            _warn_once(why or (causes[0] if causes else problems[0]),
+                       f"W&B: {'; '.join(problems)}; {UNAFFECTED}")
         self.seconds += time.perf_counter() - began
 
 
@@ -332,32 +400,48 @@ def warn_if_unusable(conf: dict) -> bool:
     return problem is not None
 
 
+def unreachable(conf: dict) -> Optional[str]:
+    """Why this process writes the online runs of this logger config offline (the server out of reach),
+    or None."""
+    return _offline.get((conf["mode"], conf["dir"]))
+
+
 def log_sweep_summary(conf: dict, sweep_id: str, frame: pd.DataFrame, files: list,
                       images: Iterable[Path] = (), dims: Optional[dict] = None, runs: str = "trial",
-                      timing: Optional[dict] = None) -> bool:
+                      timing: Optional[dict] = None, offline: Optional[str] = None) -> bool:
     """The sweep's run: a wandb.Table of all trials, charts built from it, the best config of every shape
     as summary keys, the plots as images and the exported files as an Artifact. Returns whether it was
-    written. A failure is one warning line, never an error."""
+    written. A failure is one warning line, never an error. `offline`: why it is written offline where
+    another process found the server out of reach (the background finish: unreachable's answer there)."""
     if conf["mode"] == "disabled" or warn_if_unusable(conf):
         return False
+    if offline:
+        _offline.setdefault((conf["mode"], conf["dir"]), offline)
     try:
-        _write_summary_run(conf, sweep_id, frame, files, list(images), dims, runs, timing)
-        return True
+        said = _write_summary_run(conf, sweep_id, frame, files, list(images), dims, runs, timing)
     except Exception as error:  # anything inside wandb: its install, its service, the upload
         cause = _cause(error)
         _warn_once(cause, f"W&B: the run of sweep {sweep_id} was not written ({cause}); {UNAFFECTED}")
         return False
+    if said:
+        _warn_once(said, f"W&B: {said}; {UNAFFECTED}")
+    return True
 
 
 def _write_summary_run(conf: dict, sweep_id: str, frame: pd.DataFrame, files: list, images: list,
-                       dims: Optional[dict], runs: str, timing: Optional[dict]) -> None:
+                       dims: Optional[dict], runs: str, timing: Optional[dict]) -> Optional[str]:
+    """Write the sweep's run; what the warning line is to say where the server was out of reach."""
     import wandb
 
     from runners.results.wandb_tables import best_keys, chart_tables, summary_table, sweep_config
 
     table = summary_table(frame, dims)
+    known = unreachable(conf)
     run = _init_run(conf, sweep_id, "sweep_summary", f"{sweep_id} summary",
                     sweep_config(frame, sweep_id, runs, timing))
+    said, unsynced = None, None
+    if unreachable(conf) and not known:  # found out by this run's init (logger.runs=sweep)
+        said = _offline_words(conf, unreachable(conf), "the sweep's run is")
     try:
         whole = wandb.Table(dataframe=table)
         # A logged table keeps wandb.Table.MAX_ROWS rows (10,000); an artifact's holds 20 times more.
@@ -385,5 +469,12 @@ def _write_summary_run(conf: dict, sweep_id: str, frame: pd.DataFrame, files: li
                 artifact.add(whole, "trials")
             run.log_artifact(artifact)
     finally:
-        run.finish()
+        try:
+            run.finish()
+        except TimeoutError:
+            unsynced = _timed_out(run, conf, SWEEP_FINISH_TIMEOUT_S)
         _close_run_files()  # written means on disk, whole, when this returns
+    if unsynced:
+        said = (f"{unreachable(conf)}; the sweep's run is kept whole on disk: upload the rest later with: "
+                f"wandb sync {unsynced}")
+    return said

@@ -84,12 +84,13 @@ class Wandb(Output):
                   f"wandb sync {self.conf['dir']}/wandb/offline-run-*")
 
     def handover(self) -> dict:
-        """Whether the sweep's run is to be made (not when logging is off or known to fail here), how the
-        job logged, and its dims (the background finish never starts a job)."""
-        from runners.results.wandb_logger import known_problem
+        """Whether the sweep's run is to be made (not when logging is off or known to fail here), and
+        offline (why: the trial runs found the server out of reach), how the job logged, and its dims (the
+        background finish never starts a job)."""
+        from runners.results.wandb_logger import known_problem, unreachable
 
         return {"summary": self.wanted and known_problem(self.conf) is None, "runs": self.runs,
-                "dims": list(self.dims), "timing": self.timing}
+                "dims": list(self.dims), "timing": self.timing, "offline": unreachable(self.conf)}
 
     def write(self, done: Finished, handover: Optional[dict] = None) -> list[Path]:
         from runners.results.wandb_logger import log_sweep_summary
@@ -111,7 +112,8 @@ class Wandb(Output):
         runs = handover.get("runs") or ("sweep" if configured == "auto" else configured)
         timing = handover.get("timing") or (None if done.cfg is None  # the background finish: no config
                                             else OmegaConf.to_container(done.cfg.timing, resolve=True))
-        written = log_sweep_summary(self.conf, done.sweep_id, done.frame, exports, images, dims, runs, timing)
+        written = log_sweep_summary(self.conf, done.sweep_id, done.frame, exports, images, dims, runs, timing,
+                                    handover.get("offline"))
         if written and runs == "sweep":  # with trial runs the hint came at the job's end
             self._sync_hint()
         return []
