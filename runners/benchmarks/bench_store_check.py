@@ -1,0 +1,59 @@
+"""What the check every command makes of a store at open costs (a benchmark, not a test).
+
+    python -m runners.benchmarks.bench_store_check [--rows 10000 100000] [--samples 100] [--dir /tmp]
+
+Writes a store of that many rows (each with its samples, as a trial row carries them), then times
+`damage_of` (its header, then SQLite's integrity check of every page) and the whole open of a
+ResultStore, five times each, file in the page cache: the median seconds, in a table.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from runners.results.store import ResultStore, damage_of
+from tests.synthetic_store import row
+
+
+def _store(path: Path, rows: int, samples: int) -> None:
+    store = ResultStore(path)
+    base = row("s", "triton", (4096, 1024), {"BLOCK_SIZE": 1024, "num_warps": 4, "num_stages": 1}, 8.0,
+               np.random.default_rng(0), n=samples)
+    for start in range(0, rows, 5000):
+        store.append_many([{**base, "trial_key": f"k{i}", "sweep_id": f"s{i // 1000}"}
+                           for i in range(start, min(rows, start + 5000))])
+    store.close()
+
+
+def _median_s(action, times: int = 5) -> float:
+    spent = []
+    for _ in range(times):
+        began = time.perf_counter()
+        action()
+        spent.append(time.perf_counter() - began)
+    return statistics.median(spent)
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", type=int, nargs="+", default=[10_000, 100_000])
+    parser.add_argument("--samples", type=int, default=100)
+    parser.add_argument("--dir", default=None, help="where the stores are written (default: a temp folder)")
+    args = parser.parse_args(argv)
+    print("| rows | MB | damage_of, s | ResultStore open + close, s |\n|---|---|---|---|")
+    with tempfile.TemporaryDirectory(dir=args.dir) as folder:
+        for rows in args.rows:
+            path = Path(folder) / f"store{rows}.sqlite"
+            _store(path, rows, args.samples)
+            checked = _median_s(lambda: damage_of(path))
+            opened = _median_s(lambda: ResultStore(path).close())
+            print(f"| {rows} | {path.stat().st_size / 1e6:.0f} | {checked:.3f} | {opened:.3f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
