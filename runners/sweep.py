@@ -6,7 +6,10 @@ runners/results/outputs/), and reports a bad input in one line naming the field 
 a multirun SweepEndCallback writes the outputs once for all its jobs. Under a launcher that runs the
 jobs apart (hydra/launcher=local, slurm; runners/engine/launch.py) each job writes a store of its own in
 its job directory, resuming from a copy of the store of record, and the multirun's end merges them into
-the store of record first (runners/merge.py).
+the store of record first (runners/merge.py). The config comes from the tool's conf/ and, in the
+directory the command runs in, its sweeps/ and conf/ (hydra_plugins/triton_sweep_home); a YAML error in a
+file the command line picks, a field added with `+` that nothing reads, a sweep id that cannot name a
+folder, and a store that is damaged or cannot be written stop it in one line (exit 2).
 
 First the command forks the home server its workers are forked from (runners/engine/process.py:
 start_home_server), which imports torch and Triton while Hydra composes the config. Only light modules are

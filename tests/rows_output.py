@@ -6,6 +6,7 @@ also says how many rows the store had committed when the first row reached it.
 """
 from __future__ import annotations
 
+import contextlib
 import csv
 import sqlite3
 from pathlib import Path
@@ -28,7 +29,7 @@ class RowsCsv(Output):
     def row(self, trial, row: dict, label: str) -> None:
         self.rows_seen += 1  # every row the job records reaches an output as it is recorded
         if self.committed_at_first is None:  # read as another process would: what is committed
-            with sqlite3.connect(self.store) as db:
+            with contextlib.closing(sqlite3.connect(self.store)) as db:
                 self.committed_at_first = db.execute("SELECT COUNT(*) FROM trials").fetchone()[0]
 
     def write(self, done: Finished, handover: Optional[dict] = None) -> list[Path]:

@@ -2,6 +2,7 @@
 launch, and lose nothing measured: a sweep id that climbs out of outputs/, a field added with `+` that no
 code reads, a sweep file with a YAML error, a disk that fills at the store's open or in the middle of a
 sweep (a file size limit stands for it), a store in a folder that cannot be made."""
+import contextlib
 import resource
 import sqlite3
 
@@ -72,7 +73,7 @@ def _file_size_limit(size: int):
 
 
 def _rows(path) -> int:
-    with sqlite3.connect(path) as db:
+    with contextlib.closing(sqlite3.connect(path)) as db:
         return db.execute("SELECT COUNT(*) FROM trials").fetchone()[0]
 
 

@@ -1,5 +1,6 @@
 """The sweep CLI end to end on the interpreter: bad input, in-job vs multirun, failing jobs, resume,
 plugins."""
+import contextlib
 import json
 import os
 import signal
@@ -118,7 +119,7 @@ def test_resume_after_kill_loses_nothing_and_measures_nothing_twice(tmp_path):
 
 def _count(store_path) -> int:
     """Rows in the store; 0 while the sweep has created the file but not yet its tables."""
-    with sqlite3.connect(store_path, timeout=30) as db:
+    with contextlib.closing(sqlite3.connect(store_path, timeout=30)) as db:  # `with db` alone: not closed
         if not db.execute("SELECT 1 FROM sqlite_master WHERE name = 'trials'").fetchone():
             return 0
         return db.execute("SELECT COUNT(*) FROM trials").fetchone()[0]
