@@ -26,9 +26,10 @@ other trials are listed as information (`--gate all` judges every trial). With `
 exit status is 1 when a judged row is SLOW against its kernel's shift by more than X, a kernel's shift
 is SLOW by more than X, or a trial ok in BASE fails in NEW (not pruned: a config that stopped working is
 a regression); 2 when it cannot judge (no judged row or shift with a verdict, judged rows whose noise was
-not measured, a shift no measured spread judges: the line says which), or on bad input (a missing, NaN or
-zero p50 of an ok row included); else 0. Every report gives each judged row's and each shift's smallest
-slowdown caught in 95% of runs, and the worst.
+not measured, a shift no measured spread judges: the line says which), on bad input (a missing, NaN,
+infinite or zero p50 or repetition median of an ok row included), and on any fault of its own; else 0.
+Every report gives each judged row's and each shift's smallest slowdown caught in 95% of runs, and the
+worst.
 """
 
 from __future__ import annotations
@@ -160,10 +161,15 @@ def main(argv=None) -> int:
         result = compare(base.frame, new.frame, rule, shipped_keys(base, tolerance), args.gate == "all",
                          calibrated, stated)
         result["calibration"] = note
+        text, status = report(result, base, new, rule, fail_on_slow is not None, args.changed_only,
+                              args.list_all)
     except CompareError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    text, status = report(result, base, new, rule, fail_on_slow is not None, args.changed_only, args.list_all)
+    except Exception as error:  # a failure to judge, never a regression: exit 1 is the gate's alone
+        print(f"error: could not judge ({type(error).__name__}: {error}); this is a fault of "
+              "runners.compare, not a verdict: please report it with the command", file=sys.stderr)
+        return 2
     print(text)
     return status
 

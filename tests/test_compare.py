@@ -335,19 +335,53 @@ def test_rows_without_repetitions_get_no_verdict_and_the_gate_refuses(tmp_path, 
     assert status == 2 and "no repetitions on either side" in out
 
 
-@pytest.mark.parametrize("p50", [float("nan"), 0.0, None])
-def test_an_ok_row_without_a_positive_p50_is_bad_input_named(tmp_path, capsys, p50):
+DAMAGES = {  # how NEW's damaged rows are damaged, and which: the rank-1 finalist row, or every ok row of
+    # our provider at one shape (which once ended in a pandas traceback, exit 1: read by CI as a regression)
+    "p50 NaN": ({"p50_us": float("nan"), "rep_p50s_us": None}, "rank 1"),
+    "p50 zero": ({"p50_us": 0.0, "rep_p50s_us": None}, "rank 1"),
+    "p50 None": ({"p50_us": None, "rep_p50s_us": None}, "rank 1"),
+    "p50 inf": ({"p50_us": float("inf"), "rep_p50s_us": None}, "rank 1"),
+    "a repetition median inf": ({"rep_p50s_us": [5.0, float("inf"), 5.0, 5.0, 5.0]}, "rank 1"),
+    "every row of a shape None": ({"p50_us": None, "rep_p50s_us": None}, "a shape"),
+}
+
+
+@pytest.mark.parametrize("damage", sorted(DAMAGES))
+def test_an_ok_row_without_a_finite_positive_median_is_bad_input_named(tmp_path, capsys, damage):
+    changes, which = DAMAGES[damage]
     path = tmp_path / "bad.sqlite"
     store = ResultStore(path)
     rng = np.random.default_rng(4)
     noisy_run(store, "base", rng)
     for r in noisy_run(ResultStore(tmp_path / "scratch.sqlite"), "new", rng):
-        damaged = r["provider"] == "triton" and r["phase"] == "final" and r["rank"] == 1
-        store.append({**r, "p50_us": p50, "rep_p50s_us": None} if damaged else r)
+        ours = r["provider"] == "triton" and r["status"] == "ok"
+        damaged = ours and (r["phase"] == "final" and r["rank"] == 1 if which == "rank 1"
+                            else tuple(r["shape"]) == SHAPES[0])
+        store.append({**r, **changes} if damaged else r)
     store.close()
     status, _, err = _run(capsys, f"--store={path}", "base", "new", "--fail-on-slow", "2%",
                           "--machine-spread", "0.5%")
-    assert status == 2 and "NEW: softmax triton float16" in err and "an ok row needs a positive p50" in err
+    assert status == 2 and "Traceback" not in err
+    assert err.startswith("error: NEW: softmax triton float16") and err.count("\n") == 1, err
+    assert "an ok row needs a finite, positive p50 and repetition medians" in err
+
+
+def test_a_fault_of_compare_itself_exits_2_not_1(tmp_path, capsys, monkeypatch):
+    """A failure to judge is never read as a regression (exit 1 is the gate's verdict alone)."""
+    path = tmp_path / "r.sqlite"
+    store = ResultStore(path)
+    rng = np.random.default_rng(5)
+    noisy_run(store, "base", rng)
+    noisy_run(store, "new", rng)
+    store.close()
+
+    def broken(*args, **kwargs):
+        raise ValueError("idxmin with skipna=True encountered all NA values in a group.")
+
+    monkeypatch.setattr(compare, "compare", broken)
+    status, _, err = _run(capsys, f"--store={path}", "base", "new", "--fail-on-slow", "2%")
+    assert status == 2 and err.startswith("error: could not judge (ValueError: idxmin")
+    assert "Traceback" not in err
 
 
 @pytest.mark.parametrize("p50, reps", [(None, [5.0, 5.1]), (5.0, [5.0, None]), (5.0, [5.0, -1.0]),

@@ -113,6 +113,22 @@ def versions_against(side: Side, other: Side) -> Side:
 
 # --- what the rule reads --------------------------------------------------------------------------
 
+def _sound(value) -> bool:
+    """A median an ok row may carry: a finite, positive number."""
+    return not between_runs.pd_missing(value) and math.isfinite(value) and value > 0
+
+
+def _check_figures(frame: pd.DataFrame, label: str) -> None:
+    """CompareError naming the first ok row whose p50 or a repetition median is missing, NaN, infinite,
+    zero or negative (a damaged or hand-edited store): never judged, before anything is compared."""
+    ok = frame[frame["status"] == "ok"]
+    reps = ok["rep_p50s_us"] if "rep_p50s_us" in ok else pd.Series(None, index=ok.index, dtype=object)
+    sound = ok["p50_us"].map(_sound) & reps.map(
+        lambda medians: medians is None or between_runs.pd_missing(medians) or all(map(_sound, medians)))
+    if not sound.all():
+        _figure(ok.loc[sound[~sound].index[0]], label)  # raises, naming it
+
+
 def _figure(row: pd.Series, label: str) -> between_runs.Figure:
     """An ok row's figure (between_runs.Figure), with its own error where it has one repetition and the
     resolution of the clock its samples were read off; a p50 or a repetition median that is missing,
@@ -120,12 +136,11 @@ def _figure(row: pd.Series, label: str) -> between_runs.Figure:
     p50, reps = row["p50_us"], row.get("rep_p50s_us")
     reps = None if reps is None or between_runs.pd_missing(reps) or len(reps) == 0 else np.asarray(
         [math.nan if v is None else v for v in reps], dtype=np.float64)
-    positive = not between_runs.pd_missing(p50) and p50 > 0 and (reps is None or bool(np.all(reps > 0)))
-    if not positive:
+    if not (_sound(p50) and (reps is None or all(map(_sound, reps)))):
         medians = "" if reps is None else f" and repetition medians {', '.join(f'{v:g}' for v in reps)}"
         raise CompareError(f"{label}: {' '.join(_describe(row))} is ok with a p50 of {p50}{medians}: an ok "
-                           "row needs a positive p50 and repetition medians (a damaged or hand-edited "
-                           "store?)")
+                           "row needs a finite, positive p50 and repetition medians (a damaged or "
+                           "hand-edited store?); it is not judged")
     samples = row.get("samples_us")
     step = (0.0 if samples is None or between_runs.pd_missing(samples)
             else quantum(np.sort(samples), CLOCK_JITTER_S * 1e6))  # samples in us
@@ -269,6 +284,8 @@ def compare(base: pd.DataFrame, new: pd.DataFrame, rule: between_runs.Rule = bet
     """Everything the report prints: matched trials and winners with their verdicts (`judged` where the
     gate looks at them), the shift of each provider of a kernel on a GPU, status changes, only-in lists,
     and the environment fields that differ between matched rows with how many pairs differ in each."""
+    _check_figures(base, "BASE")
+    _check_figures(new, "NEW")
     base, new, by_gpu = _on_common_gpus(base, new)
     match_on = ["trial_key", "gpu_name"] if by_gpu else ["trial_key"]
     base_by_key = dict(tuple(base.groupby(match_on)))
