@@ -430,6 +430,44 @@ def test_a_clock_s_quantum_bounds_what_a_row_can_show(tmp_path, capsys):
     assert "NEW/BASE 1.100" in out and ": SAME;" in out  # the shift: 10% within four quanta
 
 
+def test_a_row_whose_samples_are_all_one_value_is_refused_for_its_clock(tmp_path, capsys):
+    """Five repetitions whose every sample reads one value (a clock coarser than the kernel): the row's
+    error is unknown, which is what the refusal says (not "no repetitions"); --machine-spread, which is of
+    the runs, does not clear it."""
+    path = tmp_path / "coarse.sqlite"
+    store = ResultStore(path)
+    rng = np.random.default_rng(6)
+    noisy_run(store, "base", rng)
+    for r in noisy_run(ResultStore(tmp_path / "scratch.sqlite"), "new", rng):
+        if r["provider"] == "triton" and r["phase"] == "final" and r["rank"] == 1:
+            value = float(r["p50_us"])
+            r = {**r, "samples_us": np.full(20, value, dtype=np.float32), "rep_p50s_us": [value] * 5,
+                 "rep_noise": 0.0}
+        store.append(r)
+    store.close()
+    status, out, _ = _run(capsys, f"--store={path}", "base", "new", "--fail-on-slow", "2%",
+                          "--machine-spread", "0.5%")
+    assert status == 2 and "read every sample as one value (e.g. softmax triton float16" in out
+    assert "a clock too coarse for the kernel" in out and "no repetitions on either side" not in out
+
+
+def test_a_calibration_without_repetitions_says_so(tmp_path, capsys):
+    path, calibration = tmp_path / "r.sqlite", tmp_path / "calibration.sqlite"
+    rng = np.random.default_rng(7)
+    store = ResultStore(path)
+    noisy_run(store, "base", rng)
+    noisy_run(store, "new", rng)
+    store.close()
+    store = ResultStore(calibration)
+    for index in range(CALIBRATION_RUNS):
+        noisy_run(store, f"run{index}", rng, repetitions=1)
+    store.close()
+    status, out, _ = _run(capsys, f"--store={path}", "base", "new", "--fail-on-slow", "2%",
+                          "--calibration", str(calibration))
+    assert status == 2 and "the calibration gives no spread of runs of this GPU, kernel and provider" in out
+    assert "give --calibration" not in out
+
+
 def _export(frame, out_dir):
     export.export_kernel(frame, "softmax", out_dir, tolerance=0.03, key={"n_cols": "cols"})
     return out_dir / "softmax_configs.json"

@@ -324,9 +324,12 @@ def compare(base: pd.DataFrame, new: pd.DataFrame, rule: between_runs.Rule = bet
     def entry(base_row, new_row, extra: dict) -> dict:
         index = index_of[(base_row["id"], new_row["id"])]
         phase = new_row["phase"] if isinstance(new_row["phase"], str) else "screen"
+        figures = (pairs[index].base, pairs[index].new)
         return {"order": _order(new_row), "row": _describe(new_row), "base_p50": base_row["p50_us"],
                 "new_p50": new_row["p50_us"], "phase": phase, **judgement.rows[index], **extra,
-                "judged": pairs[index].judged}
+                "judged": pairs[index].judged,
+                # in repetitions, yet every sample one value: the clock's resolution is unknown (_figure)
+                "clock_unknown": any(f.repetitions > 1 and math.isinf(f.own) for f in figures)}
 
     only = {}
     for side, by_key, other in (("BASE", base_by_key, new_by_key), ("NEW", new_by_key, base_by_key)):
@@ -428,7 +431,7 @@ def shift_lines(result: dict) -> list[str]:
         head = (f"  {name} on {gpu} ({'judged' if shift.judged else 'info'}): NEW/BASE "
                 f"{math.exp(shift.value):.3f} over {shift.groups} shape(s)")
         if shift.spread is None:
-            lines.append(f"{head}: NOT JUDGED: {_unjudged(gpu)}")
+            lines.append(f"{head}: NOT JUDGED: {_unjudged(gpu, bool(result.get('calibration')))}")
             continue
         spread = shift.spread
         lines.append(f"{head}, threshold ±{_percent(math.expm1(shift.threshold))}: {shift.verdict}; catches "
@@ -453,15 +456,20 @@ def refusals(result: dict) -> list[str]:
                                                                           for s in shifts):
         why = _counts(judged) if judged else "no trial ok on both sides"
         reasons.append(f"no judged row has a verdict ({why})")
-    bare = {" ".join(r["row"]) for r in judged if r["verdict"] == NO_REPETITIONS}
+    bare = {" ".join(r["row"]) for r in judged if r["verdict"] == NO_REPETITIONS and not r["clock_unknown"]}
     if bare:
         reasons.append(f"{len(bare)} judged row(s) have no measured noise: no repetitions on either side of "
                        "their shape or size class, or a single median without an interval (finalists."
                        "repetitions >= 2 gives them; sweep BASE again)")
+    coarse = {" ".join(r["row"]) for r in judged if r["verdict"] == NO_REPETITIONS and r["clock_unknown"]}
+    if coarse:
+        reasons.append(f"{len(coarse)} judged row(s) read every sample as one value (e.g. "
+                       f"{sorted(coarse)[0]}): a clock too coarse for the kernel, whose resolution, and so "
+                       "the row's error, is unknown (time it with CUPTI, or a larger shape)")
     for (gpu, kernel, _), shift in result["shifts"].items():
         if shift is not None and shift.judged and shift.spread is None:
             reasons.append(f"the shift of {kernel} on {gpu} (NEW/BASE {math.exp(shift.value):.3f}) cannot be "
-                           f"judged: {_unjudged(gpu)}")
+                           f"judged: {_unjudged(gpu, bool(result.get('calibration')))}")
     return reasons
 
 
@@ -469,10 +477,14 @@ def _shared_rows(result: dict) -> str:
     return f"{result['shared']['BASE']} of BASE's and {result['shared']['NEW']} of NEW's compared rows"
 
 
-def _unjudged(gpu: str) -> str:
+def _unjudged(gpu: str, calibrated: bool) -> str:
     """Why a shift has no spread to be judged against."""
     if " -> " in gpu:
         return "the sides ran on different GPU models"
+    if calibrated:
+        return ("the calibration gives no spread of runs of this GPU, kernel and provider: its runs hold "
+                "none of their trials in every run with repetitions (sweep them with finalists.repetitions "
+                ">= 2, on this GPU model), or give --machine-spread")
     return ("no spread of runs of this GPU, kernel and provider was measured (give --calibration STORE: 3 "
             "or more runs of the sweep on machines of the kind, with this kernel; or --machine-spread)")
 
