@@ -105,10 +105,13 @@ class DamagedStore(StoreError):
 def damage_of(path: str | Path) -> Optional[str]:
     """What is wrong with a store file: None for a missing or empty file (a new store) or a sound one.
     Its header first (overwritten; cut short of the pages it records), then SQLite's integrity check of
-    every page, read only (0.2 s for a store of 100,000 rows: BENCHMARKS.md, "Stores refused whole")."""
+    every page, read only, in a snapshot (0.2 s for a store of 100,000 rows: BENCHMARKS.md, "Stores
+    refused whole"). Sound while other processes write the store (checked so: BENCHMARKS.md)."""
     path = Path(path)
     if not path.is_file() or path.stat().st_size == 0:
         return None
+    wal = path.with_name(path.name + "-wal")
+    frames = wal.is_file() and wal.stat().st_size > 0
     size = path.stat().st_size
     with path.open("rb") as file:
         header = file.read(100)
@@ -119,8 +122,10 @@ def damage_of(path: str | Path) -> Optional[str]:
     if page_size < 512 or page_size & (page_size - 1):
         return f"its header is damaged (page size {page_size})"
     pages = int.from_bytes(header[28:32], "big")
-    # The page count in the header holds only where SQLite marked it valid (offset 92 = change counter).
-    if pages and header[92:96] == header[24:28] and size < pages * page_size:
+    # The page count in the header holds only where SQLite marked it valid (offset 92 = change counter),
+    # and only at rest: a checkpoint (a -wal file holds frames) writes the header before it extends the file.
+    at_rest = not (frames or (wal.is_file() and wal.stat().st_size > 0))  # before the header and after
+    if at_rest and pages and header[92:96] == header[24:28] and size < pages * page_size:
         return f"it is cut short: {size} bytes of the {pages * page_size} its header records"
     try:
         with _reading(path):
