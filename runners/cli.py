@@ -4,6 +4,7 @@ so that a kernel of the user's repository is found by its import path (kernel.sp
 commands that start workers start their home server first, as their `python -m` form does."""
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 import sys
@@ -20,29 +21,10 @@ def _run(name: str, home: bool = False):
     return module.cli() if hasattr(module, "cli") else module.main()
 
 
-def sweep():
-    return _run("sweep", home=True)
-
-
-def export():
-    return _run("export")
-
-
-def compare():
-    return _run("compare")
-
-
-def capture():
-    return _run("capture")
-
-
-def plot():
-    return _run("plot")
-
-
-def merge():
-    return _run("merge")
-
-
-def revalidate():
-    return _run("revalidate", home=True)
+sweep = functools.partial(_run, "sweep", home=True)
+export = functools.partial(_run, "export")
+compare = functools.partial(_run, "compare")
+capture = functools.partial(_run, "capture")
+plot = functools.partial(_run, "plot")
+merge = functools.partial(_run, "merge")
+revalidate = functools.partial(_run, "revalidate", home=True)

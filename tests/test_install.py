@@ -3,7 +3,6 @@ into a folder of its own (ahead of everything on the import path, the checkout n
 scripts run from an empty directory — a built-in kernel's sweep, a sweep file of that directory's
 sweeps/ sweeping a kernel of that directory by import path, an export of a GPU store and a compare —
 each from the installed copy; and the user's own config group (conf/kernel/) found there."""
-import os
 import shutil
 import subprocess
 import sys
@@ -12,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from runners.results.store import ResultStore
-from tests.conftest import FAST_TIMING, REPO
+from tests.conftest import FAST_TIMING, REPO, user_env
 from tests.synthetic_store import softmax_sweep
 
 TOP_LEFT_OUT = {".git", ".venv", ".ci-venv", "outputs", "build", ".whl", ".old_tree", ".gpu_out",
@@ -47,8 +46,7 @@ def installed(tmp_path_factory):
     target = work / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--target",
                     target, wheel], check=True, capture_output=True)
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONUNBUFFERED", "PYTHONPATH")}
-    env.update(PYTHONPATH=str(target), TRITON_INTERPRET="1", WANDB_SILENT="true", HOME=str(work / "home"))
+    env = user_env(PYTHONPATH=str(target), TRITON_INTERPRET="1", HOME=str(work / "home"))  # not the checkout
     home = work / "home-dir"  # the user's repository: empty but for what the steps put there
     home.mkdir()
 

@@ -44,6 +44,7 @@ Name = Annotated[StrictStr, AfterValidator(_python_name)]
 Text = Annotated[StrictStr, Field(max_length=1000)]
 Size = Annotated[StrictInt, Field(ge=0, lt=2 ** 62)]
 Figure = Annotated[float, Field(allow_inf_nan=False)]
+Latency = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 Shape = list[Size]
 # A triton.Config: meta-parameters (BLOCK sizes, ...) and launch options, all ints.
 Config = Annotated[dict[Name, Annotated[StrictInt, Field(gt=-2 ** 31, lt=2 ** 31)]],
@@ -55,7 +56,7 @@ class Model(BaseModel):
 
 
 class Figures(Model):
-    p50_us: Annotated[float, Field(gt=0, allow_inf_nan=False)]
+    p50_us: Latency
     repetitions: Optional[Size] = None
     rep_noise: Optional[Figure] = None
     rep_p50s_us: Optional[list[Figure]] = None
@@ -93,13 +94,18 @@ class OfDtype(Model):
     weighted_loss: Optional[Figure] = None
 
 
-class Section(Model):
+class Provenance(Model):
+    """Where and how rows were measured: the fields a section and a store's row both carry."""
+
     triton_version: Text
     torch_version: Optional[Text] = None
     driver_version: Optional[Text] = None
     cuda_version: Optional[Text] = None
     kernel_hash: Optional[Text] = None
     timing_method: Optional[Text] = None
+
+
+class Section(Provenance):
     sweep_ids: list[Text]
     exported_at: Text
     trials: Size

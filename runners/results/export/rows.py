@@ -13,21 +13,22 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Annotated, Optional
+from typing import Optional
 
 import pandas as pd
-from pydantic import Field, StrictInt
+from pydantic import StrictInt
 
 from runners.engine.row import ENV_KEY
 from runners.engine.trial import TRITON_PROVIDER
-from runners.results.export.fileformat import Config, Figure, Model, Name, Shape, Text, validated
+from runners.results.export.fileformat import (Config, Figure, Latency, Name, Provenance, Shape, Text,
+                                               validated)
 from runners.results.export.settings import ExportError
 
 # Rows exported together share the resume environment; backend and GPU name are already fixed here.
 EXPORT_ENV = [name for name in ENV_KEY if name not in ("backend", "gpu_name")]
 
 
-class StoredRow(Model):
+class StoredRow(Provenance):
     """The fields of a store's row that an export reads, shape and config parsed from their JSON."""
 
     id: StrictInt
@@ -38,16 +39,10 @@ class StoredRow(Model):
     dtype: Name
     shape: Shape
     config: Config
-    p50_us: Optional[Annotated[float, Field(gt=0, allow_inf_nan=False)]] = None
+    p50_us: Optional[Latency] = None
     gbps: Optional[Figure] = None
     gpu_name: Text
     backend: Text
-    triton_version: Text
-    torch_version: Optional[Text] = None
-    driver_version: Optional[Text] = None
-    cuda_version: Optional[Text] = None
-    kernel_hash: Optional[Text] = None
-    timing_method: Optional[Text] = None
 
 
 def checked_rows(rows: pd.DataFrame, source: str) -> None:
