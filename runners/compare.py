@@ -9,16 +9,17 @@ verdict; so does each side's winner of every (kernel, dtype, shape), whichever c
 both sides measured a GPU in common, rows are matched on it; else by trial alone, and the environment
 fields that differ are named.
 
-The rule is runners/results/between_runs.py's: the unit of replication is the run; what moves one row
-between runs is measured by its repetitions; what moves every row of a kernel's provider at once (another
-machine of the kind, another clock state, a change of the kernel) is estimated from the data as its
-shift, each row is judged against the shift of the other shapes, and the shift once against the spread
-of runs of that kind of machine: `--calibration` (three or more runs of the same sweep, on the machines
-NEW will run on; a run that is BASE's or NEW's own is left out, and the report says so), else
-`--machine-spread` as stated. Rows timed by different methods (the CUPTI kernel time against the
-CUDA-event time of older stores, ~3 us a call more) get no verdict: OTHER TIMER; rows whose noise was not
-measured (no repetitions in their shape or size class on either side, or one median without an interval)
-none: NO REPETITIONS; rows of a kernel measured at one shape none of their own: ONE SHAPE.
+The rule is runners/results/between_runs.py's (runners/results/GATE.md): the unit of replication is the
+run; what moves one row between runs is measured by its repetitions; what moves every row of a kernel's
+provider at once is estimated from the data as its shift (per kind of bound where memory- and
+compute-bound shapes moved apart), each row is judged against the shift of the other shapes, and the
+shift once against the spread of runs of that kind of machine: `--calibration` (three or more runs of
+the same sweep, on the machines NEW will run on; a run that is BASE's or NEW's own is left out, and the
+report says so), else `--machine-spread` as stated; the calibration is widened where the comparison's own
+data is noisier. A SLOW or FAST row or shift whose controls (the baselines at its shapes, timed in the
+same rounds) moved alike is MACHINE: the machine's, not the code's. Rows timed by different methods get
+no verdict: OTHER TIMER; rows whose noise was not measured none: NO REPETITIONS; rows of a kernel (or of
+a kind) measured at one shape none of their own: ONE SHAPE.
 
 The gate judges what is shipped: every winner, and BASE's exported configs at the shapes they are
 exported for (the list runners/results/export/ exports at `--tolerance`, or the configs of a BASE export);

@@ -144,8 +144,7 @@ def judge_shapes(result: dict, base: pd.DataFrame, tolerance: float) -> list[dic
     passing; `rescreen` where it broke or the list now loses more than the tolerance: slower by more than
     it, and SLOW against the shift or with a shift that is SLOW itself or that no measured spread judges
     (an upgrade that slows every shape moves the shift, not the rows)."""
-    shifts = {gpu_kernel[:2]: shift for gpu_kernel, shift in result["shifts"].items()
-              if gpu_kernel[2] == TRITON_PROVIDER}
+    shifts = [shift for (domain, _), shift in result["shifts"].items() if domain[2] == TRITON_PROVIDER]
     shapes = {}
     for _, row in base[base["provider"] == TRITON_PROVIDER].iterrows():
         key = (row["dtype"], shape_label(row["shape"]))
@@ -161,7 +160,7 @@ def judge_shapes(result: dict, base: pd.DataFrame, tolerance: float) -> list[dic
         _, provider, dtype, shape_text, config = change["row"]
         if change["base"] == "ok" and provider == TRITON_PROVIDER and (dtype, shape_text) in shapes:
             shapes[(dtype, shape_text)]["broken"].append(f"{config} ({change['new']})")
-    shift_slow = any(shift is None or shift.verdict in ("SLOW", "NOT JUDGED") for shift in shifts.values())
+    shift_slow = any(shift is None or shift.verdict in ("SLOW", "NOT JUDGED") for shift in shifts)
     for item in shapes.values():
         slower = item["ratio"] - 1 > tolerance and (item["verdict"] == "SLOW" or shift_slow)
         item["rescreen"] = bool(item["broken"]) or slower

@@ -121,7 +121,7 @@ def test_a_row_is_judged_against_the_shift_and_the_shift_against_the_spread():
     pairs = bench.pairs_of(cell, base, new)
     rule = between_runs.Rule(fail_on_slow=0.02)
     judgement = between_runs.judge(pairs, rule, spreads)
-    shift = judgement.shifts[bench.OURS]
+    shift = judgement.shifts[(bench.OURS, "")]
     assert math.exp(shift.value) == pytest.approx(1.02, abs=0.004) and shift.verdict == "SAME"
     slowed = {r["verdict"] for p, r in zip(pairs, judgement.rows)
               if p.group[1] == 0 and p.domain == bench.OURS}
@@ -168,7 +168,7 @@ def test_a_domain_of_one_shape_is_judged_by_its_shift_alone():
     judgement = between_runs.judge(pairs, between_runs.Rule(fail_on_slow=0.02), spreads)
     assert {r["verdict"] for r in judgement.rows} == {between_runs.ONE_SHAPE}
     assert all(math.isnan(r["catches"]) for r in judgement.rows)
-    assert judgement.shifts[bench.OURS].verdict == "SLOW"
+    assert judgement.shifts[(bench.OURS, "")].verdict == "SLOW"
 
 
 def test_each_side_s_noise_is_its_own():
@@ -201,3 +201,100 @@ def test_the_figure_is_the_mean_of_the_repetitions_medians():
     # A clock of 0.5 us on a 5 us kernel: every figure read off it carries (q / p50)^2 / 12.
     quantized = between_runs.Figure.of(5.0, [5.0, 5.0, 5.0], resolution=0.1)
     assert quantized.noise == 0.0 and quantized.own == pytest.approx(0.01 / 12)
+
+
+# --- a fleet: machine effects the calibration did not see (issue 64's audit) ----------------------------
+
+FLEET = dict(bench.fleet_cells())
+
+
+@pytest.mark.parametrize("name", ["NEW's machine +0..2% with shape size",
+                                  "calibrated on a quieter machine: run and per-shape spread x2"])
+def test_the_other_providers_at_a_shape_tell_the_machine_from_the_code(name):
+    """Each a machine effect on every provider that the calibration did not see: with the baselines timed
+    in the same rounds (the controls) unchanged code keeps alpha; the same runs without them fail the
+    gate several times as often, which is what the controls take away."""
+    with_controls = FLEET[name]
+    without = FLEET[f"{name}, no baselines"]
+    comparisons = 300
+    failures = round(rate(with_controls, "unchanged", comparisons, seed=4) * comparisons)
+    assert failures <= most_failures(comparisons)
+    assert round(rate(without, "unchanged", comparisons, seed=4) * comparisons) > max(3 * failures, 6)
+
+
+def _one(cell, seed, slowed=(0, 0.0)):
+    """One comparison of a cell: its pairs and judgement, with a calibration of its own."""
+    rng = np.random.default_rng(seed)
+    spreads = between_runs.calibrate([bench.draw_run(cell, rng, calibration=True) for _ in range(6)])
+    pairs = bench.pairs_of(cell, bench.draw_run(cell, rng), bench.draw_run(cell, rng, slowed, new=True))
+    return pairs, between_runs.judge(pairs, between_runs.Rule(fail_on_slow=0.02), spreads)
+
+
+def test_a_row_whose_controls_moved_alike_is_the_machine_s():
+    """NEW's machine moved its large shapes by up to 2% on every provider: rows SLOW against the other
+    shapes are MACHINE against the baselines at theirs, and fail nothing; a shape of ours slowed 6% with
+    its baselines unmoved stays SLOW."""
+    cell = bench.Cell(0.003, 0.0, 0.003, 4, 1, new_size=0.06)
+    for seed in range(3):
+        pairs, judgement = _one(cell, seed)
+        assert between_runs.MACHINE in {r["verdict"] for r in judgement.rows}
+        assert between_runs.gate_failures(judgement, pairs, between_runs.Rule(fail_on_slow=0.02)) == ([], [])
+    pairs, judgement = _one(cell, 3, (1, math.log(1.06)))
+    slowed = {r["verdict"] for p, r in zip(pairs, judgement.rows) if p.judged and p.group[1] == 0}
+    assert slowed == {"SLOW"} and 0.05 < math.log(judgement.rows[0]["vs_controls"]) < 0.07
+
+
+def test_shapes_of_two_kinds_are_judged_apart_where_they_moved_apart():
+    """Half the shapes memory-bound, NEW's machine 1.5% slower on memory: the kinds' shifts differ beyond
+    chance, each kind has a shift of its own, and no row is SLOW for what its kind did; where the kinds
+    moved alike, one shift."""
+    cell = FLEET["NEW's machine: memory-bound shapes +1.5%, no baselines"]
+    cell = bench.Cell(**{**cell.__dict__, "shapes": 10, "judged_per_shape": 4, "run": 0.003,
+                         "per_shape": 0.0})
+    pairs, judgement = _one(cell, 1)
+    memory, compute = (judgement.shifts[(bench.OURS, kind)] for kind in (bench.MEMORY, bench.COMPUTE))
+    assert math.expm1(memory.value - compute.value) == pytest.approx(0.015, abs=0.004)
+    assert "SLOW" not in {r["verdict"] for r in judgement.rows}
+    alike = bench.Cell(**{**cell.__dict__, "new_memory": 0.0})
+    assert (bench.OURS, "") in _one(alike, 1)[1].shifts
+
+
+def test_a_machine_noisier_than_the_calibration_widens_it_and_says_so():
+    """NEW's repetitions spread twice the calibration's: every part of the spread is widened by that ratio,
+    and its source names the side."""
+    cell = bench.Cell(0.003, 0.002, 0.006, 10, 4, new_spread=2.0)
+    _, judgement = _one(cell, 2)
+    shift = judgement.shifts[(bench.OURS, "")]
+    assert "NEW's repetitions spread x" in shift.spread.source
+    calibrated = between_runs.calibrate([bench.draw_run(cell, np.random.default_rng(2), calibration=True)
+                                         for _ in range(6)])[bench.OURS]
+    assert shift.spread.shape > 1.5 * calibrated.shape
+
+
+def test_each_shape_is_judged_by_the_other_shapes_spread_where_it_is_wider_than_calibrated():
+    """Ten shapes whose own parts spread 2% where the calibration said 0.5%: a row is judged with its
+    shape's own part widened to what the other shapes show; one shape slowed among quiet ones is not
+    widened by its own slowdown (the others are, by it)."""
+    quiet = bench.Cell(0.003, 0.005, 0.003, 10, 1, baselines=0)
+    loud = bench.Cell(**{**quiet.__dict__, "quiet": (1.0, 4.0), "per_shape": 0.02})
+    rng = np.random.default_rng(6)
+    groups = {("float16", g): (0.0, 1e-6, 8.0) for g in range(10)}
+    groups[("float16", 0)] = (0.06, 1e-6, 8.0)  # slowed 6%, every other shape still
+    spread = between_runs.Spread(0.003, 5, 0.005, 45, "test")
+    others = between_runs._others(groups, spread)
+    assert ("float16", 0) not in between_runs._shapes_checked(groups, others, spread)
+    spreads = between_runs.calibrate([bench.draw_run(loud, rng, calibration=True) for _ in range(6)])
+    pairs = bench.pairs_of(loud, bench.draw_run(loud, rng), bench.draw_run(loud, rng, new=True))
+    noise = [between_runs._pair_noise(p, *between_runs._noise_classes(pairs)) for p in pairs]
+    groups = between_runs._groups(pairs, noise, list(range(len(pairs))))
+    widened = between_runs._shapes_checked(groups, between_runs._others(groups, spreads[bench.OURS]),
+                                           spreads[bench.OURS])
+    assert len(widened) >= 8 and all(s.shape > 2 * spreads[bench.OURS].shape for s in widened.values())
+
+
+def test_a_calibration_whose_shift_came_out_zero_still_counts_its_rows_noise():
+    """sigma^2 is a difference of two mean squares and may come out 0; the shift is judged against the
+    spread of runs as measured (sigma^2 + its rows' part), a chi-square's K - 1 degrees of freedom."""
+    spread = between_runs.Spread(0.0, 5, 0.0, 45, "test", run_noise=1e-5)
+    (measured, freedom), (extra, _) = spread.run_terms(3e-5, 20.0)
+    assert measured == pytest.approx(2e-5) and freedom == 5 and extra == pytest.approx(1e-5)

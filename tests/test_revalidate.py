@@ -136,7 +136,7 @@ def test_the_re_screen_decision(shift_verdict, also):
                           winner(4, "FAST", 0.9), winner(5, "SAME", 1.0), winner(6, "SAME", 1.08)],
               "status_changes": [{"row": ("k", "triton", "float16", "5", "BLOCK=8"), "base": "ok",
                                   "new": "incorrect"}],
-              "shifts": {("GPU", "k", "triton"): shift, ("GPU", "k", "torch"): None}}
+              "shifts": {(("GPU", "k", "triton"), ""): shift, (("GPU", "k", "torch"), ""): None}}
     decided = {json.loads(s["shape"])[0]: s["rescreen"] for s in judge_shapes(result, base, 0.03)}
     assert {n for n, rescreen in decided.items() if rescreen} == {3, 5} | also
 

@@ -1,26 +1,21 @@
 """Benchmark (CPU): a seeded Monte Carlo of compare's rule, runs drawn with more between-run spread than any
-rule may assume (issue 32):
+rule may assume:
 
     python -m runners.benchmarks.bench_between_runs [--comparisons 1000] [--seed 2026] [--jobs N]
 
 Each run is drawn as a GPU gives it: per shape, `repetitions` placements of its inputs that every row of
-the shape shares (sd `spread`, the repetition spread), each repetition median with its own sampling noise
-(0.1%); per run, an offset every row shares (`run`: what a second machine of the kind moves a whole run
-by) or, in the per-shape cells, an offset per shape that repetitions do not see (`per_shape`). Every
-comparison draws its own calibration of 6 such runs (between_runs.calibrate: the rule's promise is over
-calibrations too); then BASE and NEW runs are compared by between_runs.judge:
-- unchanged: NEW as BASE; the share of comparisons that fail the gate at 2% (a false alarm), and at 0%
-  (any judged row or shift SLOW);
-- one shape slowed 5%: our rows at one shape 5% slower; the share that fail the gate at 2% (caught);
-- every shape slowed 3%: our rows at every shape (not the baselines) 3% slower; the share caught.
-Cells: run-level spread 0.3%, 1%, 1.5% and a per-shape spread of 1%; repetition spread 0.3%, 0.6%,
-1.2%; 4 judged rows (4 shapes, the winner of each) and 40 (10 shapes, 4 finalists each); every shape
-has 4 finalists and 2 baselines, all re-timed in 5 repetitions. Then cells that break what the first
-table keeps equal: NEW re-timed in 3 repetitions at twice the spread (a re-validation with other
-settings); judged rows timed once, in screening (their median known to ±2%); a calibration of one shape
-judging ten. Unchanged code is compared 4x as often (its rate is near the 1% it is held to). The tables
-print last; then the variance of the p50 of the pooled samples against that of the mean of the
-repetitions' medians (P50_VARIANCE).
+the shape shares (sd `spread`, the repetition spread; ours and the baselines are timed in the same
+rounds), each repetition median with its own sampling noise (0.1%); per run, an offset every row shares
+(`run`) and an offset per shape that repetitions do not see (`per_shape`). Every comparison draws its
+own calibration of 6 such runs (the rule's promise is over calibrations too); then BASE and NEW are
+compared by between_runs.judge: unchanged (NEW as BASE: the share that fails the gate at 2%, and at 0%),
+one shape of ours slowed 5%, every shape of ours slowed 3% (the shares caught at 2%). Tables: runs that
+differ as a whole or per shape, at three repetition spreads, 4 judged rows (4 shapes) and 40 (10 shapes,
+4 finalists each), every shape with 4 finalists and 2 baselines; cells that break what the first keeps
+equal (NEW re-timed otherwise, rows timed once, a calibration of one shape); and a fleet (FLEET): machine
+effects the calibration did not see, with baselines at every shape and without. Unchanged code is
+compared 4x as often (its rate is near the 1% it is held to). Then the variance of the p50 of pooled
+samples against that of the mean of the repetitions' medians (P50_VARIANCE).
 """
 from __future__ import annotations
 
@@ -43,7 +38,8 @@ REPETITIONS = 5
 FINALISTS, BASELINES = 4, 2
 CALIBRATION_RUNS = 6
 GATE = 0.02
-OURS = ("GPU", "kernel", "triton")
+MEMORY, COMPUTE = "memory-bound", "compute-bound"
+OURS = ("GPU", "kernel0", "triton")
 UNCHANGED_MORE = 4  # the unchanged scenario takes this many times the comparisons: its rate is near 1%
 SCENARIOS = {"unchanged": (0, 0.0), "one shape slowed 5%": (1, math.log(1.05)),
              "every shape slowed 3%": (None, math.log(1.03))}
@@ -52,22 +48,32 @@ SCENARIOS = {"unchanged": (0, 0.0), "one shape slowed 5%": (1, math.log(1.05)),
 @dataclass(frozen=True)
 class Cell:
     run: float  # sd of the offset a whole run shares
-    per_shape: float  # sd of each shape's own offset in a run
+    per_shape: float  # sd of each shape's own offset in a run (every provider's at the shape)
     spread: float  # sd of a repetition's placement
-    shapes: int
+    shapes: int  # a kernel's
     judged_per_shape: int
     new_repetitions: int = REPETITIONS  # NEW's, where it was re-timed otherwise
     new_spread: float = 1.0  # NEW's repetition spread, times BASE's
     screened: int = 0  # rows a shape measured in screening only (one median), every one judged
     calibration_shapes: Optional[int] = None  # the calibration's runs measured this many shapes
+    baselines: int = BASELINES  # providers beside ours at every shape (the controls)
+    memory: tuple = (0.0,)  # per kernel, the share of its shapes (the smallest) that are memory-bound
+    new_memory: float = 0.0  # NEW's machine moves every memory-bound row by this (ln), the calibration's not
+    new_size: float = 0.0  # NEW's machine moves each shape by 0 to this (ln), growing with its size
+    size_scale: tuple = (1.0, 1.0)  # a run's shift times this at the smallest shape to the largest
+    quiet: tuple = (1.0, 1.0)  # the calibration's run and per-shape spreads are the judged runs' over these
+    tails: str = "normal"  # a run's shift: normal, t3 (Student's t, 3 d.o.f., sd `run`), or bimodal:P
+    # (+2% with probability P, else 0)
 
     @property
     def judged(self) -> int:
-        return self.shapes * (self.judged_per_shape + self.screened)
+        return len(self.memory) * self.shapes * (self.judged_per_shape + self.screened)
 
     @property
     def noise(self) -> str:
-        return f"per-shape {100 * self.per_shape:g}%" if self.per_shape else f"run {100 * self.run:g}%"
+        parts = [f"run {100 * self.run:g}%" if self.run else "", f"per-shape {100 * self.per_shape:g}%"
+                 if self.per_shape else ""]
+        return ", ".join(filter(None, parts)) or "none"
 
 
 def cells(spreads=(0.003, 0.006, 0.012)) -> list[Cell]:
@@ -85,45 +91,90 @@ BROKEN = [  # (what the cell breaks, the cell)
     ("judged rows timed once (screening)", Cell(0.01, 0.0, 0.006, 10, 4, screened=4)),
     ("a calibration of one shape", Cell(0.0, 0.01, 0.006, 10, 4, calibration_shapes=1)),
 ]
+FLEET = {  # what a fleet breaks (issue 64's audit): a machine effect the calibration did not see
+    "NEW's machine: memory-bound shapes +1.5%": {"memory": (0.5,), "new_memory": 0.015},
+    "NEW's machine: memory-bound shapes +1.25%": {"memory": (0.5,), "new_memory": 0.0125},
+    "two kernels, the memory-bound one +1.5% on NEW": {"memory": (1.0, 0.0), "new_memory": 0.015},
+    "two kernels, the memory-bound one +1% on NEW": {"memory": (1.0, 0.0), "new_memory": 0.01},
+    "a run's shift x0.25..1.75 with shape size": {"size_scale": (0.25, 1.75)},
+    "NEW's machine +0..2% with shape size": {"new_size": 0.02},
+    "calibrated on a quieter machine: run and per-shape spread x1.5": {"quiet": (1.5, 1.5)},
+    "calibrated on a quieter machine: run and per-shape spread x2": {"quiet": (2.0, 2.0)},
+    "calibrated on a quieter machine: per-shape spread x2": {"quiet": (1.0, 2.0)},
+    "heavy-tailed run shifts (t, 3 d.o.f.)": {"tails": "t3"},
+    "bimodal runs (+2% with probability 0.1)": {"tails": "bimodal:0.1"},
+    "bimodal runs (+2% with probability 0.2)": {"tails": "bimodal:0.2"},
+}
+
+
+def fleet_cells() -> list[tuple[str, Cell]]:
+    """The FLEET conditions on runs that differ by 1% as a whole and 0.5% per shape, at both sizes, with
+    baselines at every shape (the controls), then without (an export sweep's default)."""
+    return [(f"{name}{'' if baselines else ', no baselines'}",
+             Cell(0.01, 0.005, 0.006, shapes, judged, baselines=baselines, **changes))
+            for baselines in (BASELINES, 0) for name, changes in FLEET.items()
+            for shapes, judged in ((4, 1), (10, 4))]
+
+
+def _run_shift(cell: Cell, rng: np.random.Generator, sd: float) -> float:
+    if cell.tails == "t3":
+        return float(rng.standard_t(3)) * sd / math.sqrt(3)  # t3's variance is 3
+    if cell.tails.startswith("bimodal:"):
+        return 0.02 * float(rng.random() < float(cell.tails.split(":")[1]))
+    return float(rng.normal(0.0, sd))
 
 
 def draw_run(cell: Cell, rng: np.random.Generator, slowed: tuple = (0, 0.0), new: bool = False,
-             shapes: Optional[int] = None) -> dict:
+             shapes: Optional[int] = None, calibration: bool = False) -> dict:
     """{trial: RunFigure} of one run; `slowed`: (how many shapes, None for all; ln of the slowdown) of
-    our rows; `new`: timed as the cell's NEW side is; `shapes`: only the first so many."""
+    our rows; `new`: timed as the cell's NEW side is, on NEW's machine; `shapes`: only the first so many;
+    `calibration`: a run of the calibration (on its quieter machine where the cell says so)."""
     shapes_slowed, by = slowed
     shapes = shapes or cell.shapes
     repetitions = cell.new_repetitions if new else REPETITIONS
     spread = cell.spread * (cell.new_spread if new else 1.0)
-    rows = FINALISTS + BASELINES
+    run_sd, shape_sd = (cell.run / cell.quiet[0], cell.per_shape / cell.quiet[1]) if calibration else (
+        cell.run, cell.per_shape)
+    rows = FINALISTS + cell.baselines
     g = np.arange(shapes)[:, None, None]
     j = np.arange(rows)[None, :, None]
     ours = (j < FINALISTS) * (g < (shapes if shapes_slowed is None else shapes_slowed))
-    offsets = rng.normal(0.0, cell.run) + rng.normal(0.0, cell.per_shape, (shapes, 1, 1))
-    placements = rng.normal(0.0, spread, (shapes, 1, repetitions))
-    logs = (np.log(5.0 + 5 * g) + 0.02 * j + by * ours + offsets + placements
-            + rng.normal(0.0, SAMPLING, (shapes, rows, repetitions)))
-    spreads = logs.std(axis=2, ddof=1)
-    run = {(a, b): rule_of.RunFigure(domain(b), ("float16", a),
-                                     rule_of.Figure(tuple(logs[a, b]), repetitions, float(spreads[a, b])))
-           for a in range(shapes) for b in range(rows)}
-    for a, b in itertools.product(range(shapes), range(cell.screened)):  # one median on the first placement
-        slow = by * (shapes_slowed is None or a < shapes_slowed)
-        value = (math.log(5.0 + 5 * a) + 0.1 + 0.02 * b + slow
-                 + offsets[a, 0, 0] + placements[a, 0, 0] + rng.normal(0.0, SCREEN_PRECISION / 1.96))
-        run[(a, rows + b)] = rule_of.RunFigure(OURS, ("float16", a), rule_of.Figure.of(
-            math.exp(value), precision=SCREEN_PRECISION))
+    size = np.linspace(0.0, 1.0, shapes)[:, None, None] if shapes > 1 else np.zeros((1, 1, 1))
+    run = {}
+    for k, memory_share in enumerate(cell.memory):
+        kinds = [MEMORY if a < round(memory_share * cell.shapes) else COMPUTE for a in range(shapes)]
+        memory = np.array([kind == MEMORY for kind in kinds], dtype=float)[:, None, None]
+        scale = cell.size_scale[0] + (cell.size_scale[1] - cell.size_scale[0]) * size
+        offsets = _run_shift(cell, rng, run_sd) * scale + rng.normal(0.0, shape_sd, (shapes, 1, 1))
+        if new:
+            offsets = offsets + cell.new_memory * memory + cell.new_size * size
+        placements = rng.normal(0.0, spread, (shapes, 1, repetitions))
+        logs = (np.log(5.0 + 5 * g) + 0.02 * j + by * ours * (k == 0) + offsets + placements
+                + rng.normal(0.0, SAMPLING, (shapes, rows, repetitions)))
+        spreads = logs.std(axis=2, ddof=1)
+        for a, b in itertools.product(range(shapes), range(rows)):
+            run[(k, a, b)] = figure(k, a, b, kinds[a], rule_of.Figure(tuple(logs[a, b]), repetitions,
+                                                                    float(spreads[a, b])))
+        for a, b in itertools.product(range(shapes), range(cell.screened if k == 0 else 0)):
+            slow = by * (shapes_slowed is None or a < shapes_slowed)  # one median on the first placement
+            value = (math.log(5.0 + 5 * a) + 0.1 + 0.02 * b + slow
+                     + offsets[a, 0, 0] + placements[a, 0, 0] + rng.normal(0.0, SCREEN_PRECISION / 1.96))
+            run[(k, a, rows + b)] = figure(k, a, 0, kinds[a], rule_of.Figure.of(math.exp(value),
+                                                                               precision=SCREEN_PRECISION))
     return run
 
 
-def domain(row: int) -> tuple:
+def figure(kernel: int, shape: int, row: int, kind: str, value: rule_of.Figure) -> rule_of.RunFigure:
     """Our finalists and screened rows share a domain; each baseline is a provider of its own."""
-    return OURS if row < FINALISTS or row >= FINALISTS + BASELINES else ("GPU", "kernel", f"baseline{row}")
+    provider = "triton" if row < FINALISTS else f"baseline{row}"
+    domain, group = ("GPU", f"kernel{kernel}", provider), ("float16", shape)
+    return rule_of.RunFigure(domain, group, value, ("GPU", f"kernel{kernel}", *group), kind)
 
 
 def pairs_of(cell: Cell, base: dict, new: dict) -> list:
     return [rule_of.Pair(b.domain, b.group, b.figure, new[key].figure, math.exp(b.figure.value),
-                         judged=key[1] < cell.judged_per_shape or key[1] >= FINALISTS + BASELINES)
+                         judged=key[2] < cell.judged_per_shape or key[2] >= FINALISTS + cell.baselines,
+                         control=b.control, kind=b.kind)
             for key, b in base.items()]
 
 
@@ -133,7 +184,8 @@ def failure_rates(cell: Cell, scenario: str, comparisons: int, rng: np.random.Ge
     rules = [rule_of.Rule(alpha=0.01, min_effect=0.01, fail_on_slow=gate) for gate in (GATE, 0.0)]
     failures = [0, 0]
     for _ in range(comparisons):
-        runs = [draw_run(cell, rng, shapes=cell.calibration_shapes) for _ in range(CALIBRATION_RUNS)]
+        runs = [draw_run(cell, rng, shapes=cell.calibration_shapes, calibration=True)
+                for _ in range(CALIBRATION_RUNS)]
         spreads = rule_of.calibrate(runs)
         base, new = draw_run(cell, rng), draw_run(cell, rng, SCENARIOS[scenario], new=True)
         pairs = pairs_of(cell, base, new)
@@ -156,7 +208,8 @@ HEAD = ("judged rows | unchanged: gate fails at 2% | at 0% | one shape 5% slower
 
 
 def table(comparisons: int, seed: int, jobs: int) -> list[str]:
-    chosen = cells() + [cell for _, cell in BROKEN]
+    fleet = fleet_cells()
+    chosen = cells() + [cell for _, cell in BROKEN] + [cell for _, cell in fleet]
     with ProcessPoolExecutor(jobs) as pool:
         seeds = [seed + i for i in range(len(chosen))]
         rates = list(pool.map(cell_rates, chosen, [comparisons] * len(chosen), seeds))
@@ -164,10 +217,11 @@ def table(comparisons: int, seed: int, jobs: int) -> list[str]:
     for cell, cell_rate in zip(chosen, rates[:len(cells())]):
         lines.append(f"| {cell.noise} | {100 * cell.spread:g}% | {cell.judged} | "
                      + " | ".join(f"{100 * r:.1f}%" for r in cell_rate) + " |")
-    lines += ["", "| what breaks | between runs | repetition spread | " + HEAD, "|---" * 8 + "|"]
-    for (name, cell), cell_rate in zip(BROKEN, rates[len(cells()):]):
-        lines.append(f"| {name} | {cell.noise} | {100 * cell.spread:g}% | {cell.judged} | "
-                     + " | ".join(f"{100 * r:.1f}%" for r in cell_rate) + " |")
+    for named, rest in ((BROKEN, rates[len(cells()):]), (fleet, rates[len(cells()) + len(BROKEN):])):
+        lines += ["", "| what breaks | between runs | repetition spread | " + HEAD, "|---" * 8 + "|"]
+        for (name, cell), cell_rate in zip(named, rest):
+            lines.append(f"| {name} | {cell.noise} | {100 * cell.spread:g}% | {cell.judged} | "
+                         + " | ".join(f"{100 * r:.1f}%" for r in cell_rate) + " |")
     return lines
 
 

@@ -84,7 +84,7 @@ def gate(base, new, calibrated: dict) -> dict:
     result = comparison.compare(base, new, rule, shipped, calibrated=calibrated)
     rows = result["matched"] + result["winners"]
     judged = [r for r in rows if r["judged"] and not math.isnan(r["threshold"])]
-    ours = [s for (_, _, provider), s in result["shifts"].items() if provider == "triton" and s is not None]
+    ours = [s for (domain, _), s in result["shifts"].items() if domain[2] == "triton" and s is not None]
     line, status = comparison.gate_verdict(result, rule)
     return {"rows": len(rows), "not_same": sum(r["verdict"] != "SAME" for r in rows), "judged": len(judged),
             "status": status, "line": line, "thresholds": [r["threshold"] for r in judged],

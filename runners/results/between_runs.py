@@ -1,68 +1,17 @@
 """Whether two runs differ: the rule runners.compare and runners.revalidate judge by.
 
-The unit of replication is the run. The samples of one run share where its buffers landed, its clocks and
-its neighbours, so their spread says nothing of how far a second run of the same code may fall (on an
-H200 an unchanged re-run moved a 5 us softmax by 2.4% while a rank test of its samples gave p = 1e-28).
-Three things move a row's figure between two runs, each measured where it can be:
-- the placement of its buffers, and its own sampling: measured inside each run by repetitions (a trial's
-  samples taken in blocks on buffers placed anew, runners/measure/timing.py). The figure compared is the
-  mean of ln(each repetition's median) (`rep_p50s_us`), whose variance is s^2/R: s the spread of those
-  logs, pooled per side over that side's rows of the same provider, dtype and shape (they share each
-  repetition's placement, so its degrees of freedom count once per placement, R - 1, not once per row;
-  the two sides' combine by Welch-Satterthwaite), else over the provider's rows of the same size class of
-  p50; R the repetitions. A row timed once (screening) adds its own median's error, from its 95% interval;
-  every row, the clock's resolution (q^2/12: the CUDA-event fallback reads about 0.5 us);
-- the shift a whole run shares (its machine, process, clock state): on a second machine of one kind every
-  row of a kernel moves together (BENCHMARKS.md, 2026-11-24: a matmul by 1.6%). It is estimated from the
-  data, per provider of a kernel on a GPU (a change of the kernel moves ours, not the baselines): the
-  median over shapes of each shape's median ln(NEW/BASE), judged once against what runs of this kind of
-  machine differ by. Each row is judged against the same median over the other shapes of its kernel
-  alone: independent of the row, so a change of its shape is neither half taken by the shift (two shapes)
-  nor judged against a reference that holds it; a kernel of one shape has no other, and its rows get no
-  verdict of their own (ONE SHAPE: the shift speaks for them). The variance of a median over shapes is
-  simulated from each shape's (one noisy shape among quiet ones barely moves it);
-- a per-shape part of the run's shift that repetitions do not show (each shape its own clock state): from
-  the same calibration.
-What runs of one kind of machine differ by (`Spread`: the sd of a run's shift and of the per-shape
-part, with their degrees of freedom) is measured, never assumed: `calibrate` reads it off three or more
-runs of the same sweep on the machines the comparison is about (compare's `--calibration`; the CI recipe
-runs the gated sweep six times on its runner class), or the user states it (`--machine-spread`). Without
-either a shift cannot be judged, and the gate refuses rather than pass a change of every row silently.
-No table of spreads ships with the tool: two H100 machines (BENCHMARKS.md) give a machine effect one
-degree of freedom, no bound for a third machine.
-
-The alternatives weighed (figures: BENCHMARKS.md, 2026-11-25):
-- A stated run noise widening every row's threshold (the rule before issue 32, 0.5%): it held only while
-  machines differ by less; an independent Monte Carlo with its own functions failed unchanged code in
-  3-12% of comparisons where runs differ by 1-1.5%, and at 40 judged rows the 2 r^2 term alone made every
-  threshold at least 3%. With the shift estimated and taken out, unchanged code keeps alpha in every cell
-  of the Monte Carlo (runners/benchmarks/bench_between_runs.py), runs differing by 0.3% to 1.5% as a
-  whole or by 1% per shape, and a regression of one shape is judged against its repetitions and the
-  other shapes alone.
-- A calibration alone, its spread added to every row (a calibration command run on the CI runner class):
-  it measures what the old rule assumed, but every row then pays the machines' spread, which repetitions
-  make needless for a change of one shape. Here the calibration judges only what the data cannot tell
-  from another machine, a change of every row; where the machines of a kind differ by 1% or more, no rule
-  catches a 3% change of every row reliably (a test that knew the spread exactly: 12-32%), and the
-  report's `catches` says so.
-- The baselines as the control of a kernel change: they are not in every sweep, and a torch upgrade moves
-  them as surely as a kernel change moves ours; each provider has its own shift instead.
-
-The verdicts. Each row: SLOW (FAST) when ln(NEW/BASE) less the other shapes' shift is above (below minus)
-its threshold: Student's t quantile (scipy) of its family's share of alpha times the standard deviation
-of that difference, sqrt(var(row) + 2 tau^2 + var(their shift)), with Welch-Satterthwaite degrees of
-freedom but never more than tau's; and at least ln(1 + min_effect). Each shift: the same, with
-sqrt(2 sigma^2 + var(shift)) and the fewer degrees of freedom of its two terms (_verdict_of_shift says
-why). The rows the gate judges and the shifts share alpha (half each, Bonferroni within), so that
-unchanged code fails the gate in at most alpha of comparisons; the other rows are a family of their own at
-alpha. The promise is over calibrations: a calibration of few runs that came out low keeps failing more
-often until it is made again. Every judged row and shift carries the smallest slowdown it catches in 95%
-of runs.
+The unit of replication is the run. A row's noise is measured by its repetitions; the shift a whole run
+shares is estimated from the data (the median over shapes, per provider of a kernel, and per kind of bound
+where the kinds moved apart) and judged against the spread of runs a calibration measured; each row is
+judged against the other shapes' shift, and a SLOW or FAST one against its controls (the other providers
+at its shape, timed in the same rounds): MACHINE where they moved alike. The calibration is checked
+against the comparison's own data and widened where that is noisier. runners/results/GATE.md explains
+each step and the alternatives weighed; BENCHMARKS.md has the figures.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Optional, Sequence
 
@@ -77,6 +26,10 @@ MEDIAN_DRAWS = 4000  # draws of the simulation of a median's variance (its own e
 # medians) was 1.02-1.29 in bench_between_runs' simulation of repetitions (larger with the spread) and
 # 1.21-1.38 in the audit of issue 32.
 P50_VARIANCE = 1.4
+CHECK_P = 0.01  # a calibration is widened where the comparison's own data is noisier at this level
+SHAPE_CHECK = 6  # shapes a domain needs for the check of each shape's own part (fewer: too few to tell)
+KINDS_P = 0.05  # a domain's memory- and compute-bound shapes are judged apart where they moved apart so
+MACHINE = "MACHINE"  # SLOW or FAST, and its controls moved alike: the machine's, not the code's
 ONE_SHAPE = "ONE SHAPE"  # a row alone in its domain: no other shape to tell its change from the shift
 
 
@@ -90,6 +43,24 @@ class Spread:
     shape: float
     shape_df: float
     source: str
+    control: Optional["Spread"] = None  # the same of a domain's difference from its controls' (GATE.md)
+    repetition: Optional[dict] = None  # group -> (s^2, freedom): the repetitions' spread in its runs
+    run_noise: float = 0.0  # the rows' part of a calibration run's shift: shift^2 + this is what was measured
+
+    def widened(self, variance: float, why: str) -> "Spread":
+        """This spread with every variance times `variance` (>= 1), and why in its source."""
+        scale = math.sqrt(variance)
+        control = self.control and replace(self.control, shift=self.control.shift * scale,
+                                           shape=self.control.shape * scale)
+        return replace(self, shift=self.shift * scale, shape=self.shape * scale, control=control,
+                       run_noise=self.run_noise * variance, source=f"{self.source}; {why}")
+
+    def run_terms(self, variance: float, freedom: float) -> list[tuple[float, float]]:
+        """The variance terms of the difference of two runs' shifts whose estimates have `variance`: the
+        spread of runs as measured (its rows' noise in it: a difference of two mean squares, sigma^2 alone,
+        has no chi-square's degrees of freedom and may come out 0), and what the estimates add beyond."""
+        measured = self.shift ** 2 + self.run_noise
+        return [(2 * measured, self.shift_df), (max(variance - 2 * self.run_noise, 0.0), freedom)]
 
 
 @dataclass(frozen=True)
@@ -149,6 +120,8 @@ class Pair:
     p50_us: float  # BASE's p50, for the size class
     judged: bool
     comparable: bool = True  # timed by the same method
+    control: Optional[tuple] = None  # pairs of other domains with this key are its controls (GATE.md)
+    kind: str = ""  # what bounds its shape: memory-bound or compute-bound ('' unknown)
 
     @property
     def difference(self) -> float:
@@ -174,6 +147,7 @@ class Shift:
     verdict: str = "NOT JUDGED"
     threshold: float = math.nan
     catches: float = math.nan  # the smallest uniform slowdown caught in 95% of runs (ln)
+    vs_controls: float = math.nan  # ln(NEW/BASE) against its controls' (GATE.md)
 
 
 @dataclass
@@ -247,28 +221,208 @@ def _pair_noise(pair: Pair, by_group: dict, by_size: dict) -> Optional[tuple[flo
 
 
 def judge(pairs: list[Pair], rule: Rule, spreads: dict) -> Judgement:
-    """The verdict of every pair and of every domain's shift (module doc); `spreads`: domain -> Spread or
-    None."""
+    """The verdict of every pair and of every shift (GATE.md), its shifts keyed (domain, kind): kind ''
+    where the domain's kinds of bound are judged together; `spreads`: domain -> Spread or None."""
     by_group, by_size = _noise_classes([p for p in pairs if p.comparable])
     noise = [_pair_noise(p, by_group, by_size) if p.comparable else None for p in pairs]
+    apart = _kinds_apart(pairs, noise, spreads)
+    spreads = {(p.domain, p.kind if p.domain in apart else ""): spreads.get(p.domain) for p in pairs}
+    pairs = [replace(p, domain=(p.domain, p.kind if p.domain in apart else "")) for p in pairs]
+    members = {domain: [i for i, p in enumerate(pairs) if p.domain == domain and noise[i] is not None]
+               for domain in dict.fromkeys(p.domain for p in pairs)}
+    groups = {domain: _groups(pairs, noise, indices) for domain, indices in members.items()}
+    spreads = {domain: _checked(spreads.get(domain), [pairs[i] for i in indices], groups[domain])
+               for domain, indices in members.items()}
+    controls = _controls(pairs, groups)
     result = Judgement()
-    for domain in dict.fromkeys(p.domain for p in pairs):
-        members = [i for i, p in enumerate(pairs) if p.domain == domain and noise[i] is not None]
-        judged = any(pairs[i].judged for i in members)
-        result.shifts[domain] = _shift(pairs, noise, members, spreads.get(domain), judged)
+    for domain, indices in members.items():
+        judged = any(pairs[i].judged for i in indices)
+        result.shifts[domain] = _shift(groups[domain], spreads[domain], judged)
     # Two families, each at alpha: what the gate judges (its rows and shifts, half of alpha each, so that
-    # unchanged code fails the gate in at most alpha), and the rest.
+    # unchanged code fails the gate in at most alpha), and the rest. The test against the controls only
+    # clears a verdict (both must hold), so it takes no share of alpha.
     tails = {}
     for judged in (True, False):
         rows = sum(1 for i, p in enumerate(pairs) if p.judged == judged and noise[i] is not None)
-        shifts = [s for s in result.shifts.values() if s is not None and s.spread is not None
+        shifts = [(d, s) for d, s in result.shifts.items() if s is not None and s.spread is not None
                   and s.judged == judged]
         tails[judged] = rule.alpha / 2 / max(rows, 1)
-        for shift in shifts:
+        for domain, shift in shifts:
             _verdict_of_shift(shift, rule, rule.alpha / 2 / len(shifts))
-    others = {domain: _others(pairs, noise, domain, spreads.get(domain)) for domain in result.shifts}
-    result.rows = _rows(pairs, noise, others, spreads, rule, [tails[pair.judged] for pair in pairs])
+            _shift_against_controls(shift, groups[domain], controls, domain, rule.alpha / 2 / len(shifts))
+    others = {domain: _others(groups[domain], spreads[domain]) for domain in result.shifts}
+    by_shape = {(domain, group): spread for domain in result.shifts for group, spread in
+                _shapes_checked(groups[domain], others[domain], spreads[domain]).items()}
+    result.rows = _rows(pairs, noise, others, {**spreads, **by_shape}, controls, rule,
+                        [tails[pair.judged] for pair in pairs])
     return result
+
+
+def _kinds_apart(pairs: list[Pair], noise: list, spreads: dict) -> set:
+    """The domains whose shapes of two kinds of bound moved apart beyond chance (the kinds' shifts differ,
+    two-sided p < KINDS_P): their rows and shifts are judged per kind; the others' together (a row
+    judged against fewer shapes loses reach for nothing where the kinds moved alike)."""
+    by_kind: dict[tuple, dict[str, list]] = {}
+    for i, pair in enumerate(pairs):
+        if pair.kind and noise[i] is not None:
+            by_kind.setdefault(pair.domain, {}).setdefault(pair.kind, []).append(i)
+    apart = set()
+    for domain, kinds in by_kind.items():
+        if len(kinds) < 2:
+            continue
+        (value, variance, freedom), (other, other_variance, other_freedom) = (
+            _estimate(list(_groups(pairs, noise, members).values()), spreads.get(domain))
+            for members in list(kinds.values())[:2])
+        quantile = t_quantile(KINDS_P / 2, min(freedom, other_freedom))
+        if abs(value - other) > quantile * math.sqrt(variance + other_variance):
+            apart.add(domain)
+    return apart
+
+
+def _controls(pairs: list[Pair], groups: dict) -> dict:
+    """(domain, group) -> its controls: (value, variance, freedom) of the median over the other domains
+    with a pair of its control key of their group's median difference, and their rounds (_series: BASE's,
+    NEW's) where every one has them."""
+    by_key: dict[tuple, dict] = {}
+    figures: dict[tuple, list] = {}
+    for pair in pairs:
+        if pair.control is not None and pair.group in groups[pair.domain]:
+            by_key.setdefault(pair.control, {})[pair.domain] = pair.group
+            if pair.base.repetitions > 1 and pair.new.repetitions > 1:
+                figures.setdefault((pair.domain, pair.group), []).append(pair)
+    rounds = {where: (_series([p.base for p in found]), _series([p.new for p in found]))
+              for where, found in figures.items()}
+    found = {}
+    for members in by_key.values():
+        for domain, group in members.items():
+            rest = [(d, g) for d, g in members.items() if d != domain]
+            if not rest:
+                continue
+            values = [groups[d][g] for d, g in rest]
+            series = [rounds.get(where, (None, None)) for where in rest]
+            paired = tuple(_median_series([s[side] for s in series]) for side in (0, 1))
+            found[(domain, group)] = (float(np.median([d for d, _, _ in values])),
+                                      median_variance([v for _, v, _ in values]),
+                                      min(f for _, _, f in values),
+                                      None if any(x is None for x in paired) else paired,
+                                      rounds.get((domain, group)))
+    return found
+
+
+def _series(figures: list[Figure]) -> Optional[np.ndarray]:
+    """The median, round by round, of the logs of figures timed in the same rounds (a shape's finalists
+    and baselines share each round's placement); None unless each kept its R >= 2 repetition medians."""
+    if not figures or len({f.repetitions for f in figures}) != 1 or any(
+            len(f.logs) != f.repetitions or f.repetitions < 2 for f in figures):
+        return None
+    return np.median(np.array([f.logs for f in figures]), axis=0)
+
+
+def _median_series(series: list) -> Optional[np.ndarray]:
+    if not series or any(s is None for s in series) or len({len(s) for s in series}) != 1:
+        return None
+    return np.median(np.array(series), axis=0)
+
+
+def _paired(base, new, rounds: Optional[tuple]) -> Optional[tuple[float, float, float]]:
+    """(difference, variance, freedom) of ln(NEW/BASE) against the controls', round by round: the
+    variance from the spread of each side's differences over its rounds, so that what a round's
+    placement moves alike (every provider at the shape) cancels; None where the rounds do not pair."""
+    if rounds is None or base is None or new is None or len(base) != len(rounds[0]) or len(new) != len(
+            rounds[1]):
+        return None
+    terms = [(_round_noise(np.asarray(side), control), len(side) - 1)
+             for side, control in zip((base, new), rounds)]
+    return (float(np.mean(new) - np.mean(rounds[1]) - np.mean(base) + np.mean(rounds[0])),
+            sum(v for v, _ in terms), satterthwaite(terms))
+
+
+def _round_noise(own: Optional[np.ndarray], control: Optional[np.ndarray]) -> Optional[float]:
+    """The variance of the mean over rounds of `own` less `control`, from their spread round by round."""
+    if own is None or control is None or len(own) != len(control):
+        return None
+    return float(np.var(own - control, ddof=1)) / len(own)
+
+
+def _checked(spread: Optional[Spread], pairs: list[Pair], groups: dict) -> Optional[Spread]:
+    """The spread, checked against the comparison's own data: widened where a side's repetitions spread
+    wider than the calibration's runs' beyond chance (an F test, p < CHECK_P), every part by their ratio
+    (a noisier machine), and said so in its source."""
+    if spread is None:
+        return None
+    from scipy import special
+
+    noisier = []
+    for side in ("base", "new") if spread.repetition else ():
+        sets: dict[tuple, list] = {}
+        for pair in pairs:
+            sets.setdefault(pair.group, []).append(getattr(pair, side))
+        # each shape's spread over the calibration's there (shapes' spreads differ: a 5 us kernel's
+        # placements move it 2%, a 30 us one's 0.3%), pooled by degrees of freedom
+        ratios = [(found[0] / calibrated[0], found[1], calibrated[1]) for group, figures in sets.items()
+                  if (found := _placements([figures])) and (calibrated := spread.repetition.get(group))
+                  and calibrated[0] > 0]
+        if ratios:
+            # a mean of ratios, each over a calibration of its own: F with the fewest of their freedoms
+            freedom, calibrated_df = sum(f for _, f, _ in ratios), min(f for _, _, f in ratios)
+            ratio = sum(r * f for r, f, _ in ratios) / freedom
+            if ratio > 1 and special.fdtrc(freedom, calibrated_df, ratio) < CHECK_P:
+                noisier.append((ratio, side.upper()))
+    if not noisier:
+        return spread
+    ratio, side = max(noisier)
+    return spread.widened(ratio, f"widened x{math.sqrt(ratio):.2f}: {side}'s repetitions spread "
+                                 f"x{math.sqrt(ratio):.2f} the calibration's (a noisier machine)")
+
+
+def _shapes_checked(groups: dict, others: dict, spread: Optional[Spread]) -> dict:
+    """group -> the spread its rows are judged by where not the domain's: where the other shapes' NEW/BASE
+    about their own others spread wider than the spread predicts beyond chance (their mean squared z
+    against a chi-square, p < CHECK_P), each shape's own part widened to what they show (a mean squared
+    z of 1), with their G - 2 degrees of freedom. The shape's own row is left out: a shape that changed
+    is judged by the others' spread, not its own. Fewer than SHAPE_CHECK shapes are not checked: widened
+    on 1-3 degrees of freedom, a row would be no longer judged at all."""
+    if spread is None or len(groups) < SHAPE_CHECK:
+        return {}
+    from scipy import optimize, special
+
+    names = list(groups)
+    values = np.array([groups[g][0] for g in names])
+    # each one's variance but its own 2 tau^2, about a median of one value fewer than others' (G - 2)
+    rest = np.array([groups[g][1] + others[g][1] * (len(names) - 1) / (len(names) - 2) for g in names])
+    critical = special.chdtri(len(groups) - 1, CHECK_P) / (len(groups) - 1)
+    found = {}
+    for index, group in enumerate(names):
+        kept = np.arange(len(names)) != index  # the others, each about the median of the others but it
+        squares = (values[kept] - _without_one_medians(values[kept])) ** 2
+
+        def squared_z(tau: float) -> float:
+            return float(np.mean(squares / (rest[kept] + 2 * tau * tau)))
+
+        if squared_z(spread.shape) > critical:
+            tau = optimize.brentq(lambda t: squared_z(t) - 1, spread.shape, 1.0)
+            found[group] = replace(spread, shape=tau, shape_df=len(groups) - 2, source=(
+                f"{spread.source}; each shape's own part widened {_pct(spread.shape)} -> {_pct(tau)}: the "
+                "other shapes' NEW/BASE spread wider than the calibration says"))
+    return found
+
+
+def _without_one_medians(values: np.ndarray) -> np.ndarray:
+    """For each value, the median of the others."""
+    order = np.argsort(values)
+    ordered = values[order]
+    count = len(values) - 1
+    ranks = np.empty(len(values), dtype=int)
+    ranks[order] = np.arange(len(values))
+
+    def smallest(i: int) -> np.ndarray:  # the i-th smallest of the others, each left out in turn
+        return ordered[i + (ranks <= i)]
+
+    return smallest(count // 2) if count % 2 else (smallest(count // 2 - 1) + smallest(count // 2)) / 2
+
+
+def _pct(value: float) -> str:
+    return f"{100 * value:.2f}%"
 
 
 def _groups(pairs: list[Pair], noise: list, members: list[int]) -> dict[tuple, tuple[float, float, float]]:
@@ -305,25 +459,23 @@ def _freedom(total: float, groups: list[tuple[float, float, float]], shape: floa
                           (total * shape / weight, spread.shape_df if spread else math.inf)])
 
 
-def _shift(pairs: list[Pair], noise: list, members: list[int], spread: Optional[Spread],
-           judged: bool) -> Optional[Shift]:
+def _shift(groups: dict, spread: Optional[Spread], judged: bool) -> Optional[Shift]:
     """The median over groups of each group's median difference, and the variance of that estimate."""
-    if not members:
+    if not groups:
         return None
-    groups = list(_groups(pairs, noise, members).values())
-    value, variance, freedom = _estimate(groups, spread)
+    value, variance, freedom = _estimate(list(groups.values()), spread)
     return Shift(value, variance, freedom, len(groups), spread, judged)
 
 
-def _others(pairs: list[Pair], noise: list, domain: tuple, spread: Optional[Spread]) -> dict:
+def _others(groups: dict, spread: Optional[Spread], shape: Optional[float] = None) -> dict:
     """group -> the shift of its domain estimated without it (value, variance, freedom), what its rows are
     judged against: independent of them, so that a change of the group is not half taken by the shift
-    (two shapes) and no covariance is left out; None where the group is its domain's only one."""
-    members = [i for i, p in enumerate(pairs) if p.domain == domain and noise[i] is not None]
-    groups = _groups(pairs, noise, members)
+    (two shapes) and no covariance is left out; None where the group is its domain's only one. `shape`:
+    2 tau^2, where not the spread's."""
     if len(groups) == 1:
         return dict.fromkeys(groups)
-    shape = 2 * (spread.shape if spread else 0.0) ** 2
+    if shape is None:
+        shape = 2 * (spread.shape if spread else 0.0) ** 2
     values = [d for d, _, _ in groups.values()]
     variances = without_one_median_variances([v + shape for _, v, _ in groups.values()])
     found = {}
@@ -382,7 +534,7 @@ def _verdict_of_shift(shift: Shift, rule: Rule, tail: float) -> None:
     chance, which is when the test most needs them not to (judged so, unchanged code failed by the shift
     in 0.9% of the Monte Carlo's comparisons where 0.5% was its share; so, 0.5%)."""
     spread = shift.spread
-    terms = [(2 * spread.shift ** 2, spread.shift_df), (shift.variance, shift.freedom)]
+    terms = spread.run_terms(shift.variance, shift.freedom)
     sd = math.sqrt(sum(v for v, _ in terms))
     quantile = t_quantile(tail, min(spread.shift_df, shift.freedom))
     threshold = max(quantile * sd, math.log1p(rule.min_effect))
@@ -391,14 +543,42 @@ def _verdict_of_shift(shift: Shift, rule: Rule, tail: float) -> None:
     shift.catches = max(threshold, math.log1p(rule.fail_on_slow)) + POWER_Z * sd
 
 
-def _rows(pairs: list[Pair], noise: list, others: dict, spreads: dict, rule: Rule,
+def _shift_against_controls(shift: Shift, groups: dict, controls: dict, domain: tuple, tail: float) -> None:
+    """A SLOW or FAST shift whose controls moved alike is the machine's (MACHINE): the median over its
+    groups of their difference from their controls' (paired by rounds where they pair), judged against the
+    spread of that difference between runs (the calibration's `control`) as the shift is against its own."""
+    spread = shift.spread.control
+    if spread is None:
+        return
+    found = []
+    for group, (value, variance, freedom) in groups.items():
+        control = controls.get((domain, group))
+        if control is None:
+            continue
+        own = control[4]
+        paired = _paired(own[0], own[1], control[3]) if own else None
+        difference, noise, noise_df = paired or (value - control[0], variance + control[1], min(freedom,
+                                                                                                 control[2]))
+        found.append((difference, noise + 2 * spread.shape ** 2, noise_df))
+    if not found:
+        return
+    shift.vs_controls = float(np.median([d for d, _, _ in found]))
+    variance = median_variance([v for _, v, _ in found])
+    if shift.verdict in ("SLOW", "FAST"):
+        terms = spread.run_terms(variance, min(f for _, _, f in found))
+        threshold = t_quantile(tail, satterthwaite(terms)) * math.sqrt(sum(v for v, _ in terms))
+        if abs(shift.vs_controls) <= threshold or (shift.vs_controls > 0) != (shift.verdict == "SLOW"):
+            shift.verdict = MACHINE
+
+
+def _rows(pairs: list[Pair], noise: list, others: dict, spreads: dict, controls: dict, rule: Rule,
           tails: list[float]) -> list[dict]:
     """Each pair's verdict against the shift of the other shapes of its domain (the t quantiles in one
-    call: a sweep has thousands of rows)."""
+    call: a sweep has thousands of rows), then a SLOW or FAST one against its controls."""
     rows, judged = [], []
     for pair, found, tail in zip(pairs, noise, tails):
         row = {"ratio": math.exp(pair.difference), "vs_shift": math.nan, "threshold": math.nan,
-               "catches": math.nan, "noise_from": "-"}
+               "catches": math.nan, "noise_from": "-", "vs_controls": math.nan}
         if not pair.comparable or found is None:
             rows.append({**row, "verdict": "OTHER TIMER" if not pair.comparable else "NO REPETITIONS"})
             continue
@@ -408,7 +588,7 @@ def _rows(pairs: list[Pair], noise: list, others: dict, spreads: dict, rule: Rul
             rows.append({**row, "verdict": ONE_SHAPE, "noise_from": where})
             continue
         value, shift_variance, shift_freedom = shift
-        spread = spreads.get(pair.domain)
+        spread = spreads.get((pair.domain, pair.group), spreads.get(pair.domain))
         tau = spread.shape if spread else 0.0
         terms = [(variance, freedom), (2 * tau * tau, spread.shape_df if spread else math.inf),
                  (shift_variance, shift_freedom)]
@@ -418,15 +598,36 @@ def _rows(pairs: list[Pair], noise: list, others: dict, spreads: dict, rule: Rul
         # grow exactly then (the shift's reason, _verdict_of_shift): never more than tau's own.
         freedom = min(satterthwaite(terms), spread.shape_df if spread else math.inf)
         judged.append((row, math.sqrt(sum(v for v, _ in terms)), tail, freedom))
+        control = controls.get((pair.domain, pair.group))
+        if control is not None and spread is not None and spread.control is not None:
+            logs = (f.logs if len(f.logs) == f.repetitions else None for f in (pair.base, pair.new))
+            paired = _paired(*logs, control[3])
+            difference, noise, noise_df = paired or (pair.difference - control[0], variance + control[1],
+                                                     satterthwaite([(variance, freedom), control[1:3]]))
+            row["vs_controls"] = math.exp(difference)
+            row["against_controls"] = (spread.control, noise + pair.base.own + pair.new.own, noise_df, tail)
     quantiles = _t_quantiles([tail for *_, tail, _ in judged], [freedom for *_, freedom in judged])
     floor = math.log1p(rule.min_effect)
     for (row, sd, _, _), quantile in zip(judged, quantiles):
         threshold = max(quantile * sd, floor)
         residual = math.log(row["vs_shift"])
-        row.update(verdict="SLOW" if residual > threshold else "FAST" if residual < -threshold else "SAME",
-                   threshold=math.expm1(threshold),
+        verdict = "SLOW" if residual > threshold else "FAST" if residual < -threshold else "SAME"
+        if verdict != "SAME" and "against_controls" in row:
+            difference = math.log(row["vs_controls"])
+            threshold_of_controls = _against_controls(*row["against_controls"])
+            if abs(difference) <= threshold_of_controls or (difference > 0) != (verdict == "SLOW"):
+                verdict = MACHINE
+        row.pop("against_controls", None)
+        row.update(verdict=verdict, threshold=math.expm1(threshold),
                    catches=math.expm1(max(threshold, math.log1p(rule.fail_on_slow)) + POWER_Z * sd))
     return rows
+
+
+def _against_controls(spread: Spread, variance: float, freedom: float, tail: float) -> float:
+    """The threshold of a row's difference from its controls': its noise and theirs, and the spread of that
+    difference between runs, whole and per shape."""
+    terms = [(variance, freedom), (2 * spread.shape ** 2, spread.shape_df), *spread.run_terms(0.0, math.inf)]
+    return t_quantile(tail, satterthwaite(terms)) * math.sqrt(sum(v for v, _ in terms))
 
 
 def _t_quantiles(tails: list[float], freedoms: list[float]) -> list[float]:
@@ -451,6 +652,8 @@ class RunFigure:
     domain: tuple
     group: tuple
     figure: Figure
+    control: Optional[tuple] = None
+    kind: str = ""
 
 
 def calibrate(runs: list[dict], source: str = "") -> dict:
@@ -466,33 +669,74 @@ def calibrate(runs: list[dict], source: str = "") -> dict:
     if len(runs) < MIN_RUNS:
         return spreads
     by_domain: dict[tuple, dict[tuple, list]] = {}
+    control_of = {}  # (domain, group) -> its control key
     for key in sorted(runs[0]):
         first = runs[0][key]
         if all(key in run and run[key].domain == first.domain for run in runs[1:]):
             by_domain.setdefault(first.domain, {}).setdefault(first.group, []).append(key)
+            if first.control is not None:
+                control_of[(first.domain, first.group)] = first.control
+    columns = {}  # (domain, group) -> (its centred figure in each run, the noise of one, each run's figures)
     for domain, groups in by_domain.items():
-        table, noises = [], []
-        for keys in groups.values():
+        for group, keys in groups.items():
             retimed = [k for k in keys if all(run[k].figure.repetitions > 1 for run in runs)]
             keys = retimed or keys
             logs = np.array([[run[k].figure.value for k in keys] for run in runs])  # runs x trials
-            table.append(np.median(logs - logs.mean(axis=0), axis=1))
-            noises.append(_figure_noise([run[k].figure for run in runs for k in keys]))
-        if any(n is None for n in noises):
+            by_run = [[run[k].figure for k in keys] for run in runs]
+            columns[(domain, group)] = (np.median(logs - logs.mean(axis=0), axis=1),
+                                        _figure_noise([f for figures in by_run for f in figures]), by_run)
+    sharing: dict[tuple, list] = {}
+    for where, key in control_of.items():
+        if columns[where][1] is not None:
+            sharing.setdefault(key, []).append(where)
+    for domain, groups in by_domain.items():
+        own = [columns[(domain, group)] for group in groups]
+        if any(noise is None for _, noise, _ in own):
             continue
-        spreads[domain] = _two_way(np.array(table).T, float(np.mean(noises)), source)
+        spread = _two_way(np.array([column for column, _, _ in own]).T,
+                          float(np.mean([noise for _, noise, _ in own])), source)
+        table, noises = [], []
+        for group in groups:
+            rest = [columns[w] for w in sharing.get(control_of.get((domain, group)), []) if w[0] != domain]
+            if rest:
+                column, noise, by_run = columns[(domain, group)]
+                table.append(column - np.median([c for c, _, _ in rest], axis=0))
+                paired = [_round_noise(_series(by_run[r]), _median_series([_series(c[2][r]) for c in rest]))
+                          for r in range(len(runs))]
+                noises.append(float(np.mean(paired)) if None not in paired
+                              else noise + median_variance([n for _, n, _ in rest]))
+        control = _two_way(np.array(table).T, float(np.mean(noises)), f"{source}against its controls, ") \
+            if table else None
+        repetition = {group: found for group in groups if (found := _placements(columns[(domain, group)][2]))}
+        spreads[domain] = replace(spread, control=control, repetition=repetition)
     return spreads
+
+
+def _pooled(figures: list[Figure]) -> Optional[tuple[float, float]]:
+    """(s^2, freedom): the repetition spread pooled over these figures; None where none has repetitions."""
+    weight = sum(f.repetitions - 1 for f in figures if f.noise is not None)
+    if not weight:
+        return None
+    return sum((f.repetitions - 1) * f.noise ** 2 for f in figures if f.noise is not None) / weight, weight
+
+
+def _placements(sets: list[list[Figure]]) -> Optional[tuple[float, float]]:
+    """(s^2, freedom) pooled over sets of figures that each share their repetitions' placements (the rows
+    of one shape in one run): a set's freedom counts once, R - 1."""
+    pooled = [(found[0], max(f.repetitions for f in figures) - 1)
+              for figures in sets if (found := _pooled(figures)) is not None]
+    freedom = sum(f for _, f in pooled)
+    return (sum(s2 * f for s2, f in pooled) / freedom, freedom) if freedom else None
 
 
 def _figure_noise(figures: list[Figure]) -> Optional[float]:
     """The variance of one trial's figure in one run, from the pooled repetition spread of `figures` and
     their own error; None where none has repetitions or its own error is unknown."""
-    squares = sum((f.repetitions - 1) * f.noise ** 2 for f in figures if f.noise is not None)
-    weight = sum(f.repetitions - 1 for f in figures if f.noise is not None)
+    pooled = _pooled(figures)
     own = float(np.median([f.own for f in figures]))
-    if not weight or not math.isfinite(own):
+    if pooled is None or not math.isfinite(own):
         return None
-    return squares / weight * float(np.median([f.share for f in figures])) + own
+    return pooled[0] * float(np.median([f.share for f in figures])) + own
 
 
 def _two_way(table: np.ndarray, noise: float, source: str) -> Spread:
@@ -502,7 +746,8 @@ def _two_way(table: np.ndarray, noise: float, source: str) -> Spread:
     if shapes == 1:
         shift = math.sqrt(max(float(np.var(run_means, ddof=1)) - noise, 0.0))
         return Spread(shift, runs - 1, shift, runs - 1,
-                      f"{source}{runs} runs of 1 shape (each shape's own part taken as the run's)")
+                      f"{source}{runs} runs of 1 shape (each shape's own part taken as the run's)",
+                      run_noise=noise)
     residual = table - run_means[:, None] - table.mean(axis=0)[None, :] + table.mean()
     freedom = (runs - 1) * (shapes - 1)
     ms_residual = float((residual ** 2).sum()) / freedom
@@ -510,7 +755,7 @@ def _two_way(table: np.ndarray, noise: float, source: str) -> Spread:
     shape = max(ms_residual - noise, 0.0)
     shift = max((ms_runs - ms_residual) / shapes, 0.0)
     return Spread(math.sqrt(shift), runs - 1, math.sqrt(shape), freedom,
-                  f"{source}{runs} runs of {shapes} shapes")
+                  f"{source}{runs} runs of {shapes} shapes", run_noise=ms_residual / shapes)
 
 
 def gate_failures(judgement: Judgement, pairs: list[Pair], rule: Rule) -> tuple[list[int], list[tuple]]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import math
 import sqlite3
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Optional
 
@@ -31,7 +31,7 @@ from runners.results.store import ResultStore, StoreError, shape_label
 LISTED = 20  # trials listed per only-in / failing list unless --all
 OTHER_TIMER = "OTHER TIMER"  # the two rows were timed by different methods: not comparable
 NO_REPETITIONS = "NO REPETITIONS"  # neither side has the noise of the row's class: no verdict
-VERDICTS = ("SAME", "FAST", "SLOW", between_runs.ONE_SHAPE, OTHER_TIMER, NO_REPETITIONS)
+VERDICTS = ("SAME", "FAST", "SLOW", between_runs.MACHINE, between_runs.ONE_SHAPE, OTHER_TIMER, NO_REPETITIONS)
 EXPORT_PHASE = "export"  # a row read from an export's JSON
 
 
@@ -157,6 +157,29 @@ def _domain(base_row: pd.Series, new_row: pd.Series) -> tuple[str, str, str]:
             base_row["provider"])
 
 
+def _kind(row: pd.Series) -> str:
+    """What bounds a row by its own figures: the larger of its shares of the measured copy bandwidth and
+    matmul rate (their ratio is the kernel's byte and FLOP model's at its shape, whatever the config's
+    speed); '' where neither was measured (the interpreter, an export)."""
+    copy, matmul = (row.get(name) for name in ("pct_copy_bw", "pct_matmul"))
+    copy, matmul = (0.0 if between_runs.pd_missing(v) else float(v) for v in (copy, matmul))
+    if not (copy > 0 or matmul > 0):
+        return ""
+    return "memory-bound" if copy >= matmul else "compute-bound"
+
+
+def _control(domain: tuple, group: tuple) -> tuple:
+    """What the machine moves alike: every provider of the kernel at one shape and dtype on a GPU."""
+    return domain[0], domain[1], *group
+
+
+def _name(domain: tuple) -> str:
+    """A shift's (domain, kind) as the report names it."""
+    (gpu, kernel, provider), kind = domain
+    return " ".join(filter(None, [kernel, "" if provider == TRITON_PROVIDER else provider,
+                                  kind and f"({kind})"])) + f" on {gpu}"
+
+
 def load_calibration(argument: str, sides: tuple) -> tuple[dict, str]:
     """(GPU, kernel, provider) -> Spread, from the runs in a store (`STORE`: every sweep in it is a run;
     `STORE:id,id,...`: those) by between_runs.calibrate, and a line saying which: a run that is BASE's or
@@ -201,8 +224,9 @@ def _run_figures(frame: pd.DataFrame, label: str) -> dict:
         chosen = final if not final.empty else rows
         row = chosen.loc[chosen["id"].idxmax()]
         if row["status"] == "ok":
-            figures[(key, gpu)] = between_runs.RunFigure((gpu, row["kernel"], row["provider"]),
-                                                         (row["dtype"], row["shape"]), _figure(row, label))
+            domain, group = (gpu, row["kernel"], row["provider"]), (row["dtype"], row["shape"])
+            figures[(key, gpu)] = between_runs.RunFigure(domain, group, _figure(row, label),
+                                                         _control(domain, group))
     return figures
 
 
@@ -214,8 +238,8 @@ def spreads_of(domains: list[tuple], calibrated: dict, stated: Optional[float]) 
         if " -> " in domain[0]:
             spreads[domain] = None
         elif stated is not None:
-            spreads[domain] = between_runs.Spread(stated, math.inf, stated, math.inf,
-                                                  "stated by --machine-spread")
+            given = between_runs.Spread(stated, math.inf, stated, math.inf, "stated by --machine-spread")
+            spreads[domain] = replace(given, control=given)
         else:
             spreads[domain] = calibrated.get(domain)
     return spreads
@@ -306,6 +330,7 @@ def compare(base: pd.DataFrame, new: pd.DataFrame, rule: between_runs.Rule = bet
     pairs, index_of = [], {}
     shared = {"BASE": 0, "NEW": 0}  # compared rows measured while another process ran kernels on the GPU
     for base_row, new_row, extra in matched + winners:  # a winner that is a matched trial: one pair
+        domain, group = _domain(base_row, new_row), (base_row["dtype"], base_row["shape"])
         key = (base_row["id"], new_row["id"])
         if key in index_of:
             pairs[index_of[key]].judged |= extra["judged"]
@@ -314,9 +339,9 @@ def compare(base: pd.DataFrame, new: pd.DataFrame, rule: between_runs.Rule = bet
         for side, row in (("BASE", base_row), ("NEW", new_row)):
             shared[side] += not pd.isna(row.get("gpu_shared")) and bool(row.get("gpu_shared"))
         pairs.append(between_runs.Pair(
-            _domain(base_row, new_row), (base_row["dtype"], base_row["shape"]), _figure(base_row, "BASE"),
-            _figure(new_row, "NEW"), float(base_row["p50_us"]), extra["judged"],
-            _same_value(base_row["timing_method"], new_row["timing_method"])))
+            domain, group, _figure(base_row, "BASE"), _figure(new_row, "NEW"), float(base_row["p50_us"]),
+            extra["judged"], _same_value(base_row["timing_method"], new_row["timing_method"]),
+            _control(domain, group), _kind(base_row)))
     domains = list(dict.fromkeys(p.domain for p in pairs))
     spreads = spreads_of(domains, calibrated or {}, stated)
     judgement = between_runs.judge(pairs, rule, spreads)
@@ -389,7 +414,8 @@ def _percent(value: float) -> str:
 def _table(rows: list[dict], winners: bool) -> list[str]:
     head = ["kernel", "provider", "dtype", "shape", "config"]
     head[4:5] = ["BASE config", "NEW config"] if winners else ["config"]
-    head += ["phase", "BASE p50 us", "NEW p50 us", "NEW/BASE", "vs shift", "threshold", "catches",
+    head += ["phase", "BASE p50 us", "NEW p50 us", "NEW/BASE", "vs shift", "vs controls", "threshold",
+             "catches",
              "noise from", "gate", "verdict"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
@@ -397,7 +423,7 @@ def _table(rows: list[dict], winners: bool) -> list[str]:
         configs = [r["base_config"], config] if winners else [config]
         catches = f"+{_percent(r['catches'])}" if r["judged"] and not math.isnan(r["catches"]) else "-"
         cells = [kernel, provider, dtype, shape, *configs, r["phase"], f"{r['base_p50']:.2f}",
-                 f"{r['new_p50']:.2f}", f"{r['ratio']:.3f}", _ratio(r["vs_shift"]),
+                 f"{r['new_p50']:.2f}", f"{r['ratio']:.3f}", _ratio(r["vs_shift"]), _ratio(r["vs_controls"]),
                  f"±{_percent(r['threshold'])}", catches, r["noise_from"],
                  "judged" if r["judged"] else "info", r["verdict"]]
         lines.append("| " + " | ".join(cells) + " |")
@@ -421,23 +447,27 @@ def _counts(rows: list[dict]) -> str:
 
 
 def shift_lines(result: dict) -> list[str]:
-    """One line per provider of a kernel on a GPU: the shift every row of it shares, and its verdict."""
+    """One line per provider of a kernel on a GPU and kind of bound: the shift every row of it shares, and
+    its verdict."""
     lines = []
-    for (gpu, kernel, provider), shift in result["shifts"].items():
-        name = kernel if provider == TRITON_PROVIDER else f"{kernel} {provider}"
+    for domain, shift in result["shifts"].items():
+        name = _name(domain)
         if shift is None:
-            lines.append(f"  {name} on {gpu}: no row with repetitions, no shift")
+            lines.append(f"  {name}: no row with repetitions, no shift")
             continue
-        head = (f"  {name} on {gpu} ({'judged' if shift.judged else 'info'}): NEW/BASE "
+        head = (f"  {name} ({'judged' if shift.judged else 'info'}): NEW/BASE "
                 f"{math.exp(shift.value):.3f} over {shift.groups} shape(s)")
         if shift.spread is None:
-            lines.append(f"{head}: NOT JUDGED: {_unjudged(gpu, bool(result.get('calibration')))}")
+            lines.append(f"{head}: NOT JUDGED: {_unjudged(domain[0][0], bool(result.get('calibration')))}")
             continue
         spread = shift.spread
-        lines.append(f"{head}, threshold ±{_percent(math.expm1(shift.threshold))}: {shift.verdict}; catches "
-                     f"a slowdown of every row of +{_percent(math.expm1(shift.catches))} in 95% of runs "
-                     f"(spread of runs: shift {_percent(spread.shift)}, per shape {_percent(spread.shape)}; "
-                     f"{spread.source})")
+        machine = ("" if shift.verdict != between_runs.MACHINE else
+                   f" (the other providers at its shapes moved alike: {math.exp(shift.vs_controls):.3f} "
+                   "against theirs; the machine's, not the code's)")
+        lines.append(f"{head}, threshold ±{_percent(math.expm1(shift.threshold))}: {shift.verdict}"
+                     f"{machine}; catches a slowdown of every row of +{_percent(math.expm1(shift.catches))} "
+                     f"in 95% of runs (spread of runs: shift {_percent(spread.shift)}, per shape "
+                     f"{_percent(spread.shape)}; {spread.source})")
     return lines
 
 
@@ -452,7 +482,7 @@ def refusals(result: dict) -> list[str]:
                        "(gpu_shared): their figures are its work's as much as the code's; sweep that side "
                        "again on a GPU of its own")
     shifts = [s for s in result["shifts"].values() if s is not None and s.judged]
-    if not any(r["verdict"] in VERDICTS[:3] for r in judged) and not any(s.verdict in VERDICTS[:3]
+    if not any(r["verdict"] in VERDICTS[:4] for r in judged) and not any(s.verdict in VERDICTS[:4]
                                                                           for s in shifts):
         why = _counts(judged) if judged else "no trial ok on both sides"
         reasons.append(f"no judged row has a verdict ({why})")
@@ -466,10 +496,10 @@ def refusals(result: dict) -> list[str]:
         reasons.append(f"{len(coarse)} judged row(s) read every sample as one value (e.g. "
                        f"{sorted(coarse)[0]}): a clock too coarse for the kernel, whose resolution, and so "
                        "the row's error, is unknown (time it with CUPTI, or a larger shape)")
-    for (gpu, kernel, _), shift in result["shifts"].items():
+    for domain, shift in result["shifts"].items():
         if shift is not None and shift.judged and shift.spread is None:
-            reasons.append(f"the shift of {kernel} on {gpu} (NEW/BASE {math.exp(shift.value):.3f}) cannot be "
-                           f"judged: {_unjudged(gpu, bool(result.get('calibration')))}")
+            reasons.append(f"the shift of {_name(domain)} (NEW/BASE {math.exp(shift.value):.3f}) cannot be "
+                           f"judged: {_unjudged(domain[0][0], bool(result.get('calibration')))}")
     return reasons
 
 
@@ -499,7 +529,9 @@ def report(result: dict, base: Side, new: Side, rule: between_runs.Rule, gate: b
              f"its family's share of alpha {rule.alpha:g} times sqrt(s^2/R_base + s^2/R_new + 2 tau^2 + "
              "var(shift)) (s: the spread of the repetitions' medians, tau: each shape's own part of a run's "
              f"shift), at least {100 * rule.min_effect:g}%; the shift is judged against the spread of runs "
-             "of the machine's kind, sqrt(2 sigma^2 + var(shift)) (runners/results/between_runs.py)"]
+             "of the machine's kind, sqrt(2 sigma^2 + var(shift)); shapes are judged with those of their "
+             "kind of bound (memory or compute); a SLOW or FAST row or shift is MACHINE where the other "
+             "providers at its shapes moved alike (runners/results/between_runs.py)"]
     if result["env_diffs"]:
         lines.append("environment differs between matched rows (BASE -> NEW, matched pairs):")
         differences = sorted(result["env_diffs"].items())
@@ -557,8 +589,8 @@ def _reach(result: dict) -> list[str]:
     best, worst = min(judged, key=lambda r: r["catches"]), max(judged, key=lambda r: r["catches"])
     line = (f"reach: a slowdown of one judged row is caught in 95% of runs from +{_percent(best['catches'])} "
             f"(best) to +{_percent(worst['catches'])} (worst: {' '.join(worst['row'])})")
-    shifts = [f"{kernel} on {gpu} +{_percent(math.expm1(s.catches))}"
-              for (gpu, kernel, _), s in result["shifts"].items()
+    shifts = [f"{_name(domain)} +{_percent(math.expm1(s.catches))}"
+              for domain, s in result["shifts"].items()
               if s is not None and s.judged and not math.isnan(s.catches)]
     return [line + ("; of every row of a kernel: " + ", ".join(shifts) if shifts else "")]
 
@@ -578,7 +610,7 @@ def gate_verdict(result: dict, rule: between_runs.Rule) -> tuple[str, int]:
     reasons = refusals(result)
     judged = [r for r in result["matched"] + result["winners"] if r["judged"]]
     slow = [r for r in judged if r["verdict"] == "SLOW" and r["vs_shift"] - 1 > rule.fail_on_slow]
-    shifts = [f"{kernel} on {gpu}" for (gpu, kernel, _), s in result["shifts"].items()
+    shifts = [_name(domain) for domain, s in result["shifts"].items()
               if s is not None and s.judged and s.verdict == "SLOW"
               and math.expm1(s.value) > rule.fail_on_slow]
     head = f"gate --fail-on-slow {limit} on {len(judged)} judged rows (winners and shipped configs): "
