@@ -1,24 +1,15 @@
 """FlashAttention forward: softmax(Q·Kᵀ/sqrt(d) + bias) · V without materializing the N×N logits.
 
 Q, K, V and the output are (batch, heads, seq, head_dim), head_dim 64 or 128. One program per BLOCK_M
-query rows of one (batch, head): it walks K and V in BLOCK_N blocks with the online softmax (running
-max and sum, exp2 with the scale folded in). `causal` stops each program at its diagonal block. The
-optional relative-position bias holds one learned scalar per offset i - j (2·seq - 1 values), added
-to the logits before the softmax. Four specs share the kernel: SPEC, CAUSAL, BIAS, CAUSAL_BIAS.
+query rows of one (batch, head) walks K and V in BLOCK_N blocks with the online softmax (running max
+and sum, exp2 with the scale folded in); `causal` stops each program at its diagonal block; the optional
+relative-position bias adds one learned scalar per offset i - j (2·seq - 1 values) to the logits. Four
+specs share the kernel: SPEC, CAUSAL, BIAS, CAUSAL_BIAS.
 
-The K/V walk is split in two loops over one block helper (`_attend_block`, MASKED a constexpr). Most
-blocks need no mask: non-causal, every block inside seq (all but a ragged last one); causal, every
-block wholly left of the program's first row. They skip the column and causal compares and the
-tl.where on the BLOCK_M×BLOCK_N logits. Only the diagonal band (causal) and the ragged last block run
-the masked code.
-
-On Hopper and later, Q, K, V and O move through tensor descriptors (TMA: the copy engine loads whole
-tiles into shared memory, pipelined over num_stages), viewed as (batch·heads, seq, head_dim) so that a
-ragged last block of a head reads zeros rather than the next head. Older GPUs take pointer loads. In
-both, the unmasked blocks fold the softmax scale into one FMA per logit, and P·V accumulates into acc
-inside the dot. Causal fp16 on an H200, against SDPA's cuDNN backend: 0.64-0.68x with one masked loop
-for every block, 0.84-0.97x with the split, TMA and those two changes (BENCHMARKS.md).
-"""
+The K/V walk is two loops over one block helper (`_attend_block`, MASKED a constexpr): only the diagonal
+band (causal) and a ragged last block run the masked code. On Hopper and later Q, K, V and O move through
+tensor descriptors (TMA), viewed as (batch·heads, seq, head_dim) so that a ragged last block of a head
+reads zeros, not the next head; older GPUs take pointer loads. Why: CONTRIBUTING.md, "Design notes"."""
 from __future__ import annotations
 
 import math

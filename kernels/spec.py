@@ -1,53 +1,10 @@
-"""The contract every kernel in kernels/ (and every kernel a user brings) fulfils.
+"""The contract every kernel in kernels/ (and every kernel a user brings) fulfils: a `KernelSpec`.
 
-A kernel module builds one `KernelSpec` named `SPEC`. The runner knows nothing else about it:
-
-- `make_inputs(shape, dtype, seed, device)` -> tuple of tensors: fresh seeded random data, never zeros.
-  It is also called with device "meta" (the compile pool builds binaries from shapes and dtypes alone);
-  `seeded_randn` handles that. A launcher that cannot run on meta tensors still works: its configs
-  are then compiled by the GPU worker instead of the pool.
-- `output_like(inputs)` -> an empty output tensor, or a tuple of them for a kernel with several outputs
-  (layernorm: y, mean, rstd); the runner poisons each (NaN) before the check.
-- `launch(inputs, out, config)` writes the result into `out`; `config` holds the meta-parameters
-  (BLOCK sizes) and `num_warps` / `num_stages`, exactly the keys of `space`.
-- `reference(*inputs)` is plain PyTorch returning what `output_like` allocates; the runner calls it on
-  the inputs with floating-point tensors upcast to float64. Inputs may include plain numbers (a scale).
-- `accumulation_bound(*inputs)`, for kernels that sum long products (matmul, attention): the float64
-  elementwise error a correct kernel may reach in its sums, from the inputs as made (not upcast); the
-  gate adds it to the absolute tolerance (see runners/measure/check.py).
-- `flops(shape)` and `bytes_moved(shape, dtype)`: the FLOP count and the fewest bytes the op must move
-  (each input read once, each output written once). Throughput is computed from these, never from
-  launching extra work.
-- `space`: the default search space, a dict of name -> list of values.
-- `constraints(shape, dtype, config)` -> None when the config can run at that shape, else the reason it
-  is pruned (e.g. "BLOCK_SIZE 1024 < row length 4096").
-- `baselines`: name -> callable(inputs) -> output, the same result computed the way a user otherwise
-  would (e.g. torch.softmax); measured in the same sweep so speedups come from one run. A baseline
-  returns the main output only; it is checked against the reference's first output.
-- `export_key`: argument of the kernel's @triton.jit function -> the dim it gives (softmax: n_cols ->
-  cols), stored in its export: what `@triton.autotune(key=...)` and the export's prune read the call's
-  sizes from. Empty where the arguments are named like the dims (matmul's M, N, K).
-- `launch_shape(args)`, for `python -m runners.capture`: the shape (in `dims`) of a launch of the
-  kernel's @triton.jit function, from its arguments by name (an int or bool argument as its value, a
-  tensor as (dtype name, shape)), or None when the launch is not this kernel's (one jit function serving
-  several specs: matmul with and without its epilogue). Without it, the dims come from the integer
-  arguments `export_key` names and those named like a dim.
-- `prepare_output(inputs, out)`, for a kernel whose outputs are also read (one writing in place): fills
-  `out` before each checked call, and before the timed calls on buffers placed anew, in place of the
-  NaN poison (runners/engine/replay.py: a floating tensor only written is poisoned, the others
-  restored).
-- `reference_in_float64`: False for a reference that runs in the inputs' own dtypes (a replayed kernel's
-  is the program's own config): it then gets the inputs as made, not upcast.
-- `sources`: texts that define the kernel besides its launcher's module (a replayed kernel: the
-  program's module and its launch records), hashed into every row's kernel_hash.
-- `default_shapes`, `default_dtypes`: what `python -m runners.sweep kernel=<name>` sweeps when
-  kernel.shapes / kernel.dtypes are not given.
-
-`dims` names the shape's dimensions (e.g. ("rows", "cols")); shapes have exactly len(dims) entries.
-
-A module of kernels/ is found by its assignment of a spec to an UPPER_CASE name (kernels/__init__.py):
-a kernel there is one file, with no list to add it to.
-"""
+A kernel module builds one `KernelSpec` named `SPEC`, and the runner knows nothing else about it
+(KernelSpec's docstring says what each field must do). A module of kernels/ is found by its assignment
+of a spec to an UPPER_CASE name (kernels/__init__.py): a kernel there is one file, with no list to add it
+to. Also here, the helpers kernel modules share: seeded inputs, the pruning rules of row-wise kernels
+and the torch.compile baseline (`compiled`)."""
 from __future__ import annotations
 
 import importlib
@@ -62,6 +19,50 @@ Config = Mapping[str, int]
 
 @dataclass(frozen=True)
 class KernelSpec:
+    """What the runner calls and reads of a kernel; `dims` names the shape's dimensions (e.g. ("rows",
+    "cols")), and shapes have exactly len(dims) entries.
+
+    - `make_inputs(shape, dtype, seed, device)` -> tuple of tensors: fresh seeded random data, never zeros.
+      It is also called with device "meta" (the compile pool builds binaries from shapes and dtypes alone);
+      `seeded_randn` handles that. A launcher that cannot run on meta tensors still works: its configs
+      are then compiled by the GPU worker instead of the pool.
+    - `output_like(inputs)` -> an empty output tensor, or a tuple of them for a kernel with several outputs
+      (layernorm: y, mean, rstd); the runner poisons each (NaN) before the check.
+    - `launch(inputs, out, config)` writes the result into `out`; `config` holds the meta-parameters
+      (BLOCK sizes) and `num_warps` / `num_stages`, exactly the keys of `space`.
+    - `reference(*inputs)` is plain PyTorch returning what `output_like` allocates; the runner calls it on
+      the inputs with floating-point tensors upcast to float64. Inputs may include plain numbers (a scale).
+    - `accumulation_bound(*inputs)`, for kernels that sum long products (matmul, attention): the float64
+      elementwise error a correct kernel may reach in its sums, from the inputs as made (not upcast); the
+      gate adds it to the absolute tolerance (see runners/measure/check.py).
+    - `flops(shape)` and `bytes_moved(shape, dtype)`: the FLOP count and the fewest bytes the op must move
+      (each input read once, each output written once). Throughput is computed from these, never from
+      launching extra work.
+    - `space`: the default search space, a dict of name -> list of values.
+    - `constraints(shape, dtype, config)` -> None when the config can run at that shape, else the reason it
+      is pruned (e.g. "BLOCK_SIZE 1024 < row length 4096").
+    - `baselines`: name -> callable(inputs) -> output, the same result computed the way a user otherwise
+      would (e.g. torch.softmax); measured in the same sweep so speedups come from one run. A baseline
+      returns the main output only; it is checked against the reference's first output.
+    - `export_key`: argument of the kernel's @triton.jit function -> the dim it gives (softmax: n_cols ->
+      cols), stored in its export: what `@triton.autotune(key=...)` and the export's prune read the call's
+      sizes from. Empty where the arguments are named like the dims (matmul's M, N, K).
+    - `launch_shape(args)`, for `python -m runners.capture`: the shape (in `dims`) of a launch of the
+      kernel's @triton.jit function, from its arguments by name (an int or bool argument as its value, a
+      tensor as (dtype name, shape)), or None when the launch is not this kernel's (one jit function serving
+      several specs: matmul with and without its epilogue). Without it, the dims come from the integer
+      arguments `export_key` names and those named like a dim.
+    - `prepare_output(inputs, out)`, for a kernel whose outputs are also read (one writing in place): fills
+      `out` before each checked call, and before the timed calls on buffers placed anew, in place of the
+      NaN poison (runners/engine/replay.py: a floating tensor only written is poisoned, the others
+      restored).
+    - `reference_in_float64`: False for a reference that runs in the inputs' own dtypes (a replayed kernel's
+      is the program's own config): it then gets the inputs as made, not upcast.
+    - `sources`: texts that define the kernel besides its launcher's module (a replayed kernel: the
+      program's module and its launch records), hashed into every row's kernel_hash.
+    - `default_shapes`, `default_dtypes`: what `python -m runners.sweep kernel=<name>` sweeps when
+      kernel.shapes / kernel.dtypes are not given.
+    """
     name: str
     dims: tuple[str, ...]
     dtypes: tuple[str, ...]
@@ -108,7 +109,7 @@ def seeded_randn(shape: Shape, dtype: torch.dtype, seed: int, device: torch.devi
 # 2048x16384: each such config 1.9x to 12.7x slower than the best at its shape, its first call up to
 # 6.5 s. layernorm (blocks looped over the row), on an H100 over 104 (shape, dtype)s of its export sweep:
 # at 256 values a thread never within 2.0x of the best, at 512 never within 10x, compiles up to 39 s and
-# 8 past the 60 s timeout; every winner held 64 or fewer (BENCHMARKS.md, 2026-11-25).
+# 8 past the 60 s timeout; every winner held 64 or fewer (BENCHMARKS.md, O).
 MAX_VALUES_PER_THREAD = 128
 
 
@@ -160,7 +161,7 @@ def compiled(fn: Callable[..., torch.Tensor]) -> Callable[[tuple], torch.Tensor]
     `prepare(inputs)` compiles for the inputs' signature without running anything (their values are
     never read), so that the first call at that signature runs what was compiled: no trace, no compile,
     no lookup in inductor's caches (each a cache hit after a compile ahead that kept nothing: 0.05-0.13 s
-    a shape under the GPU's lock on an H100, BENCHMARKS.md, 2026-11-26 (sixth)). The graph is inductor's, as
+    a shape under the GPU's lock on an H100, BENCHMARKS.md, O). The graph is inductor's, as
     torch.compile's default backend makes it (`compile_fx` with no options: the same key in inductor's
     cache). The worker of these baselines prepares while the GPU measures others, and holds the GPU for
     the first call only (runners/engine/worker.py).

@@ -1,26 +1,15 @@
 """Tune what a program really calls: `python -m runners.capture [--out sweeps/NAME] [--spec PKG.MOD:SPEC]
 [--bucket pow2] [--replay] -- python my_app.py ARGS` runs the program unchanged (its exit status is the
-command's) with a hook on its Triton launches (runners/launch_hook/triton_launch_hook.py), in a session of
-its own: SIGINT (Ctrl-C), SIGTERM or SIGHUP sent to the capture goes on to the program's process group, and
-the capture, stopped, writes nothing (a partial capture); on Linux the program dies with the capture. Then:
+command's) with a hook on its Triton launches (runners/launch_hook/triton_launch_hook.py).
 
-- maps each launch to a kernel spec: the built-in kernels by their @triton.jit functions, a kernel of
-  another package by `--spec` (the functions of its spec's module); the shape comes from the spec's
-  `launch_shape`, else from the integer arguments its export key names and those named like a dim.
-  Launches no spec maps are listed with the reason, never dropped silently;
-- writes a sweep file per kernel (`<out>_<kernel>.yaml`, run with `python -m runners.sweep
-  +sweep=<name>` when it is in sweeps/): the captured shapes, deduplicated (`--bucket pow2` rounds up
-  to powers of two the dims that vary from call to call: those taking more than 4 sizes, or
-  --bucket-dims), their call counts as `kernel.calls` (the export's covering set weighs its shapes by
-  them), the dtypes called; and `<out>_launches.json`, every launch
-  as captured;
-- with `--replay`, also records what running each launch again takes, and writes a sweep file for each
-  function no spec maps (`<out>_<function>.yaml`, `kernel.spec: replay:<out>_launches.json#<function>`:
-  runners/engine/replay.py says what such a sweep inputs, checks and searches), or says why it cannot;
-- prints the workload: kernel, shape, dtype, calls, share of the kernel's calls and of all calls, and
-  on a GPU the share of kernel time (calls x the p50 of the config the program launched, timed after it
-  ends with the sweep's timer), and the hook's own time against the program's wall time.
-"""
+Then it maps each launch to a kernel spec (the built-in kernels by their @triton.jit functions, another
+package's by `--spec`; a launch no spec maps is listed with the reason, never dropped), writes a sweep
+file per kernel (`<out>_<kernel>.yaml`: the captured shapes, `--bucket pow2` rounding up the dims that
+vary, their call counts as `kernel.calls`, the dtypes) and `<out>_launches.json`; with `--replay` also a
+sweep file per function no spec maps (runners/engine/replay.py). It prints the workload (calls and, on a
+GPU, the share of kernel time per kernel, shape and dtype) and the hook's own time. The program runs in a
+session of its own: a signal sent to the capture goes on to its process group, and a stopped capture
+writes nothing."""
 from __future__ import annotations
 
 import argparse

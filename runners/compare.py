@@ -2,36 +2,14 @@
 
     python -m runners.compare BASE NEW [--fail-on-slow 2%] [--calibration RUNS.sqlite]
 
-BASE and NEW are each a sweep id in --store, a store file (all its rows), `store.sqlite:sweep_id`, or an
-export's JSON (`outputs/exports/<kernel>_configs.json`: the configs it ships with the figures it
-recorded). Every (kernel, provider, shape, dtype, config) measured on both sides gets NEW/BASE and a
-verdict; so does each side's winner of every (kernel, dtype, shape), whichever config won there. Where
-both sides measured a GPU in common, rows are matched on it; else by trial alone, and the environment
-fields that differ are named.
-
-The rule is runners/results/between_runs.py's (runners/results/GATE.md): the unit of replication is the
-run; what moves one row between runs is measured by its repetitions; what moves every row of a kernel's
-provider at once is estimated from the data as its shift (per kind of bound where memory- and
-compute-bound shapes moved apart), each row is judged against the shift of the other shapes, and the
-shift once against the spread of runs of that kind of machine: `--calibration` (three or more runs of
-the same sweep, on the machines NEW will run on; a run that is BASE's or NEW's own is left out, and the
-report says so), else `--machine-spread` as stated; the calibration is widened where the comparison's own
-data is noisier. A SLOW or FAST row or shift whose controls (the baselines at its shapes, timed in the
-same rounds) moved alike is MACHINE: the machine's, not the code's. Rows timed by different methods get
-no verdict: OTHER TIMER; rows whose noise was not measured none: NO REPETITIONS; rows of a kernel (or of
-a kind) measured at one shape none of their own: ONE SHAPE.
-
-The gate judges what is shipped: every winner, and BASE's exported configs at the shapes they are
-exported for (the list runners/results/export/ exports at `--tolerance`, or the configs of a BASE export);
-other trials are listed as information (`--gate all` judges every trial). With `--fail-on-slow X` the
-exit status is 1 when a judged row is SLOW against its kernel's shift by more than X, a kernel's shift
-is SLOW by more than X, or a trial ok in BASE fails in NEW (not pruned: a config that stopped working is
-a regression); 2 when it cannot judge (no judged row or shift with a verdict, judged rows whose noise was
-not measured, a shift no measured spread judges: the line says which), on bad input (a missing, NaN,
-infinite or zero p50 or repetition median of an ok row included), and on any fault of its own; else 0.
-Every report gives each judged row's and each shift's smallest slowdown caught in 95% of runs, and the
-worst.
-"""
+BASE and NEW: a sweep id in --store, a store file, `store.sqlite:sweep_id`, or an export's JSON. Every
+trial measured on both sides, and each side's winner of every (kernel, dtype, shape), gets NEW/BASE and
+a verdict by runners/results/between_runs.py's rule (runners/results/GATE.md says it whole); the gate
+judges what is shipped: the winners and BASE's exported configs (`--gate all`: every trial).
+Exit status, with `--fail-on-slow X`: 1 when a judged row or a kernel's shift is SLOW by more than X, or a
+trial ok in BASE fails in NEW; 2 when it cannot judge (no verdict, noise not measured, a shift no measured
+spread judges), on bad input (a missing, NaN, infinite or zero p50 included) and on any fault of its own;
+else 0."""
 
 from __future__ import annotations
 

@@ -1,28 +1,15 @@
 """Merge result stores into one:
 
     python -m runners.merge A.sqlite B.sqlite ... --into outputs/results.sqlite
-
-An SQLite file must not be shared over a network filesystem (its locks are unsafe there), so the jobs
-of a multirun whose launcher runs them apart (hydra/launcher=local, slurm, ray_gpus; runners/engine/launch.py)
-each write a store of their own, `results.sqlite` in their job directory, and the multirun's end
-(runners.sweep.SweepEndCallback) merges them into the store of record. This command does the same by
-hand: after a multirun whose launching process died before its end, or to bring together the stores
-of several clusters. A row the target already holds (every column equal: the same trial, environment
-and timestamp) is skipped; every other row is copied, with the sweeps it belongs to and the device
-ceilings, and the newest row of a trial and environment wins wherever one is chosen (resume, export);
-nothing is overwritten (ResultStore.merge_from). It prints, per source, what it kept and skipped.
-
-A damaged store (its header overwritten, or cut short by a full disk or an interrupted copy) is
-refused, by this command as by every other, with one line that names it; `--recover` copies the rows
-SQLite can still read from such a file into the target, and says how many were lost:
-
     python -m runners.merge --recover outputs/results.sqlite --into outputs/recovered.sqlite
 
-A multirun's jobs resume from the store of record as it was when the multirun started: the same
-callback copies it then to `prior.sqlite` in the sweep directory, which every job reads (a file nobody
-writes while they run, on the filesystem the jobs share), and the rows a job reuses are copied into
-its own store, so that its store alone holds every row of its part of the sweep.
-"""
+SQLite must not be shared over a network filesystem, so the jobs of a multirun run apart
+(hydra/launcher=local, slurm, ray_gpus) each write a store of their own, and the multirun's end merges
+them into the store of record (runners.sweep.SweepEndCallback); this command does it by hand (after a
+multirun whose launcher died, or for several clusters' stores). A row the target already holds is
+skipped, every other row copied with its sweeps and the device ceilings, nothing overwritten
+(ResultStore.merge_from); it prints per source what it kept and skipped. A damaged store is refused in
+one line; `--recover` copies out the rows SQLite can still read, and says how many were lost."""
 from __future__ import annotations
 
 import argparse
@@ -108,7 +95,10 @@ def gather(sweep_dir: str | Path, into: str | Path) -> list[str]:
 
 
 def write_prior(store_path: str | Path, sweep_dir: str | Path) -> Path | None:
-    """Copy the store of record into the sweep directory for the jobs to resume from; None without one."""
+    """Copy the store of record into the sweep directory for the jobs to resume from; None without one.
+
+    A file nobody writes while the jobs run, on the filesystem they share; the rows a job reuses are
+    copied into its own store, so that its store alone holds every row of its part of the sweep."""
     if not Path(store_path).is_file():
         return None
     store = ResultStore(store_path)

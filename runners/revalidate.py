@@ -2,32 +2,14 @@
 
     python -m runners.revalidate outputs/exports/softmax_configs.json [--check] [--spec pkg.mod:SPEC]
 
-After a driver, torch, Triton or kernel change, the configs an export ships may have got slower or stopped
-working. On the current environment (this GPU, the running Triton):
-1. The export's section for this GPU is read: the running Triton version's, else the nearest older
-   measured, else the nearest newer (the generated module's own rule, runners/results/export/runtime.py).
-2. Each config it ships is re-timed at the shapes where it was recorded, with each shape's winner and
-   the baselines measured beside it, in repetitions on buffers placed anew (`timing.repetitions`) and
-   round-robin as finalists, as the recorded figures were taken: a sweep of exactly those trials.
-3. The new figures are compared with the recorded ones by runners.compare's rule (the noise between runs,
-   runners/results/between_runs.py). Per shape: SAME or FAST; SLOW when the list's best there is now
-   slower beyond the noise against the shift of every row; broken when a config shipped there no longer
-   passes (incorrect, compile error, out of resources).
-4. Only the shapes that broke, or where the list now loses more than the export's tolerance, are
-   re-screened: slower by more than it and SLOW against the shift, or with a shift of every row that is
-   SLOW itself or that no measured spread of this GPU judges (then the slowdown is taken as real: a
-   re-screen costs GPU time, a stale config costs more): the kernel's default space at those shapes
-   (`timing=screen`, finalists).
-5. The section of this GPU and the running Triton version is written (beside the other sections, which
-   are kept) from the re-timed rows and the re-screened ones: where the running Triton had no section
-   yet, or something was re-screened. `--check` only reports.
-
-Exit status: 0 when every shape is SAME or FAST; 1 when a shape was SLOW beyond the tolerance or broke
-(whether or not it was re-tuned: the shipped file is out of date); 2 on bad input, and where another
-process ran kernels on the GPU while the configs were re-timed (`gpu_shared`: runners/measure/
-neighbours.py), judging and re-tuning nothing. The GPU time of each
-sweep is printed. The sweeps' rows go to --store like any sweep's (sweep ids revalidate-<kernel>-<time>).
-"""
+1. The export's section for this GPU and the running Triton (else the nearest measured version) is read.
+2. Each config it ships is re-timed where it was recorded, with each shape's winner and the baselines
+   beside it, in repetitions and round-robin as the recorded figures were taken.
+3. Per shape, compare's rule judges new against recorded: SAME, FAST, SLOW, or broken (no longer passes).
+4. Shapes that broke, or that lose more than the export's tolerance and are SLOW (or unjudgeable), are
+   re-screened over the kernel's default space; the section is rewritten from those rows (`--check`: no).
+Exit 0 when every shape is SAME or FAST; 1 when one was SLOW beyond the tolerance or broke; 2 on bad
+input, and where another process ran kernels on the GPU meanwhile (`gpu_shared`), judging nothing."""
 from __future__ import annotations
 
 import argparse
@@ -221,7 +203,16 @@ def main(argv=None) -> int:
 
 
 def revalidate(args, data: dict, gpu: str, version: str, section: dict, how: str, running: str) -> int:
-    """Steps 2 to 5 of the module docstring; the exit status."""
+    """Steps 2 to 4 of the module docstring; the exit status.
+
+    Re-timed in repetitions on buffers placed anew (`timing.repetitions`) and round-robin as finalists:
+    a sweep of exactly the shipped trials. SLOW: the list's best at a shape is now slower beyond the
+    noise against the shift of every row. Re-screened (`timing=screen`, finalists): shapes that broke,
+    or slower by more than the tolerance and SLOW against the shift, or whose shift of every row is SLOW
+    itself or judged by no measured spread of this GPU (a re-screen costs GPU time, a stale config
+    more). The section of this GPU and the running Triton is written, the other sections kept, where
+    the running Triton had none yet or something was re-screened. Each sweep's GPU time is printed; its
+    rows go to --store like any sweep's (sweep ids revalidate-<kernel>-<time>)."""
     from runners.results import comparison
 
     kernel, tolerance = data["kernel"], section["tolerance"]

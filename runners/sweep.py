@@ -1,21 +1,13 @@
 """Sweep a Triton kernel's configs: `python -m runners.sweep [overrides]` (add -m for a Hydra multirun).
 
-The Hydra entry: it composes the config, runs one job (runners/engine/job.py: start, ceilings, trials,
-finalists, finish) into the store it should write, with the outputs the config selects (conf/output/,
-runners/results/outputs/), and reports a bad input in one line naming the field (exit 2). At the end of
-a multirun SweepEndCallback writes the outputs once for all its jobs. Under a launcher that runs the
-jobs apart (hydra/launcher=local, slurm; runners/engine/launch.py) each job writes a store of its own in
-its job directory, resuming from a copy of the store of record, and the multirun's end merges them into
-the store of record first (runners/merge.py). The config comes from the tool's conf/ and, in the
-directory the command runs in, its sweeps/ and conf/ (hydra_plugins/triton_sweep_home); a YAML error in a
-file the command line picks, a field added with `+` that nothing reads, a sweep id that cannot name a
-folder, and a store that is damaged or cannot be written stop it in one line (exit 2).
-
-First the command forks the home server its workers are forked from (runners/engine/process.py:
-start_home_server), which imports torch and Triton while Hydra composes the config. Only light modules are
-imported here at the top: torch, Triton, pandas and the kernel's module are imported inside the job,
-after its workers have been started, so that the processes import them at once.
-"""
+The Hydra entry: it composes the config (the tool's conf/ and, where the command runs, its sweeps/ and
+conf/: hydra_plugins/triton_sweep_home), runs one job (runners/engine/job.py) into the store it should
+write with the outputs the config selects (runners/results/outputs/), and reports a bad input, a YAML
+error, an unread `+` field or a damaged store in one line naming it (exit 2). At a multirun's end
+SweepEndCallback merges the jobs' own stores into the store of record (runners/merge.py) and writes the
+outputs once for all of them. It first forks the home server its workers are forked from
+(runners/engine/process.py), which imports torch and Triton while Hydra composes the config; so only
+light modules are imported at the top here."""
 from __future__ import annotations
 
 import json

@@ -1,7 +1,8 @@
 """The layout README's "Layout" section states, checked on the source: imports point one way, every module
-says its role in a docstring, no line of Python is over 110 characters, and no function of the tool is
-over 80 lines."""
+says its role in a docstring of at most 12 lines, no source holds a date, no line of Python is over 110
+characters, and no function of the tool is over 80 lines."""
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -83,10 +84,39 @@ def test_every_module_says_its_role():
     assert not missing, f"modules without a docstring: {missing}"
 
 
+MAX_MODULE_DOC_LINES = 12
+
+
+def test_every_module_docstring_is_at_most_12_lines():
+    """A module's docstring says what it is and why, read in a minute: a rule's details go to the class
+    or function that keeps it, the alternatives weighed to CONTRIBUTING.md ("Design notes"). (The text
+    the export generates into an exported module is that module's, not a docstring of ours.)"""
+    paths = modules(*PACKAGES)
+    long = []
+    for path in paths:
+        lines = len((ast.get_docstring(ast.parse(path.read_text())) or "").splitlines())
+        if lines > MAX_MODULE_DOC_LINES:
+            long.append(f"{path.relative_to(REPO)} ({lines} lines)")
+    assert len(paths) > 50, "the scan found too few modules to mean anything"
+    assert not long, "\n".join(long)
+
+
+DATE = re.compile(r"\b20\d\d-\d\d-\d\d\b")
+
+
+def test_no_date_in_the_source():
+    """Dates are history, which runners/benchmarks/LOG.md keeps: the source cites a figure by its claim id
+    in BENCHMARKS.md (docstrings, comments and strings alike)."""
+    dated = [f"{path.relative_to(REPO)}:{number}: {DATE.search(line).group()}"
+             for path in modules(*PACKAGES)
+             for number, line in enumerate(path.read_text().splitlines(), 1) if DATE.search(line)]
+    assert not dated, "\n".join(dated)
+
+
 def test_no_python_line_over_110_characters():
     """kernels/ too: a kernel's source is hashed as text into every row it measures (kernel_hash, the
     resume key), so its lines were wrapped once, when every kernel gained its export key and default
-    shapes (issue 25) and every hash changed anyway. tests/golden/ holds files the export wrote, compared
+    shapes and every hash changed anyway. tests/golden/ holds files the export wrote, compared
     byte for byte: their lines are the export's, not ours to wrap."""
     golden = REPO / "tests" / "golden"
     long = [f"{path.relative_to(REPO)}:{number} ({len(line)})"

@@ -1,17 +1,14 @@
 """The launcher classes of conf/hydra/launcher/local.yaml and slurm.yaml, on hydra-submitit-launcher's:
 
-- Every job is waited for, and a job that died (node lost, SLURM time limit, kill -9) is reported the
-  way a failed job is (its summary.json holds the error), so the multirun still reaches its end: the
-  rows of every job, the dead one's included, merged into the store of record, then exit 1 naming it.
-  (The plugin's launcher raises at the first job that died, before the multirun's end, while the
-  others may still be running.)
+- Every job is waited for; a job that died (node lost, SLURM time limit, kill -9) is reported as a failed
+  job is (its summary.json holds the error), so the multirun still reaches its end: every job's rows
+  merged into the store of record, then exit 1 naming it. (The plugin's launcher raises at the first
+  job that died, while the others may still be running.)
 - local: each job takes `gpus_per_node` of the GPUs this host shows (CUDA_VISIBLE_DEVICES, else every
   GPU) for itself, and waits while none is free; two jobs never share a GPU. (submitit's local
   executor gives every job the same GPUs, 0..gpus_per_node-1.)
 - The parameters are checked when the launcher is made, before anything is submitted.
-
-Hydra imports this module at every start: it imports nothing heavy (runners.engine.launch has the helpers).
-"""
+Hydra imports this module at every start: it imports nothing heavy (runners.engine.launch has the helpers)."""
 from __future__ import annotations
 
 import json

@@ -1,18 +1,15 @@
-"""A small program shaped like a transformer's serving loop, for `python -m runners.capture`: each step
-is a prefill (one or two prompts of 128 to 1024 tokens) or, four times as often, a decode step (a batch
-of 24 to 128 single tokens against a context of 128 to 2048), and calls the built-in layernorm, matmul
-and softmax at the sizes that gives, with very different frequencies.
+"""A small program shaped like a transformer's serving loop, for `python -m runners.capture`: each step is a
+prefill (one or two prompts of 128 to 1024 tokens) or, four times as often, a decode step (24 to 128
+single tokens against a context of 128 to 2048), calling the built-in layernorm, matmul and softmax.
 
     python -m kernels.examples.transformer_steps [--steps 200] [--configs default|autotune|EXPORT_DIR]
         [--small] [--kernel-time]
 
 --configs: the kernels' default configs; `autotune`: @triton.autotune over each kernel's whole space
-(the configs its constraints keep at the call's shape, pruned at each new key); or a folder of exports
-(`<kernel>_configs.py` from runners.export), whose config_for() picks the config of each call.
---small: sizes the CPU interpreter runs in seconds (TRITON_INTERPRET=1). --kernel-time: run the steps
-twice, the first to compile (and tune), and print the second's total GPU time of the Triton kernels
-(torch.profiler) and the first's wall time.
-"""
+(pruned by its constraints at each new key); or a folder of exports (`<kernel>_configs.py` from
+runners.export), whose config_for() picks each call's config. --small: sizes the CPU interpreter runs in
+seconds (TRITON_INTERPRET=1). --kernel-time: run the steps twice (the first compiles and tunes), print the
+second's total GPU time of the Triton kernels (torch.profiler) and the first's wall time."""
 from __future__ import annotations
 
 import argparse

@@ -3,20 +3,13 @@ rule may assume:
 
     python -m runners.benchmarks.bench_between_runs [--comparisons 1000] [--seed 2026] [--jobs N]
 
-Each run is drawn as a GPU gives it: per shape, `repetitions` placements of its inputs that every row of
-the shape shares (sd `spread`, the repetition spread; ours and the baselines are timed in the same
-rounds), each repetition median with its own sampling noise (0.1%); per run, an offset every row shares
-(`run`) and an offset per shape that repetitions do not see (`per_shape`). Every comparison draws its
-own calibration of 6 such runs (the rule's promise is over calibrations too); then BASE and NEW are
-compared by between_runs.judge: unchanged (NEW as BASE: the share that fails the gate at 2%, and at 0%),
-one shape of ours slowed 5%, every shape of ours slowed 3% (the shares caught at 2%). Tables: runs that
-differ as a whole or per shape, at three repetition spreads, 4 judged rows (4 shapes) and 40 (10 shapes,
-4 finalists each), every shape with 4 finalists and 2 baselines; cells that break what the first keeps
-equal (NEW re-timed otherwise, rows timed once, a calibration of one shape); and a fleet (FLEET): machine
-effects the calibration did not see, with baselines at every shape and without. Unchanged code is
-compared 4x as often (its rate is near the 1% it is held to). Then the variance of the p50 of pooled
-samples against that of the mean of the repetitions' medians (P50_VARIANCE).
-"""
+A run is drawn as a GPU gives it: per shape, `repetitions` placements of its inputs that every row of the
+shape shares, each repetition median with its own sampling noise; per run, an offset every row shares and
+one per shape. Every comparison draws its own calibration of 6 such runs; BASE and NEW are then judged by
+between_runs.judge: unchanged (the share failing the gate at 2% and 0%), one shape of ours slowed 5%,
+every shape slowed 3% (the shares caught). Tables: Cell grids of run and per-shape noise and repetition
+spread; cells that break what the first keep equal (BROKEN); a fleet's machine effects the calibration
+did not see (FLEET), with and without baselines; then the p50 variance of pooled samples (p50_variance)."""
 from __future__ import annotations
 
 import argparse
@@ -91,7 +84,7 @@ BROKEN = [  # (what the cell breaks, the cell)
     ("judged rows timed once (screening)", Cell(0.01, 0.0, 0.006, 10, 4, screened=4)),
     ("a calibration of one shape", Cell(0.0, 0.01, 0.006, 10, 4, calibration_shapes=1)),
 ]
-FLEET = {  # what a fleet breaks (issue 64's audit): a machine effect the calibration did not see
+FLEET = {  # what a fleet breaks: a machine effect the calibration did not see
     "NEW's machine: memory-bound shapes +1.5%": {"memory": (0.5,), "new_memory": 0.015},
     "NEW's machine: memory-bound shapes +1.25%": {"memory": (0.5,), "new_memory": 0.0125},
     "two kernels, the memory-bound one +1.5% on NEW": {"memory": (1.0, 0.0), "new_memory": 0.015},

@@ -4,15 +4,12 @@ captured, its shapes swept, exported weighted by calls, then run again with the 
     python -m runners.benchmarks.bench_capture [--work DIR] [--steps 100] [--part capture|run|all]
         [--repeats 3]
 
-capture: the program's wall time without and with `python -m runners.capture` (in turn, --repeats each:
-the overhead), then the capture with `--bucket pow2` into DIR/conf/sweep/captured_<kernel>.yaml, a sweep
-of each (the screen preset with finalists; `hydra.searchpath` finds the files) into DIR/results.sqlite,
-its export (weighted by the captured calls) into DIR/exports.
-run: the program with the kernels' default configs, with the exported configs (config_for at every
-call) and with @triton.autotune over each kernel's whole space; each runs its steps twice, the first to
-compile and tune (its wall time: the tuning cost), the second timed (the Triton kernels' GPU time).
-Prints each step's output, then a table.
-"""
+capture: the program's wall time without and with `python -m runners.capture` (in turn, --repeats each),
+then the capture with `--bucket pow2` into DIR/conf/sweep/, a sweep of each file (screen preset with
+finalists) into DIR/results.sqlite and its call-weighted export into DIR/exports. run: the program with
+the default configs, the exported ones (config_for at every call) and @triton.autotune over each whole
+space, each running its steps twice (the first's wall time: the tuning cost; the second's Triton kernel
+GPU time). Prints each step's output, then a table."""
 from __future__ import annotations
 
 import argparse

@@ -4,27 +4,12 @@ tables BENCHMARKS.md records.
     python -m runners.benchmarks.bench_export [--kernels softmax layernorm matmul] [--sweep-only KERNEL ...]
         [--autotune-full] [--work DIR]
 
-For each kernel of --kernels, in float16 and bfloat16:
-1. Tune: `python -m runners.sweep +sweep=<kernel>_export` (sweeps/: dense along the export key,
-   timing=screen with the finalists), in a store of its own, its wall time taken. Its end-of-sweep
-   export is the module under test; the export's leave-one-out estimate is read from its JSON.
-2. Exhaustive: the same sweep file at the held-out shapes (CASES: between the grid's points and beyond
-   them); its winner at each is the best there.
-3. At each held-out shape, the export's picks: @triton.autotune over CONFIGS with the export's prune
-   (softmax with check=the block holds the row: the kernel's own rule) and the export's do_bench, as
-   the README has users write it; the same under Triton's own benchmarker; and config_for. With
-   --autotune-full, autotune over the whole space beside them, and the first call of each autotune
-   (compile and autotune's timing of what it was given, a fresh Triton cache and JIT function).
-4. Every distinct pick is checked against the float64 reference and timed with the project's timer
-   (runners.measure.device.cuda_timer, L2 flushed before each sample) at that shape, one after the other;
-   percentages are the exhaustive winner's p50 over the pick's, timed the same way.
-5. A summary per kernel and dtype: at how many held-out shapes each path reached 97% of the best, and
-   the geometric mean, beside the same figures of the leave-one-out estimate printed at export.
-
---sweep-only runs step 1 alone for the kernels named (those without held-out cases): the export-grade
-sweep's wall time and its leave-one-out line. Sized to finish each command within 10 minutes on one
-H200: softmax and layernorm in one, matmul in another.
-"""
+Per kernel and dtype (float16, bfloat16): the export-grade sweep (`+sweep=<kernel>_export`) timed, its
+export the module under test; the same sweep at the held-out shapes (CASES), whose winners are the best
+there; at each held-out shape the export's picks (autotune with its prune and do_bench, the same under
+Triton's benchmarker, config_for; with --autotune-full, autotune over the whole space and each first
+call), every pick checked and timed with the project's timer; then per path the shapes within 97% of the
+best and the geometric mean, beside the leave-one-out estimate. --sweep-only: the first step alone."""
 from __future__ import annotations
 
 import argparse
@@ -200,8 +185,14 @@ def where(shape: tuple, measured: list) -> str:
 
 def bench_shape(kernel: str, spec, exported, shape: tuple, dtype: str, best: dict, timer, full: bool,
                 device: str = "cuda", do_bench=None) -> dict:
-    """The picks at one held-out shape, their check and their p50 (module doc, steps 3 and 4); `full`:
-    autotune over the whole space too, and the first calls."""
+    """The picks at one held-out shape, their check and their p50; `full`: autotune over the whole space
+    too, and the first calls (compile and autotune's timing of what it was given, a fresh Triton cache
+    and JIT function).
+
+    The picks: @triton.autotune over CONFIGS with the export's prune (softmax with check=the block holds
+    the row) and the export's do_bench, as the README has users write it; the same under Triton's own
+    benchmarker; and config_for. Every distinct pick is checked against the float64 reference and timed
+    with the project's timer (cuda_timer, L2 flushed before each sample), one after the other."""
     import warnings
 
     import torch

@@ -1,26 +1,15 @@
 """Benchmark (GPU): compare's gate across runs of unchanged code, across machines of one kind, and against
-a slowdown put into a kernel (issue 32).
+a slowdown put into a kernel.
 
     python -m runners.benchmarks.bench_gate reruns [--runs 6] [--reruns 3] [--sweeps readme matmul]
     python -m runners.benchmarks.bench_gate slowdown [--tries 20] [--percents 5] [--calibration-runs 5]
     python -m runners.benchmarks.bench_gate against OTHER.sqlite [--runs 3] [--sweeps readme matmul]
 
-All sweeps write to --store (outputs/gate.sqlite), with force=true, as separate processes one after the
-other: each is a run, the unit the gate's rule is about (runners/results/between_runs.py).
-- reruns: each sweep `--runs` times, their calibration (the spread of a run's shift and of each shape's
-  own part, per provider), then `--reruns` more runs, each compared with run 0 by runners.compare with
-  that calibration and `--fail-on-slow 2%`. Tables: the calibration; per sweep the compared rows, rows not
-  SAME, the judged rows' thresholds and reach (the smallest slowdown caught in 95% of runs), our shift and
-  the gate's statuses.
-- slowdown: softmax at the README's shapes (tests/softmax_slowed.py) with no spin, the base, and
-  `--calibration-runs` more runs so; then, for each of `--percents`, the spin share of each shape that
-  slows the base's winner there by that much (measured: the slowed and unslowed kernels timed interleaved
-  in this process), and `--tries` runs with it, each compared with the base: how often the gate fails.
-- against: this machine's `--runs` runs of each sweep, each compared with run 0 of OTHER.sqlite (the store
-  `reruns` left on another machine of the kind), calibrated on the other runs of both machines; then the
-  spread of all runs of both machines.
-A calibration never holds the compared runs themselves (runners.compare leaves them out too).
-"""
+Every sweep is a process of its own (a run: the unit of runners/results/between_runs.py) into --store.
+reruns: `--runs` runs calibrate, `--reruns` more are each compared with run 0 at `--fail-on-slow 2%`.
+slowdown: softmax slowed by a spin (tests/softmax_slowed.py) by each of `--percents`, `--tries` runs each
+compared with an unslowed base: how often the gate fails. against: this machine's runs compared with run
+0 of OTHER.sqlite (another machine's reruns). A calibration never holds the compared runs themselves."""
 from __future__ import annotations
 
 import argparse

@@ -2,21 +2,13 @@
 
     python -m runners.benchmarks.bench_noise [--runs 6] [--reps 4] [--json FILE]
 
-Each run is a process of its own (a fresh CUDA context, fresh allocations, a later time), started one
-after another. Inside a run, every case (a kernel config or a baseline at one shape) is timed `--reps`
-times with the default preset's rule, the cases taken in turn so that a case's repetitions lie apart
-in time; each repetition twice: on the run's first buffers ("same") and on buffers allocated for it
-while the earlier ones are still held, so that they land elsewhere in device memory ("fresh").
-
-The table, per case, in % of the p50 (standard deviations of log p50, so 1.0 means ~1% spread):
-- `between`: across runs, the first repetition's p50 (what two sweeps compare);
-- `within same` / `within fresh`: across the repetitions inside a run, pooled over runs;
-- `between of median`: across runs, the median over a run's fresh repetitions (what a trial measured
-  in repetitions would report);
-- `sampling`: the p50's own standard error inside one measurement (its 95% half-width / 1.96).
-If `within fresh` is as large as `between`, repetitions inside a trial can stand for the runs; if it is
-smaller, only a calibration across runs shows the noise a comparison of two sweeps meets.
-"""
+Each run is a process of its own (a fresh CUDA context, fresh allocations, a later time). Inside a run,
+every case (a config or a baseline at one shape) is timed `--reps` times in turn, each repetition on the
+run's first buffers ("same") and on buffers placed anew ("fresh"). The table, per case, in sd of log p50
+(1.0 ~ 1% spread): `between` runs (first repetition), `within same` / `within fresh` a run, `between of
+median` (a run's median over fresh repetitions) and `sampling` (the p50's own standard error). If
+`within fresh` is as large as `between`, repetitions inside a trial can stand for runs; if smaller, only
+a calibration across runs shows the noise a comparison of two sweeps meets."""
 from __future__ import annotations
 
 import argparse

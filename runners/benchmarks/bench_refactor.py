@@ -1,17 +1,13 @@
 """Benchmark (GPU): a change of the code's rooms changes nothing a user sees. The same sweeps run by an older
 tree of the project (--old: `git worktree add ../old <commit>`, or an unpacked `git archive`) and by this
 one, one after the other on this GPU; then:
-- rows: the trials each run screened, with their statuses ((kernel, provider, dtype, shape, config,
-  status) of the screening phase): the same set; the finalists (chosen by measured times, so by the
-  noise of each run) are counted beside it;
-- exports: each run's store exported by both trees (`runners.export`, the kernel's settings): byte for
-  byte the same, the export time aside;
+- rows: the trials each run screened, with their statuses: the same set (finalists counted beside it);
+- exports: each run's store exported by both trees: byte for byte the same, the export time aside;
 - compare: this tree's `runners.compare` of the old run, and of the old tree's export of it, against the
-  new run, calibrated on --calibration (3 or more earlier runs of the sweep on machines of this kind) and
-  gated at 2%: the rows not SAME, and the gate's line.
+  new run, calibrated on --calibration (3 or more earlier runs on machines of this kind) and gated at
+  2%: the rows not SAME, and the gate's line.
 
-    python -m runners.benchmarks.bench_refactor --old ../old --calibration outputs/gate.sqlite:readme_0,...
-"""
+    python -m runners.benchmarks.bench_refactor --old ../old --calibration outputs/gate.sqlite:readme_0,..."""
 from __future__ import annotations
 
 import argparse

@@ -1,29 +1,15 @@
-"""Benchmark (GPU): issue 35's evidence. A held-out program (runners/benchmarks/replay_app.py: a decoder
-layer's step calling Liger-Kernel's RMSNorm, SwiGLU and RoPE forward kernels and a kernel of its own) is
-captured with `--replay`, each kernel it launched is swept with no spec written, exported, and the program
-is run again with the exported configs, its kernels' CUDA time set against the library's defaults.
+"""Benchmark (GPU): kernels with no spec, replayed. A held-out program (runners/benchmarks/replay_app.py: a
+decoder layer's step calling Liger-Kernel's RMSNorm, SwiGLU and RoPE forward kernels and one of its own)
+is captured with `--replay`, each kernel it launched is swept with no spec written, exported, and the
+program is run again with the exported configs, its kernels' CUDA time set against the library's defaults.
 
     python -m runners.benchmarks.bench_replay [--out outputs/replay] [--liger-path DIR]
         [--part all|capture|sweep|run|report] [--steps 3] [--profile-steps 20] [--budget 48]
         [--max-space 5000] [--tokens 1024,2048,4096] [--dtypes bfloat16,float16] [--only KERNEL ...]
         [--timeout 540] [--interpret]
 
-1. capture: `python -m runners.capture --replay --out OUT/sweeps/app --no-time -- python -m
-   runners.benchmarks.replay_app --steps N` (its hook-overhead line is reported);
-2. sweep: each file it wrote (OUT/sweeps/app_<kernel>.yaml, copied to OUT/conf/sweep/ for
-   hydra.searchpath) with `python -m runners.sweep +sweep=app_<kernel>` into OUT/replay.sqlite, exported
-   to OUT/exports. A space over --budget configs is searched with `search=random` (--budget per shape
-   and dtype, seed 0); one over --max-space configs has its entries that are neither BLOCK-named nor
-   launch options pinned to the values the program launched (`+kernel.space.NAME=[...]`), said in the
-   report; --max-space 0 pins nothing. The trials of each kernel are counted from the store by status;
-3. run: the program under torch.profiler (--profile-steps passes) with the library's defaults, then with
-   the export, --rounds times in turn (each a fresh process: the spread between runs), then with the
-   export again without the profiler, every result checked: each kernel's CUDA time per pass, default
-   against exported.
-Every step's output is kept in OUT/logs/<step>.log; a step that fails is reported and the rest go on.
-The parts share OUT/bench_state.json, so they can run as separate commands (each within a time limit);
-the report (printed, and written to OUT/report.md) is made from it at the end of each.
-"""
+Parts: capture; sweep (over --budget configs searched at random, over --max-space the non-BLOCK entries
+pinned as launched); run (profiled, defaults against the export, every result checked); report."""
 from __future__ import annotations
 
 import argparse

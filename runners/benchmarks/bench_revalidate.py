@@ -3,15 +3,12 @@ faster, and after a kernel change that broke one config (runners/revalidate.py).
 
     python -m runners.benchmarks.bench_revalidate [--work DIR]
 
-1. The README sweep (`python -m runners.sweep`, softmax at 3 shapes), its export in DIR/exports.
-2. `python -m runners.revalidate` of that export on the same machine and versions: every shape should be
-   SAME (or FAST), nothing re-tuned, exit 0.
-3. A copy with the recorded p50s of two shapes divided by 1.1 (they look 10% faster than they run):
-   those two shapes, and only they, should be re-screened; exit 1.
+1. The README sweep (softmax at 3 shapes), its export in DIR/exports.
+2. `python -m runners.revalidate` of that export as it is: every shape SAME (or FAST), nothing re-tuned.
+3. A copy with two shapes' recorded p50s divided by 1.1: those two shapes alone re-screened; exit 1.
 4. A copy re-validated with `--spec tests.softmax_broken:SPEC` (BLOCK_SIZE 16384 with 32 warps now wrong):
-   that config reported broken, its shape re-screened, the new section without it; exit 1.
-Prints each run's report, then a table: verdicts, re-screened shapes, the seconds each took.
-"""
+   that config broken, its shape re-screened, the new section without it; exit 1.
+Prints each run's report, then a table: verdicts, re-screened shapes, the seconds each took."""
 from __future__ import annotations
 
 import argparse

@@ -9,8 +9,7 @@ the same samples; and ncu's median gpu__time_duration over `--launches` launches
 with ncu flushing every cache before each (`--cache-control all --clock-control none`), the referee
 the timer is held to. Two diagnostics beside it: ncu after our flush with ncu's own cache control off
 (the same cache state as our samples, ncu's instrumentation kept), and an empty kernel (what ncu
-reports for no work at all).
-"""
+reports for no work at all)."""
 from __future__ import annotations
 
 import argparse

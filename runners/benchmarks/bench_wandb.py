@@ -4,14 +4,10 @@ with the sweep's run alone (`logger.runs=sweep`), against the same sweep with W&
     python -m runners.benchmarks.bench_wandb [--work DIR] [--backend interpret|cuda] [--repeats N]
     python -m runners.benchmarks.bench_wandb --runs N   # what one offline run costs, trial run or not
 
-The sweep: vector_add at 5 sizes, 8 BLOCK_SIZEs x 5 num_warps x 5 num_stages, and the torch baseline
-(1,005 trials), timed briefly (the trials' own time is not what is measured here). On the interpreter
-(the default) it needs no GPU. Each mode runs in a directory of its own, offline. For each: the sweep's
-wall time, the seconds the sweep itself counts as W&B's (queueing and draining the trial runs, and the
-sweep's run written in the background; summary.json), the wall time added over the run with W&B off,
-and what `wandb sync` would have to upload: the offline runs, their files and bytes.
-Prints each sweep's last lines, then a table.
-"""
+The sweep: vector_add at 5 sizes, 8 BLOCK_SIZEs x 5 num_warps x 5 num_stages and the torch baseline
+(1,005 trials), timed briefly; on the interpreter (the default) it needs no GPU. Each mode runs offline in
+a directory of its own: the sweep's wall time, the seconds it counts as W&B's (summary.json), the wall
+time added over W&B off, and what `wandb sync` would upload. Prints each sweep's last lines, then a table."""
 from __future__ import annotations
 
 import argparse

@@ -1,27 +1,15 @@
-"""A held-out program for the replay benchmark (issue 35; runners/benchmarks/bench_replay.py): a model
-step shaped like a Llama decoder layer's (hidden 4096, 32 query heads and 8 key/value heads of 128, MLP
-14336) that calls the Triton kernels of a real kernel library, Liger-Kernel (its RMSNorm forward,
-SwiGLU forward and RoPE forward, through its autograd Functions as a user program does), and one
-Triton kernel of its own (a fused residual add and scale, launched with a callable grid, BLOCK 1024,
-4 warps). No spec describes any of them: `python -m runners.capture --replay` replays them.
+"""A held-out program for the replay benchmark (runners/benchmarks/bench_replay.py): a model step shaped
+like a Llama decoder layer's (hidden 4096, 32 query heads and 8 key/value heads of 128, MLP 14336) that
+calls Liger-Kernel's RMSNorm, SwiGLU and RoPE forward kernels (through its autograd Functions) and one
+Triton kernel of its own (a fused residual add and scale, callable grid). No spec describes any of them.
 
     python -m runners.benchmarks.replay_app [--steps 10] [--tokens 1024,2048,4096]
         [--dtypes bfloat16,float16] [--export-dir DIR] [--profile] [--device cpu]
 
-Every result is checked against a PyTorch reference (torch.testing.assert_close, tolerances of the
-dtype), so a wrong config fails the program. --export-dir: each kernel is launched with the config the
-runner exported for the call (DIR/<kernel>_configs.py, its config_for(); <kernel> is the jit
-function's name without its leading and trailing underscores), calling the @triton.jit function
-directly with the arguments, grid and argument order Liger's wrapper uses, the exported meta-parameters,
-num_warps and num_stages; a kernel with no export keeps the library's settings. The call's sizes come
-from its integer arguments and, for a dim ARG_shapeN, the axis of a tensor argument (RMSNorm's and
-SwiGLU's rows are only the grid's and the tensors'); where a dim is neither (`launch`), the first config
-of the covering set is used, and said. --profile:
-one checked warm-up pass, then --steps passes under torch.profiler, and one JSON line
-`PROFILE {...}`: per kernel name, the summed CUDA time of its launches (us) and their count ("kernels";
-"by_dtype": the same per dtype).
---device cpu: the Triton interpreter (set TRITON_INTERPRET=1), with a few tokens, to check the program.
-"""
+Every result is checked against a PyTorch reference. --export-dir: each kernel launched with the config
+its export's config_for() gives (DIR/<kernel>_configs.py; see Exported); --profile: a warm-up pass,
+then --steps passes under torch.profiler and one JSON line `PROFILE {...}` of each kernel's summed CUDA
+time and launch count; --device cpu: the Triton interpreter, a few tokens, to check the program."""
 from __future__ import annotations
 
 import argparse
@@ -94,7 +82,15 @@ def _sizes(dims: tuple, named: dict) -> Optional[dict]:
 
 
 class Exported:
-    """The configs the runner exported: DIR/<kernel>_configs.py, one per kernel, looked up per call."""
+    """The configs the runner exported: DIR/<kernel>_configs.py, one per kernel, looked up per call.
+
+    <kernel> is the jit function's name without its leading and trailing underscores. A kernel is then
+    launched by calling its @triton.jit function directly, with the arguments, grid and argument order
+    Liger's wrapper uses and the exported meta-parameters, num_warps and num_stages; a kernel with no
+    export keeps the library's settings. The call's sizes come from its integer arguments and, for a dim
+    ARG_shapeN, the axis of a tensor argument (RMSNorm's and SwiGLU's rows are only the grid's and the
+    tensors'); where a dim is neither (`launch`), the first config of the covering set is used, and said.
+    """
 
     def __init__(self, folder: str):
         self.folder = Path(folder)

@@ -1,23 +1,15 @@
 """The compile phase: every config's binary built by a pool of processes before the GPU worker needs it.
 
-Each compile worker runs Triton's real compiler for the GPU's target (sent by the scheduler: read through
-NVML while the GPU workers start, then confirmed by their report) through a driver that knows that target
-and nothing else (runners/engine/internals.py: CompileOnly): no CUDA context, no GPU memory, no launch,
-so compiling never disturbs the timing running beside it, and it also runs on a machine without a GPU.
-The launcher runs on meta tensors (shapes, dtypes and the 16-byte alignment of a fresh allocation are all
-Triton specializes on) and every @triton.jit launch in it becomes a compile. The binary lands in the
-Triton cache (TRITON_CACHE_DIR), where the GPU worker's first call finds it and only loads it. A Triton
-without what that needs gets no pool (compile_workers): each GPU worker compiles in its first call.
-
-The workers are forked from a fork server (runners/engine/process.py) that imported torch, Triton and the
-kernel's module once, before the first fork: a module that takes seconds to import costs them nothing.
-Each worker is the leader of its own process group: a compile past its timeout is killed with every
-child it started (ptxas). Outcomes: None (built, with the shared memory it needs), compile_error
-(Triton's CompilationError, or the compiler process died), out_of_resources (Triton's OutOfResources),
-timeout. Any other exception is the launcher's, not the compiler's (e.g. it reads a value out of a
-meta tensor): the trial is left to the GPU worker, which compiles it in its first call as it always
-could.
-"""
+Each compile worker runs Triton's real compiler for the GPU's target (from NVML, confirmed by the GPU
+workers) through a driver that knows that target and nothing else (runners/engine/internals.py:
+CompileOnly): no CUDA context, no GPU memory, no launch, so compiling never disturbs the timing beside it,
+and runs on a machine without a GPU. The launcher runs on meta tensors, each @triton.jit launch in it a
+compile whose binary lands in the Triton cache, where the GPU worker's first call only loads it. The
+workers are forked from a fork server that imported torch, Triton and the kernel's module once, each the
+leader of its own process group (a compile past its timeout is killed with its ptxas). Outcomes: None
+(built), compile_error, out_of_resources, timeout; any other exception is the launcher's (it read a meta
+tensor's value, say), and the trial is left to the GPU worker. A Triton without what this needs gets no
+pool (compile_workers): each GPU worker compiles in its first call."""
 from __future__ import annotations
 
 import os
@@ -106,7 +98,7 @@ def fork_server(kernel_name: str, spec_path: Optional[str]) -> ForkServer:
     worker (17 processes importing one at once on a 16-core host made a sweep's start 22 s)."""
     # torch.fx.experimental.symbolic_shapes (and sympy with it): torch imports it at the first meta
     # tensor an output_like allocates (torch.empty_like); each compile worker's first compile imported
-    # it, 2.6-3.3 s on an H100 host (0.001-0.002 s each later compile): BENCHMARKS.md, 2026-11-26 (fifth).
+    # it, 2.6-3.3 s on an H100 host (0.001-0.002 s each later compile): BENCHMARKS.md, O.
     preload = ("torch", "triton", "torch.fx.experimental.symbolic_shapes", "runners.engine.specs",
                "runners.engine.compile_pool")
     module = kernel_module(kernel_name, spec_path)

@@ -5,47 +5,11 @@ clock change or a neighbour between two configs shows up as a difference between
 are timed again on one GPU, round-robin (one sample of each per round, the L2 flushed before every
 call, the order rotated every round), so every finalist sees the same conditions.
 
-The tie rule (stated in the message of every finalist row):
-- The fastest finalist A has the lowest p50. Round r pairs the samples B_r and A_r taken back to back.
-- B ties A when the 95% confidence interval of the median of B_r - A_r (the sign-test interval over
-  the rounds) reaches down to tie_floor x p50(A) (0.5% by default): either the measurement cannot tell
-  B from A, or B is slower by less than that floor.
-- Of A and the finalists that tie it, the one chosen uses the fewest resources: the lowest num_stages,
-  then num_warps, then product of its BLOCK sizes, then the lowest p50. Fewer stages, warps and
-  smaller tiles leave shared memory and registers to other kernels and compile faster, at no
-  measurable cost at the measured shape.
-
-What they cost (issue 33):
-- Who: the top_k configs by screened p50 among those within screen_margin of the screened best (at
-  least two: the winner is always re-timed against a runner-up). On 448 (shape, dtype) groups of H100
-  export and README sweeps the config chosen had screened at most 2.6% over the screened best and a
-  tied finalist at most 8.6%; the default margin is 10% (BENCHMARKS.md, 2026-11-25).
-- How long: each block of rounds (a repetition) stops once every median is known to the rule's
-  precision, or earlier, after its min_samples and min_time_s, once the decision is settled on all the
-  rounds so far (`settled`): every finalist either slower than the fastest beyond the tie floor or
-  within it, by the same interval the tie rule reads. The test is repeated as the rounds come in, so a
-  finalist whose true difference sits near the floor can be settled either way on a lucky stretch more
-  often than 5% of the time: the rule's promise is the floor's, not the interval's level.
-- No longer than the screening (finalists.of_screening, group_rule): a group's sampling also ends at the
-  seconds its screening's timer loops took (every ok trial of the (shape, dtype), ours and the baselines;
-  not cut where one has no screened row among the job's rows), within max_time_s; warm-ups come on top.
-  Configs that differ by about the floor, or by one clock step on a 1-6 us kernel, are settled by no
-  number of rounds: vector_add_export's finalists ran to their 0.5 s at 42 of 51 groups, 1.6x its
-  screening. Replayed on two of its H200 stores, the cut picks agreed with the whole run's at 45 and 47
-  of 51 groups, where two whole runs agree at 38, and by the other run's medians were 0.07% and 0.04%
-  faster on average (at worst 1.2% slower) than the whole run's picks, which were themselves 0.16% slower
-  than the other run's own (at worst 4.6%) (BENCHMARKS.md, 2026-11-29).
-- The clock's step: the interval is widened by the differences' step at each end (CUPTI reads 32 ns
-  steps), a widening more rounds never take away. A tie stays a tie once the interval's upper end, less
-  that widening, is within the floor: more rounds can raise the lower end the verdict reads at most to
-  there. Asking the widened upper end itself to fall within the floor, as this rule did before, can never
-  hold where the floor is under one step (kernels under ~6.4 us at 0.5%): there a tie never settled and
-  only "slower" could, on a lucky stretch, which tilted the verdicts toward slower (tests/test_finalists.py:
-  tied in 82% of draws against the full rule's 91%, for a difference of half a step). On an H200 it saved
-  no time to speak of (finalists 11.5 -> 11.0 s on softmax_export, 23.2 -> 24.0 s on vector_add_export,
-  whose short kernels' samples spread over several steps), picks the same (BENCHMARKS.md, 2026-11-28
-  (third)).
-"""
+Who: the top_k by screened p50 within screen_margin of the screened best (at least two). The tie rule
+(stated in every finalist row's message): B ties the fastest A when the 95% interval of the median of the
+paired differences B_r - A_r reaches down to tie_floor x p50(A); of A and its ties, the one chosen uses
+the fewest resources (num_stages, then num_warps, then BLOCK product, then p50). How long they run
+(`settled`, `group_rule`) and why the margin and the rule are so: CONTRIBUTING.md, "Design notes"."""
 from __future__ import annotations
 
 import dataclasses
@@ -111,8 +75,14 @@ def settled(samples_us: list[Sequence[float]], tie_floor: float) -> bool:
     """Whether more rounds would leave every tie verdict as it is: for each finalist other than the
     fastest, the 95% interval of its paired differences from the fastest lies wholly above tie_floor x
     p50(fastest) (slower), or its upper end less the clock's widening of both ends is within it (tied:
-    the lower end decide() reads cannot rise past it; module docstring). Round-paired samples, as
-    decide() takes them."""
+    the lower end decide() reads cannot rise past it). Round-paired samples, as decide() takes them.
+
+    Each block of rounds (a repetition) stops once every median is known to the rule's precision, or
+    earlier, after its min_samples and min_time_s, once this holds on all the rounds so far. The test is
+    repeated as the rounds come in, so a finalist whose true difference sits near the floor can be
+    settled either way on a lucky stretch more often than 5% of the time: the rule's promise is the
+    floor's, not the interval's level. The widening (the differences' clock step at each end; CUPTI
+    reads 32 ns steps) is one more rounds never take away, hence its subtraction from the upper end."""
     p50s, fastest, intervals = _against_fastest(samples_us)
     floor_us = tie_floor * p50s[fastest]
     return all(low > floor_us or high - 2 * step <= floor_us for low, high, step in intervals.values())
@@ -189,7 +159,9 @@ def screening_seconds(keys, screened_s: dict) -> Optional[float]:
 
 def group_rule(rule: StopRule, screening_s: Optional[float], of_screening: Optional[float]) -> StopRule:
     """A group's rule: `rule`, its max_time_s cut to of_screening x the seconds the group's screening
-    took (None: not cut; nor where the screening's seconds are unknown)."""
+    took (None: not cut; nor where the screening's seconds are unknown): the finalists take no longer
+    than the screening did, within max_time_s, warm-ups on top. Configs that differ by about the floor,
+    or by one clock step on a 1-6 us kernel, are settled by no number of rounds."""
     if of_screening is None or screening_s is None or not screening_s > 0:
         return rule
     cut = max(rule.min_time_s, of_screening * screening_s)  # (a rule's cap is never below its minimum)

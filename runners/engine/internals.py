@@ -1,17 +1,15 @@
 """The parts of Triton's and torch's internals the sweep leans on, each behind a check, with the plain
 path where a release renamed or removed one:
-
 - `triton.runtime.driver.set_active` with a driver object of ours, and `JITFunction.run` wrapped to pass
-  `warmup=True` (compile_only, used by runners/engine/compile_pool.py): a config's binary built for the
-  GPU's target in a process with no CUDA context. Missing (compile_only_problem): no compile pool, each
-  GPU worker compiles a config in its first call.
+  `warmup=True` (CompileOnly, for runners/engine/compile_pool.py): a config's binary built for the GPU's
+  target in a process with no CUDA context. Missing (compile_only_problem): no compile pool, each GPU
+  worker compiles a config in its first call.
 - `torch._inductor.compile_fx.compile_fx` as torch.compile's backend (kernels/spec.py: compiled.prepare,
   checked there, since kernels/ imports nothing of runners/): a torch.compile baseline compiled ahead,
   nothing launched. Missing: the baseline compiles in its first call, under its GPU's lock.
 - `torch.cuda._sleep` (runners/measure/timing.py, runners/results/export/runtime.py): a spin on the GPU
-  that holds back the calls enqueued behind it; part of the timer, no start-up device, and not behind a
-  check (no public call does it).
-"""
+  that holds back the calls enqueued behind it; part of the timer, and not behind a check (no public call
+  does it)."""
 from __future__ import annotations
 
 from typing import Optional

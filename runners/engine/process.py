@@ -408,7 +408,7 @@ def start_home_server(preload: tuple[str, ...]) -> None:
     composes its config: every worker the command starts later (not the compile pool's, forked from a
     fork server of their own; those that need Triton in the other mode of TRITON_INTERPRET than this
     environment's) is forked from it with those imported, instead of spawned into an interpreter that
-    imports them again (seconds: BENCHMARKS.md, "Start-up devices").
+    imports them again (seconds: BENCHMARKS.md, O6).
     Called first, while this process holds no CUDA and runs one thread; the server never touches CUDA,
     and ends with this process (its pipe ends)."""
     global _home

@@ -2,41 +2,12 @@
 what each launch of a @triton.jit function needs to run it again (runners/launch_hook/
 triton_launch_hook.py); `kernel=external kernel.spec="replay:FILE#FUNCTION"` makes a KernelSpec of the
 records of one function in that file (the capture's <out>_launches.json), which sweeps, checks, times and
-exports like any kernel:
-
-- shape: the integer arguments (not constexprs) that vary from launch to launch, named as the kernel
-  names them (so they are the export's key too); where they do not tell two launches of a dtype apart,
-  the axes of tensor arguments that do (ARG_shapeN: rows that only the grid and the tensors carry; a
-  config_for lookup, not an autotune key), and where those do not either, `launch` (the record's
-  number, from 1). dtype: the launch's first floating tensor's
-  (else its first tensor's). A (shape, dtype) the program never launched is pruned.
-- inputs: fresh seeded random data of each tensor's recorded dtype, shape, strides and storage offset
-  (standard normal for floating tensors, the recorded values for integer and bool ones); numbers, bools
-  and None as the program passed them.
-- outputs: every tensor argument (copies of the inputs), compared after the call with the program's own
-  config run on the same inputs, in their own dtypes (the reference). Those the program's config writes
-  are found by comparing with a snapshot. A floating one whose result does not depend on what it held
-  (the reference run again with it poisoned agrees) is poisoned (NaN) before each checked call; every
-  other tensor is restored to its inputs (the restore_value of @triton.autotune). An integer or bool
-  tensor is never poisoned (it may be an offset: a counter, an index), so an element a config leaves
-  unwritten there is caught only where the value it held differs from the program's result; one the
-  program's config writes is restored before every call, timed ones too (a count that drifted would
-  send later calls off; its copy is in the time).
-- space: the configs of the program's @triton.autotune, else the powers of two around each launched
-  BLOCK-like meta-parameter (1/4x to 4x), num_warps 1-32 and num_stages 1-4; the grid of a config is the
-  program's own (a callable grid, evaluated for those configs when it was captured), else the recorded
-  grid. A config whose grid was not recorded is pruned; one that fails to compile or to match is
-  recorded as such.
-- throughput: bytes moved are the tensor arguments' sizes, each once (a bound: a tensor read and
-  written counts once, one read twice too); FLOPs 0 unless the target gives a model of the dims:
-  "replay:FILE#FUNCTION;flops=2*M*N*K".
-
-Not replayable, said per kernel (`why_not`): a tensor descriptor, an integer that looks like an address
-(a pointer passed without its tensor), an integer tensor over the recorded bound, an argument of
-another type, a kernel defined inside a function, tensor arguments whose memory overlaps (one tensor
-passed twice), tensors beyond REPLAY_MAX_BYTES. A kernel with side
-effects outside its arguments is not detected: its replay checks its arguments only.
-"""
+exports like any kernel. Its shapes are the integer arguments that vary between launches, its inputs
+fresh seeded data of each recorded tensor's dtype, shape and strides, its reference the program's own
+config on the same inputs, its space the program's @triton.autotune configs or the powers of two around
+each launched BLOCK-like value (Replay says each rule); what cannot be replayed is said per kernel
+(why_not). A kernel with side effects outside its arguments is not detected: its arguments alone are
+checked."""
 from __future__ import annotations
 
 import ast
@@ -76,7 +47,14 @@ def parse_target(target: str) -> tuple[Path, str, Optional[str]]:
 
 
 def why_not(record: dict) -> Optional[str]:
-    """Why a launch cannot be replayed, None when it can."""
+    """Why a launch cannot be replayed, None when it can.
+
+    Not replayable, said per kernel (`why_not`): a tensor descriptor, an integer that looks like an address
+    (a pointer passed without its tensor), an integer tensor over the recorded bound, an argument of
+    another type, a kernel defined inside a function, tensor arguments whose memory overlaps (one tensor
+    passed twice), tensors beyond REPLAY_MAX_BYTES. A kernel with side
+    effects outside its arguments is not detected: its replay checks its arguments only.
+    """
     if "<locals>" in record["qualname"]:
         return "the kernel is defined inside a function (a replay imports it from its module)"
     tensors = 0
@@ -179,7 +157,35 @@ def _value(record: dict, name: str):
 
 
 class Replay:
-    """The replayable launches of one function, and what a KernelSpec of them does."""
+    """The replayable launches of one function, and what a KernelSpec of them does:
+
+    - shape: the integer arguments (not constexprs) that vary from launch to launch, named as the kernel
+      names them (so they are the export's key too); where they do not tell two launches of a dtype apart,
+      the axes of tensor arguments that do (ARG_shapeN: rows that only the grid and the tensors carry; a
+      config_for lookup, not an autotune key), and where those do not either, `launch` (the record's
+      number, from 1). dtype: the launch's first floating tensor's
+      (else its first tensor's). A (shape, dtype) the program never launched is pruned.
+    - inputs: fresh seeded random data of each tensor's recorded dtype, shape, strides and storage offset
+      (standard normal for floating tensors, the recorded values for integer and bool ones); numbers, bools
+      and None as the program passed them.
+    - outputs: every tensor argument (copies of the inputs), compared after the call with the program's own
+      config run on the same inputs, in their own dtypes (the reference). Those the program's config writes
+      are found by comparing with a snapshot. A floating one whose result does not depend on what it held
+      (the reference run again with it poisoned agrees) is poisoned (NaN) before each checked call; every
+      other tensor is restored to its inputs (the restore_value of @triton.autotune). An integer or bool
+      tensor is never poisoned (it may be an offset: a counter, an index), so an element a config leaves
+      unwritten there is caught only where the value it held differs from the program's result; one the
+      program's config writes is restored before every call, timed ones too (a count that drifted would
+      send later calls off; its copy is in the time).
+    - space: the configs of the program's @triton.autotune, else the powers of two around each launched
+      BLOCK-like meta-parameter (1/4x to 4x), num_warps 1-32 and num_stages 1-4; the grid of a config is the
+      program's own (a callable grid, evaluated for those configs when it was captured), else the recorded
+      grid. A config whose grid was not recorded is pruned; one that fails to compile or to match is
+      recorded as such.
+    - throughput: bytes moved are the tensor arguments' sizes, each once (a bound: a tensor read and
+      written counts once, one read twice too); FLOPs 0 unless the target gives a model of the dims:
+      "replay:FILE#FUNCTION;flops=2*M*N*K".
+    """
 
     def __init__(self, path: Path, function: str, flops: Optional[str]):
         if not path.is_file():

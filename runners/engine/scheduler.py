@@ -3,37 +3,11 @@
 While the GPU workers start (imports, CUDA context, flush buffer: seconds), the fork server imports
 torch, Triton and the kernel's module, and from then on the pool compiles the first batch for the
 compile target read through NVML, also while the first GPU worker measures the device's ceilings
-(measure_peaks). Then a trial of the kernel goes to a compile worker (backend=cuda
-with a pool), then, built, to the first free GPU worker, preferring one whose last trial had the same
-(shape, dtype) (its inputs and float64 reference are cached there). Baselines need no compile. While
-the GPUs time the first configs, the pool compiles the next ones. Every trial ends in exactly one call
-of `record`, whatever happens to the processes running it.
-
-Who compiles a config, decided as the job goes, from what this job measures:
-- A GPU worker with nothing built to time compiles the next config itself (its first call compiles
-  it) when the pool cannot hand it a binary sooner: nothing is compiling in the pool, or the pool's
-  next binary is due (its oldest compile in flight plus the median compile seconds of the pool in
-  this job) later than the GPU worker would take (the median first call of the configs GPU workers
-  compiled in this job). Until both figures exist, only when nothing is compiling in the pool. So a
-  GPU worker never waits for a pool that is still starting.
-- Compile workers are forked once the fork server has imported everything, one per config waiting
-  for a compile (queued or compiling), up to compile.workers, and more when the search adds configs.
-  A list the GPU workers have taken by then gets no compile worker: the pool is skipped for a small
-  list whose compiles all fit in the fork server's start (a kernel module that imports slowly, say),
-  and grows to its full size for a large one.
-
-The torch.compile baselines (trials whose first call compiles) go to the side workers where there are
-some (runners/engine/worker.py: one beside the trial worker of each of the first GPUs, as many as such
-trials), with the finalists groups that hold one; everything else goes to the trial workers. A side
-worker first compiles a trial ahead (a request that launches nothing and takes no lock), while the trial
-workers go on, and then runs it: a trial compiled ahead, and the finalists group that holds it, are the
-side worker's that compiled it (another would compile it again, under its GPU's lock). A side worker and
-the trial worker of its GPU take turns on that GPU's lock: the trial worker gets no new request while
-its side worker has one that holds it, and a request of the side worker may wait for the trial worker's
-request in flight, so its timeout grows by what is left of that one. The other GPUs go on meanwhile. A
-side worker that cannot start leaves its trials to the other side workers, the last one to the trial
-workers.
-"""
+(measure_peaks). Then a trial of the kernel goes to a compile worker (backend=cuda with a pool), then,
+built, to the first free GPU worker, preferring one whose last trial had the same (shape, dtype) (its
+inputs and float64 reference are cached there); baselines need no compile. While the GPUs time the first
+configs, the pool compiles the next ones. Who compiles a config (the pool, or a GPU worker with nothing
+to time) and where the torch.compile baselines run (side workers): Scheduler's docstring."""
 from __future__ import annotations
 
 import statistics
@@ -53,12 +27,40 @@ class WorkerStartError(RuntimeError):
 
 
 class Scheduler:
+    """Trials through the compile pool and the GPU workers; every trial ends in one call of `record`.
+
+    Who compiles a config, decided as the job goes, from what this job measures:
+    - A GPU worker with nothing built to time compiles the next config itself (its first call compiles
+      it) when the pool cannot hand it a binary sooner: nothing is compiling in the pool, or the pool's
+      next binary is due (its oldest compile in flight plus the median compile seconds of the pool in
+      this job) later than the GPU worker would take (the median first call of the configs GPU workers
+      compiled in this job). Until both figures exist, only when nothing is compiling in the pool. So a
+      GPU worker never waits for a pool that is still starting.
+    - Compile workers are forked once the fork server has imported everything, one per config waiting
+      for a compile (queued or compiling), up to compile.workers, and more when the search adds configs.
+      A list the GPU workers have taken by then gets no compile worker: the pool is skipped for a small
+      list whose compiles all fit in the fork server's start (a kernel module that imports slowly, say),
+      and grows to its full size for a large one.
+
+    The torch.compile baselines (trials whose first call compiles) go to the side workers where there are
+    some (runners/engine/worker.py: one beside the trial worker of each of the first GPUs, as many as such
+    trials), with the finalists groups that hold one; everything else goes to the trial workers. A side
+    worker first compiles a trial ahead (a request that launches nothing and takes no lock), while the trial
+    workers go on, and then runs it: a trial compiled ahead, and the finalists group that holds it, are the
+    side worker's that compiled it (another would compile it again, under its GPU's lock). A side worker and
+    the trial worker of its GPU take turns on that GPU's lock: the trial worker gets no new request while
+    its side worker has one that holds it, and a request of the side worker may wait for the trial worker's
+    request in flight, so its timeout grows by what is left of that one. The other GPUs go on meanwhile. A
+    side worker that cannot start leaves its trials to the other side workers, the last one to the trial
+    workers.
+    """
+
     def __init__(self, gpu_workers: list[WorkerProcess], compilers: list[WorkerProcess],
                  trial_timeout_s: float, compile_timeout_s: float, target: Optional[tuple] = None,
                  sides: Sequence[WorkerProcess] = (),
                  compiles: Callable[[Trial], bool] = lambda trial: False):
         """`target`: what the pool compiles for until `set_device` gives the GPU's own (None: nothing
-        is compiled before then). `sides`: the workers of the trials that `compiles` (module docstring),
+        is compiled before then). `sides`: the workers of the trials that `compiles` (class docstring),
         the i-th on the GPU of gpu_workers[i], sharing its lock."""
         self.gpu_workers, self.compilers = gpu_workers, compilers
         self.sides, self.compiles = list(sides), compiles
@@ -117,7 +119,7 @@ class Scheduler:
         first batch. A request waited for outside this loop left the compile workers forked meanwhile
         without their first config until it ended: in 3 of 9 cold README runs on an H200 host they were
         forked as the ceilings began, got their configs 0.8-1.2 s later, when they ended, and the first
-        binaries came after the trials began (BENCHMARKS.md, 2026-11-27 (fourth)). Raises WorkerLost
+        binaries came after the trials began (BENCHMARKS.md, O). Raises WorkerLost
         where the GPU worker hangs or dies."""
         self._peaks = None
         self.gpu_workers[0].submit(("peaks",), ("peaks", None), timeout_s, "measuring peaks")
@@ -297,7 +299,7 @@ class Scheduler:
         return any(t.key in self.wanted for t in self.to_compile)
 
     def _may_compile_on_gpu(self) -> bool:
-        """The rule of the module docstring: a GPU worker compiles a config itself only when the pool
+        """The rule of the class docstring: a GPU worker compiles a config itself only when the pool
         cannot hand it one sooner."""
         in_flight = [c for c in self.compilers if c.task is not None and c.task != "start"]
         if not in_flight:

@@ -8,6 +8,7 @@ Hydra's `+key=value` adds a key past the schema: `unknown_field` finds it, and t
 from __future__ import annotations
 
 import dataclasses
+import json
 import typing
 from dataclasses import dataclass, field
 from enum import Enum
@@ -82,11 +83,12 @@ class TimingConf(StopRule):
 
 @dataclass
 class LoggerConf:
-    mode: LoggerMode = LoggerMode.offline
+    mode: LoggerMode = LoggerMode.offline  # offline: no account or network, `wandb sync` later; disabled: off
+    # trial: a run per trial besides the sweep's run; sweep: the sweep's run alone; auto: by auto_trials
     runs: LoggerRuns = LoggerRuns.auto
     auto_trials: int = 256  # logger.runs=auto: the most trials a job logs a run each for
-    project: str = "triton-sweep"
-    entity: Optional[str] = None
+    project: str = "triton-sweep"  # the W&B project
+    entity: Optional[str] = None  # the W&B user or team; None: the account's default
     dir: str = "outputs"  # W&B writes <dir>/wandb/
 
 
@@ -119,13 +121,14 @@ class FinalistsConf(StopRule):
     `repetitions` blocks, each on buffers placed anew: the winners' and baselines' between-run noise,
     which runners/compare.py judges a change by."""
 
-    min_time_s: float = 0.02
-    max_time_s: float = 0.5
-    repetitions: int = 5
-    top_k: int = 8
+    min_time_s: float = 0.02  # seconds of a group's rounds before it may stop
+    max_time_s: float = 0.5  # a group's rounds stop after this many seconds, whatever the precision
+    repetitions: int = 5  # blocks of rounds, each on buffers placed anew: the noise compare judges by
+    top_k: int = 8  # configs re-timed per (shape, dtype); 0 or 1: no finalists
     tie_floor: float = 0.005  # differences below this share of the fastest p50 are ties
     screen_margin: float = 0.10  # finalists screened within this share of the screened best
-    # and a group's rounds no longer than this multiple of the seconds its screening took (None: max_time_s)
+    # A group's rounds stop once they took this multiple of the seconds its screening took (None: max_time_s
+    # alone).
     of_screening: Optional[float] = 1.0
 
     def __post_init__(self) -> None:
@@ -164,19 +167,20 @@ class SweepConf:
     export: ExportConf = field(default_factory=ExportConf)
     # name -> an output (conf/output/<name>.yaml: `_target_` and its settings), written in this order
     output: Dict[str, Any] = field(default_factory=dict)
-    backend: Backend = Backend.cuda
+    backend: Backend = Backend.cuda  # cuda: timed on the GPU; interpret: the Triton interpreter, not exported
     # Trial workers: None = one per visible GPU (CUDA_VISIBLE_DEVICES) of the first GPU's model;
     # with backend=interpret, the number of interpreter processes (None = 1).
     gpu_workers: Optional[int] = None
-    seed: int = 0
+    seed: int = 0  # the inputs' seed: every config of a shape gets the same inputs
     force: bool = False  # measure again trials the store already holds for this GPU and versions
     sweep_id: Optional[str] = None  # None: the Hydra run/sweep directory's name
-    store: str = "outputs/results.sqlite"
-    export_dir: str = "outputs/exports"
+    store: str = "outputs/results.sqlite"  # the SQLite store of record: every row, and what resume skips
+    export_dir: str = "outputs/exports"  # <kernel>_configs.json and .py, every GPU of a kernel in one pair
     trial_timeout_s: float = 300.0  # wall clock for one trial (load or compile, check, timing) in a worker
-    # True: the plots and the W&B summary run are left to a process of their own (runners/results/
-    # finisher.py; its finish.log says what it did), and the command exits once its other outputs are written
+    # True: the plots and the W&B summary run are left to a process of their own (its finish.log in the run
+    # directory says what it did), and the command exits once its other outputs are written.
     finish_in_background: bool = False
+    verbose: bool = False  # print the time accounting and each phase's detail at the end of a sweep
 
 
 def unknown_field(cfg, schema: type = SweepConf, prefix: str = "") -> Optional[str]:
@@ -210,3 +214,84 @@ def register_configs() -> None:
             space = dict.fromkeys(space_names(name))  # None: the kernel's default values
             grid = dict.fromkeys(dim_names(name))  # None: no grid along that dim
             store.store(group="kernel", name=name, node=KernelConf(name=name, space=space, grid=grid))
+
+
+# The meaning of the stopping rule's fields, which `timing` and `finalists` inherit from
+# runners/measure/stop_rule.py; the fields declared here say theirs in the comment beside or above them.
+STOP_RULE_DOCS = {
+    "min_samples": "samples (finalists: rounds, one sample of each finalist a round) before it may stop",
+    "min_time_s": "seconds of sampling, flushes and enqueueing included, before it may stop",
+    "rel_precision": "stop once the half-width of the median's 95% interval is within this share of it",
+    "max_time_s": "stop after this many seconds of sampling, whatever the precision",
+    "repetitions": "blocks of samples, each on buffers placed anew; every sample pooled, each block's median "
+                   "kept",
+}
+
+
+def _comments() -> dict:
+    """(class, field) -> the comment of each dataclass field declared in this file: the one on its line,
+    else the comment lines right above it, joined."""
+    import ast
+    import io
+    import tokenize
+
+    source = Path(__file__).read_text()
+    lines = source.splitlines()
+    on_line = {token.start[0]: token.string.lstrip("#").strip()
+               for token in tokenize.generate_tokens(io.StringIO(source).readline)
+               if token.type == tokenize.COMMENT}
+    found = {}
+    for node in ast.parse(source).body:
+        for item in node.body if isinstance(node, ast.ClassDef) else ():
+            if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
+                above, line = [], item.lineno - 1
+                while line in on_line and lines[line - 1].lstrip().startswith("#"):
+                    above.insert(0, on_line[line])
+                    line -= 1
+                found[node.name, item.target.id] = on_line.get(item.lineno) or " ".join(above)
+    return found
+
+
+def _type_name(hint) -> str:
+    if isinstance(hint, type) and issubclass(hint, Enum):
+        return "one of " + ", ".join(member.value for member in hint)
+    if typing.get_origin(hint) is typing.Union:
+        return " or ".join(_type_name(arg) for arg in typing.get_args(hint))
+    if typing.get_origin(hint) is dict:
+        return "dict"
+    return {Any: "any", type(None): "null"}.get(hint) or hint.__name__
+
+
+def _rows(schema: type, prefix: str, comments: dict) -> tuple[list, list]:
+    """The table rows of a schema's own fields, and its sections: (dotted name, schema)."""
+    hints, rows, nested = typing.get_type_hints(schema), [], []
+    for item in dataclasses.fields(schema):
+        name, hint = prefix + item.name, hints[item.name]
+        if dataclasses.is_dataclass(hint):
+            nested.append((name, hint))
+            continue
+        doc = next((comments[klass.__name__, item.name] for klass in schema.__mro__
+                    if comments.get((klass.__name__, item.name))), STOP_RULE_DOCS.get(item.name, ""))
+        value = item.default_factory() if item.default_factory is not dataclasses.MISSING else item.default
+        value = value.value if isinstance(value, Enum) else value
+        shown = value if isinstance(value, str) else json.dumps(value)
+        doc = doc.replace("|", "\\|").replace("<", "&lt;")  # a table's cell, not a tag
+        rows.append(f"| `{name}` | {_type_name(hint)} | `{shown}` | {doc} |")
+    return rows, nested
+
+
+def reference() -> str:
+    """The field tables of conf/README.md: every field of the composed config (SweepConf, its sections
+    in turn) with its type, default and meaning (python -m runners.engine.schema prints them)."""
+    comments, out, todo = _comments(), [], [("", SweepConf)]
+    while todo:
+        name, schema = todo.pop(0)
+        rows, nested = _rows(schema, f"{name}." if name else "", comments)
+        todo += nested
+        out += [f"### `{name}`" if name else "### Top level", "", "| field | type | default | meaning |",
+                "| --- | --- | --- | --- |", *rows, ""]
+    return "\n".join(out).rstrip() + "\n"
+
+
+if __name__ == "__main__":
+    print(reference(), end="")

@@ -67,7 +67,7 @@ def side_workers(side: Optional[WorkerProcess], trials: list[Trial], compiles: C
     for it): one a GPU up to the trials that compile on their first call, so that no trial worker
     imports dynamo and inductor and compiles under its GPU's lock (on two H200s a trial worker each
     doing so made the README sweep's trials phase 3.5-5.4 s against 2.0-3.1 s on one GPU with its side
-    worker: BENCHMARKS.md, 2026-11-27 (eighth)), and their finalists groups spread over the GPUs. None
+    worker: BENCHMARKS.md, M6), and their finalists groups spread over the GPUs. None
     where no trial compiles: `side` is stopped."""
     count = sum(compiles(trial) for trial in trials if not trial.pruned_reason)
     if side is not None and not count:

@@ -1,21 +1,15 @@
 """The trial worker: one process per GPU (or one interpreter process) that runs trials one at a time.
 
 The sweep process never touches CUDA. It sends each trial to a worker and waits at most the trial's
-timeout (runners/engine/process.py); a worker that hangs is killed (`timeout`), one that dies or hits a sticky
-CUDA error (illegal address, launch failure) is replaced (`crashed`), and the sweep goes on with a
-fresh worker.
-
-Beside the trial worker of a GPU, a job with torch.compile baselines runs a second worker on that GPU
-for them (`side`; on several GPUs one on each, up to the number of such baselines): their first call
-imports dynamo and inductor (seconds), which the side worker does at its start while the trial worker
-measures; it compiles each baseline ahead of its trial (`prepare_baseline`: nothing launched, no lock),
-and the trial's first call then runs what was compiled. Then the two take turns: each holds its GPU's
-lock around all it does on the GPU (the CUDA part of its start, each request: inputs, references, first
-calls, checks, timing), so that no sample shares the GPU with the other's work, and the scheduler gives
-the trial worker no new request while its side worker has one that holds
-the lock (runners/engine/scheduler.py), so that neither waits for the lock longer than one request of
-the other.
-"""
+timeout (runners/engine/process.py); a worker that hangs is killed (`timeout`), one that dies or hits a
+sticky CUDA error (illegal address, launch failure) is replaced (`crashed`), and the sweep goes on.
+Beside the trial worker of a GPU, a job with torch.compile baselines runs a side worker for them (one a
+GPU, up to the number of such baselines): it imports dynamo and inductor (seconds) at its start while
+the trial worker measures, and compiles each baseline ahead of its trial (`prepare_baseline`: nothing
+launched, no lock), so the trial's first call runs what was compiled. The two take turns: each holds its
+GPU's lock around all it does on the GPU (its CUDA start, each request), so that no sample shares the GPU
+with the other's work; the scheduler gives the trial worker no new request while its side worker holds
+the lock (runners/engine/scheduler.py), so that neither waits longer than one request of the other."""
 from __future__ import annotations
 
 import concurrent.futures

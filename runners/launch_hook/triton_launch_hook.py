@@ -2,32 +2,14 @@
 first on the program's PYTHONPATH; its sitecustomize.py calls install()). Self-contained: it imports
 nothing of this project, so it never shadows a module of the program it watches.
 
-Per @triton.jit function (its module and qualified name) it counts how many times each combination of
-the launch's int and bool arguments (values) and tensor arguments (dtype and shape; a tensor
-descriptor's base tensor) was launched; launches made while an @triton.autotune benchmarks its configs
-are counted apart (`tuning_calls`): they are the tuner's, not the program's.
-
-The hook is Triton's per-function pre-run hook (JITFunction.add_pre_run_hook: called with the launch's
-arguments before every run), added to every @triton.jit function as it is made; where a function has
-none (the interpreter before triton 3.6) its `run` is wrapped to call the same hook. Triton's global
-launch_enter_hook sees a launch's name and stream, not its arguments, so it cannot give shapes.
-At the process's exit the counts are written to $TRITON_CAPTURE_DIR/launches-<pid>.json: at a normal
-exit, and in a forked multiprocessing worker at its end; a forked child starts with none of its
-parent's counts. Not counted: fn.warmup() (nothing runs); a process killed by a signal, such as the
-workers a `with Pool(...)` block ends with SIGTERM (a handler writing the counts there proved unreliable
-and once hung the pool: close() and join() the pool instead); what never goes through a JITFunction's
-run: the replays of a captured CUDA graph, the kernels torch.compile generates.
-
-With $TRITON_CAPTURE_REPLAY set (`python -m runners.capture --replay`), the first launch of each such
-combination (at most REPLAY_LAUNCHES a function) also records what running it again takes
-(runners/engine/replay.py runs it): every argument (a tensor's dtype, shape, strides, storage offset and
-device, and the values of an integer or bool tensor of at most VALUES_BOUND elements; a number, a bool,
-None as they are), which are constexprs, the launch's options (num_warps, num_stages), the grid (a tuple
-as it is; a callable one evaluated for the launched meta-parameters and for the powers of two around
-each BLOCK-like one: a table), the configs of an @triton.autotune around it and the names an
-@triton.heuristics computes. Then every function's `run` is wrapped (its pre-run hooks do not see the
-grid).
-"""
+Per @triton.jit function it counts each combination of the launch's int and bool arguments (values) and
+tensor arguments (dtype and shape) launched; launches made while an @triton.autotune benchmarks its
+configs are counted apart (`tuning_calls`). The hook is Triton's per-function pre-run hook, added to
+every @triton.jit function as it is made (where there is none, its `run` is wrapped). The counts go to
+$TRITON_CAPTURE_DIR/launches-<pid>.json at a normal exit and at a forked worker's end; not counted:
+fn.warmup(), a process killed by a signal (close() and join() a Pool rather than let it SIGTERM its
+workers), a captured CUDA graph's replays, torch.compile's kernels. With $TRITON_CAPTURE_REPLAY set, the
+first launches of each combination also record what running them again takes (_launch_record)."""
 import atexit
 import importlib.abc
 import importlib.util
@@ -159,7 +141,15 @@ def _grid_table(grid, named: dict, blocks: list[str], configs: list) -> dict:
 
 
 def _launch_record(jit_function, args: tuple, kwargs: dict, grid) -> dict:
-    """What a replay of this launch needs (the module docstring); grid: the launch's grid."""
+    """What a replay of this launch needs (runners/engine/replay.py runs it); grid: the launch's grid.
+
+    Made for the first launch of each combination, at most REPLAY_LAUNCHES a function: every argument (a
+    tensor's dtype, shape, strides, storage offset and device, and the values of an integer or bool
+    tensor of at most VALUES_BOUND elements; a number, a bool, None as they are), which are constexprs,
+    the launch's options (num_warps, num_stages), the grid (a tuple as it is; a callable one evaluated
+    for the launched meta-parameters and for the powers of two around each BLOCK-like one: a table), the
+    configs of an @triton.autotune around it and the names an @triton.heuristics computes. For this,
+    every function's `run` is wrapped (its pre-run hooks do not see the grid)."""
     import inspect
 
     fn = getattr(jit_function, "fn", jit_function)

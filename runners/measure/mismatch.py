@@ -9,8 +9,7 @@ bound), in float64 as check.compare computes them; check.compare then says nothi
 counts are 0 and builds its message the usual way otherwise (or where the kernel cannot run), so the
 message, and the verdict wherever the two differ, stay its own. (The only difference there can be: the
 compiler may fuse the allowance's multiply-add, one float64 rounding fewer, at an error within 1e-16
-relative of the allowance.)
-"""
+relative of the allowance.)"""
 from __future__ import annotations
 
 import triton

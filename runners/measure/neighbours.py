@@ -1,24 +1,14 @@
 """Other processes on the GPUs a job measures on.
 
 Kernels of two processes on one GPU take turns on it (time-slicing), so a neighbour's work slows and
-spreads every figure measured beside it, and nothing in the figures says why: on an H100 a matmul loop
-on the README sweep's GPU made the job 6.4 -> 14.0 s, compare judged 2 of 39 rows SLOW (up to 21.8%
-beyond the run's shift) and a winner's figure FAST, and the sweep printed nothing about it
-(BENCHMARKS.md, 2026-11-28). A GpuWatch polls NVML on a thread of its own every POLL_S: the processes
-holding a CUDA context on each GPU of the job (nvmlDeviceGetComputeRunningProcesses) and, where some are
-not the job's workers, which ran kernels lately (nvmlDeviceGetProcessUtilization: SM or memory activity
-in the last BUSY_FOR_S); the job's own are told from the others on the job's thread. A row measured while
-another process ran kernels on its GPU says so (`gpu_shared`); the job names every other process it
-sees, and keeps no ceilings measured beside one that ran kernels. A process that only holds a context (an
-idle notebook) is named and slows nothing: its rows are not marked. compare's gate and revalidate refuse
-to judge marked rows (runners/results/comparison.py: refusals).
-
-What it cannot tell: work a neighbour began after the newest poll (a row's answer comes at its end; the
-next rows see it), whether one that stopped less than BUSY_FOR_S ago ran beside a row (it is counted as
-if it did), and a neighbour NVML does not list. Where NVML lists none of the job's own workers its
-process ids are not this process's (a container's PID namespace), and where the GPU keeps no per-process
-utilization, nothing is told: no row says either way (`gpu_shared` empty), and the job says why.
-"""
+spreads every figure measured beside it, and nothing in the figures says why (BENCHMARKS.md, G11). A
+GpuWatch polls NVML on a thread of its own: the processes holding a CUDA context on each GPU of the job
+and, of those not the job's, which ran kernels lately. A row measured while another process ran kernels
+on its GPU says so (`gpu_shared`); the job names every other process it sees and keeps no ceilings
+measured beside one; compare's gate and revalidate refuse to judge marked rows. An idle context is named
+and marks nothing. Not seen: work begun after the newest poll, a neighbour NVML does not list; where
+NVML lists none of the job's own workers (a container's PID namespace) or keeps no per-process
+utilization, no row says either way (`gpu_shared` empty), and the job says why."""
 from __future__ import annotations
 
 import bisect
@@ -37,7 +27,7 @@ POLL_S = 0.25
 # A process counts as running kernels for this long after a sample gave it SM or memory activity. NVML
 # samples a GPU every ~1/6 s and gives a sample to one of the processes taking turns on it, or splits it:
 # beside a loop of short timed kernels on an H100, a process running matmuls the whole time went without
-# a sample for up to 0.77 s (BENCHMARKS.md, 2026-11-28).
+# a sample for up to 0.77 s (BENCHMARKS.md, G).
 BUSY_FOR_S = 2.0
 
 
@@ -102,7 +92,9 @@ class GpuWatch:
     workers read their server's pipe, which that thread also reads), by every method but the polls, and
     any pid it ever gave stays the job's (a worker that crashed and is exiting). A process counts as
     busy at a poll where NVML's per-process utilization gave it SM or memory activity within BUSY_FOR_S;
-    where the GPU does not keep that (NVML: not supported), nothing is told."""
+    where the GPU does not keep that (NVML: not supported), nothing is told. Work a neighbour began
+    after the newest poll is seen by the next rows only (a row's answer comes at its end), and one that
+    stopped less than BUSY_FOR_S ago counts as having run beside a row."""
 
     def __init__(self, uuids: Sequence[str], ours: Callable[[], set], pynvml=None):
         if pynvml is None:  # the NVML bindings; tests on a host without a GPU give a stand-in

@@ -22,7 +22,7 @@ STOP_TIMEOUT = "timeout"
 # The timer's resolution bounds the median's precision above the rule's: the interval's ends are one
 # reading or two adjacent ones (at_resolution), and more samples would at best decide between the two.
 # On an H100, CUPTI reads 32 ns steps: 5.5-7.1 us kernels and a 6.2 us torch.compile baseline ran to
-# the 1 s cap in the README sweep, 2500-3700 samples each (BENCHMARKS.md, 2026-11-26 (fifth)).
+# the 1 s cap in the README sweep, 2500-3700 samples each (BENCHMARKS.md, T).
 STOP_RESOLUTION = "resolution"
 # Finalists: the decision their rounds feed (runners/engine/finalists.py: settled) is known before every
 # median reaches the rule's precision.
@@ -30,7 +30,7 @@ STOP_SETTLED = "settled"
 TAIL_95 = 0.025  # each tail of a two-sided 95% interval
 # Distinct readings this close (seconds) are one reading of a clock, off by its conversion's rounding:
 # an H100's CUPTI reads kernel times in 32 ns steps, with values 1 ns off them now and then (5.472,
-# 5.473, 5.504, 5.505 us: BENCHMARKS.md, 2026-11-26 (fifth)); read as a 1 ns clock, a 5.5 us median
+# 5.473, 5.504, 5.505 us: BENCHMARKS.md, T); read as a 1 ns clock, a 5.5 us median
 # was "known to 0.02%" where the clock knows it to 0.6%.
 CLOCK_JITTER_S = 2.5e-9
 # The exact 95% interval of the median exists from 6 values on (min to max covers 1 - 2 / 2^n: 96.9% at
@@ -56,7 +56,7 @@ class StopRule:
     min_time_s: float = 0.01  # wall time spent sampling, flushes and enqueueing included
     rel_precision: float = 0.005  # half-width of the median's 95% confidence interval, relative to it
     max_time_s: float = 1.0
-    repetitions: int = 1  # blocks of samples, each on freshly placed buffers (module docstring)
+    repetitions: int = 1  # blocks of samples, each on freshly placed buffers (runners/measure/timing.py)
 
     def __post_init__(self) -> None:
         if self.min_samples < MIN_SAMPLES_FOR_INTERVAL:

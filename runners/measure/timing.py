@@ -1,38 +1,15 @@
 """Timing: the stopping rule, sample statistics, the clean L2 flush, and the timers (GPU; interpreter).
 
-The figure of record is the kernel's own duration on the GPU, as a profiler sees it. Rules kept here,
-each measured on an H200 (BENCHMARKS.md, "timer of record"):
-- The kernel's time comes from the GPU's own clock: CUPTI activity records (start and end of every
-  kernel, memset and memcpy), read through torch.profiler's kineto backend. A CUDA-event pair around
-  the launch adds about 3 us to every sample (7.8 us against 4.2 us for a 2^20 vector add); the event
-  time is kept beside it as a cross-check. Kineto rather than Triton's proton (which sums per call
-  site, not per launch) or cupti-python (one more dependency, absent from the GPU hosts we use): it
-  ships with every torch, records every launch, and costs about 10 ms a batch of samples.
-- The L2 is evicted before every sample by a kernel that only reads (L2Flush): a buffer of 2x the L2
-  summed into one int32 per program. A writing flush (`zero_()`, as do_bench does) leaves the L2 full
-  of dirty lines that the timed kernel then writes back: softmax 8192x4096 fp16 took 34.6 us after
-  one, 30.4 us after a read (ncu, caches flushed: 31.1 us).
-- Warm-up first, so compilation, module load and first-touch never land in a sample: one call of
-  each function, then calls for warmup_s when the GPU has been idle (this timer took no sample in the
-  last WARM_AFTER_IDLE_S), to bring it out of its idle state. A sweep's trials follow each other within
-  that (the gate and the record between them take 5-40 ms), and there the loop changed nothing: on an
-  H100, the same configs with it and without, alternating 20 times, gave medians within 0.03 us
-  (5.94 / 5.92 us, 7.20 / 7.20 us, 1929.6 / 1929.6 us) while it cost 5.5 ms of each 17 ms screening.
-- Samples are taken in batches, the GPU held by a spin kernel while the host enqueues each part of
-  a batch (MAX_CALLS_PER_HOLD calls), so that no sample waits for the host; every sample is kept.
-  Where the host falls behind anyway (preempted past the hold's end), the GPU waits for a call's
-  launch inside its event window: the CUPTI records show that wait (host_late), and the cross-check
-  and the end-to-end speedups take the event times of the calls the GPU ran back to back.
-- The rule of when to stop (runners/measure/stop_rule.py) is the precision of the reported figure, the
-  95% confidence interval of the median, not the spread of single samples.
-- Repetitions (StopRule.repetitions > 1): the samples are taken in that many blocks, each on buffers
-  placed anew in device memory (runners/engine/worker.py), each to the rule's share (per_repetition),
-  and the median of each block is kept. Samples of one run share where its buffers landed: on an H200
-  a 5 us softmax moved by 1.7-2.2% (sd) from one allocation to the next and by 0.2-0.6% on the same
-  buffers, while its samples' median was known to 0.02-0.07%; so the blocks' spread, not the samples',
-  is what a second run of the same code may differ by (BENCHMARKS.md, 2026-11-24). runners/compare.py
-  judges changes by it.
-"""
+The figure of record is the kernel's own duration on the GPU, as a profiler sees it (BENCHMARKS.md, T):
+- CUPTI activity records read through torch.profiler's kineto backend; a CUDA-event pair around each
+  launch is kept beside it as a cross-check (it adds ~3 us a sample).
+- The L2 is evicted before every sample by a kernel that only reads (L2Flush): no dirty lines to write back.
+- Warm-up first (one call of each function, then calls for warmup_s where the GPU sat idle longer than
+  WARM_AFTER_IDLE_S), so that compiles, module loads and an idle clock never land in a sample.
+- Samples come in batches, the GPU held by a spin kernel while the host enqueues them (MAX_CALLS_PER_HOLD),
+  so no sample waits for the host; where one did (host_late), the records show it and it is set apart.
+- The stopping rule: runners/measure/stop_rule.py. Repetitions: blocks of samples on buffers placed anew,
+  whose medians' spread is what a second run may differ by. Why: CONTRIBUTING.md, "Design notes"."""
 from __future__ import annotations
 
 import math
@@ -210,7 +187,7 @@ def hold_seconds(calls: int, host_s: float, gpu_s: float) -> float:
     largest (i + 1) x 1.25 host_s - i x gpu_s, the last call's where the host is the slower, one call's
     enqueue where the GPU is. Sized as if the GPU did nothing (calls x 1.25 host_s), a hold also spans
     the time the GPU then spends on the calls: on an H200, a 1.2 us vector add's finalists took ~115 us
-    a sample, the host needing ~60 (BENCHMARKS.md, 2026-11-29). gpu_s must be the fastest call's, not
+    a sample, the host needing ~60 (BENCHMARKS.md, T). gpu_s must be the fastest call's, not
     the calls' average: where fast calls come first in a rotation with a slow one (a finalists group's
     configs beside its baseline), a hold sized by the average lets the GPU reach them early."""
     spared = 1.25 * host_s
@@ -337,7 +314,7 @@ def host_late(calls: Sequence[CallRecord], functions: Sequence[int]) -> set[int]
     function's calls in the batch is that (its first follows the hold, enqueued well ahead); a call
     idle by more than HOST_LATE_S a gap beyond it was late. Where the host was late for the next
     call's flush only, its window was not stretched, and it is set apart all the same. A batch's last
-    call (nothing follows it) is not judged. Seen (BENCHMARKS.md, 2026-11-28 (second)): a host sharing
+    call (nothing follows it) is not judged. Seen (BENCHMARKS.md, T): a host sharing
     its core with two busy processes gave calls up to 7 ms of such wait."""
     least: dict[int, float] = {}
     for call, function in zip(calls, functions):
@@ -443,7 +420,7 @@ class CudaTimer:
         them to the same clocks, temperature and neighbours; the order rotates every round so that none
         always runs first after the hold.
         warmup_s: instead of the timer's (0: one call each, for a repetition whose binaries are loaded);
-        either is left out when the GPU is busy (module docstring)."""
+        either is left out when the GPU is busy (WARM_AFTER_IDLE_S)."""
         torch = self._torch
         rule = rule or self.rule
         began = time.perf_counter()
@@ -479,7 +456,7 @@ class CudaTimer:
         the call), from one such call of each after the warm-up, the GPU idle: what the first hold of
         a measurement is sized by; its batches then measure it again. (A fixed first guess of 200 us a
         call held an H200 2.5 ms before the 10 samples of a 2 us softmax's screening: 6.2 ms a screening,
-        4.8 ms with the hold sized so; BENCHMARKS.md, 2026-11-27 (sixth).)"""
+        4.8 ms with the hold sized so; BENCHMARKS.md, O.)"""
         torch = self._torch
         pair = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
         slowest = 0.0

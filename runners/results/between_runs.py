@@ -632,9 +632,8 @@ def _against_controls(spread: Spread, variance: float, freedom: float, tail: flo
 
 def _t_quantiles(tails: list[float], freedoms: list[float]) -> list[float]:
     """t_quantile of each (tail, freedom), from scipy.special's inverse distribution functions (those
-    scipy.stats' t.isf and norm.isf call): on an H100 host, beside torch and pandas, scipy.stats took
-    0.9-1.2 s to import, after a revalidate's sweep and before its verdicts, scipy.special 0.3-0.45 s
-    (BENCHMARKS.md, 2026-11-27 (seventh))."""
+    scipy.stats' t.isf and norm.isf call): scipy.stats takes about a second to import beside torch and
+    pandas, scipy.special a third of it."""
     from scipy import special
 
     if not tails:

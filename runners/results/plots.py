@@ -1,26 +1,15 @@
 """The plots of one sweep, as PNG, drawn from its rows: for the end of a sweep (runners/results/finisher.py)
 and for the command `python -m runners.plot` (runners/plot.py).
-
-- roofline.png: achieved TFLOP/s against arithmetic intensity (FLOP per byte moved, from each kernel's
-  FLOP and byte models: tflops / gbps), under the device's measured ceilings (copy bandwidth, cuBLAS
-  matmul per dtype); every ok config of ours as a grey dot, the winner of each (kernel, dtype, shape)
-  as a star, the baselines with a marker per provider, one colour per (kernel, dtype, shape).
-- heatmap_<kernel>.png: % of the best p50 (100 = the fastest config of ours at that shape) over two
-  meta-parameters, one panel per (dtype, shape); each cell holds the best config with those two values
-  (the best over the other meta-parameters); empty cells were pruned or failed. By default the two
-  meta-parameters with the most distinct values; --x and --y choose. Past MAX_PANELS (dtype, shape)s,
-  one panel per dtype instead: shapes along x, the (y, x) pairs along y, no numbers in the cells; a
-  grid of 120 panels took 14 s to draw and came out unreadable.
-- speedup_<kernel>.png: the end-to-end speedup of our winner over each baseline per (dtype, shape), as
-  the end table quotes it (runners/results/report.py speedups; > 1: ours faster).
-
-Winners and baselines are taken as the end-of-sweep table takes them (runners/results/report.py): the chosen
-finalist where finalists were re-timed, and each baseline's row from the same rounds. A plot that has
-nothing to show (no ok trial, no baseline, one meta-parameter) is skipped with a line saying why.
-
-Drawn on matplotlib's Agg canvas through `Figure` (no pyplot, no display, no global state);
-matplotlib is imported when a plot is drawn, so importing this module costs nothing.
-"""
+- roofline.png: achieved TFLOP/s against arithmetic intensity under the device's measured ceilings (copy
+  bandwidth, cuBLAS matmul per dtype); every ok config of ours a grey dot, each winner a star, the
+  baselines a marker per provider, one colour per (kernel, dtype, shape).
+- heatmap_<kernel>.png: % of the best p50 over two meta-parameters (the two with the most values, or
+  --x and --y), a panel per (dtype, shape), each cell the best config with those two values; past
+  MAX_PANELS, one panel per dtype (heatmap says why).
+- speedup_<kernel>.png: the end-to-end speedup of our winner over each baseline per (dtype, shape).
+Winners and baselines are the end table's (runners/results/report.py); a plot with nothing to show is
+skipped with a line saying why. Drawn on matplotlib's Agg canvas through `Figure` (no pyplot, no global
+state), matplotlib imported when a plot is drawn."""
 from __future__ import annotations
 
 import json
@@ -185,7 +174,12 @@ def meta_axes(ours: pd.DataFrame, x: Optional[str], y: Optional[str], kernel: st
 
 def heatmap(frame: pd.DataFrame, kernel: str, path: Path, x: Optional[str] = None,
             y: Optional[str] = None) -> Optional[str]:
-    """Draw the kernel's heatmaps to path; returns why it was skipped, or None."""
+    """Draw the kernel's heatmaps to path; returns why it was skipped, or None.
+
+    Each cell holds the best config with those two values (the best over the other meta-parameters;
+    100 = the fastest config of ours at that shape); empty cells were pruned or failed. Past MAX_PANELS
+    (dtype, shape)s, one panel per dtype instead: shapes along x, the (y, x) pairs along y, no numbers
+    in the cells (a grid of 120 panels took 14 s to draw and came out unreadable)."""
     import numpy as np
     from matplotlib.patches import Rectangle
 

@@ -1,23 +1,15 @@
 """The results store: one SQLite file in WAL mode, one row per measured (or failed, or pruned) trial.
-
 - Crash-safe: every measured row is its own transaction, committed with synchronous=FULL before the next
-  trial starts, so a `kill -9` loses at most the trial in flight. The rows no GPU measured that a job
-  knows at once (the configs its kernel's constraints rule out) go in one transaction (`append_many`).
-- Two writers on one node: WAL lets readers run beside a writer, and busy_timeout makes a second writer
-  wait for the lock instead of failing.
-- Resumable: a trial already in the store for the same backend, timing method, GPU model, driver, torch,
-  triton and kernel source hash is not measured again (unless force=true; the newest row then wins), except
-  after a transient failure (timeout, crashed, oom). The seed and the timing preset are not part of that key.
-- A sweep's membership table lists every row the sweep used, measured now or reused from before, so a
-  resumed sweep's table, parquet file and export cover all its trials.
-- Mergeable (`merge_from`, runners/merge.py): the stores that the jobs of a multirun wrote on several
-  machines land in one; a row the target already holds is skipped, the others are copied with their
-  sweep memberships, and within one trial and environment ids keep following timestamps, so "the
-  newest row wins" (the largest id) still holds after a merge.
-- A damaged file (its header overwritten, cut short by a full disk or an interrupted copy, a page
-  overwritten) is refused whole at open, before anything is read from or written to it (DamagedStore,
-  one line saying what to do); `merge_from(..., recover=True)` copies out the rows SQLite can still read.
-"""
+  trial starts, so a `kill -9` loses at most the trial in flight (the pruned rows go in one: append_many).
+- Two writers on one node: WAL lets readers run beside a writer; busy_timeout makes a second writer wait.
+- Resumable: a trial already stored for the same backend, timing method, GPU model, driver, torch, triton
+  and kernel source hash is not measured again (unless force=true; the newest row then wins), except
+  after a transient failure (timeout, crashed, oom). The seed and the timing preset are not in that key.
+- A sweep's membership table lists every row it used, measured now or reused, so a resumed sweep's
+  table, parquet file and export cover all its trials.
+- Mergeable (`merge_from`, runners/merge.py), "the newest row wins" (the largest id) holding after it.
+- A damaged file is refused whole at open, before anything is read or written (DamagedStore);
+  `merge_from(..., recover=True)` copies out the rows SQLite can still read."""
 from __future__ import annotations
 
 import json
@@ -105,8 +97,8 @@ class DamagedStore(StoreError):
 def damage_of(path: str | Path) -> Optional[str]:
     """What is wrong with a store file: None for a missing or empty file (a new store) or a sound one.
     Its header first (overwritten; cut short of the pages it records), then SQLite's integrity check of
-    every page, read only, in a snapshot (0.2 s for a store of 100,000 rows: BENCHMARKS.md, "Stores
-    refused whole"). Sound while other processes write the store (checked so: BENCHMARKS.md)."""
+    every page, read only, in a snapshot (0.2 s for a store of 100,000 rows: BENCHMARKS.md, C1). Sound
+    while other processes write the store (checked so: BENCHMARKS.md, C2)."""
     path = Path(path)
     if not path.is_file() or path.stat().st_size == 0:
         return None
@@ -211,7 +203,7 @@ class ResultStore:
     def append_many(self, rows: list[dict]) -> list[int]:
         """Insert trial rows and their memberships in one transaction, all or none; returns their ids. One
         commit each costs a flush to disk: the 4648 pruned rows of softmax_export took 1.45-1.70 s that way on
-        an H200 host, 0.20-0.23 s in one transaction (BENCHMARKS.md, 2026-11-28 (fourth))."""
+        an H200 host, 0.20-0.23 s in one transaction (BENCHMARKS.md, O14)."""
         if not rows:
             return []  # no write lock taken for nothing (a batch without pruned configs)
         for row in rows:

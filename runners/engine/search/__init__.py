@@ -1,23 +1,13 @@
 """Which configs a job measures: a search strategy, one module a strategy, chosen by the config group
 `search`, under budgets.
 
-Search runs inside the job, on the trials runners/engine/trials.py planned (constraints already applied, so a
-pruned config never reaches a compiler), and feeds the same scheduler, store, W&B runs and export as
-a grid. Each conf/search/<name>.yaml names a Strategy class (`_target_`) with the settings every strategy
-takes (below) and its own under `settings` (the class declares them, with their defaults, in `defaults`:
-the schema need not know them); `search=<name>` selects one, `search._target_=pkg.mod.Class` any other.
-The built-in ones: grid.py, random.py, optuna.py.
-
-A strategy is asked for the next trials (`ask`, [] when done) and told each one's outcome (`tell`), for
-trials the store already held too. One that decides up front defines `choose` alone: the configs of one
-(shape, dtype) to measure, in order; the base class hands them all out in one batch.
-
-- budget_trials counts the kernel's configs measured per (shape, dtype); baselines always run.
-- budget_s stops handing out new trials once the job's search has run that long (the scheduler's
-  deadline); trials not started by then are not run and the job says how many.
-- seed: the strategy's randomness; batch: the configs asked per round, by a strategy that asks in rounds.
-The same seed and budget give the same configs (for optuna: as long as the measured values repeat).
-"""
+Search runs inside the job, on the trials runners/engine/trials.py planned (constraints already applied,
+so a pruned config never reaches a compiler), and feeds the same scheduler, store, W&B runs and export
+as a grid. Each conf/search/<name>.yaml names a Strategy class (`_target_`) with the settings every
+strategy takes and its own under `settings` (the class declares them in `defaults`: the schema need not
+know them); `search=<name>` selects one, `search._target_=pkg.mod.Class` any other. The built-in ones:
+grid.py, random.py, optuna.py. The same seed and budget give the same configs (for optuna: as long as
+the measured values repeat)."""
 from __future__ import annotations
 
 import importlib
@@ -29,7 +19,16 @@ from runners.engine.trial import TRITON_PROVIDER, ConfigError, Trial
 
 class Strategy:
     """Which of the planned trials a job measures, batch by batch (module docstring). `defaults`: the
-    strategy's own settings (`search.settings`) and their values when the config leaves them out."""
+    strategy's own settings (`search.settings`) and their values when the config leaves them out.
+
+    A strategy is asked for the next trials (`ask`, [] when done) and told each one's outcome (`tell`),
+    for trials the store already held too. One that decides up front defines `choose` alone: the configs
+    of one (shape, dtype) to measure, in order; the base class hands them all out in one batch.
+    - budget_trials counts the kernel's configs measured per (shape, dtype); baselines always run.
+    - budget_s stops handing out new trials once the job's search has run that long (the scheduler's
+      deadline); trials not started by then are not run and the job says how many.
+    - seed: the strategy's randomness; batch: the configs asked per round, by a strategy that asks in
+      rounds."""
 
     defaults: dict = {}
 

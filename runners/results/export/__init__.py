@@ -9,8 +9,7 @@
 - fileformat.py: the JSON (format 3: gpus -> Triton version -> section), read and merged;
 - render.py: the generated module, its data as literals then runtime.py's lookup code verbatim;
 - runtime.py: the lookup code every generated module carries (the prune, config_for, do_bench).
-This module composes them: a section per GPU (gpu_section) and the files (export_kernel).
-"""
+This module composes them: a section per GPU (gpu_section) and the files (export_kernel)."""
 from __future__ import annotations
 
 import datetime

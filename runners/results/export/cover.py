@@ -1,28 +1,14 @@
 """The covering set of one (GPU, dtype): the smallest list found such that at every measured shape the
 fastest config of the list that was ok there is within `tolerance` (default 3%) of the fastest config
-measured there. At a shape whose finalists were re-timed round-robin (runners/engine/finalists.py), only
-the finalists' re-timed p50s compete, so that every time compared was taken in the same rounds; elsewhere
-the p50s of screening. Greedy set cover: each step adds the config that covers the most shapes still
-uncovered; ties go to the config that is the winner (the finalists' choice, else the lowest p50) at more
-of those shapes, then to the higher geometric mean of best p50 / its p50 over them, then to the fewest
-resources (num_stages, num_warps, BLOCK product: the finalists' tie rule), then to the first measured.
-Every shape has an ok config (its fastest covers it), so the list is never empty. Greedy may return more
-configs than the minimum (at most 1 + ln(number of shapes) times as many, the set-cover bound).
-Weighted by calls (`kernel.calls`, from python -m runners.capture; `--calls` of the command): each step
-first adds the config with the most call-weighted speed over the shapes it newly covers (the sum of
-calls x best p50 / its p50), so that the shapes called most get the configs nearest their best; the
-tolerance still bounds every shape, a shape of no calls included. The section then gives the
-call-weighted expected loss (the mean over calls of the list's p50 / the best - 1).
+measured there (the finalists' re-timed p50s where they were re-timed, so that every time compared was
+taken in the same rounds; elsewhere screening's). Greedy set cover (Measured._greedy), weighted by calls
+where the capture counted them (`kernel.calls`); the section then gives the call-weighted expected loss.
 
 The exported list is the covering set followed by the alternates: every other config within `tolerance`
-of the fastest at one measured shape at least (those within it at more shapes first, then the first
-measured). The covering set is enough at the measured shapes; between them the best is often a config
-that was only near-best at the points around (a block's ragged last tile, a wave of programs more or
-less): on an H200, at 14 held-out shapes, the covering set alone held a config within 3% of the best at
-8 (float16) and 10 (bfloat16) for layernorm, the list with its alternates at 13 and 14 (BENCHMARKS.md,
-issue 20). The prune (runtime.py) keeps only the alternates plausible around a call, and at a measured
-shape none.
-"""
+of the fastest at one measured shape at least. The covering set is enough at the measured shapes;
+between them the best is often a config that was only near-best at the points around (why:
+CONTRIBUTING.md, "Design notes"). The prune (runtime.py) keeps only the alternates plausible around a
+call, and at a measured shape none."""
 from __future__ import annotations
 
 import copy
@@ -91,12 +77,22 @@ class Measured:
                 for key in self.configs}
 
     def cover(self, shapes: list, tolerance: float, calls: Optional[dict] = None) -> list[str]:
-        """The covering set of `shapes` (module doc: the greedy rule, weighted by `calls`: shape -> count,
-        where given), as canonical configs, best first."""
+        """The covering set of `shapes` (_greedy: the rule, weighted by `calls`: shape -> count, where
+        given), as canonical configs, best first."""
         return self._greedy(shapes, self.near(shapes, tolerance), calls)
 
     def _greedy(self, shapes: list, near: dict, calls: Optional[dict]) -> list[str]:
-        """The covering set (module doc: the greedy rule), given each config's shapes within the tolerance."""
+        """The covering set, given each config's shapes within the tolerance.
+
+        Each step adds the config that covers the most shapes still uncovered; ties go to the config that
+        is the winner (the finalists' choice, else the lowest p50) at more of those shapes, then to the
+        higher geometric mean of best p50 / its p50 over them, then to the fewest resources (num_stages,
+        num_warps, BLOCK product: the finalists' tie rule), then to the first measured. Weighted by
+        `calls`, each step first adds the config with the most call-weighted speed over the shapes it
+        newly covers (the sum of calls x best p50 / its p50), so that the shapes called most get the
+        configs nearest their best; the tolerance still bounds every shape, a shape of no calls included.
+        Every shape has an ok config (its fastest covers it), so the list is never empty; greedy may
+        return up to 1 + ln(number of shapes) times the minimum (the set-cover bound)."""
         covers = {key: set(at) for key, at in near.items()}
 
         def rank(key: str, uncovered: set) -> tuple:

@@ -1,37 +1,14 @@
 """How well an export holds between the shapes it measured: the leave-one-out estimate printed at export
 and stored in each (GPU, dtype) section as "leave_one_out".
 
-Each measured point of the export key (a combination of the key's dims' values, with every shape that has
-it, whatever its other dims: at run time a call that lies between measured points has none of them)
-is left out in turn. The export built from the other shapes (the same list rule, the same
-winners) then picks a config at each left-out shape with the exported module's own lookup code
-(runtime.py: _kept for the prune, _choice for config_for), knowing there only what the module
-would know: the kernel's constraints as the caller's `check` where the export has the kernel's spec
-(built in, or --spec), else no check at all. What the sweep measured at the left-out shape only scores
-the pick, never steers it:
-- autotune with the prune: autotune times what the prune keeps and takes the fastest; here, the one of
-  them with the lowest p50 measured at the left-out shape (an autotune that ranks as our timer does).
-  One that failed to compile or run there is skipped, as autotune skips it; where one it kept was wrong
-  there (incorrect, crashed, or refused by the kernel's constraints and never checked), autotune may take
-  it without knowing: a miss;
-- config_for: what it returns given the left-out shape whole (every dim, the rows too, as a caller that
-  holds the tensors gives them: README), where the prune reads only the key's dims (autotune's key); a
-  config that was not ok there is a miss.
-The figure at a left-out shape is the best p50 measured there over the pick's p50 there (p50s of record:
-a finalist's re-timed one); a pick is good at or above 1 - tolerance, the covering set's own bar.
-Leaving a point out opens a hole twice the grid's spacing there, so the estimate is for a grid of half
-the density: on the cautious side for calls between measured points, and it says nothing about calls
-beyond the measured range (the module warns about those at run time).
-
-Where both kinds of size were measured in a key dim (multiples of 16 and not: runtime.ALIGNMENT),
-the shapes around a left-out one can be taken among all the measured shapes or among those of its kind
-alone. The module looks sizes up apart (ALIGNED_APART) where the estimate of all points is higher so (the
-mean log figure over both paths). The figure reported at each left-out point is that of the way the
-shapes outside its fold (FOLDS: a fold is a point up to that many points) chose, by the same comparison
-over them alone, so that the choice never sees the point it is scored on. Apart, each kind's grid is the
-sparser, so apart wins only where the kinds' best configs differ (layernorm's on an H200: BENCHMARKS.md,
-issue 20).
-"""
+Each measured point of the export key is left out in turn; the export built from the other shapes then
+picks a config at each left-out shape with the exported module's own lookup code (runtime.py: _kept for
+the prune, _choice for config_for), knowing only what the module would know there. What the sweep
+measured at the left-out shape scores the pick, never steers it: the best p50 there over the pick's, a
+pick good at or above 1 - tolerance (leave_one_out says how each path is scored). Leaving a point out
+opens a hole twice the grid's spacing, so the estimate is for a grid of half the density: cautious
+between measured points, silent beyond the measured range. The same estimate decides, per (GPU, dtype),
+whether the module looks the two kinds of size (multiples of 16 and not) up apart (estimate)."""
 from __future__ import annotations
 
 import math
@@ -77,9 +54,18 @@ def _figure(measured: Measured, key: Optional[str], shape: tuple, status: str = 
 def estimate(measured: Measured, tolerance: float, dims: tuple, key_dims: list[str],
              lookup: Optional["Lookup"] = None) -> dict:
     """The leave-one-out estimate of one (GPU, dtype), with "aligned_apart": whether the module looks the
-    kinds of size up apart (module doc); where both kinds were measured, "apart_at": at how many left-out
-    points the shapes outside the point's fold chose apart, and "together": the summary had every point
-    looked up together."""
+    kinds of size up apart; where both kinds were measured, "apart_at": at how many left-out points the
+    shapes outside the point's fold chose apart, and "together": the summary had every point looked up
+    together.
+
+    Where both kinds of size were measured in a key dim (multiples of 16 and not: runtime.ALIGNMENT),
+    the shapes around a left-out one can be taken among all the measured shapes or among those of its kind
+    alone. The module looks sizes up apart (ALIGNED_APART) where the estimate of all points is higher so (the
+    mean log figure over both paths). The figure reported at each left-out point is that of the way the
+    shapes outside its fold (FOLDS: a fold is a point up to that many points) chose, by the same comparison
+    over them alone, so that the choice never sees the point it is scored on. Apart, each kind's grid is the
+    sparser, so apart wins only where the kinds' best configs differ (layernorm's on an H200: BENCHMARKS.md,
+    E9)."""
     lookup = lookup or Lookup()
     together = leave_one_out(measured, tolerance, dims, key_dims, lookup=lookup)
     both_kinds = any(len({_is_aligned(shape[dims.index(dim)]) for shape in measured.shapes}) == 2
@@ -110,7 +96,7 @@ def estimate(measured: Measured, tolerance: float, dims: tuple, key_dims: list[s
 
 # The points are dealt, in the order of their values, into at most this many folds; the choice at every
 # point of a fold is made by the estimate of the shapes outside it (both ways), which sees none of the
-# points it chooses for. One fold a point (the estimate before) grew with the cube of the points: 0.5 s
+# points it chooses for. One fold a point grows with the cube of the points: 0.5 s
 # of export at 15 shapes of two dtypes, 29.8 s at 120 (`python -m runners.benchmarks.bench_export_scale`,
 # this project's CPU host), 2.3-3.1 s of an H100 host's finish at 30 points; FOLDS of them grow with
 # its square, as the estimate itself does. Up to FOLDS points, a fold is a point.
@@ -173,7 +159,7 @@ class Lookup:
         self._lists: dict[frozenset, list] = {}
 
     def listed(self, measured: Measured, shapes: list, tolerance: float) -> list[str]:
-        """measured.listed(shapes), once per set of shapes: the estimate's inner leave-one-out (issue 32)
+        """measured.listed(shapes), once per set of shapes: the estimate's inner leave-one-out
         asks for the list of the same remaining shapes from both sides of each pair of points, both ways."""
         key = frozenset(shapes)
         if key not in self._lists:
@@ -191,8 +177,30 @@ class Lookup:
 
 def leave_one_out(measured: Measured, tolerance: float, dims: tuple, key_dims: list[str],
                   apart: bool = False, lookup: Optional[Lookup] = None) -> dict:
-    """The per-shape figures and their summary (module doc), for one (GPU, dtype); `key_dims`: the dims
-    of the export key (all dims where it names none); `apart`: the kinds of size looked up apart."""
+    """The per-shape figures and their summary, for one (GPU, dtype); `key_dims`: the dims of the export
+    key (all dims where it names none); `apart`: the kinds of size looked up apart.
+
+    Each measured point of the export key (a combination of the key's dims' values, with every shape that has
+    it, whatever its other dims: at run time a call that lies between measured points has none of them)
+    is left out in turn. The export built from the other shapes (the same list rule, the same
+    winners) then picks a config at each left-out shape with the exported module's own lookup code
+    (runtime.py: _kept for the prune, _choice for config_for), knowing there only what the module
+    would know: the kernel's constraints as the caller's `check` where the export has the kernel's spec
+    (built in, or --spec), else no check at all. What the sweep measured at the left-out shape only scores
+    the pick, never steers it:
+    - autotune with the prune: autotune times what the prune keeps and takes the fastest; here, the one of
+      them with the lowest p50 measured at the left-out shape (an autotune that ranks as our timer does).
+      One that failed to compile or run there is skipped, as autotune skips it; where one it kept was wrong
+      there (incorrect, crashed, or refused by the kernel's constraints and never checked), autotune may take
+      it without knowing: a miss;
+    - config_for: what it returns given the left-out shape whole (every dim, the rows too, as a caller that
+      holds the tensors gives them: README), where the prune reads only the key's dims (autotune's key); a
+      config that was not ok there is a miss.
+    The figure at a left-out shape is the best p50 measured there over the pick's p50 there (p50s of record:
+    a finalist's re-timed one); a pick is good at or above 1 - tolerance, the covering set's own bar.
+    Leaving a point out opens a hole twice the grid's spacing there, so the estimate is for a grid of half
+    the density: on the cautious side for calls between measured points, and it says nothing about calls
+    beyond the measured range (the module warns about those at run time)."""
     lookup = lookup or Lookup()
     index = [dims.index(d) for d in key_dims]
     points: dict[tuple, list] = {}

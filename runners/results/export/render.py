@@ -3,7 +3,7 @@ code of runtime.py, copied verbatim below its marker line. It holds, for every G
 exported: the covering sets (COVER), the winner of each measured shape (BEST_BY_SHAPE), all their configs
 once (CONFIGS, for @triton.autotune), the map from the kernel's arguments to the sweep's dims (KEY, from
 the kernel's export key or --key), the sections that look the kinds of size up apart (ALIGNED_APART), a
-prune function for autotune and config_for() (runtime.py says how they look a call up).
+prune function for autotune and config_for() (runtime.LOOKUP_RULES says how they look a call up).
 
 The data it is given has been checked against the file format (fileformat.py); every value goes in as the
 repr() of that checked value, and the text the docstring shows (GPU names, versions, sweep ids) only in a
@@ -16,6 +16,7 @@ import re
 from pathlib import Path
 
 from runners.results.export.fileformat import sections
+from runners.results.export.runtime import LOOKUP_RULES
 
 LAUNCH_OPTIONS = ("num_warps", "num_stages")  # triton.Config keywords; every other key is a meta-parameter
 RUNTIME = Path(__file__).resolve().parent / "runtime.py"
@@ -102,7 +103,7 @@ def render_module(data: dict, json_name: str) -> str:
     key_args = list(data["key"]) or [d for d in data["dims"]]
     cover_lines, best_lines = _literal_lines(data, configs)
     config_lines = "\n".join(f"    {_config_source(config)}," for _, config in configs.values())
-    rules = RUNTIME.read_text().split('"""')[1].split("Lookups, ", 1)[1].strip()
+    rules = LOOKUP_RULES.split("Lookups, ", 1)[1].strip()
     runtime = RUNTIME.read_text().split(RUNTIME_MARKER, 1)[1].lstrip("\n")
     tolerances = sorted({f"{100 * s['tolerance']:g}%" for _, _, s in all_sections})
     return f'''"""{kernel} launch configs measured by the triton-sweep runner.

@@ -4,9 +4,36 @@ A generated `<kernel>_configs.py` is its data (KERNEL, DIMS, KEY, CONFIGS, COVER
 literals) followed by the code below the marker, verbatim. That code imports nothing at module level
 (the generated module imports only triton); `os` and `torch` are imported inside gpu_name(), on the
 first lookup that needs the GPU's name. The names above the marker are placeholders that keep this
-file importable and checkable on its own; the runner never calls it.
+file importable and checkable on its own; the runner never calls it. LOOKUP_RULES, the rules the code
+below follows, goes into the generated module's docstring (runners/results/export/render.py).
+"""
 
-Lookups, for a call's sizes (the kernel's arguments named in KEY, or the dims of DIMS):
+
+class _Triton:
+    """Triton, imported on first use: a generated module imports it at its top (its data builds
+    triton.Config objects), while the runner imports this file for the code below the marker (the
+    leave-one-out estimate plays it) without loading Triton."""
+
+    def __getattr__(self, name):
+        import triton
+
+        return getattr(triton, name)
+
+
+triton = _Triton()
+
+KERNEL = "placeholder"
+DIMS = ()
+KEY = {}
+GPU_ENV = "TRITON_EXPORT_GPU"
+TRITON_ENV = "TRITON_EXPORT_TRITON"
+CONFIGS = []
+COVER = {}
+BEST_BY_SHAPE = {}
+ALIGNED_APART = set()
+
+# The rules the code below the marker follows: the end of every generated module's docstring (render.py).
+LOOKUP_RULES = """Lookups, for a call's sizes (the kernel's arguments named in KEY, or the dims of DIMS):
 - The distance between the call and a measured shape is the Euclidean distance of the logs of the
   sizes, over the dims the call gives (4096 columns is as far from 2048 as from 8192). Shapes at the
   same distance: the larger first (product of the dims, then dim by dim), because a block that holds a
@@ -59,30 +86,6 @@ Lookups, for a call's sizes (the kernel's arguments named in KEY, or the dims of
 - The dtype: the `dtype` argument, else that of the call's first tensor argument (in the kernel's
   argument order: positional arguments, then keywords), written as in the store ("float16").
 """
-
-
-class _Triton:
-    """Triton, imported on first use: a generated module imports it at its top (its data builds
-    triton.Config objects), while the runner imports this file for the code below the marker (the
-    leave-one-out estimate plays it) without loading Triton."""
-
-    def __getattr__(self, name):
-        import triton
-
-        return getattr(triton, name)
-
-
-triton = _Triton()
-
-KERNEL = "placeholder"
-DIMS = ()
-KEY = {}
-GPU_ENV = "TRITON_EXPORT_GPU"
-TRITON_ENV = "TRITON_EXPORT_TRITON"
-CONFIGS = []
-COVER = {}
-BEST_BY_SHAPE = {}
-ALIGNED_APART = set()
 
 # ---- generated modules copy everything below this line ----
 

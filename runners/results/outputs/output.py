@@ -26,7 +26,13 @@ class Finished:
 
 
 class Output:
-    """An output of the sweep (module docstring). `name` is its key under `output`."""
+    """An output of the sweep (runners/results/outputs/__init__.py). `name` is its key under `output`.
+
+    It may act at five moments: `begin` at the job's very start (the W&B output begins its check of
+    wandb there, on a thread, while the job validates its input and its workers start), `check` before
+    any launch (the export's settings), `start` before the trials (the W&B output has that check's
+    finding and starts its trial runs), `row` for every row the job records, and `write` at the end,
+    with the sweep's rows and the files of the outputs written before it."""
 
     background = False  # written after the others; by a process of its own with finish_in_background
 
