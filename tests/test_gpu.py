@@ -21,6 +21,7 @@ from runners.measure.device import cuda_timer
 from runners.measure.stop_rule import StopRule
 from runners.measure.timing import FLUSH_KERNEL_NAME, MAX_CALLS_PER_HOLD, Pace
 from tests.conftest import run_sweep, sweep_rows
+from tests.test_sweep import end_of_sweep
 
 pytestmark = pytest.mark.gpu
 
@@ -72,7 +73,18 @@ def test_gpu_sweep_exports_configs_that_autotune_uses(tmp_path):
     listed = [config for config, _ in exported.cover_for("float16")]
     assert tuned.best_config in listed and exported.config_for("float16", cols=1024) == best
     assert compare(out, softmax.softmax_ref(x.double())) is None
-    assert "exported:" in result.stdout and "W&B logging" in result.stdout
+    # The end of a default sweep on a GPU: the counts, the table with GB/s and % of the copy ceiling, the
+    # export, W&B's files and what to run next; no time accounting (verbose=true).
+    end = end_of_sweep(result.stdout)
+    said = "\n".join(end)
+    table = [line for line in end if line.startswith("softmax ") and "BLOCK_SIZE" in line]
+    assert len(table) == 4 and len(end) - len(table) <= 9, said  # 2 of them the export's, one a dtype
+    assert "20 trials: 16 configs (16 ok), 4 baselines (4 ok)" in end, said
+    assert "GB/s" in said and "%copy" in said and "interpreter" not in said
+    assert f"exported: {module_path}, {module_path.with_suffix('.json')}" in said
+    assert "W&B offline runs" in said
+    assert end[-1].startswith(f"next: copy {module_path} next to your kernel")
+    assert "W&B logging" not in result.stdout and "time spent" not in result.stdout
     data = json.loads(module_path.with_suffix(".json").read_text())
     assert list(data["gpus"]) == [gpu] and list(data["gpus"][gpu]) == [triton.__version__]
 
@@ -111,7 +123,8 @@ def test_torch_compile_baselines_run_in_a_worker_of_their_own(tmp_path):
     result = run_sweep(tmp_path, "kernel=softmax", "kernel.shapes=[[1823,781],[4096,1024]]",
                        "kernel.dtypes=[float16]", "kernel.space.BLOCK_SIZE=[1024,2048]",
                        "kernel.space.num_warps=[4,8]", "kernel.baselines=[torch,compile]",
-                       "finalists.top_k=2", "sweep_id=side_test", "gpu_workers=1", backend="cuda")
+                       "finalists.top_k=2", "sweep_id=side_test", "gpu_workers=1", "verbose=true",
+                       backend="cuda")
     rows = sweep_rows(tmp_path, "side_test")
     assert (rows["status"] == "ok").all(), rows[["provider", "status", "message"]]
     assert set(rows["gpu_uuid"]) == {gpu_uuids()[0]}  # the side worker's rows too: both on GPU 0
@@ -137,7 +150,7 @@ def test_on_two_gpus_each_has_a_worker_for_the_torch_compile_baselines(tmp_path)
     result = run_sweep(tmp_path, "kernel=softmax", "kernel.shapes=[[1823,781],[4096,1024]]",
                        "kernel.dtypes=[float16]", "kernel.space.BLOCK_SIZE=[512,1024,2048]",
                        "kernel.space.num_warps=[4,8]", "kernel.baselines=[torch,compile]", "gpu_workers=2",
-                       "finalists.top_k=2", "sweep_id=two_gpus", backend="cuda")
+                       "finalists.top_k=2", "sweep_id=two_gpus", "verbose=true", backend="cuda")
     all_rows = sweep_rows(tmp_path, "two_gpus")
     pruned = all_rows[all_rows["status"] == "pruned"]  # BLOCK_SIZE 512: shorter than either shape's rows
     assert len(pruned) == 4 and pruned["gpu_uuid"].isna().all()

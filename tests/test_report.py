@@ -30,3 +30,36 @@ def test_table_shows_both_speedups_and_counts_disagreeing_rows():
     line = next(line for line in table.splitlines() if line.startswith("softmax"))
     assert "BLOCK_SIZE=4096" in line and f"torch 107.30 ({110.9 / 33.0:.2f}x, {107.3 / 30.0:.2f}x)" in line
     assert "1 row(s) where the CUDA-event time and the kernel time disagree" in table
+
+
+def test_counts_say_configs_baselines_and_finalists_apart_and_add_up():
+    """Each trial once (its newest row: a finalist's re-timing is not a trial more), configs apart from
+    baselines, then the finalists re-timed."""
+    frame = pd.DataFrame([
+        {**_row("triton", 30.0, None, '{"BLOCK_SIZE": 4096}'), "id": 1, "trial_key": "a"},
+        {**_row("triton", 40.0, None, '{"BLOCK_SIZE": 8192}'), "id": 2, "trial_key": "b"},
+        {**_row("triton", None, None, '{"BLOCK_SIZE": 1024}', status="pruned"), "id": 3, "trial_key": "c"},
+        {**_row("torch", 107.3, None), "id": 4, "trial_key": "d"},
+        {**_row("triton", 31.0, None, '{"BLOCK_SIZE": 4096}', phase="final", chosen=True), "id": 5,
+         "trial_key": "a"},
+        {**_row("triton", 41.0, None, '{"BLOCK_SIZE": 8192}', phase="final", chosen=False), "id": 6,
+         "trial_key": "b"},
+        {**_row("torch", 108.0, None, phase="final"), "id": 7, "trial_key": "d"},
+    ])
+    assert best_table(frame).splitlines()[0] == (
+        "4 trials: 3 configs (2 ok, 1 pruned), 1 baseline (1 ok); finalists: 2 configs and 1 baseline "
+        "re-timed in 1 (shape, dtype) group")
+
+
+def test_interpreter_timings_are_said_to_be_and_show_no_throughput_or_ceiling():
+    frame = pd.DataFrame([
+        {**_row("triton", 30.0, None, '{"BLOCK_SIZE": 4096}', backend="interpret"), "id": 1},
+        {**_row("torch", 90.0, None, backend="interpret"), "id": 2},
+    ])
+    table = best_table(frame)
+    assert "interpreter timings (backend=interpret" in table and "say nothing of a GPU" in table
+    assert "GB/s" not in table and "%copy" not in table
+    line = next(line for line in table.splitlines() if line.startswith("softmax"))
+    assert line.split()[4] == "30.00" and "torch 90.00 (3.00x, 3.00x)" in line
+    gpu = best_table(frame.assign(backend="cuda"))
+    assert "GB/s" in gpu and "interpreter" not in gpu

@@ -94,7 +94,7 @@ def test_a_new_strategy_is_a_class_and_a_config_node(tmp_path):
     measured = [(config["BLOCK_SIZE"], config["num_warps"]) for config in configs]
     assert measured == [(1024, 4), (512, 4), (256, 4)]  # in the order the strategy handed them out
     assert set(rows["status"]) == {"ok"}  # the pruned configs were never handed out, so never recorded
-    assert "(Backwards search)" in result.stdout
+    assert "Backwards search)" in result.stdout  # the start line names the strategy
 
 
 def test_a_bad_target_stops_the_sweep_before_any_launch(tmp_path):

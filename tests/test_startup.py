@@ -171,7 +171,8 @@ def test_results_and_the_finish_breakdown_do_not_depend_on_the_plots(tmp_path, m
     monkeypatch.setenv("PYTHONPATH", str(tmp_path / "fake"))  # run_sweep puts the repository before it
     result = run_sweep(tmp_path, "kernel=vector_add", "kernel.shapes=[1000]",
                        "kernel.space.BLOCK_SIZE=[256,512]", "kernel.space.num_warps=[1]",
-                       "kernel.baselines=[torch]", "sweep_id=noplots", check=False, plots=True)
+                       "kernel.baselines=[torch]", "sweep_id=noplots", "verbose=true", check=False,
+                       plots=True)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output
     warnings = [line for line in output.splitlines() if "warning" in line.lower()]

@@ -3,6 +3,7 @@ plugins."""
 import contextlib
 import json
 import os
+import re
 import signal
 import sqlite3
 import time
@@ -113,7 +114,7 @@ def test_resume_after_kill_loses_nothing_and_measures_nothing_twice(tmp_path):
     store.close()
 
     forced = run_sweep(tmp_path, *overrides, "force=true")
-    assert "0 trials reused from the store" in forced.stdout
+    assert "trials reused" not in forced.stdout  # said only where some were
     assert len(_trials(store_path)) == 2 * len(after)  # force measures again; nothing is overwritten
 
 
@@ -151,7 +152,8 @@ def test_a_new_output_is_a_module_and_a_config_node(tmp_path):
     assert summary["written"]["rows_csv"] == [str(tmp_path / "run" / "rows.csv")]
     result = run_sweep(tmp_path, *SMALL_ADD, "sweep_id=only_table", "force=true", "output=[table]",
                        f"hydra.run.dir={tmp_path}/run2")
-    assert not (tmp_path / "run2" / "results.parquet").exists() and "trials: " in result.stdout
+    assert not (tmp_path / "run2" / "results.parquet").exists()
+    assert "14 trials: 12 configs (12 ok), 2 baselines (2 ok)" in result.stdout  # each trial once
 
 
 def test_the_configs_the_constraints_rule_out_are_committed_together_before_any_other(tmp_path):
@@ -175,7 +177,7 @@ def test_each_group_s_finalists_take_no_longer_than_its_screening(tmp_path):
     reaches its worker with its own rule is test_scale.py's side-worker test; that a measurement stops at
     its rule's max_time_s, test_timing.py's.)"""
     result = run_sweep(tmp_path, *SMALL_ADD, "finalists.top_k=2", "finalists.max_time_s=30",
-                       "finalists.min_time_s=0", "finalists.repetitions=1")
+                       "finalists.min_time_s=0", "finalists.repetitions=1", "verbose=true")
     rows = _trials(tmp_path / "results.sqlite")
     screen = rows[rows["phase"] == "screen"]
     screening = screen[screen["status"] == "ok"].groupby(screen["shape"].map(str))["measure_s"].sum()
@@ -190,7 +192,7 @@ def test_the_time_spent_adds_up_the_rows_of_the_job(tmp_path, workers):
     """summary.json's time_spent (issue 33): the seconds the rows report, by phase (a group's finalists are
     timed in one loop that each of its rows reports: counted once), and the limit of this host from them;
     on several trial workers the busy share and the measuring are of all their time."""
-    result = run_sweep(tmp_path, *SMALL_ADD, "finalists.top_k=2", f"gpu_workers={workers}")
+    result = run_sweep(tmp_path, *SMALL_ADD, "finalists.top_k=2", f"gpu_workers={workers}", "verbose=true")
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     spent, rows = summary["time_spent"], _trials(tmp_path / "results.sqlite")
     screen, final = rows[rows["phase"] == "screen"], rows[rows["phase"] == "final"]
@@ -205,3 +207,45 @@ def test_the_time_spent_adds_up_the_rows_of_the_job(tmp_path, workers):
     assert spent["limit"] == pytest.approx({"start_s": phases["start"], "compile_s": 0.0,
                                             "measure_s": (screen["measure_s"].sum() + loops) / workers})
     assert f"against {phases['start'] + phases['trials'] + phases['finalists']:.1f} s" in result.stdout
+
+
+# The README's CPU command (the torch baseline alone: torch.compile's on the CPU takes seconds), with the
+# default outputs (plots, W&B offline) and finalists.
+README_CPU = ["kernel.shapes=[[64,1000]]", "kernel.space.BLOCK_SIZE=[1024]", "kernel.baselines=[torch]",
+              "logger.mode=offline", "finalists.top_k=8"]
+PROGRESS = ("sweep ", "ready after", "W&B (logger.runs", "finalists")  # how the lines of the phases begin
+
+
+def end_of_sweep(stdout: str) -> list[str]:
+    """What a sweep prints once its phases' progress is over (the lines after the last progress line)."""
+    lines = stdout.splitlines()
+    progress = [i for i, line in enumerate(lines)
+                if line.startswith(PROGRESS) or "reused from the store" in line]
+    return lines[progress[-1] + 1:] if progress else lines
+
+
+def test_the_end_of_a_default_cpu_sweep_is_a_short_read_and_verbose_adds_the_time_accounting(tmp_path):
+    """The end of a default sweep on the CPU: at most 12 lines (the counts, the table, where the results
+    went, what to run next), counts that add up to what was planned, the timings said to be the
+    interpreter's, with no GB/s or ceilings; the time accounting only with verbose=true."""
+    result = run_sweep(tmp_path, *README_CPU, "sweep_id=readme", plots=True)
+    end = end_of_sweep(result.stdout)
+    assert 0 < len(end) <= 12, "\n".join(end)
+    planned = re.search(r"(\d+) trials planned \((\d+) configs, (\d+) baselines?;", result.stdout)
+    counts = re.search(r"^(\d+) trials: (\d+) configs \(\2 ok\), (\d+) baselines? \(\3 ok\); "
+                       r"finalists: (\d+) configs and 1 baseline re-timed in 1 \(shape, dtype\) group$",
+                       result.stdout, re.M)
+    assert planned and counts and planned.groups() == counts.groups()[:3], result.stdout
+    assert int(counts[1]) == int(counts[2]) + int(counts[3]) and 2 <= int(counts[4]) <= int(counts[2])
+    said = "\n".join(end)
+    assert "interpreter timings (backend=interpret" in said and "GB/s" not in said and "%copy" not in said
+    assert "results: " in said and "W&B offline runs in" in said and "plots: " in said
+    assert end[-1].startswith("next: the same sweep on a GPU (without backend=interpret)")
+    for hidden in ("this GPU", "peaks", "time spent", "wall time", "finish load", "reused", "for up to"):
+        assert hidden not in result.stdout, hidden
+    again = run_sweep(tmp_path, *README_CPU, "sweep_id=readme", "verbose=true",
+                      f"hydra.run.dir={tmp_path}/run2")  # every trial reused: said, naming the device
+    assert (f"{counts[1]} trials reused from the store, measured before on Triton interpreter (CPU) with "
+            "these versions") in again.stdout
+    assert re.search(r"^wall time [\d.]+ s \(start [\d.]+, ceilings [\d.]+, trials ", again.stdout, re.M)
+    assert "finish load " in again.stdout

@@ -10,7 +10,7 @@ def test_offline_runs_hold_config_and_metrics(tmp_path):
     result = run_sweep(tmp_path, "kernel=softmax", "kernel.shapes=[[5,100]]", "kernel.dtypes=[float16]",
                        "kernel.space.BLOCK_SIZE=[128]", "kernel.space.num_warps=[2,4]",
                        "kernel.space.num_stages=[1]", "kernel.baselines=[torch]",
-                       "logger.mode=offline", "sweep_id=wandb_test")
+                       "logger.mode=offline", "sweep_id=wandb_test", "verbose=true")
     runs = [read_run(path) for path in sorted(glob.glob(f"{tmp_path}/wandb/offline-run-*/run-*.wandb"))]
     trial_runs = [r for r in runs if r["job_type"] == "softmax"]
     assert len(trial_runs) == 3  # 2 configs and the torch baseline

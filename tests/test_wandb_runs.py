@@ -67,8 +67,8 @@ def test_both_modes_and_auto(tmp_path):
     """auto below logger.auto_trials: trial runs and the sweep's run; above it: the sweep's run alone,
     holding what the trial runs held."""
     result, trial_mode, frame = _sweep(tmp_path / "trial", "logger.auto_trials=100")
-    assert f"W&B (logger.runs=auto): {PLANNED} trials planned, at most logger.auto_trials=100: a run per " \
-           "trial and the sweep's run" in result.stdout
+    assert f"W&B (logger.runs=auto): {PLANNED} trials to measure, at most logger.auto_trials=100: a run " \
+           "per trial and the sweep's run" in result.stdout
     trial_runs = [run for run in trial_mode.values() if run["job_type"] == "softmax"]
     assert len(trial_runs) == PLANNED
     (trial_summary,) = [run for run in trial_mode.values() if run["job_type"] == "sweep_summary"]
@@ -83,8 +83,8 @@ def test_both_modes_and_auto(tmp_path):
     _assert_best_keys(trial_summary["summary"], frame)
 
     result, sweep_mode, frame = _sweep(tmp_path / "sweep", "logger.auto_trials=9")
-    assert f"W&B (logger.runs=auto): {PLANNED} trials planned, more than logger.auto_trials=9: the sweep's " \
-           "run alone, every trial in it" in result.stdout
+    assert f"W&B (logger.runs=auto): {PLANNED} trials to measure, more than logger.auto_trials=9: the " \
+           "sweep's run alone, every trial in it" in result.stdout
     assert "wandb sync" in result.stdout
     ((path, run),) = sweep_mode.items()
     assert run["job_type"] == "sweep_summary" and run["group"] == "runs"

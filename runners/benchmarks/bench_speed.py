@@ -1,36 +1,15 @@
 """Sweep speed on a GPU (a benchmark, not a test): prints the tables BENCHMARKS.md records.
 
-    python -m runners.benchmarks.bench_speed autotune [--kernel matmul|softmax|slow_import]
-                                                                     # ours vs @triton.autotune
+    python -m runners.benchmarks.bench_speed autotune [--kernel matmul|softmax|slow_import]  # vs autotune
     python -m runners.benchmarks.bench_speed search                  # Optuna and random vs the grid
     python -m runners.benchmarks.bench_speed gpus                    # throughput on 1 GPU vs all visible
     python -m runners.benchmarks.bench_speed sweeps [--old TREE] [--old-extra OVERRIDE ...]
-                                                    [--sweeps readme softmax_export ...]
-                                                         # where each sweep's time goes, old tree beside
+                                                    [--sweeps readme softmax_export ...]  # old tree beside
     python -m runners.benchmarks.bench_speed firstcall [--kernel softmax]   # where a config's first call goes
 
-autotune: the same kernel, the same list of configs, each side with a fresh Triton cache of its own:
-  theirs = the first call of @triton.autotune over triton.Configs of the same list, in a fresh process
-  (compile + do_bench of every config, one after another).
-  Then an exhaustive careful re-measure of every config, round-robin on one GPU (runners/measure/timing.py's
-  interleaved timer, every median to 0.2% or 10 s), and each side's pick against the best there.
-  Two large lists (96 matmul configs, 72 softmax configs, one shape each), and a small one of a kernel
-  whose module imports slowly: slow_import, tests/slow_import_kernel.py (kernels/softmax.py's kernel
-  behind a module whose import sleeps 5 s, as a large kernel library's import takes seconds; a sleep
-  holds no CPU, which a real import would), 4 shapes, 30 configs listed, those the kernel's constraints
-  keep at each shape (~11) tried there. Both sides import that module: autotune's process once, our
-  sweep in its own process, its trial worker and its fork server, at once. Its "pick vs best" is the
-  worst over the 4 shapes.
-
-sweeps: the README sweep (on a fresh Triton cache and store, then again warm with force=true, then as on
-  a machine's first torch.compile: a fresh Triton cache, store and inductor cache) and the export-grade
-  sweeps (cold; by default softmax_export and layernorm_export, --sweeps names any file
-  sweeps/*_export.yaml), each from every tree given (--old: another checkout of the project, run first,
-  with --old-extra added to its overrides) and from this one: command seconds, the phase line, the
-  GPU-busy share of the trials and finalists phases, the first calls and this host's limit (the job's
-  time_spent); then compare's verdict of this tree's run against the other's (--calibration: earlier
-  README runs of this machine kind, STORE:ID,...) and both runs' leave-one-out lines.
-"""
+autotune: ours against the first call of @triton.autotune over the same configs, each on a fresh Triton
+cache, then each side's pick against the best of a round-robin re-measure (slow_import: a module whose
+import sleeps 5 s). sweeps: the README and export-grade sweeps, each tree's seconds, phases, GPU share."""
 from __future__ import annotations
 
 import argparse
@@ -98,6 +77,7 @@ def our_sweep(kernel: str, shapes: list, space: dict, work: Path, extra: list[st
     shape_list = ",".join(json.dumps(shape).replace(" ", "") for shape in shapes)
     args = [sys.executable, "-m", "runners.sweep", f"kernel={kernel}", f"kernel.shapes=[{shape_list}]",
             f"kernel.dtypes=[{DTYPE}]", "kernel.baselines=[]", "timing=screen", "logger.mode=disabled",
+            "verbose=true",
             f"store={work}/results.sqlite", f"export_dir={work}/exports", f"hydra.run.dir={work}/run",
             f"sweep_id={sweep_id}", *([f"kernel.spec={spec_path}"] if spec_path else []),
             *_space_overrides(space, add=bool(spec_path)), *extra]
@@ -234,7 +214,14 @@ def careful_remeasure(kernel: str, shape: list, configs: list[dict]) -> dict[str
 
 
 def bench_autotune(kernels: list[str]) -> None:
-    """Our sweep against @triton.autotune (module docstring)."""
+    """Our sweep against @triton.autotune: the same kernel and list of configs, each side on a fresh
+    Triton cache of its own. Theirs: the first call of @triton.autotune over the same triton.Configs in
+    a fresh process (compile and do_bench of every config, one after another). Then every config
+    re-measured round-robin on one GPU (the interleaved timer, every median to 0.2% or 10 s), and each
+    side's pick against the best there. Two large lists (96 matmul configs, 72 softmax ones, one shape
+    each) and slow_import: tests/slow_import_kernel.py, kernels/softmax.py's kernel behind a module whose
+    import sleeps 5 s (as a large kernel library's import takes seconds), 4 shapes, 30 configs listed;
+    both sides import that module, and its "pick vs best" is the worst over the 4 shapes."""
     lines = ["| kernel, shape | configs | ours: job s | @autotune first call s | speed-up, job vs call | "
              "ours: command s | @autotune process s | speed-up, command vs process | ours pick vs best | "
              "autotune pick vs best |",
@@ -359,9 +346,9 @@ def bench_gpus(counts=None) -> None:
 WARM = [("warm", ["force=true"])]
 # Then as on a machine's first torch.compile: a store, Triton cache and inductor cache of its own, all
 # empty. The cold run finds the torch.compile baselines' graphs in inductor's cache, which keeps their
-# Triton binaries too; here their worker builds them (BENCHMARKS.md, 2026-11-29 (second)).
+# Triton binaries too; here their worker builds them (BENCHMARKS.md, O).
 FIRST_USE = ("cold, no inductor cache", [])
-# The README's command and every export-grade sweep file; by default the ones issue 33 set targets for.
+# The README's command and every export-grade sweep file; by default DEFAULT_SWEEPS.
 SWEEPS = {"readme": [], **{path.stem: [f"+sweep={path.stem}"]
                            for path in sorted((REPO / "sweeps").glob("*_export.yaml"))}}
 DEFAULT_SWEEPS = ["readme", "softmax_export", "layernorm_export"]
@@ -427,7 +414,7 @@ def bench_sweeps(names: list[str], trees: list[Path], calibration: Optional[str]
                         here.mkdir()
                         cache_here = tempfile.mkdtemp(prefix="triton-cache-", dir=scratch)
                         env["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="inductor-", dir=scratch)
-                    extra = [*extra, *(old_extra if tree != trees[-1] else [])]
+                    extra = [*extra, *(old_extra if tree != trees[-1] else ["verbose=true"])]
                     run = _timed_sweep(tree, here, sweep_id, SWEEPS[name], cache_here, extra, **env)
                     summary, phases = run["summary"], run["summary"]["phase_seconds"]
                     before = summary.get("before_job_seconds") or 0.0

@@ -1,22 +1,13 @@
 """One job of a sweep, in phases: start -> ceilings -> trials -> finalists -> finish, each timed.
 
-- start: the first trial worker and the compile pool's fork server start at once, while this process
-  validates the config (runners/engine/plan.py; no launch before that passes: a bad input stops them
-  and is reported, naming the field); then the other trial workers (one per GPU), the pool compiling
-  the first batch meanwhile.
+- start: the trial workers and the compile pool start while the config is validated (runners/engine/
+  plan.py: a bad input stops them before any launch, naming the field).
 - ceilings: this GPU's measured copy bandwidth and matmul rate, from the store or measured once.
-- trials: search picks the configs (grid, random, optuna; budgets); trials the store already holds are
-  reused; each other one is compiled in the pool (or by the GPU worker itself when the pool cannot be
-  sooner: runners/engine/scheduler.py), checked and timed on a free GPU worker, recorded in the store
-  and handed to the outputs (W&B trial runs).
-- finalists: the top configs of each (shape, dtype) re-timed round-robin with their baselines.
-- finish: the outputs (runners/results/outputs: parquet, table, export, plots, the W&B summary run).
-Whatever ends the job, one ExitStack closes what it opened, in reverse order: workers, the progress bar,
-the outputs' trial-time work, the store.
-
-The job is given the store to write (`open_store`, a callable: the store of record, or a job's own
-under a launcher that runs jobs apart) and the outputs (an Outputs): the engine imports nothing of
-runners/results/ (tests/test_layout.py), the command composes them (runners/sweep.py).
+- trials: the search's configs and the baselines, reused from the store or compiled, checked, timed and
+  recorded (runners/engine/scheduler.py). finalists: the top configs re-timed round-robin.
+- finish: the outputs (runners/results/outputs); with verbose=true, where the time went.
+One ExitStack closes what the job opened, whatever ends it. The engine imports nothing of runners/results/
+(tests/test_layout.py): the command hands the job its store (`open_store`) and outputs (runners/sweep.py).
 """
 from __future__ import annotations
 
@@ -58,6 +49,11 @@ def git_sha() -> Optional[str]:
     except (OSError, subprocess.CalledProcessError):
         return None  # not a git checkout (e.g. a copied tree)
     return sha + ("+dirty" if dirty else "")
+
+
+def counted(count: int, noun: str) -> str:
+    """'1 baseline', '2 baselines'."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
 def _is_throttled(result: dict, max_clock: Optional[int], ratio: float) -> Optional[bool]:
@@ -165,8 +161,12 @@ class Job:
         self.store = self.open_store(self.store_path)
         cleanup.callback(self.store.close)
         plan = self.plan
-        print(f"sweep {self.sweep_id}: {plan.spec.name}, {len(plan.trials)} trials planned "
-              f"({type(plan.search).__name__} search); "
+        configs = sum(t.provider == TRITON_PROVIDER for t in plan.trials)
+        budget = cfg.search.budget_trials
+        print(f"sweep {self.sweep_id}: {plan.spec.name}, {counted(len(plan.trials), 'trial')} planned "
+              f"({counted(configs, 'config')}"
+              + (f", at most {budget} a (shape, dtype) measured" if budget else "")
+              + f", {counted(len(plan.trials) - configs, 'baseline')}; {type(plan.search).__name__} search); "
               f"starting {plan.workers} {cfg.backend.value} worker(s) and {plan.compilers} compile worker(s)"
               + (", and a worker for the torch.compile baselines" if sides else "")
               + (f" on each of {sides} GPUs" if sides > 1 else ""))
@@ -219,8 +219,7 @@ class Job:
     def record_pruned(self, trials: list[Trial]) -> None:
         """The trials the kernel's constraints rule out, recorded with their reasons in one transaction
         before the others are handed out: committed one at a time, softmax_export's 4648 held every GPU
-        idle for the first 1.5-1.7 s of its trials phase on an H200 host (BENCHMARKS.md, 2026-11-28
-        (fourth))."""
+        idle for the first 1.5-1.7 s of its trials phase on an H200 host (BENCHMARKS.md)."""
         results = [{"status": check.STATUS_PRUNED, "message": trial.pruned_reason} for trial in trials]
         rows = [self._row(None, trial, result, "screen") for trial, result in zip(trials, results)]
         self.store.append_many(rows)
@@ -292,10 +291,16 @@ class Job:
         note = compile_note(scheduler)
         scheduler.stop_compilers()  # the finalists need no compile
         store.adopt(self.reused_ids, self.sweep_id)
-        budget_note = (f"; search budget of {budget_s:g} s reached, {scheduler.not_run} trials not run"
-                       if scheduler.not_run else "")
-        print(f"{len(self.reused_ids)} trials reused from the store for this GPU and versions "
-              "(force=true re-measures)" + budget_note + note)
+        said = []
+        if self.reused_ids:
+            said.append(f"{len(self.reused_ids)} trials reused from the store, measured before on "
+                        f"{self.env['gpu_name']} with these versions (force=true measures them again)")
+        if scheduler.not_run:
+            said.append(f"search budget of {budget_s:g} s reached, {scheduler.not_run} trials not run")
+        if note and cfg.get("verbose"):  # who compiled what, and how long it took
+            said.append(note.removeprefix("; "))
+        if said:
+            print("; ".join(said))
 
     # --- finalists -----------------------------------------------------------------------------------
 
@@ -314,11 +319,18 @@ class Job:
         uncut = StopRule.of(final)
         rules = [group_rule(uncut, g.screening_s, final.of_screening) for g in groups]
         caps = sorted(rule.max_time_s for rule in rules)
-        print(f"re-timing the top {final.top_k} within {100 * final.screen_margin:g}% of the screened best "
-              f"(at least 2) of {len(groups)} (shape, dtype) group(s) round-robin, with their baselines, for "
-              f"up to {caps[0]:.3f}-{caps[-1]:.3f} s a group"
-              + (f" ({final.of_screening:g}x the seconds its screening took, at most {final.max_time_s:g} s)"
-                 if final.of_screening is not None else ""))
+        configs = sum(t.provider == TRITON_PROVIDER for g in groups for t in g.trials)
+        baselines = sum(len(g.trials) for g in groups) - configs
+        detail = ""
+        if self.cfg.get("verbose"):
+            span = f"{caps[0]:.3f}" + (f"-{caps[-1]:.3f}" if caps[-1] != caps[0] else "")
+            detail = (f": the top {final.top_k} within {100 * final.screen_margin:g}% of the screened best "
+                      f"(at least 2), for up to {span} s a group"
+                      + (f" ({final.of_screening:g}x the seconds its screening took, at most "
+                         f"{final.max_time_s:g} s)" if final.of_screening is not None else ""))
+        print(f"finalists: re-timing {counted(configs, 'config')} of {len(groups)} (shape, dtype) "
+              f"group{'s' if len(groups) > 1 else ''} round-robin"
+              + (f" with {counted(baselines, 'baseline')}" if baselines else "") + detail)
         self.scheduler.run_finalists([g.trials for g in groups], rules, final.tie_floor,
                                      on_finalists(self.record, final.tie_floor))
         return len(groups)
@@ -343,8 +355,8 @@ class Job:
         """Where the trials and finalists phases went, against the limit of this host: its start as it
         took, the pool's compile seconds over its processes, and the seconds in the timer's loops (the
         GPUs busy with kernels, flushes and holds) over the GPUs: a phase's GPU-busy share is of the
-        time of all its GPUs (on two H200s a share of the phase alone read 120%). Printed; kept in
-        summary.json."""
+        time of all its GPUs (on two H200s a share of the phase alone read 120%). Kept in summary.json;
+        printed with verbose=true."""
         spent = {phase: dict(values) for phase, values in self.spent.items()}
         if "final" in spent:
             spent["final"]["measure_s"] = sum(self.final_loops.values())
@@ -359,7 +371,7 @@ class Job:
                  "measure_s": measuring / gpus}
         took = sum(self.phases.get(name, 0.0) for name in ("start", "trials", "finalists"))
         screen = spent.get("screen")
-        if screen:
+        if screen and self.cfg.get("verbose"):
             unit = "GPUs" if self.cfg.backend == "cuda" else "interpreter workers"
             on = f" on {gpus} {unit}" if gpus > 1 else ""
             busy = f" ({100 * screen['busy_share']:.0f}% of the phase{on})" if "busy_share" in screen else ""
@@ -375,7 +387,8 @@ class Job:
         return {"phases": spent, "limit": limit, "took_s": took, "gpus": gpus}
 
     def _report(self, summary: dict) -> dict:
-        """The job's time by phase, the share W&B took, where the finish went; summary.json."""
+        """summary.json; with verbose=true, the job's time by phase, the share W&B took, where the finish
+        went."""
         summary["wall_seconds"] = time.perf_counter() - self.began
         summary["phase_seconds"] = self.phases
         summary["before_job_seconds"] = self.before_job_s
@@ -383,10 +396,13 @@ class Job:
         logging_seconds = (summary.get("wandb_seconds") or 0.0) + (
             summary.get("finish_seconds", {}).get("wandb") or 0.0)
         share = 100 * logging_seconds / summary["wall_seconds"]
-        print(f"wall time {summary['wall_seconds']:.1f} s ("
-              + ", ".join(f"{name} {seconds:.1f}" for name, seconds in self.phases.items())
-              + f"); W&B logging {logging_seconds:.2f} s of it ({share:.1f}%)")
-        if "finish_seconds" in summary or self.before_job_s is not None:
+        verbose = self.cfg.get("verbose")
+        if verbose:  # the phase kept as "peaks" in summary.json is the ceilings' (README: ceilings)
+            print(f"wall time {summary['wall_seconds']:.1f} s ("
+                  + ", ".join(f"{'ceilings' if name == 'peaks' else name} {seconds:.1f}"
+                              for name, seconds in self.phases.items())
+                  + f"); W&B logging {logging_seconds:.2f} s of it ({share:.1f}%)")
+        if verbose and ("finish_seconds" in summary or self.before_job_s is not None):
             parts = summary.get("finish_seconds", {})
             where = ", ".join(f"{name.replace('_', ' ')} {value:.2f}" for name, value in parts.items())
             print(f"finish {where}"

@@ -11,8 +11,10 @@ from runners.engine.trial import TRITON_PROVIDER
 from runners.results.store import shape_label
 
 
-TABLE_COLUMNS = ("id", "kernel", "dtype", "shape", "provider", "config", "phase", "status", "message",
-                 "chosen", "p50_us", "event_p50_us", "gbps", "pct_copy_bw", "timers_disagree")
+TABLE_COLUMNS = ("id", "trial_key", "kernel", "dtype", "shape", "provider", "config", "phase", "status",
+                 "message", "chosen", "p50_us", "event_p50_us", "gbps", "pct_copy_bw", "timers_disagree",
+                 "backend")
+INTERPRET = "interpret"
 
 
 def _fmt(value, spec: str) -> str:
@@ -34,24 +36,61 @@ def speedups(baseline, ours) -> tuple[Optional[float], Optional[float]]:
     return e2e, gpu
 
 
+def _counted(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def _statuses(rows: pd.DataFrame) -> str:
+    counts = rows["status"].value_counts().to_dict()
+    return ", ".join(f"{counts.pop(status)} {status}" for status in ("ok", "pruned") if status in counts) + \
+        "".join(f", {n} {status}" for status, n in sorted(counts.items()))
+
+
+def counts_line(frame: pd.DataFrame) -> str:
+    """The sweep's trials in one line that adds up: its configs and baselines (each trial once, by its
+    newest row's status), then the finalists re-timed (configs, the baselines beside them, groups)."""
+    rows = frame.sort_values("id") if "id" in frame.columns else frame
+    final = rows[rows["phase"] == "final"]
+    if "trial_key" in rows.columns:
+        trials, final = rows.groupby("trial_key").tail(1), final.groupby("trial_key").tail(1)
+    else:
+        trials = rows[rows["phase"] != "final"]
+    ours = trials["provider"] == TRITON_PROVIDER
+    parts = [f"{_counted(ours.sum(), 'config')} ({_statuses(trials[ours])})" if ours.any() else "no configs"]
+    if (~ours).any():
+        parts.append(f"{_counted((~ours).sum(), 'baseline')} ({_statuses(trials[~ours])})")
+    line = f"{_counted(len(trials), 'trial')}: " + ", ".join(parts)
+    if len(final):
+        finalists = (final["provider"] == TRITON_PROVIDER).sum()
+        groups = final.groupby(["kernel", "shape", "dtype"]).ngroups
+        line += (f"; finalists: {_counted(finalists, 'config')}"
+                 + (f" and {_counted(len(final) - finalists, 'baseline')}" if len(final) > finalists else "")
+                 + f" re-timed in {groups} (shape, dtype) group{'s' if groups > 1 else ''}")
+    return line
+
+
 def best_table(frame: pd.DataFrame) -> str:
-    """One line per (kernel, dtype, shape): best ok config of ours with p50 (GPU time), GB/s, % of
-    measured copy bandwidth, and each baseline's p50 with the end-to-end and GPU-time speedups (see
-    speedups()). Where finalists were re-timed, the best is the chosen finalist and its p50 the
-    round-robin one, and each baseline's p50 is the one from the same rounds."""
+    """The counts (counts_line), then one line per (kernel, dtype, shape): best ok config of ours with
+    p50 (GPU time), GB/s, % of the measured copy bandwidth (the ceiling), and each baseline's p50 with
+    the end-to-end and GPU-time speedups (see speedups()). Where finalists were re-timed, the best is the
+    chosen finalist and its p50 the round-robin one, and each baseline's p50 is the one from the same
+    rounds. Interpreter rows (backend=interpret) are said to be, without GB/s or ceilings."""
     # Only the columns read here: the selections below copy every column they hold (the rows' samples
     # too), which took the export sweeps' tables (240 groups) 2.1 s on the CPU host.
     frame = frame[[column for column in TABLE_COLUMNS if column in frame.columns]]
-    lines = []
-    counts = frame["status"].value_counts().to_dict()
-    lines.append("trials: " + ", ".join(f"{n} {status}" for status, n in sorted(counts.items())))
+    lines = [counts_line(frame)]
     ok = frame[frame["status"] == "ok"]
     if ok.empty:
         lines.append("no ok trials")
         return "\n".join(lines)
-    header = (f"{'kernel':<12} {'dtype':<9} {'shape':<14} {'best config':<44} {'p50 us':>9} {'GB/s':>7} "
-              f"{'%copy':>6}  "
-              "baselines (p50 us; speedup end to end, GPU time)")
+    interpreted = ok["backend"] == INTERPRET if "backend" in ok.columns else pd.Series(False, ok.index)
+    gpu = not interpreted.all()  # GB/s and % of the copy ceiling: GPU timings only
+    if interpreted.any():
+        lines.append("interpreter timings (backend=interpret: the Triton interpreter on the CPU)"
+                     + (", marked *" if gpu else "") + ": they say nothing of a GPU's speed")
+    header = (f"{'kernel':<12} {'dtype':<9} {'shape':<14} {'best config':<44} {'p50 us':>9} "
+              + (f"{'GB/s':>7} {'%copy':>6}  " if gpu else " ")
+              + "baselines (p50 us; speedup end to end, GPU time)")
     lines += [header, "-" * len(header)]
     # Each group's best and baselines from selections of all groups at once, read as plain records:
     # selections a group took 1.0 s at 240 groups (120 shapes, 2 dtypes) on the CPU host, these 0.05 s.
@@ -74,6 +113,9 @@ def best_table(frame: pd.DataFrame) -> str:
         else:
             best_config = " ".join(f"{k}={v}" for k, v in json.loads(best["config"]).items())
             p50, gbps, pct = best["p50_us"], best["gbps"], best["pct_copy_bw"]
+            if best.get("backend") == INTERPRET:
+                gbps = pct = None
+                best_config += " *" if gpu else ""
 
         def compared(row) -> str:
             e2e, gpu = speedups(row, best) if best is not None else (None, None)
@@ -82,7 +124,7 @@ def best_table(frame: pd.DataFrame) -> str:
         others = ", ".join(compared(row) for row in baselines_of.get(group, []))
         lines.append(
             f"{kernel:<12} {dtype:<9} {shape_label(shape):<14} {best_config:<44} {_fmt(p50, '9.2f')} "
-            f"{_fmt(gbps, '7.0f')} {_fmt(pct, '6.1f')}  {others}"
+            + (f"{_fmt(gbps, '7.0f')} {_fmt(pct, '6.1f')}  " if gpu else " ") + others
         )
     disagree = ok[ok["timers_disagree"].fillna(False).astype(bool)]
     if len(disagree):

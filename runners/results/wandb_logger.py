@@ -1,38 +1,15 @@
 """Weights & Biases: the sweep's run (group = sweep id, job_type = sweep_summary) and, where logger.runs
 says so, one run per trial (group = sweep id, job_type = kernel).
 
-logger.runs: `trial` logs both; `sweep` the sweep's run alone, which holds every trial in its table:
-one run where a sweep of thousands of trials would make thousands (W&B's workspace shows about a
-thousand, and `wandb sync` uploads offline runs one by one); `auto` (the default) trial runs for a job of
-its own of at most logger.auto_trials trials, the sweep's run alone above it and for a multirun's jobs.
-
-Per-trial runs are created in child processes, each fed through its pipe by a thread of the sweep's:
-wandb's serialization and its service process never share the interpreter (or its GIL) with the timing
-loop, so a slow log call cannot delay a kernel launch inside a timed window. The sweep only pays for a
-queue put per trial and for the processes' last runs at the end; both are measured and reported as the
-logging share of the wall time.
-Several processes, because one makes about 5 runs a second: trials that fail the gate in a tenth of a
-second outran it (seen on an H200: 80 incorrect matmul trials left a 10 s drain, 23% of the sweep).
-
-mode=offline (the default) needs no account and no network: runs land in <dir>/wandb/offline-run-*,
-to be uploaded later with `wandb sync`.
-
-Dashboard keys: each trial run's config has flat keys per meta-parameter and shape dimension, and
-kernel, provider, dtype, gpu_name, sweep_id, shape_label, so parallel-coordinates, scatter and grouping
-panels work without setup; define_metric marks latencies as minimized (summary min) and throughput
-as maximized (summary max). The sweep's run holds the trials table with those same keys as columns,
-charts built from it, every shape's best config as summary keys, the plots and the exported files
-(runners/results/wandb_tables.py: what each holds); the sweep writes it last, after the results are out
-and the trial runs written (or leaves it to runners/results/finisher.py: finish_in_background=true).
-
-W&B is never allowed to cost a result: wandb failing to import (an incomplete install raises anywhere
-inside its imports), an unwritable logger.dir, or runs that cannot be started or uploaded end in ONE
-warning line naming the cause; the store, the parquet file, the export and the exit status are the
-same as without W&B. The first two are checked before any trial, and turn logging off.
-Nor is it allowed to hold one: online, wandb's own init_timeout and finish_timeout bound what a server
-out of reach (refused, or silent) or an upload that hangs can cost, and a process that meets either
-writes its later runs offline, named with their `wandb sync` command in that one line.
-"""
+logger.runs: `trial` logs both; `sweep` the sweep's run alone, which holds every trial in its table (one
+run where thousands would crowd W&B's workspace and `wandb sync`); `auto` (the default) trial runs for a
+job of its own of at most logger.auto_trials trials (runs_of). Trial runs are written by child processes
+(TrialLogger), so that a slow log call never delays a timed launch; mode=offline (the default) needs no
+account and no network. Each trial run's config has flat keys per meta-parameter and shape dimension, so
+W&B's panels work without setup; runners/results/wandb_tables.py says what the sweep's run holds.
+W&B is never allowed to cost or hold a result: a failing import, an unwritable logger.dir, runs that cannot
+start or upload end in ONE warning line naming the cause, the results as without W&B (wandb_problem);
+online, init_timeout and finish_timeout bound what a server out of reach costs (_init_run)."""
 from __future__ import annotations
 
 import os
@@ -87,7 +64,13 @@ def _warn_once(cause: str, text: str) -> None:
 def wandb_problem(conf: dict) -> Optional[str]:
     """Why W&B cannot log with this logger config, found before any trial (remembered in this
     process): wandb fails to import, or <dir>/wandb cannot be written (wandb would fall back to a
-    temporary directory and the runs would be lost to the user). None when neither."""
+    temporary directory and the runs would be lost to the user). None when neither.
+
+    Both are checked before any trial, and turn logging off: W&B failing (an incomplete install raises
+    anywhere inside its imports; runs that cannot be started or uploaded) ends in ONE warning line
+    naming the cause, and the store, the parquet file, the export and the exit status are the same as
+    without W&B. Online, a process that meets wandb's init_timeout or finish_timeout writes its later
+    runs offline, named with their `wandb sync` command in that one line."""
     key = (conf["mode"], conf["dir"])
     if key not in _problems:
         problem = None
@@ -263,7 +246,11 @@ def _close_run_files() -> None:
 class TrialLogger:
     """The trial runs: LOGGING_PROCESSES processes (runners/engine/process.py's WorkerProcess), each fed
     through its pipe by a thread of its own, so that log() never waits for W&B; runs go to the
-    processes in turn."""
+    processes in turn. wandb's serialization and its service process never share the interpreter (or
+    its GIL) with the timing loop, so a slow log call cannot delay a kernel launch inside a timed window;
+    the sweep pays a queue put per trial and the processes' last runs at the end, both measured and
+    reported as the logging share of the wall time. Runs land offline in <dir>/wandb/offline-run-*, to
+    be uploaded later with `wandb sync`, unless mode=online."""
 
     def __init__(self, conf: dict, sweep_id: str):
         self.enabled = conf["mode"] != "disabled"
@@ -383,7 +370,7 @@ def runs_of(conf: dict, planned: int, multirun: bool) -> str:
     chosen = "trial" if not multirun and planned <= limit else "sweep"
     bound = "at most" if chosen == "trial" else "more than"
     why = ("one job of a multirun" if multirun
-           else f"{planned} trials planned, {bound} logger.auto_trials={limit}")
+           else f"{planned} trials to measure, {bound} logger.auto_trials={limit}")
     what = ("a run per trial and the sweep's run" if chosen == "trial"
             else "the sweep's run alone, every trial in it")
     print(f"W&B (logger.runs=auto): {why}: {what}", flush=True)

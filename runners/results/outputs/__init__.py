@@ -3,22 +3,17 @@
 Each `conf/output/<name>.yaml` names an Output class (`_target_`) and its settings under the key <name>;
 conf/config.yaml selects `output: [parquet, table, export, plots, wandb]`, in that order, and
 `python -m runners.sweep 'output=[parquet,table]'` selects others. A new output is a module here with an
-Output subclass and a YAML beside the others: the job calls it (runners/engine/job.py), whatever it is.
-
-An output may act at five moments: `begin` at the job's very start (the W&B output begins its check
-of wandb there, on a thread, while the job validates its input and its workers start), `check` before
-any launch (the export's settings), `start` before the trials (the W&B output has that check's finding
-and starts its trial runs), `row` for every row the job records, and `write` at the end, with the
-sweep's rows and the files of the outputs written before it. All are written before the command
-returns; with finish_in_background=true those marked `background` (the plots, the W&B summary run) are
-left to a process of their own (runners/results/finisher.py). The store, and so every result, never
-depends on an output: a failing output says so in a line and the others go on.
-"""
+Output subclass and a YAML beside the others: the job calls it (runners/engine/job.py), whatever it is,
+at five moments (Output: begin, check, start, row, write). All are written before the command returns;
+with finish_in_background=true those marked `background` (the plots, the W&B summary run) are left to a
+process of their own (runners/results/finisher.py). The store, and so every result, never depends on an
+output: a failing output says so in a line and the others go on."""
 from __future__ import annotations
 
 import sys
 import time
 from pathlib import Path
+from typing import Optional
 
 from runners.results.outputs.output import Finished, Output
 
@@ -100,8 +95,33 @@ class Outputs:
                 done.files[output.name] = _written(output, done, output.handover())
                 lap(output.name)
         written = {name: [str(p) for p in paths] for name, paths in done.files.items()}
+        step = next_step(done)
+        if step:
+            print(step)
         return {"written": written, "finish_in_background": left, "finish_seconds": seconds,
                 **{key: value for o in self.all for key, value in o.seconds().items()}}
+
+
+DEFAULT_STORE = "outputs/results.sqlite"  # the schema's default: compare's sweep ids need no --store there
+
+
+def next_step(done: Finished) -> Optional[str]:
+    """One line: what to run after this sweep. Interpreter rows: the sweep on a GPU; an export written:
+    its module in your code; else the export command. Then the compare of a later sweep with this one."""
+    frame = done.frame
+    if frame is None or frame.empty:
+        return None
+    store = "" if str(done.store) == DEFAULT_STORE else f" --store {done.store}"
+    compare = f"python -m runners.compare {done.sweep_id} NEW_SWEEP_ID{store}"
+    if "backend" in frame.columns and (frame["backend"] == "interpret").all():
+        return ("next: the same sweep on a GPU (without backend=interpret) measures configs to export; "
+                f"{compare} compares two sweeps")
+    modules = [path for path in done.files.get("export", []) if str(path).endswith(".py")]
+    if modules:
+        return (f"next: copy {modules[0]} next to your kernel (README: \"Use the tuned configs in another "
+                f"repo\"); {compare} compares a later sweep with this one")
+    return (f"next: python -m runners.export --sweep-id {done.sweep_id}{store} writes the configs; "
+            f"{compare} compares a later sweep with this one")
 
 
 def _written(output: Output, done: Finished, handover=None) -> list:

@@ -25,6 +25,6 @@ class Export(Output):
                                        **from_sweep(done.cfg, kernel))
             except ExportError as error:
                 print(f"export skipped: {error}")
-        for path in paths:
-            print(f"exported: {path}")
+        if paths:
+            print(f"exported: {', '.join(map(str, paths))}")
         return paths

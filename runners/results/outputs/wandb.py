@@ -37,7 +37,7 @@ class Wandb(Output):
         """Begin `start`'s check of W&B (wandb's import in an interpreter of its own: 0.5-0.8 s) on a
         thread, which runs while the job validates its input and its workers start: made in `start`, it
         held the GPU idle before the first trial for as long; begun after the validation (the kernel's
-        import), it still did, 0.5-0.57 s on an H100 host (BENCHMARKS.md, 2026-11-26 (fifth))."""
+        import), it still did, 0.5-0.57 s on an H100 host (BENCHMARKS.md)."""
         from runners.results.wandb_logger import wandb_problem
 
         if self.wanted:
