@@ -612,3 +612,53 @@ def test_a_side_worker_imports_inductor_and_waits_for_the_lock(tmp_path):
         assert worker.take()[1]["status"] == "ok"
     finally:
         stop_all([worker])
+
+
+def _dying_stand_in(conn, name: str, seconds: float, dies_at: Optional[str], marker: str) -> None:
+    """A GPU worker stand-in whose finalists groups take `seconds` and answer each trial with its name;
+    it dies (no answer) in the group at the shape `dies_at`, the first time any worker is handed it, and
+    leaves its name in `marker`."""
+    import os
+    from pathlib import Path
+
+    conn.send(("ready", {"gpu_name": "none"}))
+    while (message := conn.recv()) is not None:
+        time.sleep(seconds)
+        if message[0] == "finalists":
+            if str(message[1][0].shape) == dies_at and not Path(marker).exists():
+                Path(marker).write_text(name)
+                os._exit(9)
+            conn.send(("finalists", [{"status": "ok", "by": name, "key": t.key} for t in message[1]]))
+        else:
+            conn.send(("result", {"status": "ok", "by": name}))
+
+
+def test_finalists_groups_spread_over_the_gpus_whole_and_a_dead_worker_s_group_is_run_again(tmp_path):
+    """Eight groups (one (shape, dtype) each) on two GPU workers: every group is re-timed once, whole, by
+    one worker; both workers get groups; a worker that dies in a group has that group re-timed from the
+    start on the other worker, and the dead one is started again while groups are left."""
+    shapes = [(64 * i,) for i in range(1, 9)]
+    groups = [[Trial("k", "triton", shape, "float16", {"num_warps": w}) for w in (1, 2, 4)]
+              for shape in shapes]
+    marker = str(tmp_path / "died")
+    gpus = [WorkerProcess(f"worker {i}", _dying_stand_in, (f"worker {i}", 0.2, str(shapes[4]), marker))
+            for i in (0, 1)]
+    scheduler = Scheduler(gpus, [], trial_timeout_s=60, compile_timeout_s=60)
+    answered = []
+    try:
+        scheduler.start(ahead=[])
+        for gpu in gpus:
+            gpu.wait_ready()
+        scheduler.run_finalists(groups, [None] * len(groups), tie_floor=0.005,
+                                on_result=lambda worker, group, answers: answered.append((group, answers)))
+    finally:
+        stop_all(scheduler.on_gpu)
+    assert sorted(group[0].shape for group, _ in answered) == shapes  # each once
+    for group, answers in answered:  # whole: every trial of it answered, by one worker
+        assert [a["key"] for a in answers] == [t.key for t in group]
+        assert len({a["by"] for a in answers}) == 1 and answers[0]["status"] == "ok"
+    by = {group[0].shape: answers[0]["by"] for group, answers in answered}
+    died = (tmp_path / "died").read_text()
+    assert by[shapes[4]] != died  # re-timed elsewhere, not lost with its worker
+    assert set(by.values()) == {"worker 0", "worker 1"}
+    assert [worker.starts for worker in gpus] == [2 if worker.name == died else 1 for worker in gpus]

@@ -83,6 +83,7 @@ class Scheduler:
         self.ready_side: list[Trial] = []  # the side workers'
         self.prepared: dict[str, int] = {}  # key -> id() of the side worker that compiled it ahead (or tried)
         self.finalist_groups: deque[tuple[list[Trial], StopRule]] = deque()  # each with its rule
+        self.lost_groups: dict[str, int] = {}  # first trial's key -> id() of the worker that died in it
         self.compile_s: dict[str, float] = {}  # trial key -> seconds its compile took in the pool
         self.last_group: dict[int, tuple] = {}  # id(worker) -> (shape, dtype) of its last trial
         self.deadline = float("inf")
@@ -190,7 +191,9 @@ class Scheduler:
                       on_result: Callable) -> None:
         """Re-time each group (the finalists of one (shape, dtype)) interleaved on one GPU worker
         until its rule (a StopRule, of `rules` in turn) holds or the ties at tie_floor are settled;
-        on_result(worker, trials, results) for each group."""
+        on_result(worker, trials, results) for each group. The groups go to whichever worker is free, so
+        they spread over the GPUs, each whole on one; a group whose worker dies in it is re-timed once
+        more from its start, on another worker where one is free."""
         self.deadline = float("inf")
         self.finalist_groups.extend(zip(groups, rules, strict=True))
         self._tie_floor, self._on_finalists = tie_floor, on_result
@@ -355,7 +358,10 @@ class Scheduler:
             self.last_group[id(worker)] = (trial.shape, trial.dtype)
             return (("trial", trial, self.peaks), ("trial", trial), self.trial_timeout_s,
                     f"compiling and running {trial.label}")
-        group = next((g for g in self.finalist_groups if self._mine(worker, g[0])), None)
+        mine = [g for g in self.finalist_groups if self._mine(worker, g[0])]
+        # a group lost with its worker goes to another worker where one takes it first
+        group = next((g for g in mine if self.lost_groups.get(g[0][0].key) != id(worker)), None) or next(
+            iter(mine), None)
         if group is None:
             return None
         self.finalist_groups.remove(group)
@@ -365,7 +371,7 @@ class Scheduler:
         timeout_s = self.trial_timeout_s * len(trials) + wait_s
         message = ("finalists", trials, self.peaks, rule, self._tie_floor)
         doing = f"re-timing {len(trials)} finalists at {trials[0].label}"
-        return message, ("finalists", trials), timeout_s, doing
+        return message, ("finalists", (trials, rule)), timeout_s, doing
 
     def _early(self, worker: WorkerProcess, task, answer) -> bool:
         """Whether a GPU worker gets its next task before this answer is recorded (the store's commit,
@@ -406,10 +412,19 @@ class Scheduler:
                 self.gpu_compile_s.append(result["first_call_s"])
             self.record(worker, payload, result)
         else:
+            trials, rule = payload
+            if lost is not None and lost.status == "crashed" and trials[0].key not in self.lost_groups:
+                # the worker died in the group: its rounds start again, once, on one worker (another
+                # where one is free), so that no group is split and none is lost with a worker
+                print(f"note: {worker.name} died re-timing the finalists at {trials[0].label} ({lost}); "
+                      "they are re-timed again")
+                self.lost_groups[trials[0].key] = id(worker)
+                self.finalist_groups.appendleft((trials, rule))
+                return
             results = answer if lost is None else [{"status": lost.status, "message": str(lost)}]
             if results[0].pop("sticky", False):
                 worker.stop()
-            self._on_finalists(worker, payload, results)
+            self._on_finalists(worker, trials, results)
 
     def _compiled(self, trial: Trial, target: tuple, outcome: Optional[dict],
                   lost: Optional[WorkerLost]) -> None:
