@@ -298,3 +298,12 @@ def test_a_calibration_whose_shift_came_out_zero_still_counts_its_rows_noise():
     spread = between_runs.Spread(0.0, 5, 0.0, 45, "test", run_noise=1e-5)
     (measured, freedom), (extra, _) = spread.run_terms(3e-5, 20.0)
     assert measured == pytest.approx(2e-5) and freedom == 5 and extra == pytest.approx(1e-5)
+
+
+def test_shapes_that_moved_apart_by_any_amount_widen_without_a_fault():
+    """Shapes whose NEW/BASE differ by factors of 10 (a damaged or mislabelled side): the check widens
+    each shape's own part as far as they show, and never fails to find it."""
+    groups = {("float16", g): (3.0 * (g % 3), 1e-6, 8.0) for g in range(9)}
+    spread = between_runs.Spread(0.003, 5, 0.005, 45, "test")
+    widened = between_runs._shapes_checked(groups, between_runs._others(groups, spread), spread)
+    assert len(widened) == 9 and all(s.shape > 1.0 for s in widened.values())

@@ -400,7 +400,10 @@ def _shapes_checked(groups: dict, others: dict, spread: Optional[Spread]) -> dic
             return float(np.mean(squares / (rest[kept] + 2 * tau * tau)))
 
         if squared_z(spread.shape) > critical:
-            tau = optimize.brentq(lambda t: squared_z(t) - 1, spread.shape, 1.0)
+            high = 1.0
+            while squared_z(high) > 1:  # shapes that moved apart by more than e (ln units)
+                high *= 4
+            tau = optimize.brentq(lambda t: squared_z(t) - 1, spread.shape, high)
             found[group] = replace(spread, shape=tau, shape_df=len(groups) - 2, source=(
                 f"{spread.source}; each shape's own part widened {_pct(spread.shape)} -> {_pct(tau)}: the "
                 "other shapes' NEW/BASE spread wider than the calibration says"))
