@@ -231,8 +231,8 @@ def judge(pairs: list[Pair], rule: Rule, spreads: dict) -> Judgement:
     members = {domain: [i for i, p in enumerate(pairs) if p.domain == domain and noise[i] is not None]
                for domain in dict.fromkeys(p.domain for p in pairs)}
     groups = {domain: _groups(pairs, noise, indices) for domain, indices in members.items()}
-    spreads = {domain: _checked(spreads.get(domain), [pairs[i] for i in indices], groups[domain])
-               for domain, indices in members.items()}
+    spreads = {domain: _checked(spreads.get(domain), domain[0], groups[domain], by_group)
+               for domain in members}
     controls = _controls(pairs, groups)
     result = Judgement()
     for domain, indices in members.items():
@@ -312,13 +312,13 @@ def _controls(pairs: list[Pair], groups: dict) -> dict:
 def _series(figures: list[Figure]) -> Optional[np.ndarray]:
     """The median, round by round, of the logs of figures timed in the same rounds (a shape's finalists
     and baselines share each round's placement); None unless each kept its R >= 2 repetition medians."""
-    if not figures or len({f.repetitions for f in figures}) != 1 or any(
-            len(f.logs) != f.repetitions or f.repetitions < 2 for f in figures):
+    if any(len(f.logs) != f.repetitions or f.repetitions < 2 for f in figures):
         return None
-    return np.median(np.array([f.logs for f in figures]), axis=0)
+    return _median_series([f.logs for f in figures])
 
 
 def _median_series(series: list) -> Optional[np.ndarray]:
+    """The median, round by round, of series of one length; None where one is missing or they differ."""
     if not series or any(s is None for s in series) or len({len(s) for s in series}) != 1:
         return None
     return np.median(np.array(series), axis=0)
@@ -328,11 +328,12 @@ def _paired(base, new, rounds: Optional[tuple]) -> Optional[tuple[float, float, 
     """(difference, variance, freedom) of ln(NEW/BASE) against the controls', round by round: the
     variance from the spread of each side's differences over its rounds, so that what a round's
     placement moves alike (every provider at the shape) cancels; None where the rounds do not pair."""
-    if rounds is None or base is None or new is None or len(base) != len(rounds[0]) or len(new) != len(
-            rounds[1]):
+    if rounds is None or base is None or new is None:
         return None
-    terms = [(_round_noise(np.asarray(side), control), len(side) - 1)
-             for side, control in zip((base, new), rounds)]
+    noises = [_round_noise(np.asarray(side), control) for side, control in zip((base, new), rounds)]
+    if None in noises:
+        return None
+    terms = [(noise, len(side) - 1) for noise, side in zip(noises, (base, new))]
     return (float(np.mean(new) - np.mean(rounds[1]) - np.mean(base) + np.mean(rounds[0])),
             sum(v for v, _ in terms), satterthwaite(terms))
 
@@ -344,24 +345,22 @@ def _round_noise(own: Optional[np.ndarray], control: Optional[np.ndarray]) -> Op
     return float(np.var(own - control, ddof=1)) / len(own)
 
 
-def _checked(spread: Optional[Spread], pairs: list[Pair], groups: dict) -> Optional[Spread]:
+def _checked(spread: Optional[Spread], domain: tuple, groups: dict, by_group: dict) -> Optional[Spread]:
     """The spread, checked against the comparison's own data: widened where a side's repetitions spread
     wider than the calibration's runs' beyond chance (an F test, p < CHECK_P), every part by their ratio
-    (a noisier machine), and said so in its source."""
+    (a noisier machine), and said so in its source. `by_group`: each side's repetition spread per shape
+    (_noise_classes)."""
     if spread is None:
         return None
     from scipy import special
 
     noisier = []
     for side in ("base", "new") if spread.repetition else ():
-        sets: dict[tuple, list] = {}
-        for pair in pairs:
-            sets.setdefault(pair.group, []).append(getattr(pair, side))
         # each shape's spread over the calibration's there (shapes' spreads differ: a 5 us kernel's
         # placements move it 2%, a 30 us one's 0.3%), pooled by degrees of freedom
-        ratios = [(found[0] / calibrated[0], found[1], calibrated[1]) for group, figures in sets.items()
-                  if (found := _placements([figures])) and (calibrated := spread.repetition.get(group))
-                  and calibrated[0] > 0]
+        ratios = [(found[0] ** 2 / calibrated[0], found[1], calibrated[1]) for group in groups
+                  if (found := by_group.get((domain, group, side)))
+                  and (calibrated := spread.repetition.get(group)) and calibrated[0] > 0]
         if ratios:
             # a mean of ratios, each over a calibration of its own: F with the fewest of their freedoms
             freedom, calibrated_df = sum(f for _, f, _ in ratios), min(f for _, _, f in ratios)
@@ -394,7 +393,7 @@ def _shapes_checked(groups: dict, others: dict, spread: Optional[Spread]) -> dic
     found = {}
     for index, group in enumerate(names):
         kept = np.arange(len(names)) != index  # the others, each about the median of the others but it
-        squares = (values[kept] - _without_one_medians(values[kept])) ** 2
+        squares = (values[kept] - without_one_medians(values[kept])) ** 2
 
         def squared_z(tau: float) -> float:
             return float(np.mean(squares / (rest[kept] + 2 * tau * tau)))
@@ -408,20 +407,6 @@ def _shapes_checked(groups: dict, others: dict, spread: Optional[Spread]) -> dic
                 f"{spread.source}; each shape's own part widened {_pct(spread.shape)} -> {_pct(tau)}: the "
                 "other shapes' NEW/BASE spread wider than the calibration says"))
     return found
-
-
-def _without_one_medians(values: np.ndarray) -> np.ndarray:
-    """For each value, the median of the others."""
-    order = np.argsort(values)
-    ordered = values[order]
-    count = len(values) - 1
-    ranks = np.empty(len(values), dtype=int)
-    ranks[order] = np.arange(len(values))
-
-    def smallest(i: int) -> np.ndarray:  # the i-th smallest of the others, each left out in turn
-        return ordered[i + (ranks <= i)]
-
-    return smallest(count // 2) if count % 2 else (smallest(count // 2 - 1) + smallest(count // 2)) / 2
 
 
 def _pct(value: float) -> str:
@@ -470,15 +455,13 @@ def _shift(groups: dict, spread: Optional[Spread], judged: bool) -> Optional[Shi
     return Shift(value, variance, freedom, len(groups), spread, judged)
 
 
-def _others(groups: dict, spread: Optional[Spread], shape: Optional[float] = None) -> dict:
+def _others(groups: dict, spread: Optional[Spread]) -> dict:
     """group -> the shift of its domain estimated without it (value, variance, freedom), what its rows are
     judged against: independent of them, so that a change of the group is not half taken by the shift
-    (two shapes) and no covariance is left out; None where the group is its domain's only one. `shape`:
-    2 tau^2, where not the spread's."""
+    (two shapes) and no covariance is left out; None where the group is its domain's only one."""
     if len(groups) == 1:
         return dict.fromkeys(groups)
-    if shape is None:
-        shape = 2 * (spread.shape if spread else 0.0) ** 2
+    shape = 2 * (spread.shape if spread else 0.0) ** 2
     values = [d for d, _, _ in groups.values()]
     variances = without_one_median_variances([v + shape for _, v, _ in groups.values()])
     found = {}
@@ -500,30 +483,27 @@ def median_variance(variances: list[float]) -> float:
 
 
 def without_one_median_variances(variances: list[float]) -> list[float]:
-    """For each value, the variance of the median of the others (independent normals of these variances):
-    one seeded simulation sorted once, each median read off the order statistics with that value left
-    out (the i-th smallest of the others is the i-th of all, or the next where the one left out is at or
-    below it)."""
+    """For each value, the variance of the median of the others (independent normals of these variances),
+    from one seeded simulation (without_one_medians)."""
     count = len(variances)
     if count <= 3:  # the others are one value, or two whose median is their mean
         return [(sum(variances) - v) / (count - 1) ** 2 for v in variances]
-    draws = _standard_normal(count) * np.sqrt(variances)
-    order = np.argsort(draws, axis=1)
-    ranks = np.argsort(order, axis=1)
-    ordered = np.take_along_axis(draws, order, axis=1)
-    rows = np.arange(len(draws))
-    others = count - 1
-    found = []
-    for index in range(count):
-        left_out = ranks[:, index]
+    medians = without_one_medians(_standard_normal(count) * np.sqrt(variances))
+    return [float(v) for v in np.var(medians, axis=0)]
 
-        def smallest(i):
-            return ordered[rows, i + (left_out <= i)]
 
-        median = (smallest(others // 2) if others % 2
-                  else (smallest(others // 2 - 1) + smallest(others // 2)) / 2)
-        found.append(float(np.var(median)))
-    return found
+def without_one_medians(values: np.ndarray) -> np.ndarray:
+    """Along the last axis, for each value the median of the others: the values sorted once, each median
+    read off the order statistics with that value left out (the k-th smallest of the others is the k-th
+    of all, or the next where the one left out is at or below it)."""
+    ordered = np.sort(values, axis=-1)
+    ranks = np.argsort(np.argsort(values, axis=-1), axis=-1)
+    others = values.shape[-1] - 1
+
+    def smallest(k: int) -> np.ndarray:
+        return np.take_along_axis(ordered, k + (ranks <= k), axis=-1)
+
+    return smallest(others // 2) if others % 2 else (smallest(others // 2 - 1) + smallest(others // 2)) / 2
 
 
 @lru_cache(maxsize=64)
@@ -568,10 +548,8 @@ def _shift_against_controls(shift: Shift, groups: dict, controls: dict, domain: 
     shift.vs_controls = float(np.median([d for d, _, _ in found]))
     variance = median_variance([v for _, v, _ in found])
     if shift.verdict in ("SLOW", "FAST"):
-        terms = spread.run_terms(variance, min(f for _, _, f in found))
-        threshold = t_quantile(tail, satterthwaite(terms)) * math.sqrt(sum(v for v, _ in terms))
-        if abs(shift.vs_controls) <= threshold or (shift.vs_controls > 0) != (shift.verdict == "SLOW"):
-            shift.verdict = MACHINE
+        threshold = _threshold(spread.run_terms(variance, min(f for _, _, f in found)), tail)
+        shift.verdict = _cleared(shift.verdict, shift.vs_controls, threshold)
 
 
 def _rows(pairs: list[Pair], noise: list, others: dict, spreads: dict, controls: dict, rule: Rule,
@@ -616,10 +594,8 @@ def _rows(pairs: list[Pair], noise: list, others: dict, spreads: dict, controls:
         residual = math.log(row["vs_shift"])
         verdict = "SLOW" if residual > threshold else "FAST" if residual < -threshold else "SAME"
         if verdict != "SAME" and "against_controls" in row:
-            difference = math.log(row["vs_controls"])
             threshold_of_controls = _against_controls(*row["against_controls"])
-            if abs(difference) <= threshold_of_controls or (difference > 0) != (verdict == "SLOW"):
-                verdict = MACHINE
+            verdict = _cleared(verdict, math.log(row["vs_controls"]), threshold_of_controls)
         row.pop("against_controls", None)
         row.update(verdict=verdict, threshold=math.expm1(threshold),
                    catches=math.expm1(max(threshold, math.log1p(rule.fail_on_slow)) + POWER_Z * sd))
@@ -629,8 +605,21 @@ def _rows(pairs: list[Pair], noise: list, others: dict, spreads: dict, controls:
 def _against_controls(spread: Spread, variance: float, freedom: float, tail: float) -> float:
     """The threshold of a row's difference from its controls': its noise and theirs, and the spread of that
     difference between runs, whole and per shape."""
-    terms = [(variance, freedom), (2 * spread.shape ** 2, spread.shape_df), *spread.run_terms(0.0, math.inf)]
+    return _threshold([(variance, freedom), (2 * spread.shape ** 2, spread.shape_df),
+                       *spread.run_terms(0.0, math.inf)], tail)
+
+
+def _threshold(terms: list[tuple[float, float]], tail: float) -> float:
+    """t quantile (Welch-Satterthwaite degrees of freedom) times the sd of a sum of variance terms."""
     return t_quantile(tail, satterthwaite(terms)) * math.sqrt(sum(v for v, _ in terms))
+
+
+def _cleared(verdict: str, difference: float, threshold: float) -> str:
+    """A SLOW or FAST verdict, MACHINE where its difference from its controls' is within `threshold` or
+    the other way."""
+    if abs(difference) <= threshold or (difference > 0) != (verdict == "SLOW"):
+        return MACHINE
+    return verdict
 
 
 def _t_quantiles(tails: list[float], freedoms: list[float]) -> list[float]:
