@@ -26,7 +26,7 @@ from omegaconf import DictConfig
 
 from runners.engine.process import ask_to_stop, stop_all
 from runners.engine.row import DEVICE_COLUMNS
-from runners.engine.trial import TRITON_PROVIDER, Trial
+from runners.engine.trial import TRITON_PROVIDER, Trial, counted
 from runners.measure import check
 from runners.measure.neighbours import watch_gpus
 from runners.measure.stop_rule import StopRule
@@ -49,11 +49,6 @@ def git_sha() -> Optional[str]:
     except (OSError, subprocess.CalledProcessError):
         return None  # not a git checkout (e.g. a copied tree)
     return sha + ("+dirty" if dirty else "")
-
-
-def counted(count: int, noun: str) -> str:
-    """'1 baseline', '2 baselines'."""
-    return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
 def _is_throttled(result: dict, max_clock: Optional[int], ratio: float) -> Optional[bool]:
@@ -328,8 +323,8 @@ class Job:
                       f"(at least 2), for up to {span} s a group"
                       + (f" ({final.of_screening:g}x the seconds its screening took, at most "
                          f"{final.max_time_s:g} s)" if final.of_screening is not None else ""))
-        print(f"finalists: re-timing {counted(configs, 'config')} of {len(groups)} (shape, dtype) "
-              f"group{'s' if len(groups) > 1 else ''} round-robin"
+        print(f"finalists: re-timing {counted(configs, 'config')} of "
+              f"{counted(len(groups), '(shape, dtype) group')} round-robin"
               + (f" with {counted(baselines, 'baseline')}" if baselines else "") + detail)
         self.scheduler.run_finalists([g.trials for g in groups], rules, final.tie_floor,
                                      on_finalists(self.record, final.tie_floor))

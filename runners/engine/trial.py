@@ -20,6 +20,11 @@ class ConfigError(ValueError):
     """Bad user input, found before anything is launched; the message names the field."""
 
 
+def counted(count: int, noun: str) -> str:
+    """'1 baseline', '2 baselines'."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
 def checked_name(value: str, field: str) -> str:
     """A name that becomes one component of a path (a sweep id: outputs/plots/<sweep id>): ConfigError
     naming `field` unless it is one, printable, and neither '.' nor '..'."""

@@ -32,6 +32,7 @@ LISTED = 20  # trials listed per only-in / failing list unless --all
 OTHER_TIMER = "OTHER TIMER"  # the two rows were timed by different methods: not comparable
 NO_REPETITIONS = "NO REPETITIONS"  # neither side has the noise of the row's class: no verdict
 VERDICTS = ("SAME", "FAST", "SLOW", between_runs.MACHINE, between_runs.ONE_SHAPE, OTHER_TIMER, NO_REPETITIONS)
+JUDGED = VERDICTS[:4]  # a row or shift judged (whatever it was judged to be)
 EXPORT_PHASE = "export"  # a row read from an export's JSON
 
 
@@ -482,8 +483,7 @@ def refusals(result: dict) -> list[str]:
                        "(gpu_shared): their figures are its work's as much as the code's; sweep that side "
                        "again on a GPU of its own")
     shifts = [s for s in result["shifts"].values() if s is not None and s.judged]
-    if not any(r["verdict"] in VERDICTS[:4] for r in judged) and not any(s.verdict in VERDICTS[:4]
-                                                                          for s in shifts):
+    if not any(r["verdict"] in JUDGED for r in judged) and not any(s.verdict in JUDGED for s in shifts):
         why = _counts(judged) if judged else "no trial ok on both sides"
         reasons.append(f"no judged row has a verdict ({why})")
     bare = {" ".join(r["row"]) for r in judged if r["verdict"] == NO_REPETITIONS and not r["clock_unknown"]}

@@ -7,7 +7,7 @@ from typing import Optional
 import pandas as pd
 
 from runners.engine.finalists import winning_records
-from runners.engine.trial import TRITON_PROVIDER
+from runners.engine.trial import TRITON_PROVIDER, counted
 from runners.results.store import shape_label
 
 
@@ -36,10 +36,6 @@ def speedups(baseline, ours) -> tuple[Optional[float], Optional[float]]:
     return e2e, gpu
 
 
-def _counted(count: int, noun: str) -> str:
-    return f"{count} {noun}{'' if count == 1 else 's'}"
-
-
 def _statuses(rows: pd.DataFrame) -> str:
     counts = rows["status"].value_counts().to_dict()
     return ", ".join(f"{counts.pop(status)} {status}" for status in ("ok", "pruned") if status in counts) + \
@@ -56,16 +52,16 @@ def counts_line(frame: pd.DataFrame) -> str:
     else:
         trials = rows[rows["phase"] != "final"]
     ours = trials["provider"] == TRITON_PROVIDER
-    parts = [f"{_counted(ours.sum(), 'config')} ({_statuses(trials[ours])})" if ours.any() else "no configs"]
+    parts = [f"{counted(ours.sum(), 'config')} ({_statuses(trials[ours])})" if ours.any() else "no configs"]
     if (~ours).any():
-        parts.append(f"{_counted((~ours).sum(), 'baseline')} ({_statuses(trials[~ours])})")
-    line = f"{_counted(len(trials), 'trial')}: " + ", ".join(parts)
+        parts.append(f"{counted((~ours).sum(), 'baseline')} ({_statuses(trials[~ours])})")
+    line = f"{counted(len(trials), 'trial')}: " + ", ".join(parts)
     if len(final):
         finalists = (final["provider"] == TRITON_PROVIDER).sum()
         groups = final.groupby(["kernel", "shape", "dtype"]).ngroups
-        line += (f"; finalists: {_counted(finalists, 'config')}"
-                 + (f" and {_counted(len(final) - finalists, 'baseline')}" if len(final) > finalists else "")
-                 + f" re-timed in {groups} (shape, dtype) group{'s' if groups > 1 else ''}")
+        line += (f"; finalists: {counted(finalists, 'config')}"
+                 + (f" and {counted(len(final) - finalists, 'baseline')}" if len(final) > finalists else "")
+                 + f" re-timed in {counted(groups, '(shape, dtype) group')}")
     return line
 
 
