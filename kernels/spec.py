@@ -54,7 +54,7 @@ class KernelSpec:
       arguments `export_key` names and those named like a dim.
     - `prepare_output(inputs, out)`, for a kernel whose outputs are also read (one writing in place): fills
       `out` before each checked call, and before the timed calls on buffers placed anew, in place of the
-      NaN poison (runners/engine/replay.py: a floating tensor only written is poisoned, the others
+      NaN poison (runners/capture/replay.py: a floating tensor only written is poisoned, the others
       restored).
     - `reference_in_float64`: False for a reference that runs in the inputs' own dtypes (a replayed kernel's
       is the program's own config): it then gets the inputs as made, not upcast.

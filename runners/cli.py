@@ -17,7 +17,9 @@ def _run(name: str, home: bool = False):
         from runners.engine.process import start_home_server
 
         start_home_server(("torch", "triton", "scipy.stats"))
-    module = importlib.import_module(f"runners.{name}")
+    # a command that is a room of its own (runners/export/) keeps its entry in the room's command.py
+    room = name in ("export", "compare", "capture")
+    module = importlib.import_module(f"runners.{name}.command" if room else f"runners.{name}")
     return module.cli() if hasattr(module, "cli") else module.main()
 
 

@@ -1,6 +1,6 @@
 """Plots of one sweep from the store, as PNG: `python -m runners.plot --sweep-id ID [--out DIR] [--x K]`.
 
-Writes roofline.png, heatmap_<kernel>.png and speedup_<kernel>.png (runners/results/plots.py says what
+Writes roofline.png, heatmap_<kernel>.png and speedup_<kernel>.png (runners/outputs/plots/figures.py says what
 each shows and how winners and baselines are chosen) into --out, default outputs/plots/<sweep id>. A plot
 with nothing to show is skipped with a line saying why. Exit status: 0 with a plot written, 1 without,
 2 on bad input (the message names the argument).
@@ -12,9 +12,9 @@ import sys
 from pathlib import Path
 
 from runners import version
-from runners.engine.trial import ConfigError, checked_name
-from runners.results.plots import PlotError, ceilings, render
-from runners.results.store import ResultStore, StoreError
+from runners.model.trial import ConfigError, checked_name
+from runners.outputs.plots.figures import PlotError, ceilings, render
+from runners.store.result_store import ResultStore, StoreError
 
 
 def main(argv=None) -> int:

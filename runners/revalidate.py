@@ -29,15 +29,15 @@ if __name__ == "__main__":  # first: the home server imports torch and Triton wh
 import pandas as pd
 
 from runners import version as tool_version
-from runners.engine.schema import CONF_DIR
-from runners.engine.trial import TRITON_PROVIDER, ConfigError, Trial
-from runners.results import between_runs
-from runners.results.export import export_kernel
-from runners.results.export.fileformat import read_export
-from runners.results.export.fileformat import sections as export_sections
-from runners.results.export.runtime import pick_version
-from runners.results.export.settings import ExportError, from_export
-from runners.results.store import StoreError, shape_label
+from runners.model.schema import CONF_DIR
+from runners.model.trial import TRITON_PROVIDER, ConfigError, Trial
+from runners.compare import between_runs
+from runners.export import export_kernel
+from runners.export.fileformat import read_export
+from runners.export.fileformat import sections as export_sections
+from runners.export.runtime import pick_version
+from runners.export.settings import ExportError, from_export
+from runners.store.result_store import StoreError, shape_label
 
 SHAPE_LIST = 20  # shapes listed in the report unless --all
 
@@ -52,7 +52,7 @@ def compose(overrides: list[str]):
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from runners.engine.schema import register_configs
+    from runners.model.schema import register_configs
 
     register_configs()
     GlobalHydra.instance().clear()
@@ -106,8 +106,8 @@ def run_sweep(cfg, sweep_id: str, store: str, trials: Optional[list] = None) -> 
     """A sweep (runners/engine/job.py) of these trials (or of the config's grid), its outputs off; its
     rows and the seconds its GPU worked (trials and finalists)."""
     from runners.engine.job import Job
-    from runners.results.outputs import Outputs
-    from runners.results.store import ResultStore
+    from runners.outputs import Outputs
+    from runners.store.result_store import ResultStore
 
     output_dir = Path(store).parent / "revalidate" / sweep_id
     output_dir.mkdir(parents=True, exist_ok=True)
@@ -213,7 +213,7 @@ def revalidate(args, data: dict, gpu: str, version: str, section: dict, how: str
     more). The section of this GPU and the running Triton is written, the other sections kept, where
     the running Triton had none yet or something was re-screened. Each sweep's GPU time is printed; its
     rows go to --store like any sweep's (sweep ids revalidate-<kernel>-<time>)."""
-    from runners.results import comparison
+    from runners.compare import comparison
 
     kernel, tolerance = data["kernel"], section["tolerance"]
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M%S")
@@ -241,7 +241,7 @@ def revalidate(args, data: dict, gpu: str, version: str, section: dict, how: str
               "kernels on the GPU (gpu_shared): nothing judged, nothing re-tuned; run it again on a GPU of "
               "its own", file=sys.stderr)
         return 2
-    print("\n".join(["the shift of every row (runners/results/between_runs.py):",
+    print("\n".join(["the shift of every row (runners/compare/between_runs.py):",
                      *comparison.shift_lines(result)]))
     shapes = judge_shapes(result, base, tolerance)
     print("\n".join(_table(shapes, args.list_all)))

@@ -2,7 +2,7 @@
 
 The Hydra entry: it composes the config (the tool's conf/ and, where the command runs, its sweeps/ and
 conf/: hydra_plugins/triton_sweep_home), runs one job (runners/engine/job.py) into the store it should
-write with the outputs the config selects (runners/results/outputs/), and reports a bad input, a YAML
+write with the outputs the config selects (runners/outputs/), and reports a bad input, a YAML
 error, an unread `+` field or a damaged store in one line naming it (exit 2). At a multirun's end
 SweepEndCallback merges the jobs' own stores into the store of record (runners/merge.py) and writes the
 outputs once for all of them. It first forks the home server its workers are forked from
@@ -29,13 +29,13 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from runners import version
-from runners.engine.launch import runs_jobs_apart
-from runners.engine.schema import CONF_DIR
+from runners.engine.hydra_jobs import runs_jobs_apart
+from runners.model.schema import CONF_DIR
 
 def sweep_id_of(cfg: DictConfig) -> str:
     """cfg.sweep_id (checked: it names folders), else the name of the Hydra run directory (multirun: the
     sweep directory)."""
-    from runners.engine.trial import checked_name
+    from runners.model.trial import checked_name
 
     if cfg.sweep_id is not None:
         return checked_name(str(cfg.sweep_id), "sweep_id")
@@ -46,8 +46,8 @@ def sweep_id_of(cfg: DictConfig) -> str:
 
 def check_fields(cfg: DictConfig) -> None:
     """ConfigError naming a field the schema does not declare (added with `+`) and the sweep would ignore."""
-    from runners.engine.schema import unknown_field
-    from runners.engine.trial import ConfigError
+    from runners.model.schema import unknown_field
+    from runners.model.trial import ConfigError
 
     name = unknown_field(cfg)
     if name:
@@ -129,8 +129,8 @@ def run_job(cfg: DictConfig, sweep_id: str, output_dir: Path, finish: bool) -> d
     """Measure every trial of one job (runners/engine/job.py) into its store, with the outputs the config
     selects; returns the job summary (also written to output_dir/summary.json)."""
     from runners.engine.job import Job
-    from runners.results.outputs import Outputs
-    from runners.results.store import ResultStore
+    from runners.outputs import Outputs
+    from runners.store.result_store import ResultStore
 
     check_fields(cfg)
     say_sweep_file()
@@ -143,15 +143,16 @@ def run_job(cfg: DictConfig, sweep_id: str, output_dir: Path, finish: bool) -> d
 
 class SweepEndCallback(Callback):
     """At the end of a multirun: one table, parquet file, export and W&B summary for all its jobs; exit 1
-    if a job failed. Where the launcher runs the jobs apart (runners/engine/launch.py), each with a store of
-    its own: at the start, the rows that an earlier run into the same sweep directory left in its job stores
+    if a job failed. Where the launcher runs the jobs apart (runners/engine/hydra_jobs.py), each with a store
+    of its own: at the start, the rows that an earlier run into the same sweep directory left in its job
+    stores
     are merged into the store of record (its end may never have come), which is then copied into the sweep
     directory for the jobs to resume from; at the end, the job stores are merged into it first."""
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
-        from runners.engine.trial import ConfigError, checked_name
+        from runners.model.trial import ConfigError, checked_name
         from runners.merge import gather, write_prior
-        from runners.results.store import DamagedStore, StoreError, damage_of
+        from runners.store.result_store import DamagedStore, StoreError, damage_of
 
         try:  # every job would stop on these: none is started
             check_fields(config)
@@ -180,7 +181,7 @@ class SweepEndCallback(Callback):
         if runs_jobs_apart(config.hydra):
             unmerged = gather(sweep_dir, config.store)
             (sweep_dir / PRIOR_STORE).unlink(missing_ok=True)  # a copy of the store of record, used up
-        from runners.results.outputs import Outputs
+        from runners.outputs import Outputs
 
         Outputs.from_config(config).finish(config, sweep_id, sweep_dir)
         failed = [path.parent.name for path in sorted(sweep_dir.glob("*/summary.json"))
@@ -204,8 +205,8 @@ def main(cfg: DictConfig) -> Optional[dict]:
         sweep_id = sweep_id_of(cfg)
         return run_job(cfg, sweep_id, output_dir, finish=not multirun)
     except Exception as error:  # bad input; or any other failure of one job of a multirun: keep the others'
-        from runners.engine.trial import ConfigError
-        from runners.results.store import StoreError
+        from runners.model.trial import ConfigError
+        from runners.store.result_store import StoreError
 
         if isinstance(error, (ConfigError, StoreError)):
             print(f"error: {error}", file=sys.stderr)
@@ -225,7 +226,7 @@ def main(cfg: DictConfig) -> Optional[dict]:
 
 def cli() -> None:
     """`python -m runners.sweep [overrides]`, and the console script `triton-sweep` (runners/cli.py)."""
-    from runners.engine.schema import register_configs
+    from runners.model.schema import register_configs
 
     if sys.argv[1:] == ["--version"]:
         print(f"{version()} (Hydra {hydra.__version__})")

@@ -85,7 +85,7 @@ def run_sweep(tmp_path: Path, *overrides: str, multirun: bool = False, check: bo
 
 def sweep_rows(tmp_path: Path, sweep_id: str):
     """The rows a sweep run by run_sweep(tmp_path, ...) stored under sweep_id."""
-    from runners.results.store import ResultStore
+    from runners.store.result_store import ResultStore
 
     store = ResultStore(tmp_path / "results.sqlite")
     try:

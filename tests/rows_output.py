@@ -12,7 +12,7 @@ import sqlite3
 from pathlib import Path
 from typing import Optional
 
-from runners.results.outputs.output import Finished, Output
+from runners.outputs.output import Finished, Output
 
 
 class RowsCsv(Output):

@@ -6,8 +6,8 @@ own, which the schema does not know).
 """
 from __future__ import annotations
 
-from runners.engine.search import Strategy
-from runners.engine.trial import ConfigError, Trial
+from runners.model.search import Strategy
+from runners.model.trial import ConfigError, Trial
 
 
 class Backwards(Strategy):

@@ -10,9 +10,9 @@ from typing import Optional
 
 import numpy as np
 
-from runners.engine.trial import Trial
+from runners.model.trial import Trial
 from runners.measure.stop_rule import median_precision
-from runners.results.store import ResultStore
+from runners.store.result_store import ResultStore
 
 ENV = {
     "backend": "cuda",

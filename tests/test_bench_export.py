@@ -11,11 +11,11 @@ import pytest
 import torch
 
 from runners.benchmarks import bench_export
-from runners.engine.trial import TRITON_PROVIDER
-from runners.engine.specs import load_spec
-from runners.engine.trials import plan_trials
-from runners.results.export import export_kernel
-from runners.results.store import ResultStore
+from runners.model.trial import TRITON_PROVIDER
+from runners.model.spec_sources import load_spec
+from runners.model.space import plan_trials
+from runners.export import export_kernel
+from runners.store.result_store import ResultStore
 
 GPU_ENV = {"backend": "cuda", "gpu_name": "NVIDIA H200", "driver_version": "580.159.04",
            "cuda_version": "13.0", "torch_version": "2.11.0", "triton_version": "3.6.0",
@@ -33,7 +33,7 @@ def _grid_shapes(kernel):
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    from runners.engine.schema import register_configs
+    from runners.model.schema import register_configs
 
     register_configs()
     with initialize_config_dir(config_dir=str(bench_export.REPO / "conf"), version_base="1.3"):

@@ -1,4 +1,4 @@
-"""The rule compare judges two runs by (runners/results/between_runs.py), on runs drawn with more between-run
+"""The rule compare judges two runs by (runners/compare/between_runs.py), on runs drawn with more between-run
 spread than any rule may assume: a seeded Monte Carlo at small size (runners/benchmarks/bench_between_runs.py
 draws the runs and prints the full table; BENCHMARKS.md has it). Each comparison draws its own calibration
 of 6 runs, so the rates are over calibrations too."""
@@ -10,7 +10,7 @@ import pytest
 from scipy import stats
 
 from runners.benchmarks import bench_between_runs as bench
-from runners.results import between_runs
+from runners.compare import between_runs
 from tests.conftest import modules_after
 
 COMPARISONS = 500
@@ -152,7 +152,7 @@ def test_t_quantiles_are_scipy_stats_own():
 def test_a_verdicts_quantiles_import_no_scipy_stats():
     """scipy.stats took 0.9-1.2 s to import on an H100 host (after a revalidate's sweep, before its
     verdicts), scipy.special 0.3-0.45 s."""
-    code = ("from runners.results import between_runs; "
+    code = ("from runners.compare import between_runs; "
             "between_runs.t_quantile(0.01, 5.5); between_runs.t_quantile(0.01, float('inf'))")
     assert modules_after(code, "scipy.stats") == []
 

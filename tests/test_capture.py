@@ -20,14 +20,14 @@ import torch
 from omegaconf import OmegaConf
 
 from kernels.examples.transformer_steps import SMALL, workload
-from runners.capture import bucketed, launch_shape, unrunnable
-from runners.engine.trial import ConfigError
-from runners.engine.specs import load_spec
-from runners.engine.trials import parse_calls, plan_trials
-from runners.results.export import export_kernel
-from runners.results.export.cover import Measured, weighted_loss
-from runners.results.export.fileformat import read_export
-from runners.results.store import ResultStore
+from runners.capture.command import bucketed, launch_shape, unrunnable
+from runners.model.trial import ConfigError
+from runners.model.spec_sources import load_spec
+from runners.model.space import parse_calls, plan_trials
+from runners.export import export_kernel
+from runners.export.cover import Measured, weighted_loss
+from runners.export.fileformat import read_export
+from runners.store.result_store import ResultStore
 from tests.conftest import REPO, run_command, run_sweep, user_env
 
 STEPS = 12
@@ -300,7 +300,7 @@ def test_the_program_dies_with_the_capture(sleeper, tmp_path):
 
 
 def test_a_warmup_is_no_launch():
-    sys.path.insert(0, str(REPO / "runners" / "launch_hook"))
+    sys.path.insert(0, str(REPO / "runners" / "capture" / "launch_hook"))
     import triton_launch_hook
     from triton.runtime.jit import MockTensor
 

@@ -15,10 +15,11 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from runners import compare
-from runners.results import comparison
-from runners.results import between_runs, export
-from runners.results.store import ResultStore
+from runners import export
+from runners.compare import command as compare
+from runners.compare import comparison
+from runners.compare import between_runs
+from runners.store.result_store import ResultStore
 from tests.synthetic_store import SHAPES, SPACE, noisy_run, row
 
 GATE = between_runs.Rule(alpha=0.01, min_effect=0.01, fail_on_slow=0.02)
@@ -514,8 +515,8 @@ def test_the_slower_softmax_revision_matches_softmax_trial_by_trial():
     import torch
 
     from kernels import softmax
-    from runners.engine.specs import kernel_source_hash
-    from runners.engine.trials import plan_trials
+    from runners.model.spec_sources import kernel_source_hash
+    from runners.model.space import plan_trials
     from runners.measure.check import TOLERANCES
     from tests import softmax_twice
 
@@ -538,7 +539,7 @@ def test_the_slowed_softmax_at_zero_is_softmax_trial_by_trial(monkeypatch):
     import torch
 
     from kernels import softmax
-    from runners.engine.trials import plan_trials
+    from runners.model.space import plan_trials
     from runners.measure.check import TOLERANCES
     from tests import softmax_slowed
 

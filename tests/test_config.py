@@ -8,7 +8,7 @@ from hydra.errors import ConfigCompositionException
 from omegaconf.errors import ConfigKeyError
 
 from kernels import builtin
-from runners.engine.schema import KernelConf, register_configs
+from runners.model.schema import KernelConf, register_configs
 
 CONF = Path(__file__).resolve().parent.parent / "conf"
 
@@ -46,8 +46,8 @@ def test_every_group_option_composes(kernel, timing, logger):
 
 @pytest.mark.parametrize("sweep", _options("sweep"))
 def test_every_sweep_file_composes_and_plans_trials(sweep):
-    from runners.engine.specs import load_spec
-    from runners.engine.trials import plan_trials
+    from runners.model.spec_sources import load_spec
+    from runners.model.space import plan_trials
 
     cfg = compose("config", overrides=[f"+sweep={sweep}"])
     kernel = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)["kernel"]
@@ -108,8 +108,8 @@ def test_wrong_type_fails_naming_the_field():
     ("timing.warmup_s=-1", "timing.warmup_s: -1.0 must be >= 0"),
 ])
 def test_bad_values_fail_before_any_launch_naming_the_field(override, message):
-    from runners.engine.trial import ConfigError
-    from runners.engine.plan import validate
+    from runners.model.trial import ConfigError
+    from runners.model.plan import validate
 
     cfg = compose("config", overrides=["backend=interpret", "kernel.shapes=[[4,100]]", override])
     with pytest.raises(ConfigError) as error:
@@ -123,11 +123,11 @@ def test_bad_values_fail_before_any_launch_naming_the_field(override, message):
      "export.key.softmax: n_cols=columns: 'columns' is not a dim of softmax"),
 ])
 def test_bad_export_settings_fail_before_any_launch_naming_the_field(override, message):
-    """The export's settings are its output's (runners/results/outputs/export_files.py), checked by the job
+    """The export's settings are its output's (runners/outputs/export_files.py), checked by the job
     right after validate; a sweep that writes no export does not need them right."""
-    from runners.engine.plan import validate
-    from runners.engine.trial import ConfigError
-    from runners.results.outputs import Outputs
+    from runners.model.plan import validate
+    from runners.model.trial import ConfigError
+    from runners.outputs import Outputs
 
     cfg = compose("config", overrides=["backend=interpret", "kernel.shapes=[[4,100]]", override])
     spec = validate(cfg).spec
@@ -151,8 +151,8 @@ def test_a_bad_export_setting_stops_the_sweep_before_any_launch(tmp_path):
 
 
 def _planned_shapes(overrides):
-    from runners.engine.specs import load_spec
-    from runners.engine.trials import plan_trials
+    from runners.model.spec_sources import load_spec
+    from runners.model.space import plan_trials
 
     kernel = OmegaConf.to_container(compose("config", overrides=overrides), resolve=True)["kernel"]
     trials = plan_trials(load_spec(kernel["name"], kernel["spec"]), kernel, "interpret")
@@ -212,7 +212,7 @@ def test_a_grid_adds_to_the_listed_shapes_and_drops_what_nothing_can_run(capsys)
      "kernel.grid.cols[1]: {'multiple_of': 16} is not a list of sizes"),
 ])
 def test_a_wrong_grid_fails_naming_the_field(overrides, message):
-    from runners.engine.trial import ConfigError
+    from runners.model.trial import ConfigError
 
     with pytest.raises(ConfigError) as error:
         _planned_shapes(["kernel=softmax", *overrides])
@@ -247,8 +247,8 @@ def test_every_built_in_kernel_has_an_export_grade_sweep():
 def test_export_sweeps_screen_a_grid_dense_along_the_export_key(sweep, kernel):
     """Each composes for every kernel it serves, screens with finalists in float16 and bfloat16, and plans
     at least 6 points of the export key (every key dim at 2 sizes or more)."""
-    from runners.engine.specs import load_spec
-    from runners.engine.trials import plan_trials
+    from runners.model.spec_sources import load_spec
+    from runners.model.space import plan_trials
 
     cfg = compose("config", overrides=[f"+sweep={sweep}", f"kernel={kernel}"])
     screen = OmegaConf.load(CONF / "timing" / "screen.yaml")

@@ -13,12 +13,12 @@ from omegaconf import OmegaConf
 
 from kernels import builtin
 from kernels.spec import KernelSpec
-from runners.engine.schema import CONF_DIR, SweepConf, reference, register_configs
+from runners.model.schema import CONF_DIR, SweepConf, reference, register_configs
 
 REPO = Path(__file__).resolve().parent.parent
 CONF = REPO / "conf"
 PAGES = ["conf/README.md", "kernels/README.md", "runners/README.md", "runners/measure/README.md",
-         "runners/results/export/README.md", "runners/results/GATE.md"]
+         "runners/export/README.md", "runners/compare/GATE.md"]
 BEGIN, END = "<!-- BEGIN generated", "<!-- END generated -->"
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")  # [text](target "title")
 SCHEMES = re.compile(r"^[a-z][a-z0-9+.-]*:", re.IGNORECASE)  # https:, mailto:, ...
@@ -45,12 +45,12 @@ def test_every_schema_field_is_in_the_generated_tables():
     section, names = generated_section(), schema_fields()
     assert len(names) > 40 and "timing.min_samples" in names and "verbose" in names
     missing = [name for name in names if f"`{name}`" not in section]
-    assert not missing, f"conf/README.md does not name {missing}: run python -m runners.engine.schema"
+    assert not missing, f"conf/README.md does not name {missing}: run python -m runners.model.schema"
 
 
 def test_the_generated_tables_are_the_schemas():
     assert generated_section() == reference(), (
-        "conf/README.md's generated section is stale: paste the output of python -m runners.engine.schema "
+        "conf/README.md's generated section is stale: paste the output of python -m runners.model.schema "
         "between its markers")
 
 
@@ -142,6 +142,6 @@ def test_every_relative_link_leads_to_a_file():
 
 def test_the_rooms_page_links_the_others():
     text = (REPO / "runners" / "README.md").read_text()
-    for target in ("measure/README.md", "results/export/README.md", "results/GATE.md", "../conf/README.md",
+    for target in ("measure/README.md", "export/README.md", "compare/GATE.md", "../conf/README.md",
                    "../kernels/README.md"):
         assert target in links(text), f"runners/README.md does not link {target}"

@@ -22,15 +22,15 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from kernels import softmax
-from runners.engine.schema import register_configs
-from runners.engine.trial import TRITON_PROVIDER
-from runners.engine.specs import load_spec
-from runners.engine.trials import plan_trials
-from runners.export import main as export_main
-from runners.results.export import export_kernel
-from runners.results.export.settings import from_sweep
+from runners.model.schema import register_configs
+from runners.model.trial import TRITON_PROVIDER
+from runners.model.spec_sources import load_spec
+from runners.model.space import plan_trials
+from runners.export.command import main as export_main
+from runners.export import export_kernel
+from runners.export.settings import from_sweep
 from runners.measure.check import compare
-from runners.results.store import ResultStore
+from runners.store.result_store import ResultStore
 
 REPO = Path(__file__).resolve().parent.parent
 GPU_ENV = {"backend": "cuda", "gpu_name": "NVIDIA H200", "driver_version": "580.159.04",
@@ -427,7 +427,7 @@ def test_a_file_of_the_earlier_format_still_loads(tmp_path, capsys):
     data = json.loads((out / "softmax_configs.json").read_text())
     older = {**data, "format": 2, "gpus": {"NVIDIA H200": data["gpus"]["NVIDIA H200"]["3.6.0"]}}
     (out / "softmax_configs.json").write_text(json.dumps(older))
-    from runners import compare
+    from runners.compare import command as compare
 
     assert compare.main([str(out / "softmax_configs.json"), f"{tmp_path / 'old.sqlite'}"]) == 0
     assert "the export" in capsys.readouterr().out

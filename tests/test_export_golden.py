@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from kernels import softmax
-from runners.results.store import ResultStore
+from runners.store.result_store import ResultStore
 from tests.synthetic_store import noisy_run
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
@@ -34,7 +34,7 @@ def _normalized(text: str) -> str:
 
 
 def written(tmp: Path) -> dict[str, str]:
-    from runners.results.export import export_kernel
+    from runners.export import export_kernel
 
     files = {}
     for kernel, frame in _stores(tmp).items():

@@ -29,9 +29,9 @@ import pytest
 import torch
 import triton
 
-from runners.export import main as export_main
+from runners.export.command import main as export_main
 from runners.measure.check import compare
-from runners.results.store import ResultStore
+from runners.store.result_store import ResultStore
 
 H200 = {"backend": "cuda", "gpu_name": "NVIDIA H200", "driver_version": "580.159.04", "cuda_version": "13.0",
         "torch_version": "2.11.0", "triton_version": "3.6.0", "kernel_hash": "feedbeef0002"}

@@ -1,4 +1,4 @@
-"""The finalists' cost rules (runners/engine/finalists.py): who is re-timed (the screen margin) and when a
+"""The finalists' cost rules (runners/model/finalists.py): who is re-timed (the screen margin) and when a
 block of rounds stops (settled), against the full-precision rule they replace, on draws with more noise
 than the paired interval assumes: heavy tails, a clock shared by each round, a placement offset per
 repetition."""
@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from runners.engine.finalists import decide, finalist_groups, group_rule, settled, winner, winners
-from runners.engine.trial import TRITON_PROVIDER, Trial
+from runners.model.finalists import decide, finalist_groups, group_rule, settled, winner, winners
+from runners.model.trial import TRITON_PROVIDER, Trial
 from runners.measure.stop_rule import STOP_SETTLED, StopRule
 from runners.measure.timing import _stop_reasons, next_batch_rounds
 

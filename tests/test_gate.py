@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from runners.measure.check import compare
-from runners.results.store import ResultStore
+from runners.store.result_store import ResultStore
 from tests.conftest import run_sweep
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from runners.results.store import ResultStore
+from runners.store.result_store import ResultStore
 from tests.conftest import FAST_TIMING, REPO, user_env
 from tests.synthetic_store import softmax_sweep
 

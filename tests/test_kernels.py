@@ -12,9 +12,9 @@ import torch
 import triton
 
 from kernels import attention, builtin, fused_gelu, layernorm, matmul, softmax, softmax_online, vector_add
-from runners.engine.specs import load_spec
-from runners.engine.trials import plan_trials
-from runners.results.export.settings import check_key
+from runners.model.spec_sources import load_spec
+from runners.model.space import plan_trials
+from runners.export.settings import check_key
 from runners.measure.check import TOLERANCES, as_tuple, compare, compare_outputs, upcast
 from tests.conftest import HAS_CUDA
 
@@ -330,7 +330,7 @@ def test_a_compiled_baseline_compiled_ahead_runs_nothing_and_its_first_call_comp
     from torch._dynamo.utils import counters
 
     from kernels.spec import compiled
-    from runners.engine.trial import Trial
+    from runners.model.trial import Trial
     from runners.engine.worker import prepare_baseline
 
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))  # nothing compiled before this test

@@ -1,5 +1,5 @@
-"""Multiruns whose jobs run apart (hydra/launcher=local, slurm; runners/engine/launch.py): the presets compose
-with their fields checked, the README's recipe is the preset's, and on the interpreter a 3-job
+"""Multiruns whose jobs run apart (hydra/launcher=local, slurm; runners/engine/hydra_jobs.py): the presets
+compose with their fields checked, the README's recipe is the preset's, and on the interpreter a 3-job
 submitit multirun ends with one merged store holding the rows one job would give, also after one of
 its jobs was killed mid-way and the multirun was run again.
 
@@ -26,11 +26,11 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import ConfigCompositionException, InstantiationException
 from omegaconf import OmegaConf
 
-from runners.engine.launch import LauncherConfigError, take_gpus
-from runners.engine.schema import register_configs
-from runners.engine.specs import load_spec
-from runners.engine.trials import plan_trials
-from runners.results.store import ResultStore
+from runners.engine.hydra_jobs import LauncherConfigError, take_gpus
+from runners.model.schema import register_configs
+from runners.model.spec_sources import load_spec
+from runners.model.space import plan_trials
+from runners.store.result_store import ResultStore
 from tests.conftest import REPO, run_sweep
 
 CONF = REPO / "conf"
@@ -113,7 +113,7 @@ def test_readme_recipe_is_the_slurm_preset():
 
 def test_two_holders_never_share_a_gpu_and_a_third_waits(tmp_path):
     held = take_gpus(["0", "1"], 1, tmp_path)  # this process holds GPU 0 until the test ends
-    code = ("import sys; from pathlib import Path; from runners.engine.launch import take_gpus; "
+    code = ("import sys; from pathlib import Path; from runners.engine.hydra_jobs import take_gpus; "
             f"print(take_gpus(['0', '1'], 1, Path({str(tmp_path)!r})), flush=True); sys.stdin.read()")
 
     def holder():  # a process that takes a GPU and keeps it until its stdin closes

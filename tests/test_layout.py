@@ -9,7 +9,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 PACKAGES = ("kernels", "runners", "hydra_plugins")
-ROLES = ("engine", "measure", "results", "benchmarks")
+ROLES = ("model", "engine", "measure", "capture", "store", "outputs", "export", "compare", "benchmarks")
 MAX_LINE = 110
 
 
@@ -18,11 +18,13 @@ def modules(*folders: str) -> list[Path]:
 
 
 def role(path: Path) -> str:
-    """'kernels', 'commands' (runners/*.py), a role folder's name, or the top-level folder."""
+    """'kernels', 'commands' (runners/*.py and a room's command.py), a room's name, or the top folder."""
     parts = path.relative_to(REPO).parts
     if parts[0] != "runners":
         return parts[0]
-    return parts[1] if len(parts) > 2 else "commands"
+    if len(parts) == 2 or parts[-1] in ("command.py", "__main__.py"):  # a room's command is a command
+        return "commands"
+    return parts[1]
 
 
 def imported_roles(path: Path) -> dict[str, str]:
@@ -42,17 +44,24 @@ def imported_roles(path: Path) -> dict[str, str]:
             parts = name.split(".")
             if parts[0] == "kernels":
                 found[name] = "kernels"
+            elif name in ("runners", "runners.version"):
+                continue  # the package's version, which every room may state
             elif parts[0] == "runners":
                 found[name] = parts[1] if len(parts) > 1 and parts[1] in ROLES else "commands"
     return found
 
 
-# role -> the roles it may import besides its own (README, "Layout": imports point one way)
+# role -> the roles it may import besides its own (runners/README.md: imports point one way)
 ALLOWED = {
     "kernels": set(),
-    "measure": set(),
-    "engine": {"measure", "kernels"},
-    "results": {"engine", "measure"},
+    "measure": set(),  # one measurement on one device: no model, no processes
+    "model": {"measure", "kernels"},  # what a sweep is: no process code
+    "engine": {"model", "measure", "kernels"},  # what runs a sweep
+    "capture": {"model", "measure", "kernels"},
+    "store": {"model", "measure"},
+    "export": {"model", "store"},
+    "compare": {"model", "store", "export", "measure"},
+    "outputs": {"model", "store", "export", "measure"},  # never the engine's processes
     "hydra_plugins": {"engine"},
 }
 
@@ -150,7 +159,7 @@ def test_the_role_rules_see_real_imports():
     worker = imported_roles(REPO / "runners" / "engine" / "worker.py")
     assert worker.get("runners.measure.device") == "measure"  # imported inside the worker's main
     sweep = imported_roles(REPO / "runners" / "sweep.py")
-    assert {"engine", "results"} <= set(sweep.values())
+    assert {"engine", "store", "outputs"} <= set(sweep.values())
 
 
 
@@ -238,11 +247,12 @@ def test_the_circle_check_sees_a_circle(tmp_path):
     assert circles(graph) == [["runners.results.a", "runners.results.b", "runners.results.c"]]
 
 
-def test_one_file_named_export_py_under_runners():
-    """The export is one package (runners/results/export/) and one command (runners/export.py): a
-    second export.py is a second room for it."""
-    named = sorted(str(path.relative_to(REPO)) for path in (REPO / "runners").rglob("export.py"))
-    assert named == ["runners/export.py"]
+def test_the_export_is_one_room():
+    """The export is one package (runners/export/: the library and its command): a module or folder named
+    export anywhere else under runners/ is a second room for it."""
+    named = sorted(str(path.relative_to(REPO)) for path in (REPO / "runners").rglob("export*")
+                   if "export" in path.stem.split("_")[0] and REPO / "runners" / "export" not in path.parents)
+    assert named == ["runners/export", "runners/outputs/export_files.py"]
 
 
 def test_the_libraries_of_results_import_neither_torch_nor_triton():
@@ -252,16 +262,16 @@ def test_the_libraries_of_results_import_neither_torch_nor_triton():
     import subprocess
     import sys
 
-    libraries = ["runners.results.report", "runners.results.plots", "runners.results.wandb_tables",
-                 "runners.results.export", "runners.results.export.settings", "runners.results.export.rows",
-                 "runners.results.export.cover", "runners.results.export.fileformat",
-                 "runners.results.export.render", "runners.results.export.generalization",
-                 "runners.results.export.runtime", "runners.results.comparison", "runners.compare",
-                 "runners.revalidate", "runners.export"]
+    libraries = ["runners.outputs.table.report", "runners.outputs.plots.figures",
+                 "runners.outputs.wandb.tables", "runners.export", "runners.export.settings",
+                 "runners.export.rows", "runners.export.cover", "runners.export.fileformat",
+                 "runners.export.render", "runners.export.generalization", "runners.export.runtime",
+                 "runners.compare.comparison", "runners.compare.command", "runners.revalidate",
+                 "runners.export.command"]
     probe = (f"import sys\nfor name in {libraries!r}:\n    __import__(name)\n"
              "print(sorted(m for m in ('torch', 'triton') if m in sys.modules))\n"
              "print(sorted(m for m in sys.modules if m.startswith('runners.')))")
     done = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, check=True)
     loaded, project = done.stdout.splitlines()
     assert loaded == "[]", f"loaded by the libraries: {loaded}"
-    assert "'runners.results.export.runtime'" in project and "'runners.compare'" in project  # all imported
+    assert "'runners.export.runtime'" in project and "'runners.compare.command'" in project  # all imported

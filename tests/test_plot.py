@@ -1,5 +1,6 @@
-"""runners.results.plots and the runners.plot command from synthetic stores: the PNGs exist and are real
-images, the ceilings, the choice of the heatmap's axes, and the sweeps a plot cannot be drawn for (skipped
+"""runners.outputs.plots.figures and the runners.plot command from synthetic stores: the PNGs exist and are
+real images, the ceilings, the choice of the heatmap's axes, and the sweeps a plot cannot be drawn for
+(skipped
 with a reason, never a traceback)."""
 
 import sys
@@ -9,8 +10,8 @@ import pytest
 from matplotlib.image import imread
 
 from runners import plot
-from runners.results import plots
-from runners.results.store import ResultStore
+from runners.outputs.plots import figures as plots
+from runners.store.result_store import ResultStore
 from tests.synthetic_store import PEAKS, SHAPES, row, softmax_sweep
 
 

@@ -1,4 +1,4 @@
-"""A program's kernels swept with no spec (runners/engine/replay.py), on the interpreter: `python -m
+"""A program's kernels swept with no spec (runners/capture/replay.py), on the interpreter: `python -m
 runners.capture --replay` of tests/replay_program.py writes a sweep file for each kernel it can replay
 and says why it cannot replay the one defined inside a function; each sweep then checks every config
 against the program's own: a kernel writing in place (restored before each checked call), one reading
@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from runners.engine.replay import Replay, kernel_name, parse_target, why_not
-from runners.engine.trial import ConfigError
+from runners.capture.replay import Replay, kernel_name, parse_target, why_not
+from runners.model.trial import ConfigError
 from runners.measure.check import compare
-from runners.results.store import ResultStore
+from runners.store.result_store import ResultStore
 from tests.conftest import REPO, run_command, run_sweep, user_env
 
 PROGRAM = REPO / "tests" / "replay_program.py"

@@ -12,9 +12,9 @@ import shutil
 import pytest
 
 from runners.measure.device import INTERPRETER_DEVICE_NAME
-from runners.results.export import gpu_section, write_export
-from runners.results.export.rows import baseline_rows
-from runners.results.store import ResultStore
+from runners.export import gpu_section, write_export
+from runners.export.rows import baseline_rows
+from runners.store.result_store import ResultStore
 from runners.revalidate import judge_shapes
 from tests.conftest import overwrite_a_leaf_page, run_command, run_sweep, user_env
 
@@ -122,7 +122,7 @@ def test_the_re_screen_decision(shift_verdict, also):
     that moved as every row did: 6); keep a SLOW within the tolerance, SAME and FAST."""
     import pandas as pd
 
-    from runners.results.between_runs import Shift
+    from runners.compare.between_runs import Shift
 
     base = pd.DataFrame([{"provider": "triton", "dtype": "float16", "shape": json.dumps([n])}
                          for n in (1, 2, 3, 4, 5, 6)])

@@ -9,17 +9,17 @@ import numpy as np
 import pytest
 
 from runners.engine import compile_pool
-from runners.engine.finalists import decide
+from runners.model.finalists import decide
 from runners.engine.process import WorkerProcess, stop_all
 from runners.engine.scheduler import Scheduler
-from runners.engine.search.optuna import Optuna
-from runners.engine.search.random import Random
-from runners.engine.trial import Trial
-from runners.engine.specs import load_spec
-from runners.engine.trials import plan_trials
+from runners.model.search.optuna import Optuna
+from runners.model.search.random import Random
+from runners.model.trial import Trial
+from runners.model.spec_sources import load_spec
+from runners.model.space import plan_trials
 from runners.measure import check
 from runners.measure.stop_rule import StopRule
-from runners.results.store import ResultStore
+from runners.store.result_store import ResultStore
 from tests.conftest import run_sweep
 
 H100_TARGET = ("cuda", 90, 32)

@@ -2,7 +2,7 @@
 GPU worker compiling a small list itself while the fork server still imports, workers started before
 validation stopped by a bad input, the results written whatever the plots do, and commands that leave
 nothing running behind them (runners/engine/process.py, runners/engine/scheduler.py, runners/sweep.py,
-runners/results/outputs, runners/results/finisher.py)."""
+runners/outputs/, runners/outputs/finisher.py)."""
 import json
 import os
 import time
@@ -13,7 +13,7 @@ import pandas as pd
 from runners.engine import compile_pool
 from runners.engine.process import WorkerProcess, stop_all
 from runners.engine.scheduler import Scheduler
-from runners.engine.trial import Trial
+from runners.model.trial import Trial
 from tests.conftest import FAST_TIMING, run_command, run_sweep, user_env
 
 H100_TARGET = ("cuda", 90, 32)
@@ -252,8 +252,8 @@ def test_the_benchmark_small_list_is_what_our_sweep_plans_at_four_shapes():
     """Both sides of bench_speed's slow_import row try, at each shape, the configs our sweep plans there
     (those the kernel's constraints keep), from a list of at most 50."""
     from runners.benchmarks import bench_speed
-    from runners.engine.specs import load_spec
-    from runners.engine.trials import plan_trials
+    from runners.model.spec_sources import load_spec
+    from runners.model.space import plan_trials
 
     case = bench_speed.CASES["slow_import"]
     tried = bench_speed.tried_configs(case)

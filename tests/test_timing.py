@@ -15,7 +15,7 @@ from runners.measure.timing import (FLUSH_BLOCK, FLUSH_KERNEL_NAME, FLUSH_MIN_BY
                                     _l2_flush_read_kernel, busy_ns, calls_from_records, fastest_call_s,
                                     flush_elements, hold_seconds, host_late, next_batch_rounds,
                                     relative_noise, summarize)
-from runners.engine.trial import Trial
+from runners.model.trial import Trial
 from runners.engine.worker import NoGpuWork, measured_fields, timers_disagree
 from runners.measure.timing import METHOD_CUPTI, Measurement
 

@@ -5,11 +5,11 @@ import textwrap
 
 import pytest
 
-from runners.engine.trial import ConfigError
+from runners.model.trial import ConfigError
 
-from runners.engine.specs import kernel_source_hash, load_spec
+from runners.model.spec_sources import kernel_source_hash, load_spec
 
-from runners.engine.trials import plan_trials
+from runners.model.space import plan_trials
 
 SOFTMAX = {"shapes": [[4, 1000]], "dtypes": ["float16"],
            "space": {"BLOCK_SIZE": [1024, 2048], "num_warps": [4]}}

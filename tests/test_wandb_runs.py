@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from runners.results import wandb_logger
-from runners.results.store import ResultStore
-from runners.results.wandb_tables import best_keys, chart_tables, summary_table
+from runners.outputs.wandb import logger as wandb_logger
+from runners.store.result_store import ResultStore
+from runners.outputs.wandb.tables import best_keys, chart_tables, summary_table
 from tests.conftest import run_sweep
 from tests.synthetic_store import softmax_sweep
 from tests.wandb_records import read_records, read_run

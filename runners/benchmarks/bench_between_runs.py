@@ -23,7 +23,7 @@ from typing import Optional
 
 import numpy as np
 
-from runners.results import between_runs as rule_of
+from runners.compare import between_runs as rule_of
 
 SAMPLING = 0.001  # sd of ln of one repetition's median about its placement's (CUPTI: 0.02-0.2%)
 SCREEN_PRECISION = 0.02  # a screening row's median: timing=screen stops at 2% (95% half-width)

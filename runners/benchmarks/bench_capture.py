@@ -43,7 +43,7 @@ def hook_cost(calls: int = 100_000) -> str:
     kernel (4 tensors, 9 ints, 10 constexpr and option keywords), as Triton's pre-run hook is."""
     import torch
 
-    sys.path.insert(0, str(REPO / "runners" / "launch_hook"))
+    sys.path.insert(0, str(REPO / "runners" / "capture" / "launch_hook"))
     import triton_launch_hook
 
     from kernels.matmul import _matmul_kernel

@@ -60,7 +60,7 @@ def _p50_us(timer, fn) -> float:
 
 def sweep(kernel: str, sweep_id: str, work: Path, export_dir: Path, shapes: list | None = None) -> tuple:
     """`+sweep=<kernel>_export` (at `shapes` instead of its grid where given): (wall seconds, stdout)."""
-    from runners.engine.specs import load_spec
+    from runners.model.spec_sources import load_spec
 
     args = [sys.executable, "-m", "runners.sweep", f"+sweep={kernel}_export", "logger.mode=disabled",
             f"store={work}/results.sqlite", f"export_dir={export_dir}",
@@ -78,11 +78,11 @@ def sweep(kernel: str, sweep_id: str, work: Path, export_dir: Path, shapes: list
 
 
 def winners(work: Path, kernel: str, sweep_id: str) -> dict[tuple, dict]:
-    """(dtype, shape) -> the exhaustive sweep's winning config there (runners/engine/finalists.py's
+    """(dtype, shape) -> the exhaustive sweep's winning config there (runners/model/finalists.py's
     choice)."""
-    from runners.engine.finalists import winner
-    from runners.results.export.rows import select_rows
-    from runners.results.store import ResultStore
+    from runners.model.finalists import winner
+    from runners.export.rows import select_rows
+    from runners.store.result_store import ResultStore
 
     store = ResultStore(work / "results.sqlite")
     frame = store.load(sweep_id=sweep_id, kernel=kernel)
@@ -198,7 +198,7 @@ def bench_shape(kernel: str, spec, exported, shape: tuple, dtype: str, best: dic
     import torch
 
     from runners.measure import check
-    from runners.results.export.generalization import as_triton_config
+    from runners.export.generalization import as_triton_config
 
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     inputs = spec.make_inputs(shape, getattr(torch, dtype), 0, torch.device(device))
@@ -346,7 +346,7 @@ def summary(results: list[dict]) -> str:
 
 
 def _trials(work: Path, kernel: str, sweep_id: str) -> int:
-    from runners.results.store import ResultStore
+    from runners.store.result_store import ResultStore
 
     store = ResultStore(work / "results.sqlite")
     frame = store.load(sweep_id=sweep_id, kernel=kernel)
@@ -367,7 +367,7 @@ def tune(kernel: str, work: Path) -> dict:
 
 
 def bench_kernel(kernel: str, work: Path, timer, full: bool) -> dict:
-    from runners.engine.specs import load_spec
+    from runners.model.spec_sources import load_spec
 
     began = time.perf_counter()
     result = tune(kernel, work)

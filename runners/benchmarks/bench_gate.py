@@ -5,7 +5,7 @@ a slowdown put into a kernel.
     python -m runners.benchmarks.bench_gate slowdown [--tries 20] [--percents 5] [--calibration-runs 5]
     python -m runners.benchmarks.bench_gate against OTHER.sqlite [--runs 3] [--sweeps readme matmul]
 
-Every sweep is a process of its own (a run: the unit of runners/results/between_runs.py) into --store.
+Every sweep is a process of its own (a run: the unit of runners/compare/between_runs.py) into --store.
 reruns: `--runs` runs calibrate, `--reruns` more are each compared with run 0 at `--fail-on-slow 2%`.
 slowdown: softmax slowed by a spin (tests/softmax_slowed.py) by each of `--percents`, `--tries` runs each
 compared with an unslowed base: how often the gate fails. against: this machine's runs compared with run
@@ -54,7 +54,7 @@ def sweep(overrides: list[str], sweep_id: str, store: str, **env) -> dict:
 
 
 def frames(store: str, *sweep_ids: str):
-    from runners.results.store import ResultStore
+    from runners.store.result_store import ResultStore
 
     opened = ResultStore(store)
     try:
@@ -65,8 +65,8 @@ def frames(store: str, *sweep_ids: str):
 
 def gate(base, new, calibrated: dict) -> dict:
     """runners.compare's defaults, the calibration and --fail-on-slow 2% on one pair of runs."""
-    from runners.results import between_runs, comparison
-    from runners.results.export.settings import sweep_export_conf
+    from runners.compare import between_runs, comparison
+    from runners.export.settings import sweep_export_conf
 
     rule = between_runs.Rule(fail_on_slow=GATE)
     shipped = comparison.shipped_keys(comparison.Side("BASE", "", base), sweep_export_conf().tolerance)
@@ -81,7 +81,7 @@ def gate(base, new, calibrated: dict) -> dict:
 
 
 def calibration(runs: list, source: str) -> dict:
-    from runners.results.comparison import calibration_of
+    from runners.compare.comparison import calibration_of
 
     return calibration_of(runs, source)
 
@@ -144,7 +144,7 @@ def reruns(args) -> None:
 
 def _winners(store: str, sweep_id: str) -> dict[tuple, dict]:
     """(rows, cols) -> the config the sweep chose there."""
-    from runners.engine.finalists import winner
+    from runners.model.finalists import winner
 
     (frame,) = frames(store, sweep_id)
     ours = frame[(frame["provider"] == "triton") & (frame["status"] == "ok")]
@@ -256,7 +256,7 @@ def against(args) -> None:
 
 def _runs_of(store: str, name: str) -> list:
     """The runs `reruns` left of a sweep in another machine's store, calibration and re-runs alike."""
-    from runners.results.store import ResultStore
+    from runners.store.result_store import ResultStore
 
     opened = ResultStore(store)
     ids = sorted({s for s in opened.load()["sweep_id"].unique() if s.rsplit("_", 1)[0] == name},

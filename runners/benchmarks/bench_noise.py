@@ -64,7 +64,7 @@ def child(reps: int, out: Path) -> None:
     """One run: every case `reps` times on the same and on fresh buffers; one JSON line a measurement."""
     import torch
 
-    from runners.engine.specs import load_spec
+    from runners.model.spec_sources import load_spec
     from runners.measure import device as device_info
     from runners.measure.stop_rule import StopRule
     from runners.measure.timing import summarize

@@ -48,7 +48,7 @@ def sweep(tree: Path, label: str, name: str, out: Path) -> Path:
 def screened(store: Path) -> tuple[set, set]:
     """(the screening rows, the finalists' trials) of a store, each as (kernel, provider, dtype, shape,
     config, status)."""
-    from runners.results.store import ResultStore
+    from runners.store.result_store import ResultStore
 
     frame = ResultStore(store).load()
     fields = ["kernel", "provider", "dtype", "shape", "config", "status"]

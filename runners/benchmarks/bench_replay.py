@@ -161,7 +161,7 @@ def sweep_files(out: Path) -> list[tuple[Path, str]]:
 
 def kernel_name(function: str) -> str:
     """The replayed kernel's name, by the replay's own rule among the program's four kernels."""
-    from runners.engine.replay import kernel_name as named
+    from runners.capture.replay import kernel_name as named
 
     return named(function, KERNELS)
 
@@ -169,7 +169,7 @@ def kernel_name(function: str) -> str:
 def search_options(launches: Path, function: str, budget: int, max_space: int) -> tuple[list[str], dict]:
     """The sweep's search and space overrides for a replayed kernel, and what they did."""
     try:
-        from runners.engine.replay import Replay
+        from runners.capture.replay import Replay
 
         replay = Replay(launches, function, None)
         space = replay.space()
@@ -293,7 +293,7 @@ def load_store(out: Path):
     if not path.is_file():
         return None
     try:
-        from runners.results.store import ResultStore
+        from runners.store.result_store import ResultStore
 
         return ResultStore(path).load()
     except Exception as error:

@@ -84,8 +84,8 @@ def our_sweep(kernel: str, shapes: list, space: dict, work: Path, extra: list[st
     cache_dir = cache_dir or tempfile.mkdtemp(prefix="triton-cache-ours-")
     seconds, result = _run(args, cache_dir, **env)
     summary = json.loads((work / "run" / "summary.json").read_text())
-    from runners.engine.finalists import winner
-    from runners.results.store import ResultStore
+    from runners.model.finalists import winner
+    from runners.store.result_store import ResultStore
 
     store = ResultStore(work / "results.sqlite")
     rows = store.load(sweep_id=sweep_id)
@@ -165,7 +165,7 @@ def tried_configs(case: dict) -> list[list[dict]]:
     configs = _configs(case["space"])
     if not case.get("pruned"):
         return [configs for _ in case["shapes"]]
-    from runners.engine.specs import load_spec
+    from runners.model.spec_sources import load_spec
 
     spec = load_spec(case["spec"], None)
     return [[c for c in configs if not spec.constraints(tuple(shape), DTYPE, c)] for shape in case["shapes"]]
@@ -188,7 +188,7 @@ def careful_remeasure(kernel: str, shape: list, configs: list[dict]) -> dict[str
     10 s."""
     import torch
 
-    from runners.engine.specs import load_spec
+    from runners.model.spec_sources import load_spec
     from runners.measure.device import cuda_timer
     from runners.measure.stop_rule import StopRule
 
@@ -311,7 +311,7 @@ def bench_gpus(counts=None) -> None:
     import pandas as pd
     import torch
 
-    from runners.results.store import ResultStore
+    from runners.store.result_store import ResultStore
 
     count = torch.cuda.device_count()
     overrides = ["kernel=softmax", "kernel.dtypes=[float16]", "kernel.baselines=[]", "logger.mode=disabled",
@@ -455,8 +455,8 @@ def bench_first_call(kernel: str, top: int = 25) -> None:
     import triton
 
     from runners.engine import compile_pool
-    from runners.engine.specs import load_spec
-    from runners.engine.trial import TRITON_PROVIDER, Trial
+    from runners.model.spec_sources import load_spec
+    from runners.model.trial import TRITON_PROVIDER, Trial
     from runners.engine.worker import ShapeCache, timed_call
     from runners.measure.device import cuda_timer
     from runners.measure.stop_rule import StopRule

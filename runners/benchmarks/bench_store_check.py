@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from runners.results.store import ResultStore, damage_of
+from runners.store.result_store import ResultStore, damage_of
 from tests.synthetic_store import row
 
 

@@ -24,7 +24,7 @@ from typing import Callable, Optional
 import triton
 import triton.language as tl
 
-from runners.engine.specs import load_spec
+from runners.model.spec_sources import load_spec
 from runners.measure.stop_rule import StopRule
 from runners.measure.timing import summarize
 

@@ -59,8 +59,8 @@ def sweep(work: Path, backend: str, overrides: list[str]) -> dict:
 
 def one_run_each(count: int) -> None:
     """Seconds a run of `count` offline runs written one after another in this process, as a trial run
-    (runners/results/wandb_logger.py: TRIAL_RUN_SETTINGS) and with the sweep's run's settings, in turn."""
-    from runners.results.wandb_logger import _fill_trial_run, _init_run
+    (runners/outputs/wandb/logger.py: TRIAL_RUN_SETTINGS) and with the sweep's run's settings, in turn."""
+    from runners.outputs.wandb.logger import _fill_trial_run, _init_run
 
     seconds = {True: [], False: []}
     with tempfile.TemporaryDirectory() as work:

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import argparse
 
-from runners.engine.trial import TRITON_PROVIDER
+from runners.model.trial import TRITON_PROVIDER
 
-from runners.engine.specs import load_spec
+from runners.model.spec_sources import load_spec
 
 
 def kernels_per_call(run, calls: int) -> float:

@@ -17,7 +17,7 @@ import time
 from typing import Optional
 
 from runners.engine.process import ForkServer, WorkerProcess
-from runners.engine.trial import Trial
+from runners.model.trial import Trial
 from runners.measure import check
 
 BUILT = None  # the outcome of a successful compile
@@ -35,7 +35,7 @@ def _compile_main(conn, kernel_name: str, spec_path: Optional[str]) -> None:
     import torch
 
     from runners.engine.internals import CompileOnly
-    from runners.engine.specs import load_spec
+    from runners.model.spec_sources import load_spec
 
     spec = load_spec(kernel_name, spec_path)
     compiling = CompileOnly()
@@ -99,7 +99,7 @@ def fork_server(kernel_name: str, spec_path: Optional[str]) -> ForkServer:
     # torch.fx.experimental.symbolic_shapes (and sympy with it): torch imports it at the first meta
     # tensor an output_like allocates (torch.empty_like); each compile worker's first compile imported
     # it, 2.6-3.3 s on an H100 host (0.001-0.002 s each later compile): BENCHMARKS.md, O.
-    preload = ("torch", "triton", "torch.fx.experimental.symbolic_shapes", "runners.engine.specs",
+    preload = ("torch", "triton", "torch.fx.experimental.symbolic_shapes", "runners.model.spec_sources",
                "runners.engine.compile_pool")
     module = kernel_module(kernel_name, spec_path)
     return ForkServer(preload + ((module,) if module else ()))

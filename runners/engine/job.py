@@ -5,8 +5,8 @@
 - ceilings: this GPU's measured copy bandwidth and matmul rate, from the store or measured once.
 - trials: the search's configs and the baselines, reused from the store or compiled, checked, timed and
   recorded (runners/engine/scheduler.py). finalists: the top configs re-timed round-robin.
-- finish: the outputs (runners/results/outputs); with verbose=true, where the time went.
-One ExitStack closes what the job opened, whatever ends it. The engine imports nothing of runners/results/
+- finish: the outputs (runners/outputs/); with verbose=true, where the time went.
+One ExitStack closes what the job opened, whatever ends it. The engine imports nothing of runners/outputs/
 (tests/test_layout.py): the command hands the job its store (`open_store`) and outputs (runners/sweep.py).
 """
 from __future__ import annotations
@@ -25,8 +25,8 @@ from typing import Callable, Optional
 from omegaconf import DictConfig
 
 from runners.engine.process import ask_to_stop, stop_all
-from runners.engine.row import DEVICE_COLUMNS
-from runners.engine.trial import TRITON_PROVIDER, Trial, counted
+from runners.model.columns import DEVICE_COLUMNS
+from runners.model.trial import TRITON_PROVIDER, Trial, counted
 from runners.measure import check
 from runners.measure.neighbours import watch_gpus
 from runners.measure.stop_rule import StopRule
@@ -135,7 +135,7 @@ class Job:
     # --- start ---------------------------------------------------------------------------------------
 
     def start(self, cleanup: ExitStack) -> None:
-        from runners.engine.plan import stop_rules, validate
+        from runners.model.plan import stop_rules, validate
         from runners.engine.startup import gpu_lock_file, side_workers, start_early, start_workers
         from runners.engine.worker import compiles
 
@@ -179,7 +179,7 @@ class Job:
     def ceilings(self) -> None:
         """The environment every row carries, the prior store's rows (jobs run apart), and the device's
         measured ceilings (from the store, else measured now and kept)."""
-        from runners.engine.specs import kernel_source_hash
+        from runners.model.spec_sources import kernel_source_hash
 
         cfg, store = self.cfg, self.store
         info = self.scheduler.gpu_workers[0].info
@@ -304,7 +304,7 @@ class Job:
         baselines that passed there (so that ours and theirs see the same clocks: screened minutes apart,
         a matmul finalist ran at 1335-1815 MHz on an H200 while cuBLAS had screened at 1980); returns how
         many groups."""
-        from runners.engine.finalists import finalist_groups, group_rule, on_finalists
+        from runners.model.finalists import finalist_groups, group_rule, on_finalists
 
         final = self.cfg.finalists
         groups = finalist_groups(self.store.load(sweep_id=self.sweep_id, kernel=self.plan.trials[0].kernel),

@@ -17,7 +17,7 @@ from typing import Callable, Optional, Sequence
 
 from runners.engine import compile_pool
 from runners.engine.process import WorkerLost, WorkerProcess, drive, stop_all
-from runners.engine.trial import TRITON_PROVIDER, Trial
+from runners.model.trial import TRITON_PROVIDER, Trial
 from runners.measure import check
 from runners.measure.stop_rule import StopRule
 

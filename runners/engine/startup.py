@@ -14,7 +14,7 @@ from runners.engine.process import ForkServer, WorkerProcess, stop_all
 
 if TYPE_CHECKING:
     from runners.engine.scheduler import Scheduler
-    from runners.engine.trial import Trial
+    from runners.model.trial import Trial
 
 
 def gpu_lock_file(cfg: DictConfig, index: int = 0) -> Optional[str]:

@@ -21,7 +21,7 @@ import time
 from typing import Callable, Optional
 
 from runners.engine.process import WorkerProcess
-from runners.engine.trial import TRITON_PROVIDER, Trial
+from runners.model.trial import TRITON_PROVIDER, Trial
 from runners.measure import check
 
 
@@ -251,9 +251,9 @@ def run_finalists(spec, trials: list[Trial], cache: ShapeCache, timer, peaks: di
                   tie_floor: float) -> list[dict]:
     """Re-time trials of one (shape, dtype) that already passed the gate (configs of ours, and the
     baselines beside them), interleaved round-robin with the L2 flush before every call, until `rule`
-    holds or the ties of ours at tie_floor are settled (runners/engine/finalists.py); one row fragment
+    holds or the ties of ours at tie_floor are settled (runners/model/finalists.py); one row fragment
     per trial (or one failure for all)."""
-    from runners.engine.finalists import settled
+    from runners.model.finalists import settled
 
     ours = [i for i, trial in enumerate(trials) if trial.provider == TRITON_PROVIDER]
     try:
@@ -368,7 +368,7 @@ def _worker_main(conn, backend: str, kernel_name: str, spec_path: Optional[str],
         import scipy.stats  # noqa: F401  (the stop rule's ranks: imported here, not in a first timer loop)
         import torch
 
-        from runners.engine.specs import load_spec
+        from runners.model.spec_sources import load_spec
         from runners.measure import device as device_info
         from runners.measure.timing import METHOD_CUPTI, InterpreterTimer
         device = torch.device("cpu") if backend == "interpret" else torch.device("cuda", device_index)

@@ -3,7 +3,7 @@
 StopRule stops on the precision of the reported figure, the 95% confidence interval of the median, not
 on the spread of single samples (a few outliers make that spread large while the median is already
 known to 0.1%), after a minimum of samples and of time, or at a cap. It is the one definition of the
-rule: the schema's `timing` (screening) and `finalists` nodes extend it (runners/engine/schema.py), the
+rule: the schema's `timing` (screening) and `finalists` nodes extend it (runners/model/schema.py), the
 sweep makes one of each (`StopRule.of`), and the timers take it (runners/measure/timing.py).
 
 Light on purpose (numpy is imported where an interval is computed): the schema imports it
@@ -24,7 +24,7 @@ STOP_TIMEOUT = "timeout"
 # On an H100, CUPTI reads 32 ns steps: 5.5-7.1 us kernels and a 6.2 us torch.compile baseline ran to
 # the 1 s cap in the README sweep, 2500-3700 samples each (BENCHMARKS.md, T).
 STOP_RESOLUTION = "resolution"
-# Finalists: the decision their rounds feed (runners/engine/finalists.py: settled) is known before every
+# Finalists: the decision their rounds feed (runners/model/finalists.py: settled) is known before every
 # median reaches the rule's precision.
 STOP_SETTLED = "settled"
 TAIL_95 = 0.025  # each tail of a two-sided 95% interval
@@ -49,7 +49,7 @@ class StopRuleError(ValueError):
 @dataclass
 class StopRule:
     """When to stop sampling. The schema's `timing` and `finalists` nodes are this rule with fields of
-    their own added (runners/engine/schema.py), checked here when one is made; the defaults are the
+    their own added (runners/model/schema.py), checked here when one is made; the defaults are the
     default preset's (conf/timing/default.yaml)."""
 
     min_samples: int = 20

@@ -1,0 +1,552 @@
+"""A kernel a program launched, swept with no spec written. `python -m runners.capture --replay` records
+what each launch of a @triton.jit function needs to run it again (runners/capture/launch_hook/
+triton_launch_hook.py); `kernel=external kernel.spec="replay:FILE#FUNCTION"` makes a KernelSpec of the
+records of one function in that file (the capture's <out>_launches.json), which sweeps, checks, times and
+exports like any kernel. Its shapes are the integer arguments that vary between launches, its inputs
+fresh seeded data of each recorded tensor's dtype, shape and strides, its reference the program's own
+config on the same inputs, its space the program's @triton.autotune configs or the powers of two around
+each launched BLOCK-like value (Replay says each rule); what cannot be replayed is said per kernel
+(why_not). A kernel with side effects outside its arguments is not detected: its arguments alone are
+checked."""
+from __future__ import annotations
+
+import ast
+import functools
+import importlib
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from typing import Optional
+
+import torch
+
+from kernels.spec import KernelSpec, seeded_randn
+from runners.model.trial import ConfigError
+from runners.measure.check import copy_storage
+
+PREFIX = "replay:"
+LAUNCH_DIM = "launch"
+ADDRESS_LIKE = 1 << 40  # an int argument above this is an address, not a size
+REPLAY_LAUNCHES = 64  # the hook's bound on launch records per function
+REPLAY_MAX_BYTES = 4 << 30  # a launch's tensors, each held three times (inputs, outputs, reference)
+NUM_WARPS = (1, 2, 4, 8, 16, 32)
+NUM_STAGES = (1, 2, 3, 4)
+OPTIONS = ("num_warps", "num_stages")
+
+
+def parse_target(target: str) -> tuple[Path, str, Optional[str]]:
+    """"replay:FILE#FUNCTION[;flops=EXPR]" -> (file, function, FLOP expression or None)."""
+    body = target[len(PREFIX):]
+    body, _, flops = body.partition(";flops=")
+    path, _, function = body.partition("#")
+    if not path or not function:
+        raise ConfigError(f"kernel.spec: {target!r} must look like replay:FILE#FUNCTION (the capture's "
+                          "<out>_launches.json and a function's module.qualname)")
+    return Path(path), function, flops or None
+
+
+def why_not(record: dict) -> Optional[str]:
+    """Why a launch cannot be replayed, None when it can.
+
+    Not replayable, said per kernel (`why_not`): a tensor descriptor, an integer that looks like an address
+    (a pointer passed without its tensor), an integer tensor over the recorded bound, an argument of
+    another type, a kernel defined inside a function, tensor arguments whose memory overlaps (one tensor
+    passed twice), tensors beyond REPLAY_MAX_BYTES. A kernel with side
+    effects outside its arguments is not detected: its replay checks its arguments only.
+    """
+    if "<locals>" in record["qualname"]:
+        return "the kernel is defined inside a function (a replay imports it from its module)"
+    tensors = 0
+    for name, arg in record["positional"] + record["keywords"]:
+        kind = arg["kind"]
+        if kind == "descriptor":
+            return f"argument {name} is a tensor descriptor"
+        if kind == "int" and abs(arg["value"]) >= ADDRESS_LIKE and name not in record["constexprs"]:
+            return f"argument {name} = {arg['value']} looks like an address (a pointer without its tensor)"
+        if kind == "tensor":
+            if not arg["dtype"].startswith(("float", "bfloat")) and "values" not in arg and arg["extent"]:
+                return (f"argument {name} is an integer tensor of {arg['extent']} elements, over the "
+                        "recorded bound (its values, indices perhaps, are not known)")
+            tensors += arg["nbytes"]
+        elif kind not in ("int", "float", "bool", "none", "str"):
+            return f"argument {name} is a {kind}"
+    overlap = _overlapping(record)
+    if overlap:
+        return (f"arguments {overlap[0]} and {overlap[1]} overlap in memory (a replay gives each tensor "
+                "memory of its own)")
+    if tensors > REPLAY_MAX_BYTES:
+        return (f"its tensors take {tensors / 2**30:.1f} GiB, over the {REPLAY_MAX_BYTES / 2**30:.0f} GiB "
+                "bound")
+    if record["grid"].get("fixed", 0) is None:
+        return "its grid was not recorded"
+    return None
+
+
+def _overlapping(record: dict) -> Optional[tuple]:
+    """Two tensor arguments whose memory overlaps (one passed twice, or views into one part of a buffer);
+    views of one buffer that do not overlap (q and k cut from qkv) replay apart as they ran."""
+    spans = [(name, arg["storage"] + arg["offset"] * arg["itemsize"], arg["storage"] + arg["extent"]
+              * arg["itemsize"]) for name, arg in record["positional"] + record["keywords"]
+             if arg["kind"] == "tensor" and arg.get("storage") and arg["extent"]]
+    for i, (name, start, end) in enumerate(spans):
+        for other, other_start, other_end in spans[i + 1:]:
+            if start < other_end and other_start < end:
+                return name, other
+    return None
+
+
+def launch_dtype(record: dict) -> str:
+    tensors = [arg for _, arg in record["positional"] + record["keywords"] if arg["kind"] == "tensor"]
+    floating = [arg for arg in tensors if arg["dtype"].startswith(("float", "bfloat"))]
+    return (floating or tensors or [{"dtype": "float32"}])[0]["dtype"]
+
+
+def _dims(records: list) -> list[str]:
+    """Every integer argument (not a constexpr) whose value differs between launches; then, while two
+    launches of one dtype still share their sizes, the axes of tensor arguments that tell more apart
+    (named ARG_shapeN: a row count only the grid and the tensors carry); then `launch`."""
+    values: dict[str, set] = {}
+    for record in records:
+        for name, arg in record["positional"] + record["keywords"]:
+            if arg["kind"] == "int" and name not in record["constexprs"] and name not in OPTIONS:
+                values.setdefault(name, set()).add(arg["value"])
+            elif arg["kind"] == "tensor" and all(_tensor(r, name) for r in records):
+                for axis, size in enumerate(arg["shape"]):
+                    values.setdefault(f"{name}_shape{axis}", set()).add(size)
+    dims = [name for name, seen in values.items() if len(seen) > 1 and "_shape" not in name
+            and all(_has_int(r, name) for r in records)]
+
+    def kinds(chosen: list) -> int:
+        return len({(tuple(_size(r, d) for d in chosen), launch_dtype(r)) for r in records})
+
+    for name, seen in values.items():
+        if kinds(dims) == len(records):
+            break
+        if len(seen) > 1 and name not in dims and kinds(dims + [name]) > kinds(dims):
+            dims.append(name)
+    return dims if dims and kinds(dims) == len(records) else dims + [LAUNCH_DIM]
+
+
+def _tensor(record: dict, name: str) -> Optional[dict]:
+    return next((arg for arg_name, arg in record["positional"] + record["keywords"]
+                 if arg_name == name and arg["kind"] == "tensor"), None)
+
+
+def _has_int(record: dict, name: str) -> bool:
+    return any(arg_name == name and arg["kind"] == "int" for arg_name, arg in record["positional"]
+               + record["keywords"])
+
+
+def _size(record: dict, dim: str):
+    """A dim's size at a launch: an integer argument's value, or a tensor argument's axis (ARG_shapeN)."""
+    arg, _, axis = dim.rpartition("_shape")
+    if arg and axis.isdigit() and _tensor(record, arg):
+        return _tensor(record, arg)["shape"][int(axis)]
+    return _value(record, dim)
+
+
+def _value(record: dict, name: str):
+    """An argument's value at the launch; a block left at its default, its default."""
+    for arg_name, arg in record["positional"] + record["keywords"]:
+        if arg_name == name:
+            return arg["value"]
+    if name in record.get("launched", {}):
+        return record["launched"][name]
+    raise KeyError(name)
+
+
+class Replay:
+    """The replayable launches of one function, and what a KernelSpec of them does:
+
+    - shape: the integer arguments (not constexprs) that vary from launch to launch, named as the kernel
+      names them (so they are the export's key too); where they do not tell two launches of a dtype apart,
+      the axes of tensor arguments that do (ARG_shapeN: rows that only the grid and the tensors carry; a
+      config_for lookup, not an autotune key), and where those do not either, `launch` (the record's
+      number, from 1). dtype: the launch's first floating tensor's
+      (else its first tensor's). A (shape, dtype) the program never launched is pruned.
+    - inputs: fresh seeded random data of each tensor's recorded dtype, shape, strides and storage offset
+      (standard normal for floating tensors, the recorded values for integer and bool ones); numbers, bools
+      and None as the program passed them.
+    - outputs: every tensor argument (copies of the inputs), compared after the call with the program's own
+      config run on the same inputs, in their own dtypes (the reference). Those the program's config writes
+      are found by comparing with a snapshot. A floating one whose result does not depend on what it held
+      (the reference run again with it poisoned agrees) is poisoned (NaN) before each checked call; every
+      other tensor is restored to its inputs (the restore_value of @triton.autotune). An integer or bool
+      tensor is never poisoned (it may be an offset: a counter, an index), so an element a config leaves
+      unwritten there is caught only where the value it held differs from the program's result; one the
+      program's config writes is restored before every call, timed ones too (a count that drifted would
+      send later calls off; its copy is in the time).
+    - space: the configs of the program's @triton.autotune, else the powers of two around each launched
+      BLOCK-like meta-parameter (1/4x to 4x), num_warps 1-32 and num_stages 1-4; the grid of a config is the
+      program's own (a callable grid, evaluated for those configs when it was captured), else the recorded
+      grid. A config whose grid was not recorded is pruned; one that fails to compile or to match is
+      recorded as such.
+    - throughput: bytes moved are the tensor arguments' sizes, each once (a bound: a tensor read and
+      written counts once, one read twice too); FLOPs 0 unless the target gives a model of the dims:
+      "replay:FILE#FUNCTION;flops=2*M*N*K".
+    """
+
+    def __init__(self, path: Path, function: str, flops: Optional[str]):
+        if not path.is_file():
+            raise ConfigError(f"kernel.spec: {path} does not exist (python -m runners.capture --replay "
+                              "writes it)")
+        functions = json.loads(path.read_text()).get("functions", {})
+        if function not in functions:
+            raise ConfigError(f"kernel.spec: {path} has no launch of {function} (it has: "
+                              f"{', '.join(sorted(functions)) or 'none'})")
+        launches = [launch for launch in functions[function].values()
+                    if launch.get("replay") and launch["calls"]]
+        unrecorded = sum(launch["calls"] for launch in functions[function].values()
+                         if launch["calls"] and not launch.get("replay"))
+        recorded = [launch["replay"] for launch in launches]
+        kept = [launch for launch in launches if why_not(launch["replay"]) is None]
+        self.records = [launch["replay"] for launch in kept]
+        self.counts = [launch["calls"] for launch in kept]
+        self.left_out = [(why_not(launch["replay"]), launch["calls"]) for launch in launches
+                         if why_not(launch["replay"]) is not None]  # (why, calls) of the others
+        if unrecorded:
+            self.left_out.append((f"no launch record (past the {REPLAY_LAUNCHES} a function keeps, or made "
+                                  "while a CUDA graph was captured)", unrecorded))
+        if not self.records:
+            why = why_not(recorded[0]) if recorded else "no launch record (capture with --replay)"
+            raise ConfigError(f"kernel.spec: {function} cannot be replayed: {why}")  # capture: "not replayed"
+        self.function, self.path = function, path
+        self.name = kernel_name(function, functions)
+        self.flops_model = _flops_model(flops) if flops else None
+        self.dims = _dims(self.records)
+        self.by_key = {(self.shape_of(record, index), launch_dtype(record)): index
+                       for index, record in enumerate(self.records)}
+        # the arguments' signature -> its launch: found at every call, timed ones too
+        self.by_signature = {_signature(record): index for index, record in enumerate(self.records)}
+        self.loaded: Optional[_Kernel] = None
+        # launch index -> {position among the tensor arguments of one the program's config writes: whether
+        # it is only written (poisoned before a checked call) rather than read too (restored)}
+        self.written: dict[int, dict[int, bool]] = {}
+        # launch index -> positions of the integer and bool tensors the program's config writes
+        self.counters: dict[int, list] = {}
+
+    @property
+    def kernel(self) -> "_Kernel":
+        """The @triton.jit function, imported on first use (the capture writes sweep files without)."""
+        if self.loaded is None:
+            self.loaded = _load_kernel(self.records[0])
+        return self.loaded
+
+    def calls(self) -> dict:
+        """(shape, dtype) -> how many times the program launched it."""
+        return {key: self.counts[index] for key, index in self.by_key.items()}
+
+    def shape_of(self, record: dict, index: int = 0) -> tuple:
+        """The launch's sizes in the dims; its dim `launch` is its record's number, from 1."""
+        return tuple(index + 1 if dim == LAUNCH_DIM else _size(record, dim) for dim in self.dims)
+
+    def index(self, shape, dtype: str) -> Optional[int]:
+        return self.by_key.get((tuple(shape), dtype))
+
+    def space(self) -> dict:
+        """Every block's candidate values over the launches (or the autotune configs' values)."""
+        space: dict[str, set] = {}
+        for record in self.records:
+            if record["autotune"]:
+                for config in record["autotune"]:
+                    for name, value in config.items():
+                        space.setdefault(name, set()).add(value)
+                continue
+            table = record["grid"].get("table")
+            for position, block in enumerate(record["blocks"]):
+                if table:
+                    space.setdefault(block, set()).update(row[0][position] for row in table)
+                else:
+                    launched = _value(record, block)
+                    space.setdefault(block, set()).update(max(1, int(launched * 2.0 ** k))
+                                                          for k in range(-2, 3))
+            launched = self.launched_config(record)
+            for name, values in (("num_warps", NUM_WARPS), ("num_stages", NUM_STAGES)):
+                space.setdefault(name, set()).update(values, [launched[name]] if name in launched else [])
+        return {name: sorted(values) for name, values in space.items()}
+
+    def constraints(self, shape, dtype: str, config) -> Optional[str]:
+        index = self.index(shape, dtype)
+        if index is None:
+            return "the program never launched this shape and dtype"
+        record = self.records[index]
+        if record["autotune"]:
+            if dict(config) not in record["autotune"]:
+                return "not one of the program's @triton.autotune configs"
+            return None
+        if self._grid(record, config) is None:
+            blocks = ", ".join(f"{b}={config[b]}" for b in record["blocks"])
+            return f"the program's grid was not recorded at {blocks}"
+        return None
+
+    def _grid(self, record: dict, config) -> Optional[tuple]:
+        grid = record["grid"]
+        if "fixed" in grid:
+            return tuple(grid["fixed"])
+        wanted = [config.get(b, _value(record, b)) for b in grid["blocks"]]
+        for combo, evaluated in grid["table"]:
+            if combo == wanted:
+                return tuple(evaluated)
+        return None
+
+    def make_inputs(self, shape, dtype, seed: int, device) -> tuple:
+        index = self.index(shape, str(dtype).replace("torch.", ""))
+        if index is None:
+            raise ConfigError(f"{self.function}: no launch at {list(shape)} {dtype}")
+        record = self.records[index]
+        generator = torch.Generator().manual_seed(seed)
+        return tuple(_rebuilt(arg, int(torch.randint(0, 2**31, (1,), generator=generator)), device)
+                     for _, arg in record["positional"] + record["keywords"])
+
+    def output_like(self, inputs: tuple) -> tuple:
+        return tuple(torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device)
+                     for x in inputs if isinstance(x, torch.Tensor))
+
+    def prepare_output(self, inputs: tuple, out: tuple) -> None:
+        """Before a checked call, and the timed calls on buffers placed anew: a floating tensor the kernel
+        only writes poisoned (NaN), every other one restored to its inputs."""
+        written = self.written.get(self._index_of(inputs), {})
+        tensors = [x for x in inputs if isinstance(x, torch.Tensor)]
+        for position, (source, target) in enumerate(zip(tensors, out)):
+            if written.get(position):
+                target.fill_(float("nan"))
+            else:
+                copy_storage(target, source)
+
+    def _index_of(self, inputs: tuple) -> Optional[int]:
+        """The launch whose arguments these are: tensors by shape, strides and dtype, the other arguments
+        by value."""
+        return self.by_signature.get(tuple(
+            (tuple(x.shape), tuple(x.stride()), str(x.dtype).replace("torch.", ""))
+            if isinstance(x, torch.Tensor) else x for x in inputs))
+
+    def launch(self, inputs: tuple, out, config) -> None:
+        index = self._index_of(inputs)
+        if index is None:
+            raise ValueError(f"{self.function}: inputs of no recorded launch")
+        record = self.records[index]
+        outputs = out if isinstance(out, tuple) else (out,)
+        counters = self.counters.get(index)
+        if counters:  # an integer tensor it writes: restored, every call
+            tensors = [x for x in inputs if isinstance(x, torch.Tensor)]
+            for position in counters:
+                copy_storage(outputs[position], tensors[position])
+        tensors = iter(outputs)
+        values = [next(tensors) if isinstance(x, torch.Tensor) else x for x in inputs]
+        self._call(record, values, config)
+
+    def _call(self, record: dict, values: list, config) -> None:
+        """The kernel at `config` on `values` (every argument in the recorded order, passed as the
+        program passed it: the first ones by position, the others by name)."""
+        names = [name for name, _ in record["positional"] + record["keywords"]]
+        named = {**dict(zip(names, values)), **config}
+        for name, heuristic in self.kernel.heuristics:  # outermost first, as Triton runs them
+            named[name] = heuristic(named)
+        positional = [named[name] for name, _ in record["positional"]]
+        keywords = {name: value for name, value in named.items() if name not in names[:len(positional)]}
+        grid = self._grid(record, config)
+        if grid is None:
+            raise ValueError(f"the program's grid was not recorded for {dict(config)}")
+        self.kernel.jit.run(*positional, grid=grid, warmup=False, **keywords)
+
+    def launched_config(self, record: dict) -> dict:
+        names = set(record["blocks"]) | ({k for c in record["autotune"] for k in c} - set(OPTIONS))
+        config = {name: _value(record, name) for name in names}
+        for name in OPTIONS:
+            try:
+                config[name] = _value(record, name)
+            except KeyError:
+                pass
+        return config
+
+    def reference(self, *pristine) -> tuple:
+        """The program's own config on copies of the inputs (as made: reference_in_float64 is False):
+        every tensor argument after the call, floating ones in float64. Finds which tensors the kernel
+        writes, and which of those it never reads."""
+        index = self._index_of(pristine)
+        if index is None:
+            raise ValueError(f"{self.function}: inputs of no recorded launch")
+        record = self.records[index]
+        config = self.launched_config(record)
+        after = self._run_copies(record, pristine, config)
+        tensors = [x for x in pristine if isinstance(x, torch.Tensor)]
+        written = [position for position, (x, y) in enumerate(zip(tensors, after)) if not _same(x, y)]
+        only_written = {}
+        for position in written:
+            if not tensors[position].is_floating_point():
+                continue  # never poisoned: an integer it reads may be an offset (a counter, an index)
+            poisoned = self._run_copies(record, pristine, config, poison=position)
+            only_written[position] = all(_same(a, b) for a, b in zip(after, poisoned))
+        self.written[index] = only_written
+        self.counters[index] = [p for p in written if not tensors[p].is_floating_point()]
+        return tuple(y.double() if y.is_floating_point() else y for y in after)
+
+    def _run_copies(self, record: dict, pristine: tuple, config: dict, poison: Optional[int] = None) -> list:
+        copies, position = [], 0
+        for x in pristine:
+            if isinstance(x, torch.Tensor):
+                copy = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device)
+                copy_storage(copy, x)
+                if position == poison:
+                    copy.fill_(float("nan"))
+                position += 1
+                copies.append(copy)
+            else:
+                copies.append(x)
+        self._call(record, copies, config)
+        if torch.cuda.is_available() and any(isinstance(x, torch.Tensor) and x.is_cuda for x in copies):
+            torch.cuda.synchronize()
+        return [x for x in copies if isinstance(x, torch.Tensor)]
+
+    def bytes_moved(self, shape, dtype) -> float:
+        index = self.index(shape, str(dtype).replace("torch.", ""))
+        record = self.records[0 if index is None else index]
+        return float(sum(arg["nbytes"] for _, arg in record["positional"] + record["keywords"]
+                         if arg["kind"] == "tensor"))
+
+    def flops(self, shape) -> float:
+        return float(self.flops_model(dict(zip(self.dims, shape)))) if self.flops_model else 0.0
+
+    def spec(self) -> KernelSpec:
+        shapes = sorted({shape for shape, _ in self.by_key})
+        dtypes = tuple(sorted({dtype for _, dtype in self.by_key}))
+        return KernelSpec(
+            name=self.name, dims=tuple(self.dims), dtypes=dtypes, make_inputs=self.make_inputs,
+            output_like=self.output_like, launch=self.launch, reference=self.reference,
+            flops=self.flops, bytes_moved=self.bytes_moved, space=self.space(),
+            constraints=self.constraints, prepare_output=self.prepare_output, reference_in_float64=False,
+            export_key={dim: dim for dim in self.dims if dim != LAUNCH_DIM and "_shape" not in dim},
+            default_shapes=tuple(shapes), default_dtypes=dtypes,
+            sources=(_text(self.records[0]["file"]), json.dumps(self.records, sort_keys=True)))
+
+
+def kernel_name(function: str, functions) -> str:
+    """The kernel's name: the function's, underscores stripped; with its module's where another function
+    the program launched has that name too."""
+    def short(name: str) -> str:
+        return name.rsplit(".", 1)[-1].strip("_") or "replayed"
+
+    if sum(short(other) == short(function) for other in functions) < 2:
+        return short(function)
+    module = function.rsplit(".", 1)[0].replace(".", "_").strip("_")
+    return f"{module}_{short(function)}"
+
+
+def replay_spec(target: str) -> KernelSpec:
+    """The KernelSpec of a "replay:FILE#FUNCTION[;flops=EXPR]" target."""
+    return Replay(*parse_target(target)).spec()
+
+
+class _Kernel:
+    def __init__(self, jit, heuristics: list):
+        self.jit, self.heuristics = jit, heuristics
+
+
+def _load_kernel(record: dict) -> _Kernel:
+    """The @triton.jit function of the record, from its module (a program's own script, or a module that
+    its name finds elsewhere than the file the program ran, is loaded from that file under another name,
+    so that a script's `if __name__ == "__main__":` part does not run), with the @triton.heuristics
+    around it. A module whose top level fails or exits is a named error, never the sweep's end."""
+    for entry in (record.get("path0"), str(Path(record["file"]).parent)):
+        if entry and entry not in sys.path:
+            sys.path.append(entry)
+    module_name = record["module"]
+    argv = sys.argv
+    try:
+        sys.argv = [record["file"]]  # a script that parses its arguments at import sees none
+        module = None if module_name == "__main__" else importlib.import_module(module_name)
+        if module is None or not _same_file(getattr(module, "__file__", None), record["file"]):
+            module = _module_from_file(record["file"])
+    except BaseException as error:  # SystemExit from a script's argparse too
+        raise ConfigError(f"kernel.spec: cannot import {module_name} ({record['file']}) to replay "
+                          f"{record['qualname']}: {type(error).__name__}: {error} (a script's program "
+                          "belongs under if __name__ == \"__main__\":)") from None
+    finally:
+        sys.argv = argv
+    obj = module
+    for part in record["qualname"].split("."):
+        obj = getattr(obj, part, None)
+    if obj is None:
+        raise ConfigError(f"kernel.spec: {module_name} has no {record['qualname']}")
+    heuristics = []
+    while type(obj).__name__ in ("Autotuner", "Heuristics"):
+        if type(obj).__name__ == "Heuristics":
+            heuristics.extend(obj.values.items())
+        obj = obj.fn
+    return _Kernel(obj, heuristics)
+
+
+def _text(path: str) -> str:
+    """A file's text for the kernel's hash (read, not imported: the sweep's process imports no program)."""
+    try:
+        return Path(path).read_text()
+    except OSError:
+        return ""
+
+
+def _same_file(a: Optional[str], b: str) -> bool:
+    return bool(a) and Path(a).resolve() == Path(b).resolve()
+
+
+@functools.lru_cache(maxsize=None)
+def _module_from_file(path: str):
+    name = f"_replayed_{Path(path).stem}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _rebuilt(arg: dict, seed: int, device):
+    """An argument made anew: a tensor of the recorded layout with fresh data, else the value."""
+    if arg["kind"] != "tensor":
+        return arg["value"]
+    dtype = getattr(torch, arg["dtype"])
+    storage = torch.empty(max(arg["extent"], 1), dtype=dtype, device=device)
+    tensor = storage.as_strided(arg["shape"], arg["stride"], arg["offset"])
+    if torch.device(device).type == "meta":
+        return tensor
+    if "values" in arg:
+        values = torch.tensor(arg["values"], dtype=dtype).reshape(arg["shape"])
+        # An expanded tensor's elements share memory: each written once, through its first index.
+        for axis, stride in enumerate(arg["stride"]):
+            if stride == 0 and tensor.shape[axis]:
+                tensor, values = tensor.narrow(axis, 0, 1), values.narrow(axis, 0, 1)
+        tensor.copy_(values.to(device))
+        return storage.as_strided(arg["shape"], arg["stride"], arg["offset"])
+    else:
+        storage.copy_(seeded_randn((storage.numel(),), dtype, seed, torch.device(device)))
+    return tensor
+
+
+def _signature(record: dict) -> tuple:
+    """A launch's arguments as Replay._index_of reads them from a call's."""
+    return tuple((tuple(arg["shape"]), tuple(arg["stride"]), arg["dtype"]) if arg["kind"] == "tensor"
+                 else arg["value"] for _, arg in record["positional"] + record["keywords"])
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Bitwise equal (NaN where NaN)."""
+    if a.is_floating_point():
+        return bool(((a == b) | (torch.isnan(a) & torch.isnan(b))).all())
+    return bool(torch.equal(a, b))
+
+
+_ARITHMETIC = (ast.Expression, ast.BinOp, ast.UnaryOp, ast.Name, ast.Load, ast.Constant, ast.Add, ast.Sub,
+               ast.Mult, ast.Div, ast.FloorDiv, ast.Pow, ast.Mod, ast.USub, ast.UAdd)
+
+
+def _flops_model(expression: str):
+    """A FLOP model of the dims: an arithmetic expression of their names and numbers only."""
+    try:
+        tree = ast.parse(expression, mode="eval")
+    except SyntaxError as error:
+        raise ConfigError(f"kernel.spec: flops={expression!r} is not an expression: {error}") from error
+    for node in ast.walk(tree):
+        if not isinstance(node, _ARITHMETIC):
+            raise ConfigError(f"kernel.spec: flops={expression!r}: only numbers, the dims and + - * / // ** %"
+                              f" (found {type(node).__name__})")
+    code = compile(tree, "<flops>", "eval")
+    return lambda dims: eval(code, {"__builtins__": {}}, dims)

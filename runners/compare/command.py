@@ -1,0 +1,154 @@
+"""Compare two sweeps, or an export with a store or another export, and gate CI on it:
+
+    python -m runners.compare BASE NEW [--fail-on-slow 2%] [--calibration RUNS.sqlite]
+
+BASE and NEW: a sweep id in --store, a store file, `store.sqlite:sweep_id`, or an export's JSON. Every
+trial measured on both sides, and each side's winner of every (kernel, dtype, shape), gets NEW/BASE and
+a verdict by runners/compare/between_runs.py's rule (runners/compare/GATE.md says it whole); the gate
+judges what is shipped: the winners and BASE's exported configs (`--gate all`: every trial).
+Exit status, with `--fail-on-slow X`: 1 when a judged row or a kernel's shift is SLOW by more than X, or a
+trial ok in BASE fails in NEW; 2 when it cannot judge (no verdict, noise not measured, a shift no measured
+spread judges), on bad input (a missing, NaN, infinite or zero p50 included) and on any fault of its own;
+else 0."""
+
+from __future__ import annotations
+
+import argparse
+import sqlite3
+import sys
+from pathlib import Path
+
+from runners import version
+from runners.compare import between_runs
+from runners.compare.comparison import (CompareError, Side, compare, export_frame, load_calibration,
+                                        report, shipped_keys, versions_against)
+from runners.export.fileformat import read_export, sections
+from runners.export.settings import ExportError, sweep_export_conf
+from runners.store.result_store import ResultStore, StoreError
+
+DEFAULT_MIN_EFFECT = 0.01
+DEFAULT_ALPHA = 0.01
+
+
+def parse_share(text: str, name: str) -> float:
+    """'2%' or '0.02' -> 0.02. A bare number of 1 or more is refused: '2' could mean either."""
+    percent = text.endswith("%")
+    try:
+        number = float(text[:-1] if percent else text)
+    except ValueError:
+        raise CompareError(f"{name}: {text!r} is not a share; write e.g. 2% or 0.02") from None
+    if not percent and number >= 1:
+        raise CompareError(f"{name}: {text!r} is ambiguous; write {text}% or {number / 100:g}")
+    value = number / 100 if percent else number
+    if not 0 <= value < 1:
+        raise CompareError(f"{name}: {text!r} must be between 0% and 100%")
+    return value
+
+
+# --- reading the two sides ----------------------------------------------------------------------
+
+def load_side(argument: str, store_path: str, label: str) -> Side:
+    """A sweep id in store_path, a store file, store_file:sweep_id, or an export's JSON."""
+    if argument.endswith(".json"):
+        return _export_side(Path(argument), label)
+    path, sweep_id = None, None
+    head, colon, tail = argument.rpartition(":")
+    if colon and Path(head).is_file():
+        path, sweep_id = Path(head), tail
+    elif Path(argument).is_file():
+        path = Path(argument)
+    else:
+        path, sweep_id = Path(store_path), argument
+        if not path.is_file():
+            raise CompareError(f"{label}: {argument!r} is not a file, and --store {store_path} to find it in "
+                               "as a sweep id does not exist")
+    try:
+        store = ResultStore(path)
+        frame = store.load(sweep_id=sweep_id or None)
+        everything = store.load() if frame.empty and sweep_id else None
+        store.close()
+    except StoreError as error:
+        raise CompareError(f"{label}: {error}") from None
+    except sqlite3.DatabaseError as error:
+        raise CompareError(f"{label}: {path} is not a results store ({error})") from None
+    if frame.empty:
+        if sweep_id:
+            known = ", ".join(sorted(everything["sweep_id"].unique())) or "none"
+            raise CompareError(f"{label}: no sweep {sweep_id!r} in {path} (sweeps with rows there: {known})")
+        raise CompareError(f"{label}: the store {path} holds no trials")
+    source = f"sweep {sweep_id} in {path}" if sweep_id else f"every trial in {path}"
+    return Side(label, source, frame, path=path)
+
+
+def _export_side(path: Path, label: str) -> Side:
+    """An export's JSON (format 2 or 3) as a side of the comparison (export_frame)."""
+    try:
+        data = read_export(path)
+    except ExportError as error:
+        raise CompareError(f"{label}: {error}") from None
+    frame, shipped = export_frame(data)
+    count = sum(1 for _ in sections(data))
+    return Side(label, f"the export {path} ({count} section(s): GPU, Triton version)", frame, shipped)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     epilog="The rule: runners/compare/between_runs.py; the exit status: "
+                                            "runners/compare/command.py's docstring.")
+    parser.add_argument("--version", action="version", version=version())
+    parser.add_argument("base", metavar="BASE", help="sweep id in --store, store file, file:sweep_id, or an "
+                                                     "export's .json")
+    parser.add_argument("new", metavar="NEW", help="the same, for what is compared against BASE")
+    parser.add_argument("--store", default="outputs/results.sqlite", help="where sweep ids are looked up")
+    parser.add_argument("--min-effect", default=f"{100 * DEFAULT_MIN_EFFECT:g}%",
+                        help="smallest p50 change called FAST or SLOW (default %(default)s)")
+    parser.add_argument("--alpha", type=float, default=DEFAULT_ALPHA,
+                        help="chance that unchanged code fails the gate (default %(default)s)")
+    parser.add_argument("--calibration", metavar="STORE[:ID,ID,...]",
+                        help="runs of the same sweep on machines of the kind NEW runs on (3 or more; every "
+                             "sweep in STORE, or those named): the spread a whole run's shift is judged by")
+    parser.add_argument("--machine-spread", metavar="SHARE",
+                        help="state the spread of runs instead of measuring it (e.g. 0.5%%): the sd of a "
+                             "run's shift and of each shape's own part, said so in the report")
+    parser.add_argument("--fail-on-slow", metavar="SHARE",
+                        help="exit 1 when a judged row (against its kernel's shift) or a kernel's shift is "
+                             "SLOW by more than this (e.g. 2%%), or a trial ok in BASE fails in NEW; exit 2 "
+                             "when that cannot be judged")
+    parser.add_argument("--gate", choices=("shipped", "all"), default="shipped",
+                        help="judge the winners and BASE's exported configs (default), or every trial")
+    parser.add_argument("--tolerance", type=float,
+                        help="the export's tolerance for BASE's exported configs (default: the "
+                             "sweep's export.tolerance)")
+    parser.add_argument("--changed-only", action="store_true", help="list only matched trials not SAME")
+    parser.add_argument("--all", dest="list_all", action="store_true",
+                        help="list all only-in / changed trials")
+    args = parser.parse_args(argv)
+    try:
+        fail_on_slow = None if args.fail_on_slow is None else parse_share(args.fail_on_slow, "--fail-on-slow")
+        rule = between_runs.Rule(alpha=args.alpha, min_effect=parse_share(args.min_effect, "--min-effect"),
+                                 fail_on_slow=fail_on_slow or 0.0)
+        stated = None if args.machine_spread is None else parse_share(args.machine_spread, "--machine-spread")
+        if not 0 < args.alpha < 1:
+            raise CompareError(f"--alpha: {args.alpha} must be between 0 and 1")
+        if args.tolerance is not None and not 0 <= args.tolerance < 1:
+            raise CompareError(f"--tolerance: {args.tolerance} must be a share in [0, 1), e.g. 0.03")
+        base = load_side(args.base, args.store, "BASE")
+        new = load_side(args.new, args.store, "NEW")
+        base, new = versions_against(base, new), versions_against(new, base)
+        calibrated, note = load_calibration(args.calibration, (base, new)) if args.calibration else ({}, "")
+        tolerance = args.tolerance if args.tolerance is not None else sweep_export_conf().tolerance
+        result = compare(base.frame, new.frame, rule, shipped_keys(base, tolerance), args.gate == "all",
+                         calibrated, stated)
+        result["calibration"] = note
+        text, status = report(result, base, new, rule, fail_on_slow is not None, args.changed_only,
+                              args.list_all)
+    except CompareError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    except Exception as error:  # a failure to judge, never a regression: exit 1 is the gate's alone
+        print(f"error: could not judge ({type(error).__name__}: {error}); this is a fault of "
+              "runners.compare, not a verdict: please report it with the command", file=sys.stderr)
+        return 2
+    print(text)
+    return status
+

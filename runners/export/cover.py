@@ -1,0 +1,159 @@
+"""The covering set of one (GPU, dtype): the smallest list found such that at every measured shape the
+fastest config of the list that was ok there is within `tolerance` (default 3%) of the fastest config
+measured there (the finalists' re-timed p50s where they were re-timed, so that every time compared was
+taken in the same rounds; elsewhere screening's). Greedy set cover (Measured._greedy), weighted by calls
+where the capture counted them (`kernel.calls`); the section then gives the call-weighted expected loss.
+
+The exported list is the covering set followed by the alternates: every other config within `tolerance`
+of the fastest at one measured shape at least. The covering set is enough at the measured shapes;
+between them the best is often a config that was only near-best at the points around (why:
+CONTRIBUTING.md, "Design notes"). The prune (runtime.py) keeps only the alternates plausible around a
+call, and at a measured shape none."""
+from __future__ import annotations
+
+import copy
+import json
+import math
+from typing import Optional
+
+import pandas as pd
+
+from runners.model.finalists import resource_key, winning_records
+from runners.export.rows import baselines_by_shape, canonical, row_figures, json_number, parse_shape
+
+WINNER_FIELDS = ("p50_us", "gbps", "tflops", "pct_copy_bw")  # of each shape's winner, in BEST_BY_SHAPE
+
+
+class Measured:
+    """One (GPU, dtype)'s rows, as the covering set and the leave-one-out estimate read them: every
+    config (canonical JSON -> the config, its first row id, {shape: its figures there} where ok), the
+    p50s that compete at each shape (`timed`: the finalists' where they were re-timed), the best of them,
+    and each shape's winner row (its fields, a dict)."""
+
+    def __init__(self, rows: pd.DataFrame):
+        rows = rows.sort_values("id")
+        # Plain records, not a pandas row or group at a time: that took 0.3 s a dtype at 120 shapes of 16
+        # configs, built twice (`python -m runners.benchmarks.bench_export_scale`: 3.2 s of export at 120
+        # shapes, 1.6 s with this and the dtype's one build, on this project's 2-core CPU host).
+        by_shape: dict[tuple, list[dict]] = {}
+        self.configs: dict[str, dict] = {}
+        for record in rows.to_dict("records"):
+            shape, key = parse_shape(record["shape"]), canonical(record["config"])
+            by_shape.setdefault(shape, []).append(record)
+            entry = self.configs.setdefault(key, {"config": json.loads(record["config"]),
+                                                  "first_id": record["id"], "ok_at": {}})
+            entry["ok_at"][shape] = {"p50_us": float(record["p50_us"]), **row_figures(record)}
+        self.shapes = list(by_shape)
+        self.best, self.timed = {}, {}
+        for shape, group in by_shape.items():
+            competing = [r for r in group if r["phase"] == "final"] or group
+            self.timed[shape] = {canonical(r["config"]): float(r["p50_us"]) for r in competing}
+            self.best[shape] = min(self.timed[shape].values())
+        self.winners = {parse_shape(shape): record for shape, record in winning_records(rows).items()}
+        self.winner_keys = {shape: canonical(row["config"]) for shape, row in self.winners.items()}
+
+    def without(self, shapes: list) -> "Measured":
+        """The same rows less those at `shapes` (the leave-one-out's remaining shapes)."""
+        rest = copy.copy(self)
+        gone = set(shapes)
+        rest.shapes = [s for s in self.shapes if s not in gone]
+        rest.configs = {key: {**entry, "ok_at": {s: at for s, at in entry["ok_at"].items() if s not in gone}}
+                        for key, entry in self.configs.items()}
+        rest.best, rest.timed, rest.winners, rest.winner_keys = (
+            {s: v for s, v in table.items() if s not in gone}
+            for table in (self.best, self.timed, self.winners, self.winner_keys))
+        return rest
+
+    def p50_at(self, key: str, shape: tuple) -> Optional[float]:
+        """The config's p50 of record at the shape (its re-timed one where it was a finalist), None where
+        it was not ok there."""
+        at = self.configs[key]["ok_at"].get(shape)
+        return None if at is None else at["p50_us"]
+
+    def near(self, shapes: list, tolerance: float) -> dict[str, list]:
+        """Each config -> the shapes of `shapes` where it is within `tolerance` of the best, in order."""
+        limit = {s: (1 + tolerance) * self.best[s] for s in shapes}
+        return {key: [s for s in shapes if self.timed[s].get(key, math.inf) <= limit[s]]
+                for key in self.configs}
+
+    def cover(self, shapes: list, tolerance: float, calls: Optional[dict] = None) -> list[str]:
+        """The covering set of `shapes` (_greedy: the rule, weighted by `calls`: shape -> count, where
+        given), as canonical configs, best first."""
+        return self._greedy(shapes, self.near(shapes, tolerance), calls)
+
+    def _greedy(self, shapes: list, near: dict, calls: Optional[dict]) -> list[str]:
+        """The covering set, given each config's shapes within the tolerance.
+
+        Each step adds the config that covers the most shapes still uncovered; ties go to the config that
+        is the winner (the finalists' choice, else the lowest p50) at more of those shapes, then to the
+        higher geometric mean of best p50 / its p50 over them, then to the fewest resources (num_stages,
+        num_warps, BLOCK product: the finalists' tie rule), then to the first measured. Weighted by
+        `calls`, each step first adds the config with the most call-weighted speed over the shapes it
+        newly covers (the sum of calls x best p50 / its p50), so that the shapes called most get the
+        configs nearest their best; the tolerance still bounds every shape, a shape of no calls included.
+        Every shape has an ok config (its fastest covers it), so the list is never empty; greedy may
+        return up to 1 + ln(number of shapes) times the minimum (the set-cover bound)."""
+        covers = {key: set(at) for key, at in near.items()}
+
+        def rank(key: str, uncovered: set) -> tuple:
+            gain = covers[key] & uncovered
+            wins = sum(self.winner_keys[s] == key for s in gain)
+            speed = math.exp(sum(math.log(self.best[s] / self.timed[s][key]) for s in gain) / len(gain))
+            weighted = sum(calls.get(s, 0) * self.best[s] / self.timed[s][key] for s in gain) if calls else 0
+            entry = self.configs[key]
+            return -weighted, -len(gain), -wins, -speed, resource_key(entry["config"]), entry["first_id"]
+
+        chosen, uncovered = [], set(shapes)
+        while uncovered:
+            pick = min((key for key in self.configs if covers[key] & uncovered),
+                       key=lambda key: rank(key, uncovered))
+            chosen.append(pick)
+            uncovered -= covers[pick]
+        return chosen
+
+    def listed(self, shapes: list, tolerance: float, calls: Optional[dict] = None) -> list[str]:
+        """The exported list (module doc): the covering set of `shapes`, then the alternates, every other
+        config within `tolerance` of the best at one of them at least, those within it at more shapes
+        first (then the first measured)."""
+        near = self.near(shapes, tolerance)
+        chosen = self._greedy(shapes, near, calls)
+        alternates = sorted((key for key, at in near.items() if at and key not in chosen),
+                            key=lambda key: (-len(near[key]), self.configs[key]["first_id"]))
+        return chosen + alternates
+
+
+def weighted_loss(list_p50: dict, best: dict, calls: dict) -> Optional[float]:
+    """The mean over calls of list p50 / best p50 - 1 (shape -> figure), None without calls."""
+    total = sum(calls.get(s, 0) for s in best)
+    if not total:
+        return None
+    return sum(calls.get(s, 0) * (list_p50[s] / best[s] - 1) for s in best) / total
+
+
+def covering_set(measured: Measured, tolerance: float, baselines: Optional[pd.DataFrame] = None,
+                 calls: Optional[dict] = None) -> dict:
+    """The covering set and the winner of each shape, from one (GPU, dtype)'s rows as `measured` reads
+    them (module doc: how); weighted by `calls` (shape -> count) where given."""
+    shapes, configs, timed, winners = measured.shapes, measured.configs, measured.timed, measured.winners
+    chosen = measured.listed(shapes, tolerance, calls)
+    covers = measured.near(shapes, tolerance)
+    baselines_of = baselines_by_shape(baselines)
+    # (p50, canonical config) of the list's fastest at each shape
+    list_best = {s: min((timed[s][key], key) for key in chosen if key in timed[s]) for s in shapes}
+    weighted = {}
+    if calls:
+        loss = weighted_loss({s: p50 for s, (p50, _) in list_best.items()}, measured.best, calls)
+        weighted = {"calls": {json.dumps(list(s)): calls.get(s, 0) for s in shapes}, "weighted_loss": loss}
+    return {
+        **weighted,
+        "configs": [{"config": configs[key]["config"],
+                     "ok_at": [{"shape": list(s), **configs[key]["ok_at"][s]} for s in shapes
+                               if s in configs[key]["ok_at"]],
+                     "covers": [list(s) for s in covers[key]]} for key in chosen],
+        "best_by_shape": [{"shape": list(s), "config": json.loads(winners[s]["config"]),
+                           **{name: json_number(winners[s][name]) for name in WINNER_FIELDS},
+                           **row_figures(winners[s]),
+                           "fastest_p50_us": measured.best[s], "list_p50_us": list_best[s][0],
+                           "list_config": json.loads(list_best[s][1]),
+                           "baselines": baselines_of.get(json.dumps(list(s)), {})} for s in shapes],
+    }

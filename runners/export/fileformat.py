@@ -1,0 +1,192 @@
+"""The export's file format: `<kernel>_configs.json`, the data of record, one file per kernel for all GPUs
+and Triton versions (format 3: gpus -> Triton version -> section). The section of an export's GPU and
+Triton version replaces the one exported before; the other sections are kept from the existing JSON
+(`--no-merge` / export.merge=false: rewrite from this export alone), so that a repository keeps working
+configs for each version it meets. Files of format 2 (one section a GPU) still load: `upgraded` files each
+section under its Triton version. The .py is generated from the merged JSON (render.py).
+
+An export's JSON may come from someone else (a vendored file, another GPU's section merged in): every file
+read, and every file about to be written, is checked against the format's model below (pydantic, strict:
+names are Python names, sizes and launch options ints, figures finite floats, text strings) before any of
+it reaches generated code, a kernel launch or a path.
+"""
+from __future__ import annotations
+
+import json
+import keyword
+from pathlib import Path
+from typing import Annotated, Optional
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
+from pydantic import ValidationError, model_validator
+
+from runners.model.trial import NUM_WARPS_ALLOWED
+from runners.export.settings import ExportError
+
+FORMAT = 3  # of the JSON; 2 had one section a GPU, 1 one file a GPU with the configs ok at every shape
+
+
+def _python_name(text: str) -> str:
+    if not text.isidentifier() or keyword.iskeyword(text):
+        raise ValueError(f"{text!r} is not a Python name")
+    return text
+
+
+def _launch_options(config: dict) -> dict:
+    if config.get("num_warps", 4) not in NUM_WARPS_ALLOWED:
+        raise ValueError(f"num_warps {config['num_warps']} is not one of {NUM_WARPS_ALLOWED}")
+    if not 1 <= config.get("num_stages", 1) <= 16:
+        raise ValueError(f"num_stages {config['num_stages']} is not in 1..16")
+    return config
+
+
+Name = Annotated[StrictStr, AfterValidator(_python_name)]
+Text = Annotated[StrictStr, Field(max_length=1000)]
+Size = Annotated[StrictInt, Field(ge=0, lt=2 ** 62)]
+Figure = Annotated[float, Field(allow_inf_nan=False)]
+Latency = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+Shape = list[Size]
+# A triton.Config: meta-parameters (BLOCK sizes, ...) and launch options, all ints.
+Config = Annotated[dict[Name, Annotated[StrictInt, Field(gt=-2 ** 31, lt=2 ** 31)]],
+                   AfterValidator(_launch_options)]
+
+
+class Model(BaseModel):
+    model_config = ConfigDict(strict=True, extra="allow")  # fields not checked here reach no code
+
+
+class Figures(Model):
+    p50_us: Latency
+    repetitions: Optional[Size] = None
+    rep_noise: Optional[Figure] = None
+    rep_p50s_us: Optional[list[Figure]] = None
+    p50_precision: Optional[Figure] = None
+
+
+class Verified(Figures):
+    shape: Shape
+
+
+class Listed(Model):
+    config: Config
+    ok_at: list[Verified]
+    covers: list[Shape] = []
+
+
+class Best(Verified):
+    config: Config
+    gbps: Optional[Figure] = None
+    fastest_p50_us: Figure
+    list_p50_us: Figure
+    list_config: Optional[Config] = None
+    baselines: dict[Text, Figures] = {}
+
+
+class LeaveOneOut(Model):
+    aligned_apart: StrictBool = False
+
+
+class OfDtype(Model):
+    configs: list[Listed]
+    best_by_shape: list[Best]
+    leave_one_out: Optional[LeaveOneOut] = None
+    calls: Optional[dict[Text, Size]] = None
+    weighted_loss: Optional[Figure] = None
+
+
+class Provenance(Model):
+    """Where and how rows were measured: the fields a section and a store's row both carry."""
+
+    triton_version: Text
+    torch_version: Optional[Text] = None
+    driver_version: Optional[Text] = None
+    cuda_version: Optional[Text] = None
+    kernel_hash: Optional[Text] = None
+    timing_method: Optional[Text] = None
+
+
+class Section(Provenance):
+    sweep_ids: list[Text]
+    exported_at: Text
+    trials: Size
+    tolerance: Annotated[float, Field(ge=0, lt=1)]
+    dtypes: dict[Name, OfDtype]
+
+
+class ExportFile(Model):
+    format: StrictInt
+    kernel: Name
+    dims: list[Name]
+    key: dict[Name, Name] = {}
+    gpus: dict[Text, dict[Text, Section]]
+
+    @model_validator(mode="after")
+    def _key_names_dims(self):
+        for argument, dim in self.key.items():
+            if dim not in self.dims:
+                raise ValueError(f"key {argument}={dim}: {dim!r} is not one of the dims {self.dims}")
+        return self
+
+
+def validated(data, where: str, model: type[BaseModel] = ExportFile):
+    """`data` (by default an export's JSON, current format) if it holds to the model; else ExportError
+    naming `where` (a file, a store's row), the field and what is wrong with it, in one line."""
+    try:
+        model.model_validate(data)
+    except ValidationError as error:
+        first = error.errors()[0]
+        field = ".".join(map(str, first["loc"])) or "the whole"
+        got = repr(first.get("input"))
+        raise ExportError(f"{where}: {field}: {first['msg']} (it holds {got[:80]}"
+                          f"{'...' if len(got) > 80 else ''})") from None
+    return data
+
+
+def _version_of(section: dict) -> str:
+    version = section.get("triton_version")
+    return version if isinstance(version, str) else repr(version)  # the section's check names it
+
+
+def upgraded(data: dict) -> dict:
+    """An export's data in the current format: format 2 (gpus -> section) files each section under its
+    Triton version (gpus -> version -> section)."""
+    if data.get("format") == 2:
+        gpus = {gpu: {_version_of(section): section} for gpu, section in data["gpus"].items()}
+        return {**data, "format": FORMAT, "gpus": gpus}
+    return data
+
+
+def read_export(path: str | Path) -> dict:
+    """An export's JSON (format 2 or 3), in the current format; ExportError naming the file otherwise."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError, RecursionError) as error:  # ValueError: not JSON, not UTF-8
+        raise ExportError(f"{path}: not a readable export ({error})") from None
+    if not isinstance(data, dict) or data.get("format") not in (2, FORMAT) or not isinstance(
+            data.get("gpus"), dict) or not all(isinstance(s, dict) for s in data["gpus"].values()):
+        raise ExportError(f"{path}: not an export of format 2 or {FORMAT} "
+                          "(runners/export/fileformat.py)")
+    return validated(upgraded(data), str(path))
+
+
+def sections(data: dict):
+    """(gpu, Triton version, section) of every section of an export, in file order."""
+    for gpu, versions in data["gpus"].items():
+        for version, section in versions.items():
+            yield gpu, version, section
+
+
+def merged(path: Path, kernel: str, dims: tuple, merge: bool) -> dict:
+    """The sections to keep from an existing JSON export of the kernel."""
+    if not merge or not path.exists():
+        return {}
+    how = "move it away, or export with --no-merge (export.merge=false)"
+    try:
+        data = read_export(path)
+    except ExportError as error:
+        raise ExportError(f"cannot merge into {error}; {how}") from None
+    if data.get("kernel") != kernel or tuple(data.get("dims", ())) != dims:
+        raise ExportError(f"cannot merge into {path}: it holds kernel {data.get('kernel')!r}, dims "
+                          f"{data.get('dims')}, not {kernel!r}, {list(dims)}; {how}")
+    return data

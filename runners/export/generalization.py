@@ -1,0 +1,326 @@
+"""How well an export holds between the shapes it measured: the leave-one-out estimate printed at export
+and stored in each (GPU, dtype) section as "leave_one_out".
+
+Each measured point of the export key is left out in turn; the export built from the other shapes then
+picks a config at each left-out shape with the exported module's own lookup code (runtime.py: _kept for
+the prune, _choice for config_for), knowing only what the module would know there. What the sweep
+measured at the left-out shape scores the pick, never steers it: the best p50 there over the pick's, a
+pick good at or above 1 - tolerance (leave_one_out says how each path is scored). Leaving a point out
+opens a hole twice the grid's spacing, so the estimate is for a grid of half the density: cautious
+between measured points, silent beyond the measured range. The same estimate decides, per (GPU, dtype),
+whether the module looks the two kinds of size (multiples of 16 and not) up apart (estimate)."""
+from __future__ import annotations
+
+import math
+import multiprocessing
+import os
+from typing import Optional
+
+from runners.export.runtime import ALIGNMENT, _choice, _is_aligned, _kept
+from runners.export.cover import Measured
+from runners.export.render import LAUNCH_OPTIONS
+
+PATHS = ("autotune", "config_for")  # the two ways a module picks a config, as the line names them
+
+
+def as_triton_config(config: dict):
+    """A stored config as the module holds it: a triton.Config."""
+    import triton
+
+    return triton.Config({k: v for k, v in config.items() if k not in LAUNCH_OPTIONS},
+                         **{k: config[k] for k in LAUNCH_OPTIONS if k in config})
+
+
+# What autotune does with a config it times at a left-out shape, by the status the sweep recorded there:
+# it skips one that fails to compile or run out of resources (Triton's autotuner times those as inf);
+# one that ran but was wrong there (or that the kernel's own constraints refused, and so was never
+# checked) it may pick, since it never checks results: the estimate counts that as a miss.
+WRONG_THERE = ("incorrect", "crashed", "pruned")
+
+
+def _figure(measured: Measured, key: Optional[str], shape: tuple, status: str = "ok") -> dict:
+    """The pick `key` at the left-out shape: its % of the best measured there; 0 with the pick's status
+    where it was not ok there (a miss), or where nothing was picked (the module would have raised)."""
+    if key is None:
+        return {"config": None, "pct_of_best": 0.0}
+    config = measured.configs[key]["config"]
+    if status != "ok":
+        return {"config": config, "pct_of_best": 0.0, "status": status}
+    best = min(entry["ok_at"][shape]["p50_us"] for entry in measured.configs.values()
+               if shape in entry["ok_at"])
+    return {"config": config, "pct_of_best": round(100 * best / measured.p50_at(key, shape), 2)}
+
+
+def estimate(measured: Measured, tolerance: float, dims: tuple, key_dims: list[str],
+             lookup: Optional["Lookup"] = None) -> dict:
+    """The leave-one-out estimate of one (GPU, dtype), with "aligned_apart": whether the module looks the
+    kinds of size up apart; where both kinds were measured, "apart_at": at how many left-out points the
+    shapes outside the point's fold chose apart, and "together": the summary had every point looked up
+    together.
+
+    Where both kinds of size were measured in a key dim (multiples of 16 and not: runtime.ALIGNMENT),
+    the shapes around a left-out one can be taken among all the measured shapes or among those of its kind
+    alone. The module looks sizes up apart (ALIGNED_APART) where the estimate of all points is higher so (the
+    mean log figure over both paths). The figure reported at each left-out point is that of the way the
+    shapes outside its fold (FOLDS: a fold is a point up to that many points) chose, by the same comparison
+    over them alone, so that the choice never sees the point it is scored on. Apart, each kind's grid is the
+    sparser, so apart wins only where the kinds' best configs differ (layernorm's on an H200: BENCHMARKS.md,
+    E9)."""
+    lookup = lookup or Lookup()
+    together = leave_one_out(measured, tolerance, dims, key_dims, lookup=lookup)
+    both_kinds = any(len({_is_aligned(shape[dims.index(dim)]) for shape in measured.shapes}) == 2
+                     for dim in key_dims)
+    if not (both_kinds and together["shapes"]):
+        return {**together, "aligned_apart": False}
+    apart = leave_one_out(measured, tolerance, dims, key_dims, apart=True, lookup=lookup)
+    # The figure at a left-out point is that of the way the shapes outside its fold chose (their own
+    # leave-one-out, both ways): choosing by the better of two estimates on the same points would
+    # report the better of two draws.
+    by_point = _by_point(together, dims, key_dims)
+    points = sorted(by_point)
+    folds = [points[start::FOLDS] for start in range(min(FOLDS, len(points)))]
+    rests = [measured.without([tuple(e["shape"]) for point in fold for e in by_point[point]])
+             for fold in folds]
+    choices = {}  # point -> whether the shapes outside its fold chose apart
+    for fold, inner in zip(folds, _inner_estimates(rests, len(points), tolerance, dims, key_dims, lookup)):
+        choices.update(dict.fromkeys(fold, bool(inner[1]["shapes"]) and _score(inner[1]) > _score(inner[0])))
+    apart_by_point = _by_point(apart, dims, key_dims)
+    chosen = [entry for point in by_point
+              for entry in (apart_by_point if choices[point] else by_point)[point]]
+    result = {**together, "shapes": chosen, "aligned_apart": _score(apart) > _score(together),
+              "apart_at": sum(choices.values()), "points": len(points), "together": together["summary"]}
+    result["summary"] = {path: _summary(result, path) for path in PATHS}
+    result["advice"] = _advice(result, dims, measured.shapes)
+    return result
+
+
+# The points are dealt, in the order of their values, into at most this many folds; the choice at every
+# point of a fold is made by the estimate of the shapes outside it (both ways), which sees none of the
+# points it chooses for. One fold a point grows with the cube of the points: 0.5 s
+# of export at 15 shapes of two dtypes, 29.8 s at 120 (`python -m runners.benchmarks.bench_export_scale`,
+# this project's CPU host), 2.3-3.1 s of an H100 host's finish at 30 points; FOLDS of them grow with
+# its square, as the estimate itself does. Up to FOLDS points, a fold is a point.
+FOLDS = 8
+# The inner estimates (one a fold, each a leave-one-out of the shapes outside it, both ways) are spread
+# over forked processes, one a core this process may use, from this many points on.
+PARALLEL_FROM_POINTS = 24
+_inner_work: Optional[tuple] = None  # what the forked processes of _inner_estimates read (inherited)
+
+
+def _inner(task: tuple[int, bool]) -> dict:
+    rests, tolerance, dims, key_dims, lookup = _inner_work
+    index, apart = task
+    return leave_one_out(rests[index], tolerance, dims, key_dims, apart=apart, lookup=lookup)
+
+
+def _inner_estimates(rests: list, points: int, tolerance: float, dims: tuple, key_dims: list[str],
+                     lookup: "Lookup") -> list[list[dict]]:
+    """Each of `rests`' own leave-one-out, together and apart, in order: here, or from
+    PARALLEL_FROM_POINTS `points` on in processes forked from this one, one estimate a task (they
+    inherit the rows and the kernel's rule, which need not pickle, and send their figures back: the
+    same figures)."""
+    global _inner_work
+    tasks = [(index, apart) for index in range(len(rests)) for apart in (False, True)]
+    processes = min(len(tasks), len(os.sched_getaffinity(0)))
+    _inner_work = (rests, tolerance, dims, key_dims, lookup)
+    try:
+        if points < PARALLEL_FROM_POINTS or processes < 2:
+            figures = [_inner(task) for task in tasks]
+        else:
+            with multiprocessing.get_context("fork").Pool(processes) as pool:
+                figures = pool.map(_inner, tasks, chunksize=1)
+    finally:
+        _inner_work = None
+    return [figures[index:index + 2] for index in range(0, len(figures), 2)]
+
+
+def _by_point(result: dict, dims: tuple, key_dims: list[str]) -> dict[tuple, list]:
+    """The left-out entries of a result grouped by their point of the key."""
+    points: dict[tuple, list] = {}
+    for entry in result["shapes"]:
+        points.setdefault(tuple(entry["shape"][dims.index(d)] for d in key_dims), []).append(entry)
+    return points
+
+
+def _score(result: dict) -> float:
+    """The mean log figure over both paths and every left-out shape (no config, or one not ok there: 1%)."""
+    figures = [max(entry[path]["pct_of_best"], 1.0) for entry in result["shapes"] for path in PATHS]
+    return sum(map(math.log, figures)) / len(figures) if figures else -math.inf
+
+
+class Lookup:
+    """What the module would know at a shape it never measured, and what happened there: `rule` (the
+    kernel's constraints, (shape, dtype, config) -> the reason it cannot run or None), played as the
+    `check` a caller passes (none where the export has no spec of the kernel); `statuses`, (canonical
+    config, shape) -> the status the sweep recorded there, for the picks that were not ok."""
+
+    def __init__(self, rule=None, dtype: Optional[str] = None, statuses: Optional[dict] = None):
+        self.rule, self.dtype, self.statuses = rule, dtype, statuses or {}
+        self._lists: dict[frozenset, list] = {}
+
+    def listed(self, measured: Measured, shapes: list, tolerance: float) -> list[str]:
+        """measured.listed(shapes), once per set of shapes: the estimate's inner leave-one-out
+        asks for the list of the same remaining shapes from both sides of each pair of points, both ways."""
+        key = frozenset(shapes)
+        if key not in self._lists:
+            self._lists[key] = measured.listed(shapes, tolerance)
+        return self._lists[key]
+
+    def passes(self, config: dict, shape: tuple) -> bool:
+        return self.rule is None or self.rule(shape, self.dtype, config) is None
+
+    def status(self, measured: Measured, key: str, shape: tuple) -> str:
+        if measured.p50_at(key, shape) is not None:
+            return "ok"
+        return self.statuses.get((key, shape), "not measured")
+
+
+def leave_one_out(measured: Measured, tolerance: float, dims: tuple, key_dims: list[str],
+                  apart: bool = False, lookup: Optional[Lookup] = None) -> dict:
+    """The per-shape figures and their summary, for one (GPU, dtype); `key_dims`: the dims of the export
+    key (all dims where it names none); `apart`: the kinds of size looked up apart.
+
+    Each measured point of the export key (a combination of the key's dims' values, with every shape that has
+    it, whatever its other dims: at run time a call that lies between measured points has none of them)
+    is left out in turn. The export built from the other shapes (the same list rule, the same
+    winners) then picks a config at each left-out shape with the exported module's own lookup code
+    (runtime.py: _kept for the prune, _choice for config_for), knowing there only what the module
+    would know: the kernel's constraints as the caller's `check` where the export has the kernel's spec
+    (built in, or --spec), else no check at all. What the sweep measured at the left-out shape only scores
+    the pick, never steers it:
+    - autotune with the prune: autotune times what the prune keeps and takes the fastest; here, the one of
+      them with the lowest p50 measured at the left-out shape (an autotune that ranks as our timer does).
+      One that failed to compile or run there is skipped, as autotune skips it; where one it kept was wrong
+      there (incorrect, crashed, or refused by the kernel's constraints and never checked), autotune may take
+      it without knowing: a miss;
+    - config_for: what it returns given the left-out shape whole (every dim, the rows too, as a caller that
+      holds the tensors gives them: README), where the prune reads only the key's dims (autotune's key); a
+      config that was not ok there is a miss.
+    The figure at a left-out shape is the best p50 measured there over the pick's p50 there (p50s of record:
+    a finalist's re-timed one); a pick is good at or above 1 - tolerance, the covering set's own bar.
+    Leaving a point out opens a hole twice the grid's spacing there, so the estimate is for a grid of half
+    the density: on the cautious side for calls between measured points, and it says nothing about calls
+    beyond the measured range (the module warns about those at run time)."""
+    lookup = lookup or Lookup()
+    index = [dims.index(d) for d in key_dims]
+    points: dict[tuple, list] = {}
+    for shape in measured.shapes:
+        points.setdefault(tuple(shape[i] for i in index), []).append(shape)
+    result = {"key_dims": list(key_dims), "good_pct": round(100 * (1 - tolerance), 2),
+              "check": "the kernel's constraints" if lookup.rule else None, "shapes": []}
+    if len(points) < 2:
+        return result
+    configs = {key: as_triton_config(entry["config"]) for key, entry in measured.configs.items()}
+    key_of = {id(config): key for key, config in configs.items()}
+    for point, left_out in points.items():
+        rest = [s for s in measured.shapes if tuple(s[i] for i in index) != point]
+        remaining = set(rest)
+        cover = [(configs[key], {s: at["p50_us"] for s, at in measured.configs[key]["ok_at"].items()
+                                  if s in remaining}) for key in lookup.listed(measured, rest, tolerance)]
+        best = {s: configs[measured.winner_keys[s]] for s in rest}
+        for shape in left_out:
+            sizes = dict(zip(key_dims, (shape[i] for i in index)))
+
+            def passes(config, shape=shape):
+                return lookup.passes(measured.configs[key_of[id(config)]]["config"], shape)
+
+            kept = [key_of[id(c)] for c in _kept(cover, sizes, passes, dims, apart=apart)]
+            chosen = _choice(cover, best, dict(zip(dims, shape)), passes, dims, apart=apart)  # whole
+            chosen = None if chosen is None else key_of[id(chosen)]
+            status = "ok" if chosen is None else lookup.status(measured, chosen, shape)
+            result["shapes"].append({"shape": list(shape),
+                                     "autotune": _autotuned(measured, kept, shape, lookup),
+                                     "config_for": _figure(measured, chosen, shape, status)})
+    result["summary"] = {path: _summary(result, path) for path in PATHS}
+    result["advice"] = _advice(result, dims, measured.shapes)
+    return result
+
+
+def _autotuned(measured: Measured, kept: list[str], shape: tuple, lookup: Lookup) -> dict:
+    """Autotune over what the prune kept: a miss where one of them was wrong there (WRONG_THERE: it may
+    be the one taken), else the fastest of those ok there (one that failed to compile or run is skipped,
+    as autotune skips it; one never measured there is left out: nothing is known of it)."""
+    statuses = {key: lookup.status(measured, key, shape) for key in kept}
+    wrong = [key for key in kept if statuses[key] in WRONG_THERE]
+    if wrong:
+        return _figure(measured, wrong[0], shape, statuses[wrong[0]])
+    ok = [key for key in kept if statuses[key] == "ok"]
+    return _figure(measured, min(ok, key=lambda key: measured.p50_at(key, shape), default=None), shape)
+
+
+def _point(shape: list, dims: tuple, key_dims: list[str]) -> str:
+    return ", ".join(f"{d}={shape[dims.index(d)]}" for d in key_dims)
+
+
+def _summary(result: dict, path: str) -> dict:
+    """One path's figures over the left-out shapes: how many were good, how many got no config (none of
+    the list was measured ok there), how many a config that was not ok there (a miss: "not_ok"), the
+    geometric mean and the worst of the others."""
+    shapes = result["shapes"]
+    picked = [s for s in shapes if s[path]["config"] is not None and "status" not in s[path]]
+    figures = [s[path]["pct_of_best"] for s in picked]
+    summary = {"shapes": len(shapes), "good": sum(f >= result["good_pct"] for f in figures),
+               "no_config": sum(s[path]["config"] is None for s in shapes),
+               "not_ok": sum("status" in s[path] for s in shapes), "geomean_pct": None, "worst_pct": None,
+               "worst_shape": None}
+    if picked:
+        worst = min(picked, key=lambda s: s[path]["pct_of_best"])
+        summary.update(geomean_pct=round(math.exp(sum(map(math.log, figures)) / len(figures)), 2),
+                       worst_pct=worst[path]["pct_of_best"], worst_shape=worst["shape"])
+    return summary
+
+
+def _advice(result: dict, dims: tuple, measured_shapes: list) -> str:
+    """Where to add shapes: none where every left-out shape was served within the bar; a denser grid where
+    none was; else between the measured values of each key dim on either side of the worst shape."""
+    def figure(entry):
+        return min(entry[path]["pct_of_best"] for path in PATHS)  # no config: 0
+
+    if all(figure(entry) >= result["good_pct"] for entry in result["shapes"]):
+        return "the grid is dense enough for the tolerance"
+    if all(figure(entry) < result["good_pct"] for entry in result["shapes"]):
+        return (f"no measured shape serves another: sweep a grid dense along {', '.join(result['key_dims'])} "
+                "(sweeps/*_export.yaml)")
+    worst = min(result["shapes"], key=figure)
+    between, edges = [], []
+    for dim in result["key_dims"]:
+        i = dims.index(dim)
+        value = worst["shape"][i]
+        lower = [s[i] for s in measured_shapes if s[i] < value]
+        higher = [s[i] for s in measured_shapes if s[i] > value]
+        if lower and higher:
+            between.append(f"between {dim}={max(lower)} and {dim}={min(higher)}")
+        elif lower or higher:
+            edges.append(f"{'above' if lower else 'below'} {dim}={value}")
+    # At an edge in every dim, the range itself is too narrow; else the hole inside it is what to fill.
+    return "add shapes " + " and ".join(between or edges)
+
+
+def summary_line(result: dict, dims: tuple) -> str:
+    """The line export prints for one (GPU, dtype): how many left-out shapes each path served within
+    the bar, the geometric mean and the worst, and where to add shapes."""
+    if not result["shapes"]:
+        return (f"between measured shapes: one measured point of {', '.join(result['key_dims'])}, nothing "
+                "to leave out; the configs hold only at the measured sizes (sweep a grid: README)")
+    parts = []
+    for path, name in zip(PATHS, ("autotune with the prune", "config_for")):
+        summary = result["summary"][path]
+        part = f"{name} >= {result['good_pct']:g}% of best at {summary['good']}/{summary['shapes']}"
+        if summary["geomean_pct"] is not None:
+            part += (f" (geomean {summary['geomean_pct']:.1f}%, worst {summary['worst_pct']:.0f}% at "
+                     f"{_point(summary['worst_shape'], dims, result['key_dims'])})")
+        if summary["no_config"]:
+            part += f", none it offered was ok at {summary['no_config']}"
+        if summary["not_ok"]:
+            part += f", it offered a config not ok there at {summary['not_ok']}"
+        parts.append(part)
+    if "apart_at" in result:
+        together = [f"{name} {result['together'][name]['good']}/{result['together'][name]['shapes']}"
+                    for name in PATHS]
+        parts.append(f"sizes that are multiples of {ALIGNMENT} and sizes that are not looked up "
+                     f"{'apart' if result['aligned_apart'] else 'together'} (the other shapes chose apart "
+                     f"at {result['apart_at']}/{result['points']} left-out points; all together: "
+                     f"{', '.join(together)} at the bar)")
+    check = f"check: {result['check']}" if result.get("check") else "no check"
+    return (f"between measured shapes (each {', '.join(result['key_dims'])} left out in turn, {check}): "
+            + "; ".join(parts) + "; " + result["advice"])

@@ -1,0 +1,157 @@
+"""What an export holds: its rows. Only ok trials of the kernel itself (not baselines) timed on a GPU
+are exported; interpreter timings are refused. Per GPU, the rows measured with its newest kernel source
+and versions (a version that was not recorded, NULL, compares equal to itself), the newest row of each
+trial; beside them the baselines measured in that environment, and every status of our trials there (the
+leave-one-out estimate scores a pick that was not ok at a shape). Each row's figures travel with the
+config: its p50 and, where it was timed in repetitions, their medians and spread, else its one median's
+precision, which runners.compare and runners.revalidate judge a later measurement against.
+
+A store may hold rows of someone else's (merged in): every row of the kernel is checked before the export
+reads it (`checked_rows`, the file format's types: fileformat.py).
+"""
+from __future__ import annotations
+
+import json
+import math
+from typing import Optional
+
+import pandas as pd
+from pydantic import StrictInt
+
+from runners.model.columns import ENV_KEY
+from runners.model.trial import TRITON_PROVIDER
+from runners.export.fileformat import (Config, Figure, Latency, Name, Provenance, Shape, Text,
+                                               validated)
+from runners.export.settings import ExportError
+
+# Rows exported together share the resume environment; backend and GPU name are already fixed here.
+EXPORT_ENV = [name for name in ENV_KEY if name not in ("backend", "gpu_name")]
+
+
+class StoredRow(Provenance):
+    """The fields of a store's row that an export reads, shape and config parsed from their JSON."""
+
+    id: StrictInt
+    sweep_id: Text
+    kernel: Name
+    provider: Text
+    status: Text
+    dtype: Name
+    shape: Shape
+    config: Config
+    p50_us: Optional[Latency] = None
+    gbps: Optional[Figure] = None
+    gpu_name: Text
+    backend: Text
+
+
+def checked_rows(rows: pd.DataFrame, source: str) -> None:
+    """ExportError naming the store (`source`), the row, its sweep and the field, for the first row whose
+    fields are not what a sweep writes."""
+    for row in rows[[name for name in StoredRow.model_fields if name in rows]].to_dict("records"):
+        row = {name: None if isinstance(value, float) and math.isnan(value) else value
+               for name, value in row.items()}
+        where = f"{source}: row {row['id']} of sweep {row['sweep_id']!r}"
+        for name in ("shape", "config"):
+            try:
+                row[name] = json.loads(row[name])
+            except (TypeError, ValueError):
+                raise ExportError(f"{where}: {name}: not JSON (it holds {str(row[name])[:80]!r})") from None
+        validated(row, where, StoredRow)
+
+
+def newest_per_trial(rows: pd.DataFrame) -> pd.DataFrame:
+    return rows.sort_values("id").groupby("trial_key", as_index=False).tail(1)
+
+
+def _same_env(group: pd.DataFrame) -> pd.Series:
+    """Rows measured in the environment of the group's newest row; a missing value equals a missing one
+    (pandas' NaN != NaN dropped every row whose driver_version was NULL)."""
+    env = group[EXPORT_ENV].astype(object)
+    newest = env.loc[group["id"].idxmax()]
+    same = pd.Series(True, index=group.index)
+    for name in EXPORT_ENV:
+        if pd.isna(newest[name]):
+            same &= env[name].isna()
+        else:
+            same &= env[name] == newest[name]
+    return same
+
+
+def select_rows(frame: pd.DataFrame, kernel: str) -> dict[str, pd.DataFrame]:
+    """gpu_name -> the exportable rows measured on it."""
+    rows = frame[(frame["kernel"] == kernel) & (frame["provider"] == TRITON_PROVIDER)
+                 & (frame["status"] == "ok") & frame["p50_us"].notna()]
+    if rows.empty:
+        raise ExportError(f"no ok trials of kernel {kernel!r} to export")
+    gpu_rows = rows[rows["backend"] == "cuda"]
+    if gpu_rows.empty:
+        raise ExportError(
+            f"refusing to export {kernel!r}: its ok trials are interpreter timings (backend=interpret), "
+            "which say nothing about a GPU; run the sweep on a GPU"
+        )
+    return {gpu: newest_per_trial(group[_same_env(group)]) for gpu, group in gpu_rows.groupby("gpu_name")}
+
+
+def _beside(frame: pd.DataFrame, ours: pd.DataFrame) -> pd.DataFrame:
+    """Every row of the store measured beside `ours` (one GPU's exportable rows): the same kernel, GPU
+    and environment, any provider and status."""
+    newest = ours.loc[ours["id"].idxmax()]
+    rows = frame[(frame["kernel"] == newest["kernel"]) & (frame["gpu_name"] == newest["gpu_name"])]
+    for name in EXPORT_ENV:
+        rows = rows[rows[name].isna()] if pd.isna(newest[name]) else rows[rows[name] == newest[name]]
+    return rows
+
+
+def baseline_rows(frame: pd.DataFrame, ours: pd.DataFrame) -> pd.DataFrame:
+    """The ok baseline rows measured beside `ours`, the newest row of each trial (the finalists' rounds
+    where they were re-timed)."""
+    rows = _beside(frame, ours)
+    rows = rows[(rows["provider"] != TRITON_PROVIDER) & (rows["status"] == "ok") & rows["p50_us"].notna()]
+    return newest_per_trial(rows)
+
+
+def trial_statuses(frame: pd.DataFrame, ours: pd.DataFrame) -> dict:
+    """(dtype, canonical config, shape) -> the status of the newest row of each of our trials measured
+    beside `ours`, whatever the status."""
+    rows = _beside(frame, ours)
+    rows = newest_per_trial(rows[rows["provider"] == TRITON_PROVIDER])
+    return {(dtype, canonical(config), parse_shape(shape)): status for dtype, config, shape, status
+            in zip(rows["dtype"], rows["config"], rows["shape"], rows["status"])}
+
+
+def canonical(config_json: str) -> str:
+    return json.dumps(json.loads(config_json), sort_keys=True)
+
+
+def parse_shape(shape_json: str) -> tuple:
+    return tuple(json.loads(shape_json))
+
+
+def json_number(value):
+    """A JSON-safe float: None for a missing value (NaN is not JSON)."""
+    return None if value is None or pd.isna(value) else float(value)
+
+
+def row_figures(row) -> dict:
+    """What `runners.compare` judges a later measurement of the export against: a row's (a pandas row,
+    or a dict of its fields) repetitions, their medians (the mean of their logs is the figure it
+    compares) and the spread of their logs, where it was timed in several; else the precision of its one
+    median (the half-width of its 95% interval)."""
+    repetitions = row.get("repetitions")
+    if repetitions is None or pd.isna(repetitions) or repetitions < 2:
+        precision = json_number(row.get("p50_precision"))
+        return {} if precision is None or not math.isfinite(precision) else {"p50_precision": precision}
+    medians = row.get("rep_p50s_us")
+    return {"repetitions": int(repetitions), "rep_noise": json_number(row.get("rep_noise")),
+            **({"rep_p50s_us": [round(float(m), 4) for m in medians]} if medians is not None else {})}
+
+
+def baselines_by_shape(baselines: Optional[pd.DataFrame]) -> dict[str, dict]:
+    """shape (its JSON) -> provider -> the p50 (and repetitions) of each baseline measured there (the
+    last of its rows where several)."""
+    found: dict[str, dict] = {}
+    for row in [] if baselines is None else baselines.to_dict("records"):
+        found.setdefault(row["shape"], {})[row["provider"]] = {"p50_us": float(row["p50_us"]),
+                                                                **row_figures(row)}
+    return found

@@ -1,0 +1,239 @@
+"""From a composed kernel config to the list of trials, with every bad input rejected before any launch:
+the shapes (a list, or a grid of forms), dtypes and search space a kernel is swept at (runners/engine/
+trial.py: the trial itself)."""
+from __future__ import annotations
+
+import itertools
+import math
+from typing import Any
+
+from kernels.spec import KernelSpec, is_power_of_two
+from runners.model.trial import NUM_WARPS_ALLOWED, TRITON_PROVIDER, ConfigError, Trial
+
+DTYPES = ("float16", "bfloat16", "float32")
+# num_warps beyond 32 exceeds the 1024 threads of a CUDA block.
+# The interpreter runs every program in Python: past this many elements one trial takes minutes.
+INTERPRET_MAX_ELEMENTS = 1 << 20
+
+
+def _as_list(value: Any) -> list:
+    return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def parse_shapes(value: Any, rank: int) -> list[tuple[int, ...]]:
+    """`kernel.shapes` holds one shape or a list of shapes; a shape of a 1-D kernel may be a bare int."""
+    items = _as_list(value)
+    if rank > 1 and items and all(_is_int(v) for v in items):
+        items = [items]  # one shape, e.g. [4096, 4096] for a 2-D kernel
+    shapes = []
+    for index, item in enumerate(items):
+        shape = _as_list(item)
+        where = f"kernel.shapes[{index}]"
+        if len(shape) != rank or not all(_is_int(d) for d in shape):
+            raise ConfigError(f"{where}: {item!r} must be {rank} integer(s)")
+        if any(d <= 0 for d in shape):
+            raise ConfigError(f"{where}: {item!r} has a dimension <= 0; every dimension must be positive")
+        shapes.append(tuple(shape))
+    if not shapes:
+        raise ConfigError("kernel.shapes: empty; give at least one shape")
+    return shapes
+
+
+def parse_calls(calls: Any, shapes: Any, rank: int) -> dict[tuple[int, ...], int]:
+    """`kernel.calls`: how many times the program called each of `kernel.shapes`, in order (python -m
+    runners.capture writes both); shape -> calls, the weights of the export's covering set. {} if None."""
+    if calls is None:
+        return {}
+    if shapes is None:
+        raise ConfigError("kernel.calls: weights the shapes of kernel.shapes, which is not given")
+    shapes = parse_shapes(shapes, rank)
+    calls = _as_list(calls)
+    if len(calls) != len(shapes):
+        raise ConfigError(f"kernel.calls: {len(calls)} counts for the {len(shapes)} shapes of kernel.shapes; "
+                          "give one count a shape, in the same order")
+    for index, count in enumerate(calls):
+        if not _is_int(count) or count < 0:
+            raise ConfigError(f"kernel.calls[{index}]: {count!r} must be an integer >= 0 (a call count)")
+    weights: dict[tuple[int, ...], int] = {}
+    for shape, count in zip(shapes, calls):
+        weights[shape] = weights.get(shape, 0) + count
+    return weights
+
+
+GRID_FORMS = ("a list of sizes, {pow2: [lo, hi]}, {geom: [lo, hi, n]} or {range: [lo, hi, step]} (each form "
+              "with an optional multiple_of: m), or a list of these")
+
+
+def _form_values(value: dict, where: str) -> list[int]:
+    """The sizes of one form of `kernel.grid` (grid_values)."""
+    forms = [name for name in value if name in ("pow2", "geom", "range")]
+    unknown = [name for name in value if name not in ("pow2", "geom", "range", "multiple_of")]
+    if len(forms) != 1 or unknown:
+        raise ConfigError(f"{where}: {value!r} is not {GRID_FORMS}")
+    form = forms[0]
+    bounds = value[form]
+    counts = {"pow2": 2, "geom": 3, "range": 3}
+    if (not isinstance(bounds, (list, tuple)) or len(bounds) != counts[form]
+            or not all(_is_int(b) and b > 0 for b in bounds)):
+        raise ConfigError(f"{where}.{form}: {bounds!r} must be {counts[form]} positive integers")
+    low, high = bounds[0], bounds[1]
+    if low > high:
+        raise ConfigError(f"{where}.{form}: the bounds {low} > {high} are the wrong way round")
+    if form == "pow2":
+        values = [1 << n for n in range(low.bit_length() - 1, high.bit_length()) if low <= 1 << n <= high]
+    elif form == "geom":
+        steps = bounds[2]
+        if steps < 2:
+            raise ConfigError(f"{where}.geom: {steps} sizes: give at least 2 (the bounds)")
+        values = [round(low * (high / low) ** (i / (steps - 1))) for i in range(steps)]
+    else:
+        values = list(range(low, high + 1, bounds[2]))
+    if not values:
+        raise ConfigError(f"{where}.{form}: {bounds!r} gives no size")
+    multiple = value.get("multiple_of", 1)
+    if not (_is_int(multiple) and multiple > 0):
+        raise ConfigError(f"{where}.multiple_of: {multiple!r} must be a positive integer")
+    # Each size to its nearest multiple (one at least): Triton compiles a kernel apart for sizes divisible
+    # by 16, so a grid can measure that kind on purpose.
+    return [max(multiple, multiple * round(v / multiple)) for v in values]
+
+
+def grid_values(value: Any, where: str) -> list[int]:
+    """The sizes one dim of `kernel.grid` gives (schema.KernelConf says the forms), ascending, each once."""
+    items = [value] if isinstance(value, dict) else _as_list(value)
+    values = []
+    for position, item in enumerate(items):
+        if isinstance(item, dict):
+            values += _form_values(item, where if isinstance(value, dict) else f"{where}[{position}]")
+        elif _is_int(item) and item > 0:
+            values.append(item)
+        else:
+            raise ConfigError(f"{where}: {value!r} is not {GRID_FORMS} (positive integers)")
+    if not values:
+        raise ConfigError(f"{where}: {value!r} is not {GRID_FORMS} (positive integers)")
+    return sorted(set(values))
+
+
+def grid_shapes(grid: dict, spec: KernelSpec) -> list[tuple[int, ...]]:
+    """The shapes of `kernel.grid`: every dim's sizes crossed, in the order of the kernel's dims. Dims
+    left out (None) give no grid; a grid names every dim or none."""
+    given = {dim: value for dim, value in (grid or {}).items() if value is not None}
+    if not given:
+        return []
+    unknown = sorted(set(given) - set(spec.dims))
+    if unknown:
+        raise ConfigError(f"kernel.grid.{unknown[0]}: not a dim of {spec.name} ({', '.join(spec.dims)})")
+    missing = [dim for dim in spec.dims if dim not in given]
+    if missing:
+        raise ConfigError(f"kernel.grid.{missing[0]}: give sizes for every dim of {spec.name} "
+                          f"({', '.join(spec.dims)}; given: {', '.join(given)})")
+    sizes = [grid_values(given[dim], f"kernel.grid.{dim}") for dim in spec.dims]
+    return list(itertools.product(*sizes))
+
+
+def parse_dtypes(value: Any, supported: tuple[str, ...]) -> list[str]:
+    dtypes = [str(v) for v in _as_list(value)]
+    for dtype in dtypes:
+        if dtype not in supported:
+            raise ConfigError(f"kernel.dtypes: {dtype!r} is not supported by this kernel; "
+                              f"use one of {supported}")
+    if not dtypes:
+        raise ConfigError("kernel.dtypes: empty; give at least one dtype")
+    return dtypes
+
+
+def parse_space(overrides: dict, spec: KernelSpec) -> dict[str, list[int]]:
+    """The kernel's default space with the user's entries replacing whole keys; every value checked.
+
+    An entry set to None (null in YAML) keeps the kernel's default for that key.
+    """
+    overrides = {name: value for name, value in overrides.items() if value is not None}
+    unknown = sorted(set(overrides) - set(spec.space))
+    if unknown:
+        raise ConfigError(f"kernel.space.{unknown[0]}: not a parameter of {spec.name}; "
+                          f"known: {sorted(spec.space)}")
+    space = {name: list(values) for name, values in spec.space.items()}
+    space.update({name: _as_list(value) for name, value in overrides.items()})
+    for name, values in space.items():
+        where = f"kernel.space.{name}"
+        if not values:
+            raise ConfigError(f"{where}: empty; give at least one value")
+        for value in values:
+            if not _is_int(value):
+                raise ConfigError(f"{where}: {value!r} is not an integer")
+            if name.startswith("BLOCK") and not is_power_of_two(value):
+                raise ConfigError(f"{where}: {value} is not a power of 2 (tl.arange needs power-of-2 blocks)")
+            if name == "num_warps" and value not in NUM_WARPS_ALLOWED:
+                raise ConfigError(f"{where}: {value} must be one of {NUM_WARPS_ALLOWED}")
+            if name == "num_stages" and value < 1:
+                raise ConfigError(f"{where}: {value} must be >= 1")
+    return space
+
+
+def space_configs(space: dict) -> list[dict]:
+    """Every config of a search space (name -> values), in the order of its names."""
+    names = list(space)
+    return [dict(zip(names, values)) for values in itertools.product(*(space[n] for n in names))]
+
+
+def _runnable(shapes: list, dtypes: list[str], space: dict, spec: KernelSpec) -> list[tuple[int, ...]]:
+    """The grid's shapes where some config of the space can run (the kernel's constraints), the others
+    named in one line: a grid crosses sizes blindly, and a shape no config can run adds nothing."""
+    configs = space_configs(space)
+    runnable = [s for s in shapes if any(spec.constraints(s, d, c) is None for d in dtypes for c in configs)]
+    dropped = [s for s in shapes if s not in runnable]
+    if dropped:
+        named = ", ".join("x".join(map(str, s)) for s in dropped[:10]) + (" ..." if len(dropped) > 10 else "")
+        print(f"kernel.grid: {len(dropped)} shape(s) no config of the space can run, left out: {named}")
+    if shapes and not runnable:
+        raise ConfigError("kernel.grid: no config of the space can run at any of its shapes")
+    return runnable
+
+
+def plan_trials(spec: KernelSpec, kernel_conf: dict, backend: str) -> list[Trial]:
+    """Every trial of the job in a stable order: shapes, then dtypes, then the space grid, baselines last.
+
+    Raises ConfigError for bad input; configs the kernel cannot run at a shape come back pruned.
+    """
+    gridded = grid_shapes(kernel_conf.get("grid"), spec)
+    shapes = kernel_conf.get("shapes")
+    parse_calls(kernel_conf.get("calls"), shapes, len(spec.dims))  # checked before any launch
+    if shapes is None and not gridded:
+        if not spec.default_shapes:
+            raise ConfigError(f"kernel.shapes: give the shapes to sweep ({spec.name} declares no "
+                              "default_shapes), or kernel.grid")
+        shapes = [list(shape) for shape in spec.default_shapes]
+    shapes = [] if shapes is None else parse_shapes(shapes, len(spec.dims))
+    dtypes = kernel_conf.get("dtypes")
+    dtypes = parse_dtypes(list(spec.default_dtypes) if dtypes is None else dtypes, spec.dtypes)
+    space = parse_space(dict(kernel_conf.get("space") or {}), spec)
+    shapes += _runnable(gridded, dtypes, space, spec)
+    baselines = kernel_conf.get("baselines")
+    baselines = list(spec.baselines) if baselines is None else [str(b) for b in _as_list(baselines)]
+    for name in baselines:
+        if name not in spec.baselines:
+            raise ConfigError(f"kernel.baselines: {name!r} is not a baseline of {spec.name}; "
+                              f"known: {sorted(spec.baselines)}")
+    if backend == "interpret":
+        for shape in shapes:
+            if math.prod(shape) > INTERPRET_MAX_ELEMENTS:
+                raise ConfigError(
+                    f"kernel.shapes: {list(shape)} has more than {INTERPRET_MAX_ELEMENTS} elements; "
+                    "backend=interpret runs every program in Python, use small shapes"
+                )
+
+    shapes = list(dict.fromkeys(shapes))  # a value listed twice is one trial, measured once
+    dtypes = list(dict.fromkeys(dtypes))
+    configs = space_configs({name: list(dict.fromkeys(values)) for name, values in space.items()})
+    trials = []
+    for shape, dtype in itertools.product(shapes, dtypes):
+        for config in configs:
+            reason = spec.constraints(shape, dtype, config)
+            trials.append(Trial(spec.name, TRITON_PROVIDER, shape, dtype, dict(config), reason))
+        for name in baselines:
+            trials.append(Trial(spec.name, name, shape, dtype, {}))
+    return trials

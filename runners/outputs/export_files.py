@@ -1,0 +1,30 @@
+"""The triton.Config export of every kernel of the sweep (runners/export/), with the settings of
+the config's `export` section, into `export_dir`; those settings checked before anything is launched."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+from runners.outputs.output import Finished, Output
+
+
+class Export(Output):
+    def check(self, cfg, spec) -> None:
+        from runners.export.settings import check_sweep
+
+        check_sweep(cfg, spec)
+
+    def write(self, done: Finished, handover: Optional[dict] = None) -> list[Path]:
+        from runners.export import export_kernel
+        from runners.export.settings import ExportError, from_sweep
+
+        paths = []
+        for kernel in done.frame["kernel"].unique():
+            try:
+                paths += export_kernel(done.frame, kernel, done.cfg.export_dir, source=done.store,
+                                       **from_sweep(done.cfg, kernel))
+            except ExportError as error:
+                print(f"export skipped: {error}")
+        if paths:
+            print(f"exported: {', '.join(map(str, paths))}")
+        return paths

@@ -1,0 +1,25 @@
+"""results.parquet in the sweep's run directory: every row of the sweep, samples as lists."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+from runners.outputs.output import Finished, Output
+from runners.store.result_store import SAMPLE_COLUMNS
+
+
+class Parquet(Output):
+    def write(self, done: Finished, handover: Optional[dict] = None) -> list[Path]:
+        path = write_parquet(done.frame, done.output_dir / "results.parquet")
+        print(f"results: {done.store} (sweep {done.sweep_id}), {path}")
+        return [path]
+
+
+def write_parquet(frame, path: str | Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    table = frame.copy()
+    for name in SAMPLE_COLUMNS:
+        table[name] = [None if s is None else s.tolist() for s in table[name]]
+    table.to_parquet(path, index=False)
+    return path

@@ -1,0 +1,355 @@
+"""The plots of one sweep, as PNG, drawn from its rows: for the end of a sweep (runners/outputs/finisher.py)
+and for the command `python -m runners.plot` (runners/plot.py).
+- roofline.png: achieved TFLOP/s against arithmetic intensity under the device's measured ceilings (copy
+  bandwidth, cuBLAS matmul per dtype); every ok config of ours a grey dot, each winner a star, the
+  baselines a marker per provider, one colour per (kernel, dtype, shape).
+- heatmap_<kernel>.png: % of the best p50 over two meta-parameters (the two with the most values, or
+  --x and --y), a panel per (dtype, shape), each cell the best config with those two values; past
+  MAX_PANELS, one panel per dtype (heatmap says why).
+- speedup_<kernel>.png: the end-to-end speedup of our winner over each baseline per (dtype, shape).
+Winners and baselines are the end table's (runners/outputs/table/report.py); a plot with nothing to show is
+skipped with a line saying why. Drawn on matplotlib's Agg canvas through `Figure` (no pyplot, no global
+state), matplotlib imported when a plot is drawn."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Callable, Optional
+
+import pandas as pd
+
+from runners.model.finalists import winner
+from runners.model.trial import TRITON_PROVIDER
+from runners.outputs.table.report import speedups
+from runners.store.result_store import ResultStore, shape_label
+
+DPI = 110
+MAX_PANELS = 12  # heatmap panels of one figure; past it, the summary (one panel a dtype)
+BASELINE_MARKERS = "osD^vP<>hX"
+
+
+class PlotError(ValueError):
+    """Bad input (an unknown meta-parameter for --x/--y); the message names the argument."""
+
+
+class NothingToShow(Exception):
+    """A plot without the data it needs; the message says what is missing."""
+
+
+def _pct(value: float) -> str:
+    return f"{value:.0f}"
+
+
+def _newest(rows: pd.DataFrame) -> pd.DataFrame:
+    """Each trial's row to plot: its newest finalist row where it has one, else its newest row."""
+    rows = rows.assign(_final=rows["phase"] == "final").sort_values(["_final", "id"])
+    return rows.groupby("trial_key", sort=False).tail(1).drop(columns="_final").sort_values("id")
+
+
+def _groups(frame: pd.DataFrame):
+    """(kernel, dtype, shape) -> (our ok rows, the baselines' rows to use, our winner's row or None)."""
+    ok = frame[frame["status"] == "ok"]
+    for key, group in ok.groupby(["kernel", "dtype", "shape"], sort=False):
+        ours = group[group["provider"] == TRITON_PROVIDER]
+        baselines = _newest(group[group["provider"] != TRITON_PROVIDER])
+        baselines = baselines.groupby("provider", sort=False).tail(1)  # one row per baseline
+        best = ours.loc[winner(ours)] if not ours.empty else None
+        yield key, ours, baselines, best
+
+
+def ceilings(frame: pd.DataFrame, store: Optional[ResultStore]) -> dict:
+    """The measured ceilings of the GPU of the newest GPU row: from the store's device_peaks, else
+    derived from the rows' % of peak (gbps / pct_copy_bw, tflops / pct_matmul). {} for interpreter rows."""
+    gpu_rows = frame[frame["backend"] == "cuda"]
+    if gpu_rows.empty:
+        return {}
+    newest = gpu_rows.loc[gpu_rows["id"].idxmax()]
+    peaks = store.peaks(newest.to_dict()) if store is not None else None
+    if peaks:
+        return peaks
+    same_gpu = gpu_rows[gpu_rows["gpu_name"] == newest["gpu_name"]]
+    derived = {}
+    copy = (100 * same_gpu["gbps"] / same_gpu["pct_copy_bw"]).dropna()
+    if not copy.empty:
+        derived["copy_gbps"] = float(copy.median())
+    for dtype, rows in same_gpu.groupby("dtype"):
+        matmul = (100 * rows["tflops"] / rows["pct_matmul"]).dropna()
+        if not matmul.empty:
+            derived[f"matmul_tflops_{dtype}"] = float(matmul.median())
+    return derived
+
+
+def _figure(width: float, height: float):
+    from matplotlib.figure import Figure
+
+    return Figure(figsize=(width, height), dpi=DPI, layout="constrained")
+
+
+def roofline(frame: pd.DataFrame, peaks: dict, path: Path, title: str) -> Optional[str]:
+    """Draw the roofline to path; returns why it was skipped, or None."""
+    import numpy as np
+    from matplotlib import colormaps
+
+    points = frame[(frame["status"] == "ok") & (frame["gbps"] > 0) & (frame["tflops"] > 0)]
+    if points.empty:
+        return "no ok trial with a FLOP and a byte count"
+    fig = _figure(9, 6)
+    ax = fig.subplots()
+    colours = colormaps["tab10"]
+    intensity = lambda rows: 1000 * rows["tflops"] / rows["gbps"]  # (TFLOP/s) / (GB/s) = 1000 FLOP/byte
+    low, high = intensity(points).min() / 4, intensity(points).max() * 4
+    tops = [points["tflops"].max()]
+    copy = peaks.get("copy_gbps")
+    dtypes = sorted(points["dtype"].unique())
+    ceiling_text = []
+    if copy:
+        ceiling_text.append(f"copy {copy:.0f} GB/s")
+        for dtype in dtypes:
+            matmul = peaks.get(f"matmul_tflops_{dtype}")
+            if matmul:
+                high = max(high, 4 * 1000 * matmul / copy)  # show the ridge point
+                ceiling_text.append(f"matmul {dtype} {matmul:.0f} TFLOP/s")
+        x = np.geomspace(low, high, 200)
+        roofs = [(d, peaks[f"matmul_tflops_{d}"]) for d in dtypes if peaks.get(f"matmul_tflops_{d}")]
+        for i, (dtype, matmul) in enumerate(roofs):  # the roof: the lower of the two ceilings
+            ax.plot(x, np.minimum(copy * x / 1000, matmul), color="black", lw=1.2, ls=["-", "--", ":"][i % 3],
+                    label=f"measured: copy {copy:.0f} GB/s, cuBLAS {dtype} {matmul:.0f} TFLOP/s")
+            tops.append(matmul)
+        if not roofs:
+            ax.plot(x, copy * x / 1000, color="black", lw=1.2, label=f"measured copy {copy:.0f} GB/s")
+    for i, ((kernel, dtype, shape), ours, baselines, best) in enumerate(_groups(frame)):
+        colour = colours(i % 10)
+        name = f"{kernel} {dtype} {shape_label(shape)}"
+        ours = _newest(ours)
+        ours = ours[(ours["gbps"] > 0) & (ours["tflops"] > 0)]
+        ax.scatter(intensity(ours), ours["tflops"], s=12, color="grey", alpha=0.4, lw=0)
+        if best is not None and best["gbps"] > 0 and best["tflops"] > 0:
+            ax.scatter([1000 * best["tflops"] / best["gbps"]], [best["tflops"]], marker="*", s=220,
+                       color=colour, edgecolor="black", lw=0.6, zorder=3, label=f"{name}: ours (best)")
+        for j, (_, row) in enumerate(baselines.iterrows()):
+            if row["gbps"] > 0 and row["tflops"] > 0:
+                ax.scatter([1000 * row["tflops"] / row["gbps"]], [row["tflops"]], s=60, color=colour,
+                           marker=BASELINE_MARKERS[j % len(BASELINE_MARKERS)], edgecolor="black", lw=0.5,
+                           zorder=3, label=f"{name}: {row['provider']}")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(low, high)
+    ax.set_ylim(points["tflops"].min() / 4, max(tops) * 2)
+    ax.set_xlabel("arithmetic intensity (FLOP per byte moved)")
+    ax.set_ylabel("achieved TFLOP/s")
+    ax.grid(True, which="both", alpha=0.3)
+    note = "ceilings measured: " + ", ".join(ceiling_text) if ceiling_text else "no measured ceilings"
+    ax.set_title(f"{title}\n{note}; grey: every ok config of ours", fontsize=10)
+    ax.legend(fontsize=7, loc="upper left", ncol=1 + len(ax.get_legend_handles_labels()[1]) // 14)
+    fig.savefig(path)
+    return None
+
+
+def meta_axes(ours: pd.DataFrame, x: Optional[str], y: Optional[str], kernel: str) -> tuple[str, str]:
+    """The two meta-parameters of the heatmap: as asked, else the two with the most distinct values.
+    PlotError for an unknown name, NothingToShow when there is no second one."""
+    configs = [json.loads(c) for c in ours["config"]]
+    distinct = {}
+    for config in configs:
+        for name, value in config.items():
+            distinct.setdefault(name, set()).add(value)
+    for flag, name in (("--x", x), ("--y", y)):
+        if name is not None and name not in distinct:
+            raise PlotError(f"{flag}: {name!r} is not a meta-parameter of {kernel} "
+                            f"(it has {', '.join(distinct) or 'none'})")
+    if x is not None and x == y:
+        raise PlotError(f"--x and --y: both are {x!r}; choose two meta-parameters")
+    varying = sorted((n for n in distinct if len(distinct[n]) > 1 and n not in (x, y)),
+                     key=lambda n: -len(distinct[n]))  # stable: ties keep the config's order
+    chosen = [n for n in (x, y) if n is not None]
+    chosen += varying[:2 - len(chosen)]
+    if len(chosen) < 2:
+        raise NothingToShow(f"{kernel} varies only {', '.join(chosen) or 'no meta-parameter'} in this sweep; "
+                         "a heatmap needs two (or name them with --x/--y)")
+    if x is None and y is not None:
+        chosen.reverse()  # keep y on the y axis
+    return chosen[0], chosen[1]
+
+
+def heatmap(frame: pd.DataFrame, kernel: str, path: Path, x: Optional[str] = None,
+            y: Optional[str] = None) -> Optional[str]:
+    """Draw the kernel's heatmaps to path; returns why it was skipped, or None.
+
+    Each cell holds the best config with those two values (the best over the other meta-parameters;
+    100 = the fastest config of ours at that shape); empty cells were pruned or failed. Past MAX_PANELS
+    (dtype, shape)s, one panel per dtype instead: shapes along x, the (y, x) pairs along y, no numbers
+    in the cells (a grid of 120 panels took 14 s to draw and came out unreadable)."""
+    import numpy as np
+    from matplotlib.patches import Rectangle
+
+    rows = frame[(frame["kernel"] == kernel) & (frame["provider"] == TRITON_PROVIDER)]
+    if rows.empty:
+        return f"no config of {kernel} in this sweep"
+    try:
+        x, y = meta_axes(rows, x, y, kernel)
+    except NothingToShow as reason:
+        return str(reason)
+    configs = [json.loads(c) for c in rows["config"]]
+    x_values = sorted({c.get(x) for c in configs} - {None})
+    y_values = sorted({c.get(y) for c in configs} - {None})
+    panels = [(key, ours, best) for key, ours, _, best in _groups(frame)
+              if key[0] == kernel and not ours.empty]
+    if not panels:
+        return f"no ok config of {kernel}"
+    if len(panels) > MAX_PANELS:
+        return summary_heatmap(panels, kernel, path, x, y)
+    columns = min(3, len(panels))
+    lines = math.ceil(len(panels) / columns)
+    fig = _figure(max(4.5, 0.9 * len(x_values) + 2.5) * columns, max(3.5, 0.5 * len(y_values) + 2) * lines)
+    axes = np.atleast_1d(fig.subplots(lines, columns, squeeze=False)).ravel()
+    image = None
+    cells = [(y_value, x_value) for y_value in y_values for x_value in x_values]
+    for ax, ((_, dtype, shape), ours, best) in zip(axes, panels):
+        best_p50 = _newest(ours)["p50_us"].min()
+        grid = np.array(_percent_of_best(ours, cells, (y, x))).reshape(len(y_values), len(x_values))
+        image = ax.imshow(np.ma.masked_invalid(grid), cmap="viridis", vmin=0, vmax=100, origin="lower",
+                          aspect="auto")
+        for (i, j), value in np.ndenumerate(grid):
+            ax.text(j, i, "-" if np.isnan(value) else _pct(value), ha="center", va="center", fontsize=8,
+                    color="white" if not np.isnan(value) and value < 60 else "black")
+        config = json.loads(best["config"]) if best is not None else {}
+        if config.get(x) in x_values and config.get(y) in y_values:
+            ax.add_patch(Rectangle((x_values.index(config[x]) - 0.5, y_values.index(config[y]) - 0.5), 1, 1,
+                                   fill=False, edgecolor="red", lw=2))
+        ax.set_xticks(range(len(x_values)), [str(v) for v in x_values])
+        ax.set_yticks(range(len(y_values)), [str(v) for v in y_values])
+        ax.set_xlabel(x)
+        ax.set_ylabel(y)
+        ax.set_title(f"{dtype} {shape_label(shape)}: best {best_p50:.2f} us", fontsize=9)
+    for ax in axes[len(panels):]:
+        ax.set_visible(False)
+    fig.colorbar(image, ax=axes[:len(panels)].tolist(), label="% of the best p50 (100 = fastest)")
+    fig.suptitle(f"{kernel}: % of the best p50 by {x} and {y} (each cell: the best over the other "
+                 "meta-parameters; red: the winner; -: pruned or failed)", fontsize=10)
+    fig.savefig(path)
+    return None
+
+
+def _percent_of_best(ours: pd.DataFrame, cells: list, axes: tuple) -> list:
+    """% of the best p50 at each (y value, x value) cell: the best config with those two values."""
+    ours = _newest(ours)
+    best_p50 = ours["p50_us"].min()
+    found: dict = {}
+    for config, p50 in zip(ours["config"], ours["p50_us"]):
+        config = json.loads(config)
+        cell = (config.get(axes[0]), config.get(axes[1]))
+        found[cell] = max(found.get(cell, 0.0), 100 * best_p50 / p50)
+    return [found.get(cell, float("nan")) for cell in cells]
+
+
+def summary_heatmap(panels: list, kernel: str, path: Path, x: str, y: str) -> None:
+    """The heatmap of many shapes: one panel per dtype, its shapes along x (as the sweep ordered them),
+    every (y, x) pair measured along y, the winner of each shape framed."""
+    import numpy as np
+
+    dtypes = list(dict.fromkeys(dtype for (_, dtype, _), _, _ in panels))
+    cells = sorted({(c.get(y), c.get(x)) for _, ours, _ in panels for c in map(json.loads, ours["config"])
+                    if c.get(x) is not None and c.get(y) is not None})
+    widest = max(sum(1 for (_, d, _), _, _ in panels if d == dtype) for dtype in dtypes)
+    fig = _figure(min(30.0, max(8.0, 0.14 * widest + 3)), (0.22 * len(cells) + 1.8) * len(dtypes))
+    axes = np.atleast_1d(fig.subplots(len(dtypes), 1, squeeze=False)).ravel()
+    image = None
+    for ax, dtype in zip(axes, dtypes):
+        mine = [(shape, ours, best) for (_, d, shape), ours, best in panels if d == dtype]
+        grid = np.array([_percent_of_best(ours, cells, (y, x)) for _, ours, _ in mine]).T
+        image = ax.imshow(np.ma.masked_invalid(grid), cmap="viridis", vmin=0, vmax=100, origin="lower",
+                          aspect="auto", interpolation="nearest")
+        for column, (_, _, best) in enumerate(mine):
+            config = json.loads(best["config"]) if best is not None else {}
+            if (config.get(y), config.get(x)) in cells:
+                ax.scatter([column], [cells.index((config[y], config[x]))], s=12, marker="s",
+                           facecolors="none", edgecolors="red", linewidths=1)
+        step = max(1, len(mine) // 40)  # at most ~40 labels along x
+        ax.set_xticks(range(0, len(mine), step), [shape_label(s) for s, _, _ in mine][::step], rotation=90,
+                      fontsize=6)
+        ax.set_yticks(range(len(cells)), [f"{y}={a} {x}={b}" for a, b in cells], fontsize=6)
+        ax.set_title(f"{dtype}: {len(mine)} shapes", fontsize=9)
+    fig.colorbar(image, ax=axes.tolist(), label="% of the best p50 (100 = fastest)")
+    fig.suptitle(f"{kernel}: % of the best p50 at each shape by {y} and {x}\n(each cell: the best over the "
+                 "other meta-parameters; red: the winner; blank: pruned or failed)", fontsize=10)
+    fig.savefig(path)
+
+
+def speedup(frame: pd.DataFrame, kernel: str, path: Path) -> Optional[str]:
+    """Draw the kernel's speedups over its baselines to path; returns why it was skipped, or None."""
+    import numpy as np
+
+    bars = {}  # (dtype, shape text) -> {provider: speedup}
+    for (name, dtype, shape), _, baselines, best in _groups(frame):
+        if name == kernel and best is not None and not baselines.empty:
+            bars[(dtype, shape_label(shape))] = {row["provider"]: speedups(row, best)[0]
+                                                 for _, row in baselines.iterrows()}
+    if not bars:
+        return f"no shape of {kernel} where both a config of ours and a baseline are ok"
+    providers = sorted({p for speeds in bars.values() for p in speeds})
+    fig = _figure(max(6.0, 1.2 * len(bars) * len(providers) + 2), 4.5)
+    ax = fig.subplots()
+    width = 0.8 / len(providers)
+    for i, provider in enumerate(providers):
+        values = [speeds.get(provider, np.nan) for speeds in bars.values()]
+        positions = np.arange(len(bars)) + (i - (len(providers) - 1) / 2) * width
+        drawn = ax.bar(positions, values, width, label=f"vs {provider}")
+        ax.bar_label(drawn, labels=["" if np.isnan(v) else f"{v:.2f}x" for v in values], fontsize=7)
+    ax.axhline(1.0, color="black", lw=1)
+    ax.set_xticks(range(len(bars)), [f"{dtype}\n{shape}" for dtype, shape in bars])
+    ax.set_ylabel("end-to-end speedup (> 1: ours faster)")
+    ax.set_title(f"{kernel}: speedup of the best config over each baseline", fontsize=10)
+    ax.legend(fontsize=8)
+    fig.savefig(path)
+    return None
+
+
+def render(frame: pd.DataFrame, out_dir: str | Path, peaks: dict, x: Optional[str] = None,
+           y: Optional[str] = None, say: Callable[[str], None] = print) -> list[Path]:
+    """Every plot of the rows in frame (one sweep) into out_dir; returns the paths written. Plots with
+    nothing to show are skipped with one line each through say()."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    sweeps = ", ".join(sorted(frame["sweep_id"].unique()))
+    gpus = ", ".join(sorted(frame["gpu_name"].unique()))
+    title = f"sweep {sweeps} on {gpus}"
+    jobs = [("roofline", out_dir / "roofline.png", lambda p: roofline(frame, peaks, p, title))]
+    for kernel in frame["kernel"].unique():
+        jobs += [(f"heatmap of {kernel}", out_dir / f"heatmap_{kernel}.png",
+                  lambda p, k=kernel: heatmap(frame, k, p, x, y)),
+                 (f"speedup of {kernel}", out_dir / f"speedup_{kernel}.png",
+                  lambda p, k=kernel: speedup(frame, k, p))]
+    written = []
+    for name, path, draw in jobs:
+        reason = draw(path)
+        if reason is None:
+            written.append(path)
+        else:
+            say(f"plot skipped: {name}: {reason}")
+    return written
+
+
+def plots_for_sweep(store_path: str | Path, frame: pd.DataFrame, out_dir: str | Path) -> list[Path]:
+    """The end of a sweep: render() with the store's ceilings. Every measured row is in the store, the
+    parquet file and the export by then, so whatever stops the plots (no matplotlib, an unwritable
+    directory, an older matplotlib than pyproject asks for) costs the plots only: one line says why,
+    and the sweep's exit status stays that of its measuring."""
+    store = ResultStore(store_path)
+    try:
+        paths = render(frame, out_dir, ceilings(frame, store))
+    except ImportError as error:
+        print(f"warning: plots skipped: {error} (pip install matplotlib)")
+        return []
+    except OSError as error:
+        print(f"warning: plots skipped: cannot write to {out_dir}: {error}")
+        return []
+    except Exception as error:  # a plotting bug or a library mismatch; `python -m runners.plot` shows where
+        print(f"warning: plots skipped: {type(error).__name__}: {error} (python -m runners.plot shows where)")
+        return []
+    finally:
+        store.close()
+    if paths:
+        print(f"plots: {', '.join(p.name for p in paths)} in {out_dir}")
+    return paths
+

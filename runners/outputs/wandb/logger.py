@@ -1,0 +1,467 @@
+"""Weights & Biases: the sweep's run (group = sweep id, job_type = sweep_summary) and, where logger.runs
+says so, one run per trial (group = sweep id, job_type = kernel).
+
+logger.runs: `trial` logs both; `sweep` the sweep's run alone, which holds every trial in its table (one
+run where thousands would crowd W&B's workspace and `wandb sync`); `auto` (the default) trial runs for a
+job of its own of at most logger.auto_trials trials (runs_of). Trial runs are written by child processes
+(TrialLogger), so that a slow log call never delays a timed launch; mode=offline (the default) needs no
+account and no network. Each trial run's config has flat keys per meta-parameter and shape dimension, so
+W&B's panels work without setup; runners/outputs/wandb/tables.py says what the sweep's run holds.
+W&B is never allowed to cost or hold a result: a failing import, an unwritable logger.dir, runs that cannot
+start or upload end in ONE warning line naming the cause, the results as without W&B (wandb_problem);
+online, init_timeout and finish_timeout bound what a server out of reach costs (_init_run)."""
+from __future__ import annotations
+
+import os
+import queue
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Iterable, Optional
+
+import pandas as pd
+
+CLOSE_TIMEOUT_S = 600  # a sweep's last runs may still be uploading in online mode
+# Online, what one run may wait for the server (wandb's defaults: 90 s to start, no bound to finish): a
+# server out of reach costs a logging process, or the sweep's run, at most these once (see _init_run). The
+# sweep's run may upload a large table: its finish is given longer.
+INIT_TIMEOUT_S = 10.0
+FINISH_TIMEOUT_S = 5.0
+SWEEP_FINISH_TIMEOUT_S = 60.0
+LOGGING_PROCESSES = 4
+# A logging process stops trying when wandb.init fails (what fails it, an install, credentials, does not
+# pass within a sweep; a server out of reach sends the runs offline instead), or after this many runs in a
+# row that started but could not be written.
+GIVE_UP_AFTER = 3
+MINIMIZED = ("p20_us", "p50_us", "p80_us", "min_us", "noise")
+MAXIMIZED = ("gbps", "tflops", "pct_copy_bw", "pct_matmul")
+UNAFFECTED = "the results, parquet file and export are not affected"
+
+# In this process: (mode, dir) -> why W&B is off, or None when it works; causes already warned about.
+_problems: dict[tuple, Optional[str]] = {}
+_warned: set[str] = set()
+# (mode, dir) -> why its online runs are written offline from now on (the server out of reach).
+_offline: dict[tuple, str] = {}
+
+
+def _cause(error: BaseException) -> str:
+    """'Type: first line of the message', short enough for one warning line."""
+    lines = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {lines[0][:200] if lines else ''}".rstrip(": ")
+
+
+def _warn_once(cause: str, text: str) -> None:
+    """Print one warning line, once per cause in this process (a multirun's jobs share the process)."""
+    if cause not in _warned:
+        _warned.add(cause)
+        print(f"warning: {text}", flush=True)
+
+
+def wandb_problem(conf: dict) -> Optional[str]:
+    """Why W&B cannot log with this logger config, found before any trial (remembered in this
+    process): wandb fails to import, or <dir>/wandb cannot be written (wandb would fall back to a
+    temporary directory and the runs would be lost to the user). None when neither.
+
+    Both are checked before any trial, and turn logging off: W&B failing (an incomplete install raises
+    anywhere inside its imports; runs that cannot be started or uploaded) ends in ONE warning line
+    naming the cause, and the store, the parquet file, the export and the exit status are the same as
+    without W&B. Online, a process that meets wandb's init_timeout or finish_timeout writes its later
+    runs offline, named with their `wandb sync` command in that one line."""
+    key = (conf["mode"], conf["dir"])
+    if key not in _problems:
+        problem = None
+        cause = _import_problem()
+        if cause:
+            problem = f"wandb cannot be imported ({cause})"
+        else:
+            directory = Path(conf["dir"]) / "wandb"
+            try:
+                directory.mkdir(parents=True, exist_ok=True)
+                with tempfile.TemporaryFile(dir=directory):
+                    pass
+            except OSError as error:
+                problem = f"logger.dir: {directory} is not writable ({_cause(error)})"
+        _problems[key] = problem
+    return _problems[key]
+
+
+SPAWN_ATTEMPTS = 3  # tries to start the interpreter that imports wandb (_import_problem)
+
+
+def _import_problem() -> Optional[str]:
+    """Why wandb fails to import ('Type: message'), tried in an interpreter of its own unless this one
+    has it: the sweep's process writes no run before its finish (its logging processes do), and wandb's
+    import (0.5-0.8 s of this process's GIL) held its first trial back. None when it
+    imports. A broken install fails anywhere in wandb's imports, not only with an ImportError."""
+    if "wandb" in sys.modules:
+        return None
+    for attempt in range(SPAWN_ATTEMPTS):
+        try:
+            tried = subprocess.run([sys.executable, "-c", "import wandb"], capture_output=True, text=True)
+            break
+        except OSError:
+            # The interpreter did not start, which says nothing of wandb: this check runs on a thread
+            # while the sweep forks its workers, and subprocess's vfork then failed now and then with
+            # "[Errno 14] Bad address" (once in a CI run, once in ~30 sweeps on a loaded 2-core host).
+            # Again; after the last try nothing is known against wandb, and the logging processes find
+            # out for themselves.
+            if attempt == SPAWN_ATTEMPTS - 1:
+                return None
+    if tried.returncode == 0:
+        return None
+    said = [line.strip() for line in tried.stderr.splitlines() if line.strip()]
+    return said[-1][:200] if said else f"exit status {tried.returncode}"  # the traceback's last line
+
+
+def known_problem(conf: dict) -> Optional[str]:
+    """Why W&B cannot log with this logger config, as far as this process has found out (wandb_problem
+    or a TrialLogger that gave up): None when nothing is known against it. Imports nothing."""
+    return _problems.get((conf["mode"], conf["dir"]))
+
+
+# What a trial run leaves out: it lasts milliseconds, and its config names the GPU, the versions and the
+# host already. wandb's system metrics, its probes of the machine (GPUs through NVML) and environment (the
+# installed packages' list) and its console capture took four fifths of each offline run's time on this
+# project's CPU host (0.052-0.055 -> 0.011-0.014 s a run: `python -m runners.benchmarks.bench_wandb
+# --runs 32`); the sweep's run keeps them. Only the settings this wandb has.
+TRIAL_RUN_SETTINGS = {"x_disable_stats": True, "x_disable_machine_info": True, "x_disable_meta": True,
+                      "console": "off", "x_save_requirements": False}
+
+
+def _init_run(conf: dict, sweep_id: str, job_type: str, name: str, config: Optional[dict] = None,
+              trial: bool = False):
+    """A run, offline where the online server was found out of reach (_offline): the online init that
+    finds it so (its init_timeout spent retrying, or the connection refused) is the last one tried, and
+    this run starts offline in its place. A run that is refused (no API key, a bad one) is not."""
+    import wandb
+
+    key = (conf["mode"], conf["dir"])
+    if conf["mode"] == "online" and key not in _offline:
+        try:
+            return _start_run(conf, sweep_id, job_type, name, config, trial, "online")
+        except wandb.errors.AuthenticationError:
+            raise
+        except wandb.errors.CommError as error:
+            _offline[key] = f"the server was unreachable ({_cause(error)})"
+    return _start_run(conf, sweep_id, job_type, name, config, trial,
+                      "offline" if key in _offline else conf["mode"])
+
+
+def _start_run(conf: dict, sweep_id: str, job_type: str, name: str, config: Optional[dict], trial: bool,
+               mode: str):
+    import wandb
+
+    # wandb's error reporting sends to WANDB_BASE_URL from an exit hook, waiting up to 10 s: a silent server
+    # held every process that had tried it online 10 s at its exit. Off, unless the user's shell sets it.
+    os.environ.setdefault("WANDB_ERROR_REPORTING", "false")
+    known = getattr(wandb.Settings, "model_fields", {})
+    lean = {key: value for key, value in TRIAL_RUN_SETTINGS.items() if key in known} if trial else {}
+    if mode == "online":  # past its bound, finish raises TimeoutError: the upload hangs (_timed_out)
+        bounds = {"init_timeout": INIT_TIMEOUT_S, "finish_timeout_raises": True,
+                  "finish_timeout": FINISH_TIMEOUT_S if trial else SWEEP_FINISH_TIMEOUT_S}
+        lean.update({key: value for key, value in bounds.items() if key in known})
+    return wandb.init(
+        project=conf["project"], entity=conf["entity"], dir=conf["dir"], mode=mode,
+        group=sweep_id, job_type=job_type, name=name, config=config,
+        reinit="create_new",
+        # Rows carry git_sha already; wandb's own git probe only warns when dir is outside a checkout.
+        settings=wandb.Settings(silent=True, disable_git=True, **lean),
+    )
+
+
+def _timed_out(run, conf: dict, seconds: float = FINISH_TIMEOUT_S) -> str:
+    """A run whose finish raised TimeoutError: its upload did not end within `seconds` (wandb keeps
+    the rest on disk). The runs after it are written offline; returns its directory, to `wandb sync`."""
+    why = f"an upload did not finish within {seconds:g} s"
+    _offline.setdefault((conf["mode"], conf["dir"]), why)
+    return str(run.settings.sync_dir)
+
+
+def _offline_words(conf: dict, why: str, runs: str, unsynced: Iterable[str] = ()) -> str:
+    """What the warning line says of runs written offline because the server was out of reach."""
+    where = " ".join([f"{conf['dir']}/wandb/offline-run-*", *unsynced])
+    return f"{why}; {runs} written offline instead; upload later with: wandb sync {where}"
+
+
+def _fill_trial_run(run, summary: dict) -> None:
+    try:
+        # The direction of each metric, as W&B records it (wandb 0.31 has no goal= any more): the best
+        # latency is the lowest, the best throughput the highest.
+        for metric in MINIMIZED:
+            run.define_metric(metric, summary="min")
+        for metric in MAXIMIZED:
+            run.define_metric(metric, summary="max")
+        run.summary.update(summary)
+    finally:
+        run.finish()
+
+
+def _log_trials(conn, conf: dict, sweep_id: str, unreached: Optional[str] = None) -> None:
+    """A logging process: write the runs that come through its pipe until the stop sign (None), then
+    answer (failed, first cause, gave up, why it went offline, runs written offline, runs to sync).
+    `unreached`: why an earlier job of this command found the server out of reach (offline from the
+    start)."""
+    failed, cause, in_a_row, stopped, offline, unsynced = 0, None, 0, False, 0, []
+    key = (conf["mode"], conf["dir"])
+    if unreached:
+        _offline.setdefault(key, unreached)
+    while (item := conn.recv()) is not None:
+        if stopped:
+            failed += 1  # drained, not tried: see GIVE_UP_AFTER
+            continue
+        job_type, name, config, summary = item
+        try:  # anything inside wandb can fail here; the row is in the store whatever happens
+            run = _init_run(conf, sweep_id, job_type, name, config, trial=True)
+        except Exception as error:
+            failed, cause, stopped = failed + 1, cause or _cause(error), True
+            continue
+        offline += conf["mode"] == "online" and key in _offline
+        try:
+            _fill_trial_run(run, summary)
+            in_a_row = 0
+        except TimeoutError:  # its finish, online: written but for its upload (_timed_out)
+            unsynced.append(_timed_out(run, conf))
+        except Exception as error:
+            failed, cause, in_a_row = failed + 1, cause or _cause(error), in_a_row + 1
+            stopped = in_a_row >= GIVE_UP_AFTER
+    _close_run_files()
+    conn.send((failed, cause, stopped, _offline.get(key), offline, unsynced))
+
+
+def _close_run_files() -> None:
+    """Wait for wandb's service to close this process's run files. It writes and closes a run's file
+    after run.finish() has returned: read at once, a finished run's file held no record, or 4096 of its
+    21,749 bytes (a CPU-only host); `wandb sync` right after the command would find it so. Teardown
+    waits for that (0.02 s); a later run starts the service again. A wandb without it (a broken
+    install) has written no file."""
+    teardown = getattr(sys.modules.get("wandb"), "teardown", None)
+    if teardown is not None:
+        teardown()
+
+
+class TrialLogger:
+    """The trial runs: LOGGING_PROCESSES processes (runners/engine/process.py's WorkerProcess), each fed
+    through its pipe by a thread of its own, so that log() never waits for W&B; runs go to the
+    processes in turn. wandb's serialization and its service process never share the interpreter (or
+    its GIL) with the timing loop, so a slow log call cannot delay a kernel launch inside a timed window;
+    the sweep pays a queue put per trial and the processes' last runs at the end, both measured and
+    reported as the logging share of the wall time. Runs land offline in <dir>/wandb/offline-run-*, to
+    be uploaded later with `wandb sync`, unless mode=online."""
+
+    def __init__(self, conf: dict, sweep_id: str):
+        self.enabled = conf["mode"] != "disabled"
+        self.seconds = 0.0  # time the sweep process spent on logging
+        self.runs = 0
+        self._conf, self._sweep_id = conf, sweep_id
+        self.closed = False
+        if not self.enabled:
+            return
+        began = time.perf_counter()
+        unusable = warn_if_unusable(conf)
+        self.seconds += time.perf_counter() - began
+        if unusable:
+            self.enabled = False
+            return
+        from runners.engine.process import WorkerProcess
+
+        count = max(1, min(LOGGING_PROCESSES, (os.cpu_count() or 2) // 2))  # leave cores to the sweep
+        main = f"{__name__}:_log_trials"
+        args = (conf, sweep_id, unreachable(conf))
+        self._processes = [WorkerProcess(f"W&B logging process {i}", main, args, interpret=None)
+                           for i in range(count)]
+        self._pending = [queue.SimpleQueue() for _ in self._processes]  # each process's runs, then None
+        self._unsent: list[list[str]] = [[] for _ in self._processes]  # why a run could not be sent
+        self._feeders = []
+        for process, pending, unsent in zip(self._processes, self._pending, self._unsent):
+            process.start()
+            feeder = threading.Thread(target=_feed, args=(process.conn, pending, unsent), daemon=True)
+            feeder.start()
+            self._feeders.append(feeder)
+
+    def log(self, job_type: str, name: str, config: dict, summary: dict) -> None:
+        if not self.enabled:
+            return
+        began = time.perf_counter()
+        shape = config.get("shape")
+        # For grouping and filtering in the W&B UI: a list-valued config key groups poorly there.
+        labels = {"sweep_id": self._sweep_id, "shape_label": "x".join(map(str, shape)) if shape else None}
+        self._pending[self.runs % len(self._pending)].put((job_type, name, {**config, **labels}, summary))
+        self.runs += 1
+        self.seconds += time.perf_counter() - began
+
+    def close(self) -> None:
+        """Wait for every queued run to be written; one warning line for whatever went wrong. Once: the
+        sweep closes it before its summary run, and again (doing nothing) on its way out."""
+        if not self.enabled or self.closed:
+            return
+        self.closed = True
+        began = time.perf_counter()
+        for pending in self._pending:
+            pending.put(None)  # one stop sign each, after its runs
+        deadline = began + CLOSE_TIMEOUT_S
+        problems, failed, causes, gave_up, offline, unsynced = [], 0, [], False, 0, []
+        for process, feeder, unsent in zip(self._processes, self._feeders, self._unsent):
+            feeder.join(max(0.0, deadline - time.perf_counter()))
+            count, cause, stopped = 0, None, False
+            try:
+                answered = process.conn.poll(max(0.0, deadline - time.perf_counter()))
+                if answered:
+                    count, cause, stopped, why, written, left = process.conn.recv()
+                    if why:  # its server out of reach: the sweep's run goes offline too (_init_run)
+                        _offline.setdefault((self._conf["mode"], self._conf["dir"]), why)
+                        offline, unsynced = offline + written, unsynced + left
+            except (EOFError, OSError):
+                answered = None  # it died before answering
+            child = process.process
+            if answered is False:  # e.g. online mode with an unreachable server
+                problems.append(f"logging did not finish within {CLOSE_TIMEOUT_S} s and was stopped")
+            else:
+                child.join(5)  # it exits once it has answered, or has died
+                if child.exitcode not in (0, None):
+                    problems.append(f"a logging process exited with code {child.exitcode}")
+            process.stop()  # kills what is still alive
+            failed += count + len(unsent)
+            gave_up |= stopped
+            causes += [c for c in [cause, *unsent[:1]] if c and c not in causes]
+        if failed:
+            problems.insert(0, f"{failed} of {self.runs} trial runs not written ({'; '.join(causes)})")
+        why = unreachable(self._conf)
+        if why:
+            runs = f"{offline} of {self.runs} trial runs" + ("" if gave_up else " and the sweep's run")
+            problems.insert(0, _offline_words(self._conf, why, f"{runs} are", unsynced))
+        if gave_up:  # the summary run would only fail the same way, and online wait for a timeout first
+            _problems[(self._conf["mode"], self._conf["dir"])] = causes[0]
+            problems.append("the summary run is skipped")
+        if problems:
+            problems = list(dict.fromkeys(problems))  # four processes stopped alike make one phrase
+            _warn_once(why or (causes[0] if causes else problems[0]),
+                       f"W&B: {'; '.join(problems)}; {UNAFFECTED}")
+        self.seconds += time.perf_counter() - began
+
+
+def _feed(conn, pending: queue.SimpleQueue, unsent: list) -> None:
+    """A feeder thread: send a logging process its runs, and the stop sign, as they come. A run that
+    cannot be sent (a value that does not pickle) is counted in `unsent` with its cause, and the next
+    goes on."""
+    while True:
+        item = pending.get()
+        try:
+            conn.send(item)
+        except (BrokenPipeError, OSError):
+            return  # the process is gone: close() says so
+        except Exception as error:
+            unsent.append(_cause(error))
+        if item is None:
+            return
+
+
+def runs_of(conf: dict, planned: int, multirun: bool) -> str:
+    """"trial" (a run per trial and the sweep's run) or "sweep" (the sweep's run alone) for a job:
+    logger.runs, where auto is trial runs for a job of its own that plans at most logger.auto_trials
+    trials (a multirun's jobs add up to more than any one of them knows), said in one line."""
+    runs = str(conf.get("runs", "trial"))
+    if runs != "auto":
+        return runs
+    limit = conf["auto_trials"]
+    chosen = "trial" if not multirun and planned <= limit else "sweep"
+    bound = "at most" if chosen == "trial" else "more than"
+    why = ("one job of a multirun" if multirun
+           else f"{planned} trials to measure, {bound} logger.auto_trials={limit}")
+    what = ("a run per trial and the sweep's run" if chosen == "trial"
+            else "the sweep's run alone, every trial in it")
+    print(f"W&B (logger.runs=auto): {why}: {what}", flush=True)
+    return chosen
+
+
+def warn_if_unusable(conf: dict) -> bool:
+    """Whether W&B cannot be used here (wandb_problem), said once in one warning line: made before the
+    first trial (by TrialLogger, or by the sweep's side where it logs no trial runs) and before the
+    sweep's run."""
+    problem = wandb_problem(conf)
+    if problem:
+        _warn_once(problem, f"W&B logging is off for this sweep: {problem}; {UNAFFECTED}")
+    return problem is not None
+
+
+def unreachable(conf: dict) -> Optional[str]:
+    """Why this process writes the online runs of this logger config offline (the server out of reach),
+    or None."""
+    return _offline.get((conf["mode"], conf["dir"]))
+
+
+def log_sweep_summary(conf: dict, sweep_id: str, frame: pd.DataFrame, files: list,
+                      images: Iterable[Path] = (), dims: Optional[dict] = None, runs: str = "trial",
+                      timing: Optional[dict] = None, offline: Optional[str] = None) -> bool:
+    """The sweep's run: a wandb.Table of all trials, charts built from it, the best config of every shape
+    as summary keys, the plots as images and the exported files as an Artifact. Returns whether it was
+    written. A failure is one warning line, never an error. `offline`: why it is written offline where
+    another process found the server out of reach (the background finish: unreachable's answer there)."""
+    if conf["mode"] == "disabled" or warn_if_unusable(conf):
+        return False
+    if offline:
+        _offline.setdefault((conf["mode"], conf["dir"]), offline)
+    try:
+        said = _write_summary_run(conf, sweep_id, frame, files, list(images), dims, runs, timing)
+    except Exception as error:  # anything inside wandb: its install, its service, the upload
+        cause = _cause(error)
+        _warn_once(cause, f"W&B: the run of sweep {sweep_id} was not written ({cause}); {UNAFFECTED}")
+        return False
+    if said:
+        _warn_once(said, f"W&B: {said}; {UNAFFECTED}")
+    return True
+
+
+def _write_summary_run(conf: dict, sweep_id: str, frame: pd.DataFrame, files: list, images: list,
+                       dims: Optional[dict], runs: str, timing: Optional[dict]) -> Optional[str]:
+    """Write the sweep's run; what the warning line is to say where the server was out of reach."""
+    import wandb
+
+    from runners.outputs.wandb.tables import best_keys, chart_tables, summary_table, sweep_config
+
+    table = summary_table(frame, dims)
+    known = unreachable(conf)
+    run = _init_run(conf, sweep_id, "sweep_summary", f"{sweep_id} summary",
+                    sweep_config(frame, sweep_id, runs, timing))
+    said, unsynced = None, None
+    if unreachable(conf) and not known:  # found out by this run's init (logger.runs=sweep)
+        said = _offline_words(conf, unreachable(conf), "the sweep's run is")
+    try:
+        whole = wandb.Table(dataframe=table)
+        # A logged table keeps wandb.Table.MAX_ROWS rows (10,000); an artifact's holds 20 times more.
+        in_artifact = len(table) > wandb.Table.MAX_ROWS
+        if not in_artifact:
+            run.log({"trials": whole})
+        left_out = {}
+        for name, (kind, data, fields, title) in chart_tables(table).items():
+            if len(data) > wandb.Table.MAX_ROWS:  # W&B would cut it silently: say how much is left out
+                left_out[f"charts/{name}/rows_left_out"] = len(data) - wandb.Table.MAX_ROWS
+                data = data.head(wandb.Table.MAX_ROWS)
+            plain = data.astype(object).where(data.notna(), None)
+            chart = getattr(wandb.plot, kind)(wandb.Table(dataframe=plain), *fields.values(), title=title)
+            run.log({f"charts/{name}": chart})
+        run.summary.update({"n_trials": len(frame), "n_ok": int((frame["status"] == "ok").sum()),
+                            "trials_in_artifact": in_artifact, **left_out, **best_keys(frame)})
+        if images:
+            run.log({f"plots/{Path(path).stem}": wandb.Image(str(path)) for path in images})
+        if files or in_artifact:
+            artifact = wandb.Artifact(re.sub(r"[^A-Za-z0-9_.-]", "_", f"triton-configs-{sweep_id}"),
+                                      type="triton-configs")
+            for path in files:
+                artifact.add_file(str(path))
+            if in_artifact:
+                artifact.add(whole, "trials")
+            run.log_artifact(artifact)
+    finally:
+        try:
+            run.finish()
+        except TimeoutError:
+            unsynced = _timed_out(run, conf, SWEEP_FINISH_TIMEOUT_S)
+        _close_run_files()  # written means on disk, whole, when this returns
+    if unsynced:
+        said = (f"{unreachable(conf)}; the sweep's run is kept whole on disk: upload the rest later with: "
+                f"wandb sync {unsynced}")
+    return said
