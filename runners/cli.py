@@ -14,7 +14,7 @@ def _run(name: str, home: bool = False):
     if os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())
     if home:
-        from runners.engine.process import start_home_server
+        from runners.engine.fork_server import start_home_server
 
         start_home_server(("torch", "triton", "scipy.stats"))
     # a command that is a room of its own (runners/export/) keeps its entry in the room's command.py

@@ -128,7 +128,7 @@ def test_the_pool_compiles_while_the_gpu_worker_measures_the_ceilings(tmp_path, 
     scheduler = Scheduler([measuring], pool, trial_timeout_s=60, compile_timeout_s=60, target=H100_TARGET)
     try:
         scheduler.start(ahead=trials)  # returns once the stand-in is ready
-        assert not scheduler.server.ready
+        assert not scheduler.placement.server.ready
         go.touch()
         peaks = scheduler.measure_peaks(600)
     finally:
@@ -154,7 +154,7 @@ def test_configs_compiled_ahead_for_a_guessed_target(tmp_path, monkeypatch, gues
         scheduler.start(ahead=trials)
         scheduler.keep_gpu_workers([])  # the stand-in runs no trial
         scheduler.run([], recorded.append)  # collects the answers of the compiles still in flight
-        assert len(scheduler.built) == len(trials)  # built before the (stand-in) GPU worker was ready
+        assert len(scheduler.placement.built) == len(trials)  # built before the stand-in GPU worker was ready
         scheduler.set_device(H100_TARGET, H100_SHARED_BYTES, peaks={})
         scheduler.run(trials, lambda worker, trial, result: recorded.append(result))
     finally:
@@ -377,7 +377,7 @@ def test_torch_compile_baselines_go_to_the_side_worker(side_fails):
     assert groups == {((64,), "compile"): side_or_not, ((128,), "compile"): side_or_not,
                       ((64,), "torch"): "trial worker"}
     assert used == given and len(set(map(repr, used.values()))) == 3
-    assert (scheduler.sides == []) == side_fails
+    assert (scheduler.turns.sides == []) == side_fails
 
 
 def _hold_the_lock(path: str, times, rounds: int, together) -> None:
@@ -470,7 +470,7 @@ def test_the_trial_worker_waits_its_turn_while_the_side_worker_holds_the_lock(tm
     def watched(worker):
         job = assign(worker)
         if job is not None and worker is gpu:
-            handed.append(scheduler._busy(side))
+            handed.append(scheduler.turns.busy(side))
         return job
 
     scheduler._assign = watched
@@ -479,9 +479,9 @@ def test_the_trial_worker_waits_its_turn_while_the_side_worker_holds_the_lock(tm
         side.wait_ready()
         scheduler.run(trials, lambda worker, trial, result: results[result["by"]].append(result))
         gpu.task, gpu.deadline = ("trial", trials[0]), time.monotonic() + 100.0  # as if one were in flight
-        assert 99.0 < scheduler._lock_wait_s(side) <= 100.0 and scheduler._lock_wait_s(gpu) == 0.0
+        assert 99.0 < scheduler.turns.lock_wait_s(side) <= 100.0 and scheduler.turns.lock_wait_s(gpu) == 0.0
         gpu.task = ("prepare", trials[2])  # a compile ahead holds no lock: nothing to wait for
-        assert scheduler._lock_wait_s(side) == 0.0
+        assert scheduler.turns.lock_wait_s(side) == 0.0
         gpu.task = None
     finally:
         stop_all(scheduler.on_gpu)
@@ -528,7 +528,7 @@ def test_each_gpu_has_its_side_worker_and_the_turns_are_per_gpu(tmp_path):
     def watched(worker):
         job = assign(worker)
         if job is not None and worker in gpus:
-            handed.append((gpus.index(worker), [scheduler._busy(side) for side in sides]))
+            handed.append((gpus.index(worker), [scheduler.turns.busy(side) for side in sides]))
         return job
 
     scheduler._assign = watched
@@ -561,7 +561,7 @@ def test_each_gpu_has_its_side_worker_and_the_turns_are_per_gpu(tmp_path):
 
 
 def test_a_gpu_gets_a_side_worker_for_each_baseline_that_compiles_up_to_the_gpus():
-    from runners.engine.startup import side_workers
+    from runners.engine.side import side_workers
 
     compiled = [Trial("k", "compile", (64 * i,), "float16", {}) for i in (1, 2, 3)]
     eager = Trial("k", "torch", (64,), "float16", {})
@@ -581,7 +581,8 @@ def test_the_compile_note_says_each_side_worker_s_start():
 
     def note(*ready_s):
         sides = [SimpleNamespace(ready_s=seconds, info={}) for seconds in ready_s]
-        return compile_note(SimpleNamespace(sides=sides, compilers=[]))
+        return compile_note(SimpleNamespace(turns=SimpleNamespace(sides=sides),
+                                            placement=SimpleNamespace(compilers=[])))
 
     assert note(3.21) == "; the torch.compile baselines in a worker of their own (ready after 3.2 s)"
     assert note(3.21, 2.44).endswith("workers of their own on 2 GPUs (ready after 3.2, 2.4 s)")

@@ -60,11 +60,11 @@ def test_the_fork_server_imports_the_kernel_module_once_for_every_compile_worker
         scheduler.set_device(H100_TARGET, 232448, peaks={})
         scheduler.run(trials, lambda worker, trial, result: recorded.append(result))
         workers = [w.process.pid for w in pool if w.process is not None]
-        server = scheduler.server.info
+        server = scheduler.placement.server.info
     finally:
         stop_all(pool)
     assert recorded == [] and len(scheduler.ready) == len(trials)  # all built, none failed
-    assert len(scheduler.pool_compile_s) == len(trials)
+    assert len(scheduler.placement.pool_compile_s) == len(trials)
     assert len(workers) == 3  # one per config waiting, up to the pool's size
     assert "tests.slow_import_kernel" in server["preload"] and not server["failed"]
     # Imported once, by the fork server; none of the workers forked from it imported it again.
@@ -95,15 +95,15 @@ def test_a_small_list_is_compiled_by_the_gpu_worker_while_the_fork_server_import
         scheduler.start(ahead=trials)  # queued for the pool: nothing is compiled ahead, it is not ready
         scheduler.set_device(H100_TARGET, 232448, peaks={})
         scheduler.run(trials, lambda worker, trial, result: recorded.update({trial.key: (worker, result)}))
-        server_ready = scheduler.server.ready
+        server_ready = scheduler.placement.server.ready
     finally:
         release.touch()
         stop_all([gpu] + pool)
     assert not server_ready
     assert sorted(recorded) == sorted(t.key for t in trials)
     assert all(worker is gpu and result["status"] == "ok" for worker, result in recorded.values())
-    assert scheduler.gpu_compiled == {t.key for t in trials}
-    assert scheduler.gpu_compile_s == [0.01] * len(trials)
+    assert scheduler.placement.gpu_compiled == {t.key for t in trials}
+    assert scheduler.placement.gpu_compile_s == [0.01] * len(trials)
     assert all(w.starts == 0 for w in pool)  # no compile worker was ever forked
 
 
@@ -287,7 +287,8 @@ def test_the_start_line_names_each_part_and_brackets_the_nested_ones():
 HOME_SCRIPT = r'''
 import json, os, sys
 from runners.engine import process
-from runners.engine.process import WorkerProcess, start_home_server, stop_all
+from runners.engine.fork_server import start_home_server
+from runners.engine.process import WorkerProcess, stop_all
 
 
 def report(conn):

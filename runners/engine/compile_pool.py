@@ -16,7 +16,8 @@ import os
 import time
 from typing import Optional
 
-from runners.engine.process import ForkServer, WorkerProcess
+from runners.engine.fork_server import ForkServer
+from runners.engine.process import WorkerProcess
 from runners.model.trial import Trial
 from runners.measure import check
 
@@ -108,7 +109,7 @@ def fork_server(kernel_name: str, spec_path: Optional[str]) -> ForkServer:
 def compile_workers(count: int, kernel_name: str, spec_path: Optional[str],
                     server: Optional[ForkServer] = None) -> list[WorkerProcess]:
     """`count` compile workers, none started, all forked from `server` (a new one when None); the
-    scheduler forks them as the work needs them (runners/engine/scheduler.py). None where this Triton
+    scheduler forks them as the work needs them (runners/engine/placement.py). None where this Triton
     cannot compile without a GPU (internals.compile_only_problem): said in a line."""
     from runners.engine.internals import compile_only_problem
 

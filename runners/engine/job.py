@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import datetime
 import functools
-import json
 import os
 import subprocess
 import time
@@ -24,9 +23,10 @@ from typing import Callable, Optional
 
 from omegaconf import DictConfig
 
+from runners.engine import job_report
 from runners.engine.process import ask_to_stop, stop_all
 from runners.model.columns import DEVICE_COLUMNS
-from runners.model.trial import TRITON_PROVIDER, Trial, counted
+from runners.model.trial import TRITON_PROVIDER, Trial
 from runners.measure import check
 from runners.measure.neighbours import watch_gpus
 from runners.measure.stop_rule import StopRule
@@ -110,12 +110,12 @@ class Job:
             # Told to stop now, reaped at the end: a GPU worker takes up to a second to exit with CUDA
             # loaded, and the finish does not need it.
             ask_to_stop(self.scheduler.on_gpu)
-            summary = self._summary(finalist_groups)
+            summary = job_report.summary(self, finalist_groups)
             if finish:
                 summary.update(self.outputs.finish(self.cfg, self.sweep_id, self.output_dir))
-        summary.update(self.outputs_seconds(summary))
+        summary.update(job_report.outputs_seconds(self.outputs, summary))
         self.lap("finish")
-        return self._report(summary)
+        return job_report.report(self, summary)
 
     def _stop_watch(self) -> None:
         if self.watch is not None:
@@ -126,7 +126,7 @@ class Job:
             if worker is not None:
                 worker.stop()
         if self.scheduler is not None:
-            stop_all(self.scheduler.on_gpu + self.scheduler.compilers)
+            stop_all(self.scheduler.on_gpu + self.scheduler.placement.compilers)
         for lock_file in self.lock_files:
             with contextlib.suppress(FileNotFoundError):  # a cleaned temp dir: nothing left to remove
                 os.unlink(lock_file)
@@ -136,8 +136,9 @@ class Job:
 
     def start(self, cleanup: ExitStack) -> None:
         from runners.model.plan import stop_rules, validate
-        from runners.engine.startup import gpu_lock_file, side_workers, start_early, start_workers
-        from runners.engine.worker import compiles
+        from runners.engine.side import side_workers
+        from runners.engine.startup import gpu_lock_file, plan_line, start_early, start_workers
+        from runners.engine.trial_run import compiles
 
         cfg = self.cfg
         self.outputs.begin(cfg)
@@ -156,15 +157,7 @@ class Job:
         self.store = self.open_store(self.store_path)
         cleanup.callback(self.store.close)
         plan = self.plan
-        configs = sum(t.provider == TRITON_PROVIDER for t in plan.trials)
-        budget = cfg.search.budget_trials
-        print(f"sweep {self.sweep_id}: {plan.spec.name}, {counted(len(plan.trials), 'trial')} planned "
-              f"({counted(configs, 'config')}"
-              + (f", at most {budget} a (shape, dtype) measured" if budget else "")
-              + f", {counted(len(plan.trials) - configs, 'baseline')}; {type(plan.search).__name__} search); "
-              f"starting {plan.workers} {cfg.backend.value} worker(s) and {plan.compilers} compile worker(s)"
-              + (", and a worker for the torch.compile baselines" if sides else "")
-              + (f" on each of {sides} GPUs" if sides > 1 else ""))
+        print(plan_line(cfg, self.sweep_id, plan, sides))
         self.batch = plan.search.ask()
         self.scheduler = start_workers(cfg, plan.workers, plan.compilers, rule, self.batch, self.early,
                                        compiling, self.lock_files)
@@ -286,16 +279,9 @@ class Job:
         note = compile_note(scheduler)
         scheduler.stop_compilers()  # the finalists need no compile
         store.adopt(self.reused_ids, self.sweep_id)
-        said = []
-        if self.reused_ids:
-            said.append(f"{len(self.reused_ids)} trials reused from the store, measured before on "
-                        f"{self.env['gpu_name']} with these versions (force=true measures them again)")
-        if scheduler.not_run:
-            said.append(f"search budget of {budget_s:g} s reached, {scheduler.not_run} trials not run")
-        if note and cfg.get("verbose"):  # who compiled what, and how long it took
-            said.append(note.removeprefix("; "))
+        said = job_report.trials_said(self, budget_s, note)
         if said:
-            print("; ".join(said))
+            print(said)
 
     # --- finalists -----------------------------------------------------------------------------------
 
@@ -313,95 +299,7 @@ class Job:
             return 0
         uncut = StopRule.of(final)
         rules = [group_rule(uncut, g.screening_s, final.of_screening) for g in groups]
-        caps = sorted(rule.max_time_s for rule in rules)
-        configs = sum(t.provider == TRITON_PROVIDER for g in groups for t in g.trials)
-        baselines = sum(len(g.trials) for g in groups) - configs
-        detail = ""
-        if self.cfg.get("verbose"):
-            span = f"{caps[0]:.3f}" + (f"-{caps[-1]:.3f}" if caps[-1] != caps[0] else "")
-            detail = (f": the top {final.top_k} within {100 * final.screen_margin:g}% of the screened best "
-                      f"(at least 2), for up to {span} s a group"
-                      + (f" ({final.of_screening:g}x the seconds its screening took, at most "
-                         f"{final.max_time_s:g} s)" if final.of_screening is not None else ""))
-        print(f"finalists: re-timing {counted(configs, 'config')} of "
-              f"{counted(len(groups), '(shape, dtype) group')} round-robin"
-              + (f" with {counted(baselines, 'baseline')}" if baselines else "") + detail)
+        print(job_report.finalists_said(final, groups, rules, self.cfg.get("verbose")))
         self.scheduler.run_finalists([g.trials for g in groups], rules, final.tie_floor,
                                      on_finalists(self.record, final.tie_floor))
         return len(groups)
-
-    # --- finish --------------------------------------------------------------------------------------
-
-    def _summary(self, finalist_groups: int) -> dict:
-        scheduler = self.scheduler
-        return {"sweep_id": self.sweep_id, "kernel": self.plan.spec.name, "planned": len(self.plan.trials),
-                "reused": len(self.reused_ids), "statuses": self.statuses, "not_run": scheduler.not_run,
-                "finalist_groups": finalist_groups, "gpu_workers": len(scheduler.gpu_workers),
-                "compile_workers": self.plan.compilers,
-                "worker_restarts": sum(w.starts - 1 for w in scheduler.on_gpu),
-                **(self.watch.summary() if self.watch is not None else {"gpu_shared_rows": None})}
-
-    def outputs_seconds(self, summary: dict) -> dict:
-        """What the outputs report of themselves (W&B runs and seconds), where the finish did not."""
-        return {key: value for output in self.outputs.all for key, value in output.seconds().items()
-                if key not in summary}
-
-    def time_spent(self) -> dict:
-        """Where the trials and finalists phases went, against the limit of this host: its start as it
-        took, the pool's compile seconds over its processes, and the seconds in the timer's loops (the
-        GPUs busy with kernels, flushes and holds) over the GPUs: a phase's GPU-busy share is of the
-        time of all its GPUs (on two H200s a share of the phase alone read 120%). Kept in summary.json;
-        printed with verbose=true."""
-        spent = {phase: dict(values) for phase, values in self.spent.items()}
-        if "final" in spent:
-            spent["final"]["measure_s"] = sum(self.final_loops.values())
-        processes = max(self.plan.compilers, 1) if self.plan else 1
-        gpus = len(self.scheduler.gpu_workers) if self.scheduler and self.scheduler.gpu_workers else 1
-        for name, phase in (("trials", "screen"), ("finalists", "final")):
-            if phase in spent and self.phases.get(name):
-                spent[phase]["busy_share"] = spent[phase]["measure_s"] / (self.phases[name] * gpus)
-        measuring = sum(values["measure_s"] for values in spent.values())
-        compiling = sum(values["compile_s"] for values in spent.values())
-        limit = {"start_s": self.phases.get("start", 0.0), "compile_s": compiling / processes,
-                 "measure_s": measuring / gpus}
-        took = sum(self.phases.get(name, 0.0) for name in ("start", "trials", "finalists"))
-        screen = spent.get("screen")
-        if screen and self.cfg.get("verbose"):
-            unit = "GPUs" if self.cfg.backend == "cuda" else "interpreter workers"
-            on = f" on {gpus} {unit}" if gpus > 1 else ""
-            busy = f" ({100 * screen['busy_share']:.0f}% of the phase{on})" if "busy_share" in screen else ""
-            final = spent.get("final", {})
-            final_busy = (f"; finalists in the timer's loops {final['measure_s']:.1f} s "
-                          f"({100 * final['busy_share']:.0f}%)" if "busy_share" in final else "")
-            over = f"{measuring:.1f}/{gpus}" if gpus > 1 else f"{measuring:.1f}"
-            print(f"time spent: trials in the timer's loops {screen['measure_s']:.1f} s{busy}, first calls "
-                  f"{screen['first_call_s']:.1f} s, compiling {compiling:.1f} s in {processes} process(es)"
-                  f"{final_busy}; the limit on this host: start {limit['start_s']:.1f} + compiling "
-                  f"{limit['compile_s']:.1f} + measuring {over} = {sum(limit.values()):.1f} s, "
-                  f"against {took:.1f} s for start, trials and finalists")
-        return {"phases": spent, "limit": limit, "took_s": took, "gpus": gpus}
-
-    def _report(self, summary: dict) -> dict:
-        """summary.json; with verbose=true, the job's time by phase, the share W&B took, where the finish
-        went."""
-        summary["wall_seconds"] = time.perf_counter() - self.began
-        summary["phase_seconds"] = self.phases
-        summary["before_job_seconds"] = self.before_job_s
-        summary["time_spent"] = self.time_spent()
-        logging_seconds = (summary.get("wandb_seconds") or 0.0) + (
-            summary.get("finish_seconds", {}).get("wandb") or 0.0)
-        share = 100 * logging_seconds / summary["wall_seconds"]
-        verbose = self.cfg.get("verbose")
-        if verbose:  # the phase kept as "peaks" in summary.json is the ceilings' (README: ceilings)
-            print(f"wall time {summary['wall_seconds']:.1f} s ("
-                  + ", ".join(f"{'ceilings' if name == 'peaks' else name} {seconds:.1f}"
-                              for name, seconds in self.phases.items())
-                  + f"); W&B logging {logging_seconds:.2f} s of it ({share:.1f}%)")
-        if verbose and ("finish_seconds" in summary or self.before_job_s is not None):
-            parts = summary.get("finish_seconds", {})
-            where = ", ".join(f"{name.replace('_', ' ')} {value:.2f}" for name, value in parts.items())
-            print(f"finish {where}"
-                  + (f"; before the job {self.before_job_s:.1f} s (Python, imports, Hydra's composition)"
-                     if self.before_job_s is not None else ""))
-        (self.output_dir / "summary.json").write_text(json.dumps(summary, indent=2))
-        return summary

@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 from omegaconf import DictConfig
 
-from runners.engine.process import ForkServer, WorkerProcess, stop_all
+from runners.engine.fork_server import ForkServer
+from runners.engine.process import WorkerProcess, stop_all
 
 if TYPE_CHECKING:
     from runners.engine.scheduler import Scheduler
@@ -38,7 +39,7 @@ def start_early(cfg: DictConfig, rule, lock_file: Optional[str]) -> list[Optiona
     kernel's module, as each of them does first, so they import at once instead of one after another
     (a kernel library's module may take seconds). The side worker (runners/engine/worker.py) starts
     where the config may hold torch.compile baselines (kernel.baselines not []) and the host has a
-    core for it; side_workers stops it once validation says there are none. Starting a
+    core for it; side.side_workers stops it once validation says there are none. Starting a
     worker launches nothing; a ConfigError stops them at once, unready (runners/engine/job.py). None
     for what is not needed or cannot be named yet (an unknown kernel)."""
     from runners.engine.compile_pool import fork_server, kernel_module
@@ -61,18 +62,20 @@ def start_early(cfg: DictConfig, rule, lock_file: Optional[str]) -> list[Optiona
     return [gpu, server, side]
 
 
-def side_workers(side: Optional[WorkerProcess], trials: list[Trial], compiles: Callable[[Trial], bool],
-                 gpu_workers: int) -> int:
-    """How many GPUs get a side worker, GPU 0's being `side` (started early, where the host has a core
-    for it): one a GPU up to the trials that compile on their first call, so that no trial worker
-    imports dynamo and inductor and compiles under its GPU's lock (on two H200s a trial worker each
-    doing so made the README sweep's trials phase 3.5-5.4 s against 2.0-3.1 s on one GPU with its side
-    worker: BENCHMARKS.md, M6), and their finalists groups spread over the GPUs. None
-    where no trial compiles: `side` is stopped."""
-    count = sum(compiles(trial) for trial in trials if not trial.pruned_reason)
-    if side is not None and not count:
-        side.stop()
-    return min(count, gpu_workers) if side is not None else 0
+def plan_line(cfg: DictConfig, sweep_id: str, plan, sides: int) -> str:
+    """The job's first line: what it plans, and the workers it starts (`sides`: the GPUs with a side
+    worker)."""
+    from runners.model.trial import TRITON_PROVIDER, counted
+
+    configs = sum(t.provider == TRITON_PROVIDER for t in plan.trials)
+    budget = cfg.search.budget_trials
+    return (f"sweep {sweep_id}: {plan.spec.name}, {counted(len(plan.trials), 'trial')} planned "
+            f"({counted(configs, 'config')}"
+            + (f", at most {budget} a (shape, dtype) measured" if budget else "")
+            + f", {counted(len(plan.trials) - configs, 'baseline')}; {type(plan.search).__name__} search); "
+            f"starting {plan.workers} {cfg.backend.value} worker(s) and {plan.compilers} compile worker(s)"
+            + (", and a worker for the torch.compile baselines" if sides else "")
+            + (f" on each of {sides} GPUs" if sides > 1 else ""))
 
 
 def start_workers(cfg: DictConfig, workers: int, compilers: int, rule, first_batch: list[Trial],
@@ -80,7 +83,7 @@ def start_workers(cfg: DictConfig, workers: int, compilers: int, rule, first_bat
                   compiles: Callable[[Trial], bool] = lambda trial: False,
                   lock_files: Sequence[Optional[str]] = ()) -> Scheduler:
     """Start the trial workers start_early did not (each imports torch and triton), and a side worker
-    beside those of the GPUs with a lock file after GPU 0's (side_workers), and return once the trial
+    beside those of the GPUs with a lock file after GPU 0's (side.side_workers), and return once the trial
     workers are ready; the pool compiles the first batch meanwhile, its workers forked from the fork
     server as soon as it has imported the kernel's module. Keeps the trial workers of the first GPU's
     model."""
@@ -119,7 +122,8 @@ def start_workers(cfg: DictConfig, workers: int, compilers: int, rule, first_bat
         scheduler.keep_gpu_workers([w for w in gpu if w not in others])
     ready = [f"{w.name} {w.ready_s:.1f} s{_start_parts(w.info)}" for w in scheduler.gpu_workers]
     print("ready after " + ", ".join(ready)
-          + (f"; {_server_note(scheduler.server)}; the compile pool has compiled {len(scheduler.built)} "
+          + (f"; {_server_note(scheduler.placement.server)}; the compile pool has compiled "
+             f"{len(scheduler.placement.built)} "
              "configs meanwhile" if pool else ""))
     return scheduler
 
@@ -152,7 +156,7 @@ def compile_note(scheduler: Scheduler) -> str:
     """Who compiled the job's configs: the pool (forked workers, median seconds) and the GPU workers."""
     import statistics
 
-    sides = scheduler.sides
+    sides, placement = scheduler.turns.sides, scheduler.placement
     side_note = ""
     if len(sides) == 1 and sides[0].ready_s is not None:
         side_note = (f"; the torch.compile baselines in a worker of their own (ready after "
@@ -164,11 +168,11 @@ def compile_note(scheduler: Scheduler) -> str:
                      f"after {', '.join(ready)} s"
                      + (f"; {unready} not waited for: the others took every baseline" if unready else "")
                      + ")")
-    forked = sum(w.starts > 0 for w in scheduler.compilers)
-    if not scheduler.compilers:
+    forked = sum(w.starts > 0 for w in placement.compilers)
+    if not placement.compilers:
         return side_note
-    pool, gpu = scheduler.pool_compile_s, scheduler.gpu_compile_s
-    return (f"; compiled: {len(pool)} in the pool ({forked} of {len(scheduler.compilers)} compile workers "
+    pool, gpu = placement.pool_compile_s, placement.gpu_compile_s
+    return (f"; compiled: {len(pool)} in the pool ({forked} of {len(placement.compilers)} compile workers "
             "forked" + (f", median {statistics.median(pool):.2f} s" if pool else "")
-            + f"), {len(scheduler.gpu_compiled)} by the GPU workers themselves"
+            + f"), {len(placement.gpu_compiled)} by the GPU workers themselves"
             + (f" (median first call {statistics.median(gpu):.2f} s)" if gpu else "") + side_note)
