@@ -15,11 +15,12 @@ import triton
 
 from kernels import softmax
 from runners.engine.startup import IMPORTERS
-from runners.engine.worker import timers_disagree
+from runners.measure.metrics import timers_disagree
 from runners.measure.check import compare
 from runners.measure.device import cuda_timer
 from runners.measure.stop_rule import StopRule
-from runners.measure.timing import FLUSH_KERNEL_NAME, MAX_CALLS_PER_HOLD, Pace
+from runners.measure.cuda_timer import MAX_CALLS_PER_HOLD, Pace
+from runners.measure.l2_flush import FLUSH_KERNEL_NAME
 from tests.conftest import run_sweep, sweep_rows
 from tests.test_sweep import end_of_sweep
 

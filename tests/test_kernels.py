@@ -322,7 +322,7 @@ def test_every_builtin_kernel_matches_its_reference_at_a_small_shape(name, dtype
 
 def test_a_compiled_baseline_compiled_ahead_runs_nothing_and_its_first_call_compiles_nothing(
         tmp_path, monkeypatch):
-    """The torch.compile worker's compile ahead (runners/engine/worker.py: prepare_baseline): made from
+    """The torch.compile worker's compile ahead (runners/engine/trial_run.py: prepare_baseline): made from
     the inputs' shapes alone, it runs nothing (an input the compiled function writes stays as it was),
     and the baseline's first call at that signature then runs the graph compiled ahead (no trace, no
     lookup in inductor's cache) and computes the right answer; a call at another signature compiles
@@ -331,7 +331,7 @@ def test_a_compiled_baseline_compiled_ahead_runs_nothing_and_its_first_call_comp
 
     from kernels.spec import compiled
     from runners.model.trial import Trial
-    from runners.engine.worker import prepare_baseline
+    from runners.engine.trial_run import prepare_baseline
 
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))  # nothing compiled before this test
     counters.clear()

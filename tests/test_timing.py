@@ -10,13 +10,14 @@ import torch
 
 from runners.measure.stop_rule import (STOP_CONVERGED, STOP_RESOLUTION, STOP_TIMEOUT, StopRule, at_resolution,
                                        median_interval, median_precision, quantization_note)
-from runners.measure.timing import (FLUSH_BLOCK, FLUSH_KERNEL_NAME, FLUSH_MIN_BYTES, METHOD_WALL,
-                                    CallRecord, GpuRecord, InterpreterTimer, RecordMismatch,
-                                    _l2_flush_read_kernel, busy_ns, calls_from_records, fastest_call_s,
-                                    flush_elements, hold_seconds, host_late, next_batch_rounds,
-                                    relative_noise, summarize)
+from runners.measure.cuda_timer import hold_seconds
+from runners.measure.cupti_records import (CallRecord, GpuRecord, RecordMismatch, busy_ns, calls_from_records,
+                                           fastest_call_s, host_late)
+from runners.measure.l2_flush import (FLUSH_BLOCK, FLUSH_KERNEL_NAME, FLUSH_MIN_BYTES, _l2_flush_read_kernel,
+                                      flush_elements)
+from runners.measure.timing import METHOD_WALL, InterpreterTimer, next_batch_rounds, relative_noise, summarize
 from runners.model.trial import Trial
-from runners.engine.worker import NoGpuWork, measured_fields, timers_disagree
+from runners.measure.metrics import NoGpuWork, measured_fields, timers_disagree
 from runners.measure.timing import METHOD_CUPTI, Measurement
 
 RULE = StopRule(min_samples=20, min_time_s=0.01, rel_precision=0.005, max_time_s=1.0)
@@ -453,7 +454,7 @@ def test_repetitions_pool_their_samples_and_keep_each_median():
 
 
 def test_placements_copy_the_values_elsewhere_at_allocator_aligned_offsets():
-    from runners.engine.worker import PLACEMENT_ALIGN_BYTES, Placements
+    from runners.measure.repetitions import PLACEMENT_ALIGN_BYTES, Placements
 
     placements = Placements(torch.device("cpu"))
     x = torch.randn(37, 53, dtype=torch.float16)[:, 3:]  # a view: strides and offset kept
@@ -475,7 +476,7 @@ def test_placements_copy_the_values_elsewhere_at_allocator_aligned_offsets():
 def test_measured_in_repetitions_on_the_interpreter(monkeypatch):
     """measure_repetitions: the first block on the checked buffers, each later one on buffers placed anew;
     one pooled measurement per call with every block's median."""
-    from runners.engine.worker import Placements, measure_repetitions
+    from runners.measure.repetitions import Placements, measure_repetitions
 
     timer = InterpreterTimer(StopRule(6, 0.0, 0.5, 0.05), warmup_s=0.0)
     rule = StopRule(min_samples=16, min_time_s=0.0, rel_precision=0.5, max_time_s=0.2, repetitions=3)
@@ -502,7 +503,7 @@ def test_the_warm_up_loop_runs_after_idle_only():
     (this timer sampled less than WARM_AFTER_IDLE_S ago); never a warm-up call in the samples. Beside
     them one more call, whose enqueueing is timed to size the first hold (CudaTimer._enqueue_seconds)."""
     from runners.measure.device import cuda_timer
-    from runners.measure.timing import WARM_AFTER_IDLE_S
+    from runners.measure.cuda_timer import WARM_AFTER_IDLE_S
 
     x = torch.randn(1 << 16, device="cuda")
     calls = []

@@ -457,7 +457,8 @@ def bench_first_call(kernel: str, top: int = 25) -> None:
     from runners.engine import compile_pool
     from runners.model.spec_sources import load_spec
     from runners.model.trial import TRITON_PROVIDER, Trial
-    from runners.engine.worker import ShapeCache, timed_call
+    from runners.engine.trial_run import timed_call
+    from runners.measure.inputs import ShapeCache
     from runners.measure.device import cuda_timer
     from runners.measure.stop_rule import StopRule
 

@@ -86,7 +86,7 @@ def child(case: str, launches: int, flush: bool) -> None:
     """The process ncu profiles: warm-up launches, then `launches` more (after our flush each, if asked)."""
     import torch
 
-    from runners.measure.timing import L2Flush
+    from runners.measure.l2_flush import L2Flush
 
     run, _ = _case_call(case)
     props = torch.cuda.get_device_properties(0)

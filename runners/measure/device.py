@@ -71,7 +71,7 @@ def cuda_timer(device_index: int, rule, warmup_s: float, probe_clock: bool = Tru
     probe to the thread that will measure (CudaTimer.probe_kernel_clock)."""
     import torch
 
-    from runners.measure.timing import CudaTimer
+    from runners.measure.cuda_timer import CudaTimer
 
     read_clock, max_clock, _ = sm_clock_reader(torch, device_index)
     return CudaTimer(torch.device("cuda", device_index), rule, warmup_s, read_clock, max_clock, probe_clock)

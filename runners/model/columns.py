@@ -1,29 +1,17 @@
 """The record of one result row: every field a trial's row may hold, declared once.
 
-The worker fills the measured fields (runners/engine/worker.py), the job adds the trial, the device's
-description and the provenance (runners/engine/job.py); the store (runners/store/result_store.py), the W&B
-runs, the report and compare read the lists below. Adding a metric is one Column here and the line of
-the worker that computes it: the store gains the column (old stores too), a W&B run shows it where its
-`wandb` says. A field no Column declares is an error (`unknown_fields`), never dropped.
+The worker fills the measured fields (runners/measure/metrics.py: each metric declares its Column there),
+the job adds the trial, the device's description and the provenance (runners/engine/job.py); the store
+(runners/store/result_store.py), the W&B runs, the report and compare read the lists below. Adding a
+metric is one function in runners/measure/metrics.py: the store gains the column (old stores too), a W&B
+run shows it where its `wandb` says. A field no Column declares is an error (`unknown_fields`), never
+dropped.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Iterable, Optional
+from typing import Iterable
 
-CONFIG, SUMMARY = "config", "summary"  # where a trial's W&B run shows a column
-
-
-@dataclass(frozen=True)
-class Column:
-    name: str
-    sql: str  # SQLite type; NOT NULL where every row has the field
-    wandb: Optional[str] = None  # CONFIG (what the trial is, where it ran) | SUMMARY (what it measured)
-    resume: bool = False  # part of the resume key: rows measured under another value are not reused
-    named: bool = False  # compare names it where matched rows differ in it
-    device: bool = False  # from the trial worker's description of its GPU (or the interpreter)
-    samples: bool = False  # a float32 array, stored as bytes
-    boolean: bool = False  # stored as 0 / 1
+from runners.measure.metrics import CONFIG, METRIC_COLUMNS, SUMMARY, Column
 
 
 def _ran_on(name: str, sql: str = "TEXT", **flags) -> Column:
@@ -43,24 +31,8 @@ COLUMNS: tuple[Column, ...] = (
     Column("phase", "TEXT", CONFIG), Column("rank", "INTEGER", SUMMARY),
     Column("tie", "INTEGER", SUMMARY, boolean=True), Column("chosen", "INTEGER", SUMMARY, boolean=True),
     Column("compile_s", "REAL", SUMMARY), Column("first_call_s", "REAL", SUMMARY),
-    # Timing: p50_us is the figure of record (GPU time per call under timing_method "cupti/...");
-    # p50_precision the half-width of its 95% interval, relative; event_* the CUDA-event cross-check.
-    Column("p20_us", "REAL", SUMMARY), Column("p50_us", "REAL", SUMMARY), Column("p80_us", "REAL", SUMMARY),
-    Column("min_us", "REAL", SUMMARY), Column("mean_us", "REAL"), Column("noise", "REAL", SUMMARY),
-    Column("p50_precision", "REAL", SUMMARY), Column("n_samples", "INTEGER", SUMMARY),
-    Column("samples_us", "BLOB", samples=True),
-    Column("event_p50_us", "REAL", SUMMARY), Column("event_samples_us", "BLOB", samples=True),
-    Column("late_event_samples_us", "BLOB", samples=True),
-    Column("kernels_per_call", "REAL", SUMMARY), Column("timers_disagree", "INTEGER", SUMMARY, boolean=True),
-    Column("measure_s", "REAL", SUMMARY),
-    # Repetitions: blocks of samples on buffers placed anew (runners/measure/timing.py), the median of
-    # each, and the standard deviation of their logs (what compare judges a change by).
-    Column("repetitions", "INTEGER", SUMMARY), Column("rep_p50s_us", "BLOB", samples=True),
-    Column("rep_noise", "REAL", SUMMARY),
-    # Throughput from the kernel's FLOP and byte models, and as a share of the measured ceilings.
-    Column("gbps", "REAL", SUMMARY), Column("tflops", "REAL", SUMMARY),
-    Column("pct_copy_bw", "REAL", SUMMARY), Column("pct_matmul", "REAL", SUMMARY),
-    Column("sm_clock_start_mhz", "INTEGER"), Column("sm_clock_end_mhz", "INTEGER"),
+    # What was measured: runners/measure/metrics.py, in its order.
+    *METRIC_COLUMNS,
     _ran_on("sm_clock_max_mhz", "INTEGER"), Column("throttled", "INTEGER", SUMMARY, boolean=True),
     # Another process ran kernels on the row's GPU while it was measured (runners/measure/
     # neighbours.py); empty where that could not be told.
