@@ -19,7 +19,9 @@ from pathlib import Path
 from typing import Iterable
 
 from runners import version
-from runners.store.result_store import DamagedStore, MergeCounts, ResultStore, StoreError
+from runners.store.damage import DamagedStore, StoreError
+from runners.store.merging import MergeCounts
+from runners.store.result_store import ResultStore
 
 JOB_STORE = "results.sqlite"  # a job's own store, in its job directory
 PRIOR_STORE = "prior.sqlite"  # the store of record when the multirun started, in its sweep directory

@@ -14,7 +14,8 @@ from pathlib import Path
 from runners import version
 from runners.model.trial import ConfigError, checked_name
 from runners.outputs.plots.figures import PlotError, ceilings, render
-from runners.store.result_store import ResultStore, StoreError
+from runners.store.damage import StoreError
+from runners.store.result_store import ResultStore
 
 
 def main(argv=None) -> int:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Optional
 
 if __name__ == "__main__":  # first: the home server imports torch and Triton while this process goes on
-    from runners.engine.process import start_home_server
+    from runners.engine.fork_server import start_home_server
 
     start_home_server(("torch", "triton", "scipy.stats"))
 
@@ -152,7 +152,7 @@ class SweepEndCallback(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
         from runners.model.trial import ConfigError, checked_name
         from runners.merge import gather, write_prior
-        from runners.store.result_store import DamagedStore, StoreError, damage_of
+        from runners.store.damage import DamagedStore, StoreError, damage_of
 
         try:  # every job would stop on these: none is started
             check_fields(config)
@@ -206,7 +206,7 @@ def main(cfg: DictConfig) -> Optional[dict]:
         return run_job(cfg, sweep_id, output_dir, finish=not multirun)
     except Exception as error:  # bad input; or any other failure of one job of a multirun: keep the others'
         from runners.model.trial import ConfigError
-        from runners.store.result_store import StoreError
+        from runners.store.damage import StoreError
 
         if isinstance(error, (ConfigError, StoreError)):
             print(f"error: {error}", file=sys.stderr)

@@ -10,7 +10,8 @@ import pytest
 from runners import merge, plot
 from runners.compare import command as compare
 from runners.export import command as export
-from runners.store.result_store import DamagedStore, ResultStore, damage_of
+from runners.store.damage import DamagedStore, damage_of
+from runners.store.result_store import ResultStore
 from tests.conftest import overwrite_a_leaf_page, run_command, run_sweep
 from tests.synthetic_store import softmax_sweep
 

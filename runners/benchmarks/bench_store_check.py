@@ -20,7 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
-from runners.store.result_store import ResultStore, damage_of
+from runners.store.damage import damage_of
+from runners.store.result_store import ResultStore
 from tests.synthetic_store import row
 
 

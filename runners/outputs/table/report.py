@@ -65,6 +65,24 @@ def counts_line(frame: pd.DataFrame) -> str:
     return line
 
 
+def _bests_and_baselines(ok: pd.DataFrame) -> tuple[dict, dict]:
+    """(kernel, dtype, shape) -> the chosen finalist's row, else the fastest's; and -> each baseline's
+    newest row, its finalist-phase one where it was re-timed with our finalists. From selections of all
+    groups at once, read as plain records: selections a group took 1.0 s at 240 groups (120 shapes,
+    2 dtypes) on the CPU host, these 0.05 s."""
+    ours = ok[ok["provider"] == TRITON_PROVIDER]
+    best_of = {}
+    for (kernel, dtype), rows in ours.groupby(["kernel", "dtype"], sort=False):
+        best_of.update({(kernel, dtype, shape): row for shape, row in winning_records(rows).items()})
+    theirs = ok[ok["provider"] != TRITON_PROVIDER]
+    theirs = theirs.assign(final=theirs["phase"] == "final").sort_values(["final", "id"])
+    baselines_of: dict[tuple, list] = {}
+    for row in theirs.groupby(["kernel", "dtype", "shape", "provider"], sort=False).tail(1).sort_values(
+            "id").to_dict("records"):
+        baselines_of.setdefault((row["kernel"], row["dtype"], row["shape"]), []).append(row)
+    return best_of, baselines_of
+
+
 def best_table(frame: pd.DataFrame) -> str:
     """The counts (counts_line), then one line per (kernel, dtype, shape): best ok config of ours with
     p50 (GPU time), GB/s, % of the measured copy bandwidth (the ceiling), and each baseline's p50 with
@@ -88,19 +106,7 @@ def best_table(frame: pd.DataFrame) -> str:
               + (f"{'GB/s':>7} {'%copy':>6}  " if gpu else " ")
               + "baselines (p50 us; speedup end to end, GPU time)")
     lines += [header, "-" * len(header)]
-    # Each group's best and baselines from selections of all groups at once, read as plain records:
-    # selections a group took 1.0 s at 240 groups (120 shapes, 2 dtypes) on the CPU host, these 0.05 s.
-    ours = ok[ok["provider"] == TRITON_PROVIDER]
-    best_of = {}  # (kernel, dtype, shape) -> the chosen finalist's row, else the fastest's
-    for (kernel, dtype), rows in ours.groupby(["kernel", "dtype"], sort=False):
-        best_of.update({(kernel, dtype, shape): row for shape, row in winning_records(rows).items()})
-    # each baseline's newest row, its finalist-phase one where it was re-timed with our finalists
-    theirs = ok[ok["provider"] != TRITON_PROVIDER]
-    theirs = theirs.assign(final=theirs["phase"] == "final").sort_values(["final", "id"])
-    baselines_of: dict[tuple, list] = {}
-    for row in theirs.groupby(["kernel", "dtype", "shape", "provider"], sort=False).tail(1).sort_values(
-            "id").to_dict("records"):
-        baselines_of.setdefault((row["kernel"], row["dtype"], row["shape"]), []).append(row)
+    best_of, baselines_of = _bests_and_baselines(ok)
     for group in dict.fromkeys(zip(ok["kernel"], ok["dtype"], ok["shape"])):
         kernel, dtype, shape = group
         best = best_of.get(group)

@@ -13,17 +13,17 @@ online, init_timeout and finish_timeout bound what a server out of reach costs (
 from __future__ import annotations
 
 import os
-import queue
 import re
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Iterable, Optional
 
 import pandas as pd
+
+from runners.outputs.wandb.processes import LoggingProcess
 
 CLOSE_TIMEOUT_S = 600  # a sweep's last runs may still be uploading in online mode
 # Online, what one run may wait for the server (wandb's defaults: 90 s to start, no bound to finish): a
@@ -244,7 +244,7 @@ def _close_run_files() -> None:
 
 
 class TrialLogger:
-    """The trial runs: LOGGING_PROCESSES processes (runners/engine/process.py's WorkerProcess), each fed
+    """The trial runs: LOGGING_PROCESSES processes (runners/outputs/wandb/processes.py), each fed
     through its pipe by a thread of its own, so that log() never waits for W&B; runs go to the
     processes in turn. wandb's serialization and its service process never share the interpreter (or
     its GIL) with the timing loop, so a slow log call cannot delay a kernel launch inside a timed window;
@@ -266,21 +266,12 @@ class TrialLogger:
         if unusable:
             self.enabled = False
             return
-        from runners.engine.process import WorkerProcess
-
         count = max(1, min(LOGGING_PROCESSES, (os.cpu_count() or 2) // 2))  # leave cores to the sweep
-        main = f"{__name__}:_log_trials"
         args = (conf, sweep_id, unreachable(conf))
-        self._processes = [WorkerProcess(f"W&B logging process {i}", main, args, interpret=None)
+        self._processes = [LoggingProcess(f"W&B logging process {i}", _log_trials, args)
                            for i in range(count)]
-        self._pending = [queue.SimpleQueue() for _ in self._processes]  # each process's runs, then None
-        self._unsent: list[list[str]] = [[] for _ in self._processes]  # why a run could not be sent
-        self._feeders = []
-        for process, pending, unsent in zip(self._processes, self._pending, self._unsent):
+        for process in self._processes:
             process.start()
-            feeder = threading.Thread(target=_feed, args=(process.conn, pending, unsent), daemon=True)
-            feeder.start()
-            self._feeders.append(feeder)
 
     def log(self, job_type: str, name: str, config: dict, summary: dict) -> None:
         if not self.enabled:
@@ -289,7 +280,8 @@ class TrialLogger:
         shape = config.get("shape")
         # For grouping and filtering in the W&B UI: a list-valued config key groups poorly there.
         labels = {"sweep_id": self._sweep_id, "shape_label": "x".join(map(str, shape)) if shape else None}
-        self._pending[self.runs % len(self._pending)].put((job_type, name, {**config, **labels}, summary))
+        process = self._processes[self.runs % len(self._processes)]
+        process.pending.put((job_type, name, {**config, **labels}, summary))
         self.runs += 1
         self.seconds += time.perf_counter() - began
 
@@ -300,12 +292,12 @@ class TrialLogger:
             return
         self.closed = True
         began = time.perf_counter()
-        for pending in self._pending:
-            pending.put(None)  # one stop sign each, after its runs
+        for process in self._processes:
+            process.pending.put(None)  # one stop sign each, after its runs
         deadline = began + CLOSE_TIMEOUT_S
         problems, failed, causes, gave_up, offline, unsynced = [], 0, [], False, 0, []
-        for process, feeder, unsent in zip(self._processes, self._feeders, self._unsent):
-            feeder.join(max(0.0, deadline - time.perf_counter()))
+        for process in self._processes:
+            process.feeder.join(max(0.0, deadline - time.perf_counter()))
             count, cause, stopped = 0, None, False
             try:
                 answered = process.conn.poll(max(0.0, deadline - time.perf_counter()))
@@ -324,9 +316,9 @@ class TrialLogger:
                 if child.exitcode not in (0, None):
                     problems.append(f"a logging process exited with code {child.exitcode}")
             process.stop()  # kills what is still alive
-            failed += count + len(unsent)
+            failed += count + len(process.unsent)
             gave_up |= stopped
-            causes += [c for c in [cause, *unsent[:1]] if c and c not in causes]
+            causes += [c for c in [cause, *map(_cause, process.unsent[:1])] if c and c not in causes]
         if failed:
             problems.insert(0, f"{failed} of {self.runs} trial runs not written ({'; '.join(causes)})")
         why = unreachable(self._conf)
@@ -341,22 +333,6 @@ class TrialLogger:
             _warn_once(why or (causes[0] if causes else problems[0]),
                        f"W&B: {'; '.join(problems)}; {UNAFFECTED}")
         self.seconds += time.perf_counter() - began
-
-
-def _feed(conn, pending: queue.SimpleQueue, unsent: list) -> None:
-    """A feeder thread: send a logging process its runs, and the stop sign, as they come. A run that
-    cannot be sent (a value that does not pickle) is counted in `unsent` with its cause, and the next
-    goes on."""
-    while True:
-        item = pending.get()
-        try:
-            conn.send(item)
-        except (BrokenPipeError, OSError):
-            return  # the process is gone: close() says so
-        except Exception as error:
-            unsent.append(_cause(error))
-        if item is None:
-            return
 
 
 def runs_of(conf: dict, planned: int, multirun: bool) -> str:
