@@ -20,7 +20,7 @@ import torch
 from omegaconf import OmegaConf
 
 from kernels.examples.transformer_steps import SMALL, workload
-from runners.capture.command import bucketed, launch_shape, unrunnable
+from runners.capture.launches import bucketed, launch_shape, unrunnable
 from runners.model.trial import ConfigError
 from runners.model.spec_sources import load_spec
 from runners.model.space import parse_calls, plan_trials

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from runners.capture.replay import Replay, kernel_name, parse_target, why_not
+from runners.capture.replay import Replay, kernel_name, parse_target
+from runners.capture.replay_records import why_not
 from runners.model.trial import ConfigError
 from runners.measure.check import compare
 from runners.store.result_store import ResultStore

@@ -170,6 +170,7 @@ def search_options(launches: Path, function: str, budget: int, max_space: int) -
     """The sweep's search and space overrides for a replayed kernel, and what they did."""
     try:
         from runners.capture.replay import Replay
+        from runners.capture.replay_records import launched_config
 
         replay = Replay(launches, function, None)
         space = replay.space()
@@ -183,8 +184,8 @@ def search_options(launches: Path, function: str, budget: int, max_space: int) -
         for name in space:
             if "BLOCK" in name.upper() or name in OPTIONS:
                 continue
-            launched = sorted({replay.launched_config(r)[name] for r in replay.records
-                               if name in replay.launched_config(r)})
+            launched = sorted({launched_config(r)[name] for r in replay.records
+                               if name in launched_config(r)})
             if launched:
                 pinned[name] = launched
                 options.append(f"+kernel.space.{name}={json.dumps(launched).replace(' ', '')}")

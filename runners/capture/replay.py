@@ -6,16 +6,12 @@ exports like any kernel. Its shapes are the integer arguments that vary between 
 fresh seeded data of each recorded tensor's dtype, shape and strides, its reference the program's own
 config on the same inputs, its space the program's @triton.autotune configs or the powers of two around
 each launched BLOCK-like value (Replay says each rule); what cannot be replayed is said per kernel
-(why_not). A kernel with side effects outside its arguments is not detected: its arguments alone are
-checked."""
+(why_not, in runners/capture/replay_records.py with the rest of what a launch record says). A kernel
+with side effects outside its arguments is not detected: its arguments alone are checked."""
 from __future__ import annotations
 
 import ast
-import functools
-import importlib
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from typing import Optional
 
@@ -23,16 +19,15 @@ import torch
 
 from kernels.spec import KernelSpec, seeded_randn
 from runners.model.trial import ConfigError
+from runners.capture.replay_kernel import LoadedKernel, load_kernel, source_text
+from runners.capture.replay_records import (LAUNCH_DIM, launched_config, recorded_grid, replay_dtype,
+                                            signature, size_at, value_at, varying_dims, why_not)
 from runners.measure.check import copy_storage
 
-PREFIX = "replay:"
-LAUNCH_DIM = "launch"
-ADDRESS_LIKE = 1 << 40  # an int argument above this is an address, not a size
+PREFIX = "replay:"  # a kernel.spec of this source (runners/model/spec_sources.py SOURCES)
 REPLAY_LAUNCHES = 64  # the hook's bound on launch records per function
-REPLAY_MAX_BYTES = 4 << 30  # a launch's tensors, each held three times (inputs, outputs, reference)
 NUM_WARPS = (1, 2, 4, 8, 16, 32)
 NUM_STAGES = (1, 2, 3, 4)
-OPTIONS = ("num_warps", "num_stages")
 
 
 def parse_target(target: str) -> tuple[Path, str, Optional[str]]:
@@ -44,116 +39,6 @@ def parse_target(target: str) -> tuple[Path, str, Optional[str]]:
         raise ConfigError(f"kernel.spec: {target!r} must look like replay:FILE#FUNCTION (the capture's "
                           "<out>_launches.json and a function's module.qualname)")
     return Path(path), function, flops or None
-
-
-def why_not(record: dict) -> Optional[str]:
-    """Why a launch cannot be replayed, None when it can.
-
-    Not replayable, said per kernel (`why_not`): a tensor descriptor, an integer that looks like an address
-    (a pointer passed without its tensor), an integer tensor over the recorded bound, an argument of
-    another type, a kernel defined inside a function, tensor arguments whose memory overlaps (one tensor
-    passed twice), tensors beyond REPLAY_MAX_BYTES. A kernel with side
-    effects outside its arguments is not detected: its replay checks its arguments only.
-    """
-    if "<locals>" in record["qualname"]:
-        return "the kernel is defined inside a function (a replay imports it from its module)"
-    tensors = 0
-    for name, arg in record["positional"] + record["keywords"]:
-        kind = arg["kind"]
-        if kind == "descriptor":
-            return f"argument {name} is a tensor descriptor"
-        if kind == "int" and abs(arg["value"]) >= ADDRESS_LIKE and name not in record["constexprs"]:
-            return f"argument {name} = {arg['value']} looks like an address (a pointer without its tensor)"
-        if kind == "tensor":
-            if not arg["dtype"].startswith(("float", "bfloat")) and "values" not in arg and arg["extent"]:
-                return (f"argument {name} is an integer tensor of {arg['extent']} elements, over the "
-                        "recorded bound (its values, indices perhaps, are not known)")
-            tensors += arg["nbytes"]
-        elif kind not in ("int", "float", "bool", "none", "str"):
-            return f"argument {name} is a {kind}"
-    overlap = _overlapping(record)
-    if overlap:
-        return (f"arguments {overlap[0]} and {overlap[1]} overlap in memory (a replay gives each tensor "
-                "memory of its own)")
-    if tensors > REPLAY_MAX_BYTES:
-        return (f"its tensors take {tensors / 2**30:.1f} GiB, over the {REPLAY_MAX_BYTES / 2**30:.0f} GiB "
-                "bound")
-    if record["grid"].get("fixed", 0) is None:
-        return "its grid was not recorded"
-    return None
-
-
-def _overlapping(record: dict) -> Optional[tuple]:
-    """Two tensor arguments whose memory overlaps (one passed twice, or views into one part of a buffer);
-    views of one buffer that do not overlap (q and k cut from qkv) replay apart as they ran."""
-    spans = [(name, arg["storage"] + arg["offset"] * arg["itemsize"], arg["storage"] + arg["extent"]
-              * arg["itemsize"]) for name, arg in record["positional"] + record["keywords"]
-             if arg["kind"] == "tensor" and arg.get("storage") and arg["extent"]]
-    for i, (name, start, end) in enumerate(spans):
-        for other, other_start, other_end in spans[i + 1:]:
-            if start < other_end and other_start < end:
-                return name, other
-    return None
-
-
-def launch_dtype(record: dict) -> str:
-    tensors = [arg for _, arg in record["positional"] + record["keywords"] if arg["kind"] == "tensor"]
-    floating = [arg for arg in tensors if arg["dtype"].startswith(("float", "bfloat"))]
-    return (floating or tensors or [{"dtype": "float32"}])[0]["dtype"]
-
-
-def _dims(records: list) -> list[str]:
-    """Every integer argument (not a constexpr) whose value differs between launches; then, while two
-    launches of one dtype still share their sizes, the axes of tensor arguments that tell more apart
-    (named ARG_shapeN: a row count only the grid and the tensors carry); then `launch`."""
-    values: dict[str, set] = {}
-    for record in records:
-        for name, arg in record["positional"] + record["keywords"]:
-            if arg["kind"] == "int" and name not in record["constexprs"] and name not in OPTIONS:
-                values.setdefault(name, set()).add(arg["value"])
-            elif arg["kind"] == "tensor" and all(_tensor(r, name) for r in records):
-                for axis, size in enumerate(arg["shape"]):
-                    values.setdefault(f"{name}_shape{axis}", set()).add(size)
-    dims = [name for name, seen in values.items() if len(seen) > 1 and "_shape" not in name
-            and all(_has_int(r, name) for r in records)]
-
-    def kinds(chosen: list) -> int:
-        return len({(tuple(_size(r, d) for d in chosen), launch_dtype(r)) for r in records})
-
-    for name, seen in values.items():
-        if kinds(dims) == len(records):
-            break
-        if len(seen) > 1 and name not in dims and kinds(dims + [name]) > kinds(dims):
-            dims.append(name)
-    return dims if dims and kinds(dims) == len(records) else dims + [LAUNCH_DIM]
-
-
-def _tensor(record: dict, name: str) -> Optional[dict]:
-    return next((arg for arg_name, arg in record["positional"] + record["keywords"]
-                 if arg_name == name and arg["kind"] == "tensor"), None)
-
-
-def _has_int(record: dict, name: str) -> bool:
-    return any(arg_name == name and arg["kind"] == "int" for arg_name, arg in record["positional"]
-               + record["keywords"])
-
-
-def _size(record: dict, dim: str):
-    """A dim's size at a launch: an integer argument's value, or a tensor argument's axis (ARG_shapeN)."""
-    arg, _, axis = dim.rpartition("_shape")
-    if arg and axis.isdigit() and _tensor(record, arg):
-        return _tensor(record, arg)["shape"][int(axis)]
-    return _value(record, dim)
-
-
-def _value(record: dict, name: str):
-    """An argument's value at the launch; a block left at its default, its default."""
-    for arg_name, arg in record["positional"] + record["keywords"]:
-        if arg_name == name:
-            return arg["value"]
-    if name in record.get("launched", {}):
-        return record["launched"][name]
-    raise KeyError(name)
 
 
 class Replay:
@@ -214,12 +99,12 @@ class Replay:
         self.function, self.path = function, path
         self.name = kernel_name(function, functions)
         self.flops_model = _flops_model(flops) if flops else None
-        self.dims = _dims(self.records)
-        self.by_key = {(self.shape_of(record, index), launch_dtype(record)): index
+        self.dims = varying_dims(self.records)
+        self.by_key = {(self.shape_of(record, index), replay_dtype(record)): index
                        for index, record in enumerate(self.records)}
         # the arguments' signature -> its launch: found at every call, timed ones too
-        self.by_signature = {_signature(record): index for index, record in enumerate(self.records)}
-        self.loaded: Optional[_Kernel] = None
+        self.by_signature = {signature(record): index for index, record in enumerate(self.records)}
+        self.loaded: Optional[LoadedKernel] = None
         # launch index -> {position among the tensor arguments of one the program's config writes: whether
         # it is only written (poisoned before a checked call) rather than read too (restored)}
         self.written: dict[int, dict[int, bool]] = {}
@@ -227,10 +112,10 @@ class Replay:
         self.counters: dict[int, list] = {}
 
     @property
-    def kernel(self) -> "_Kernel":
+    def kernel(self) -> "LoadedKernel":
         """The @triton.jit function, imported on first use (the capture writes sweep files without)."""
         if self.loaded is None:
-            self.loaded = _load_kernel(self.records[0])
+            self.loaded = load_kernel(self.records[0])
         return self.loaded
 
     def calls(self) -> dict:
@@ -239,7 +124,7 @@ class Replay:
 
     def shape_of(self, record: dict, index: int = 0) -> tuple:
         """The launch's sizes in the dims; its dim `launch` is its record's number, from 1."""
-        return tuple(index + 1 if dim == LAUNCH_DIM else _size(record, dim) for dim in self.dims)
+        return tuple(index + 1 if dim == LAUNCH_DIM else size_at(record, dim) for dim in self.dims)
 
     def index(self, shape, dtype: str) -> Optional[int]:
         return self.by_key.get((tuple(shape), dtype))
@@ -258,10 +143,10 @@ class Replay:
                 if table:
                     space.setdefault(block, set()).update(row[0][position] for row in table)
                 else:
-                    launched = _value(record, block)
+                    launched = value_at(record, block)
                     space.setdefault(block, set()).update(max(1, int(launched * 2.0 ** k))
                                                           for k in range(-2, 3))
-            launched = self.launched_config(record)
+            launched = launched_config(record)
             for name, values in (("num_warps", NUM_WARPS), ("num_stages", NUM_STAGES)):
                 space.setdefault(name, set()).update(values, [launched[name]] if name in launched else [])
         return {name: sorted(values) for name, values in space.items()}
@@ -275,19 +160,9 @@ class Replay:
             if dict(config) not in record["autotune"]:
                 return "not one of the program's @triton.autotune configs"
             return None
-        if self._grid(record, config) is None:
+        if recorded_grid(record, config) is None:
             blocks = ", ".join(f"{b}={config[b]}" for b in record["blocks"])
             return f"the program's grid was not recorded at {blocks}"
-        return None
-
-    def _grid(self, record: dict, config) -> Optional[tuple]:
-        grid = record["grid"]
-        if "fixed" in grid:
-            return tuple(grid["fixed"])
-        wanted = [config.get(b, _value(record, b)) for b in grid["blocks"]]
-        for combo, evaluated in grid["table"]:
-            if combo == wanted:
-                return tuple(evaluated)
         return None
 
     def make_inputs(self, shape, dtype, seed: int, device) -> tuple:
@@ -345,20 +220,10 @@ class Replay:
             named[name] = heuristic(named)
         positional = [named[name] for name, _ in record["positional"]]
         keywords = {name: value for name, value in named.items() if name not in names[:len(positional)]}
-        grid = self._grid(record, config)
+        grid = recorded_grid(record, config)
         if grid is None:
             raise ValueError(f"the program's grid was not recorded for {dict(config)}")
         self.kernel.jit.run(*positional, grid=grid, warmup=False, **keywords)
-
-    def launched_config(self, record: dict) -> dict:
-        names = set(record["blocks"]) | ({k for c in record["autotune"] for k in c} - set(OPTIONS))
-        config = {name: _value(record, name) for name in names}
-        for name in OPTIONS:
-            try:
-                config[name] = _value(record, name)
-            except KeyError:
-                pass
-        return config
 
     def reference(self, *pristine) -> tuple:
         """The program's own config on copies of the inputs (as made: reference_in_float64 is False):
@@ -368,7 +233,7 @@ class Replay:
         if index is None:
             raise ValueError(f"{self.function}: inputs of no recorded launch")
         record = self.records[index]
-        config = self.launched_config(record)
+        config = launched_config(record)
         after = self._run_copies(record, pristine, config)
         tensors = [x for x in pristine if isinstance(x, torch.Tensor)]
         written = [position for position, (x, y) in enumerate(zip(tensors, after)) if not _same(x, y)]
@@ -418,7 +283,7 @@ class Replay:
             constraints=self.constraints, prepare_output=self.prepare_output, reference_in_float64=False,
             export_key={dim: dim for dim in self.dims if dim != LAUNCH_DIM and "_shape" not in dim},
             default_shapes=tuple(shapes), default_dtypes=dtypes,
-            sources=(_text(self.records[0]["file"]), json.dumps(self.records, sort_keys=True)))
+            sources=(source_text(self.records[0]["file"]), json.dumps(self.records, sort_keys=True)))
 
 
 def kernel_name(function: str, functions) -> str:
@@ -436,67 +301,6 @@ def kernel_name(function: str, functions) -> str:
 def replay_spec(target: str) -> KernelSpec:
     """The KernelSpec of a "replay:FILE#FUNCTION[;flops=EXPR]" target."""
     return Replay(*parse_target(target)).spec()
-
-
-class _Kernel:
-    def __init__(self, jit, heuristics: list):
-        self.jit, self.heuristics = jit, heuristics
-
-
-def _load_kernel(record: dict) -> _Kernel:
-    """The @triton.jit function of the record, from its module (a program's own script, or a module that
-    its name finds elsewhere than the file the program ran, is loaded from that file under another name,
-    so that a script's `if __name__ == "__main__":` part does not run), with the @triton.heuristics
-    around it. A module whose top level fails or exits is a named error, never the sweep's end."""
-    for entry in (record.get("path0"), str(Path(record["file"]).parent)):
-        if entry and entry not in sys.path:
-            sys.path.append(entry)
-    module_name = record["module"]
-    argv = sys.argv
-    try:
-        sys.argv = [record["file"]]  # a script that parses its arguments at import sees none
-        module = None if module_name == "__main__" else importlib.import_module(module_name)
-        if module is None or not _same_file(getattr(module, "__file__", None), record["file"]):
-            module = _module_from_file(record["file"])
-    except BaseException as error:  # SystemExit from a script's argparse too
-        raise ConfigError(f"kernel.spec: cannot import {module_name} ({record['file']}) to replay "
-                          f"{record['qualname']}: {type(error).__name__}: {error} (a script's program "
-                          "belongs under if __name__ == \"__main__\":)") from None
-    finally:
-        sys.argv = argv
-    obj = module
-    for part in record["qualname"].split("."):
-        obj = getattr(obj, part, None)
-    if obj is None:
-        raise ConfigError(f"kernel.spec: {module_name} has no {record['qualname']}")
-    heuristics = []
-    while type(obj).__name__ in ("Autotuner", "Heuristics"):
-        if type(obj).__name__ == "Heuristics":
-            heuristics.extend(obj.values.items())
-        obj = obj.fn
-    return _Kernel(obj, heuristics)
-
-
-def _text(path: str) -> str:
-    """A file's text for the kernel's hash (read, not imported: the sweep's process imports no program)."""
-    try:
-        return Path(path).read_text()
-    except OSError:
-        return ""
-
-
-def _same_file(a: Optional[str], b: str) -> bool:
-    return bool(a) and Path(a).resolve() == Path(b).resolve()
-
-
-@functools.lru_cache(maxsize=None)
-def _module_from_file(path: str):
-    name = f"_replayed_{Path(path).stem}"
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def _rebuilt(arg: dict, seed: int, device):
@@ -519,12 +323,6 @@ def _rebuilt(arg: dict, seed: int, device):
     else:
         storage.copy_(seeded_randn((storage.numel(),), dtype, seed, torch.device(device)))
     return tensor
-
-
-def _signature(record: dict) -> tuple:
-    """A launch's arguments as Replay._index_of reads them from a call's."""
-    return tuple((tuple(arg["shape"]), tuple(arg["stride"]), arg["dtype"]) if arg["kind"] == "tensor"
-                 else arg["value"] for _, arg in record["positional"] + record["keywords"])
 
 
 def _same(a: torch.Tensor, b: torch.Tensor) -> bool:

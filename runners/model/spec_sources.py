@@ -1,5 +1,9 @@
-"""Loading a kernel: its KernelSpec by name (built in) or import path (kernel=external), and the hash of
-the sources that define it (part of every row's resume key: a changed kernel is measured again)."""
+"""Loading a kernel: its KernelSpec by name (built in) or by kernel.spec (kernel=external), and the hash of
+the sources that define it (part of every row's resume key: a changed kernel is measured again).
+
+kernel.spec is read by one lookup, SOURCES: a target whose prefix names a source goes to that source's
+loader (itself an import path, imported only then, so the model imports none of it); any other target is
+an import path "pkg.module:ATTR", the default source."""
 from __future__ import annotations
 
 import functools
@@ -13,18 +17,20 @@ from typing import Optional
 
 from kernels import builtin
 from kernels.spec import KernelSpec
-from runners.capture.replay import PREFIX as REPLAY_PREFIX
-from runners.capture.replay import replay_spec
 from runners.model.trial import ConfigError
 
 
+# prefix of kernel.spec -> "pkg.module:ATTR" of its loader (target -> KernelSpec)
+SOURCES = {
+    "replay:": "runners.capture.replay:replay_spec",  # a kernel a program launched (runners/capture/)
+}
+
+
 def load_spec(name: str, spec_path: Optional[str]) -> KernelSpec:
-    """The KernelSpec for kernel.name (a builtin) or kernel.spec ("pkg.module:ATTR")."""
+    """The KernelSpec for kernel.name (a builtin) or kernel.spec (a target of one of SOURCES)."""
     if name == "external":
         if not spec_path:
             raise ConfigError("kernel.spec: an external kernel needs an import path, e.g. pkg.module:SPEC")
-        if spec_path.startswith(REPLAY_PREFIX):  # a kernel a program launched (runners/capture/replay.py)
-            return replay_spec(spec_path)
         target = spec_path
     elif name in builtin():
         if spec_path:
@@ -33,6 +39,16 @@ def load_spec(name: str, spec_path: Optional[str]) -> KernelSpec:
     else:
         known = ", ".join(sorted(builtin()) + ["external"])
         raise ConfigError(f"kernel.name: unknown kernel {name!r}; known: {known}")
+    loader = next((path for prefix, path in SOURCES.items() if target.startswith(prefix)), None)
+    spec = _imported(target) if loader is None else _imported(loader)(target)
+    if not isinstance(spec, KernelSpec):
+        raise ConfigError(f"kernel.spec: {target!r} is not a kernels.spec.KernelSpec "
+                          f"(got {type(spec).__name__})")
+    return spec
+
+
+def _imported(target: str):
+    """The attribute an import path "pkg.module:ATTR" names (a KernelSpec, or a source's loader)."""
     module_name, _, attr = target.partition(":")
     if not attr:
         raise ConfigError(f"kernel.spec: {target!r} must look like pkg.module:ATTR")
@@ -40,11 +56,7 @@ def load_spec(name: str, spec_path: Optional[str]) -> KernelSpec:
         module = importlib.import_module(module_name)
     except ImportError as error:
         raise ConfigError(f"kernel.spec: cannot import {module_name!r}: {error}") from error
-    spec = getattr(module, attr, None)
-    if not isinstance(spec, KernelSpec):
-        raise ConfigError(f"kernel.spec: {target!r} is not a kernels.spec.KernelSpec "
-                          f"(got {type(spec).__name__})")
-    return spec
+    return getattr(module, attr, None)
 
 
 def builtin_spec(name: str) -> Optional[KernelSpec]:

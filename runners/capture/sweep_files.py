@@ -1,0 +1,67 @@
+"""The sweep files a capture writes: one per kernel a spec maps (`<out>_<kernel>.yaml`: its captured
+shapes, their calls as kernel.calls, its dtypes), and with --replay one per function no spec maps, whose
+kernel.spec is a replay target (runners/capture/replay.py)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+
+def sweep_file(spec, spec_path: Optional[str], entries: dict, command: list[str], bucket: Optional[str],
+               name: str, notes: tuple = ()) -> str:
+    """The sweep file of one kernel: its captured shapes, their calls (summed over dtypes), the dtypes;
+    `notes`, comment lines of its own (a replayed kernel's)."""
+    calls: dict[tuple, int] = {}
+    for (shape, _), entry in entries.items():
+        calls[shape] = calls.get(shape, 0) + entry["calls"]
+    shapes = sorted(calls, key=lambda s: -calls[s])
+    dtypes = sorted({dtype for _, dtype in entries})
+    kernel = "external" if spec_path else spec.name
+    lines = ["# @package _global_",
+             f"# Captured by python -m runners.capture from: {' '.join(command)}",
+             f"# {spec.name}: {sum(calls.values())} calls at {len(shapes)} shapes"
+             + (" (dims that vary rounded up to powers of two)" if bucket else "")
+             + f", dtypes {', '.join(dtypes)}; shapes by calls, most first.",
+             "# The export weighs each shape by its calls (kernel.calls); every dtype is swept at every "
+             "shape.",
+             *(f"# {note}" for note in notes),
+             f"# to run (the file in sweeps/): python -m runners.sweep +sweep={name}",
+             "defaults:", f"  - override /kernel: {kernel}", "  - override /timing: screen", "",
+             "kernel:"]
+    if spec_path:
+        lines.append(f"  spec: {json.dumps(spec_path)}")
+    lines += [f"  shapes: {json.dumps([list(s) for s in shapes])}",
+              f"  calls: {json.dumps([calls[s] for s in shapes])}",
+              f"  dtypes: {json.dumps(dtypes)}", ""]
+    return "\n".join(lines)
+
+
+def replay_file(out: Path, function: str, command: list[str]) -> Optional[Path]:
+    """The sweep file that replays the launches of a function no spec maps, or a line saying why it
+    cannot be replayed (the capture goes on with the others)."""
+    from runners.capture.replay import PREFIX, Replay
+    from runners.model.trial import ConfigError
+
+    target = f"{out}_launches.json#{function}"
+    try:
+        replay = Replay(Path(f"{out}_launches.json"), function, None)
+        spec, calls = replay.spec(), replay.calls()
+    except ConfigError as error:
+        print(f"not replayed: {str(error).removeprefix('kernel.spec: ')}")
+        return None
+    except Exception as error:  # a record nothing here foresaw: this kernel's loss, not the capture's
+        print(f"not replayed: {function}: {type(error).__name__}: {error}")
+        return None
+    name = f"{out.name}_{replay.name}"
+    path = out.parent / f"{name}.yaml"
+    notes = (f"Replayed ({function}, dims {', '.join(replay.dims)}): no spec; each launch is checked "
+             "against the program's own config (runners/capture/replay.py).",
+             "TFLOPS: append ;flops=<expression of the dims> to kernel.spec.")
+    entries = {key: {"calls": count} for key, count in calls.items()}
+    path.write_text(sweep_file(spec, PREFIX + target, entries, command, None, name, notes))
+    print(f"replay: {function}: sweep file {path} ({len(calls)} shape(s) x dtype(s))")
+    for why in sorted({why for why, _ in replay.left_out}):
+        calls_left = sum(c for w, c in replay.left_out if w == why)
+        print(f"  not replayed: {calls_left} call(s) of {function}: {why}")
+    return path
