@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Optional
 
 if __name__ == "__main__":  # first: the home server imports torch and Triton while this process goes on
-    from runners.engine.process import start_home_server
+    from runners.engine.fork_server import start_home_server
 
     start_home_server(("torch", "triton", "scipy.stats"))
 
@@ -37,7 +37,8 @@ from runners.export.fileformat import read_export
 from runners.export.fileformat import sections as export_sections
 from runners.export.runtime import pick_version
 from runners.export.settings import ExportError, from_export
-from runners.store.result_store import StoreError, shape_label
+from runners.store.damage import StoreError
+from runners.store.result_store import shape_label
 
 SHAPE_LIST = 20  # shapes listed in the report unless --all
 
@@ -213,13 +214,13 @@ def revalidate(args, data: dict, gpu: str, version: str, section: dict, how: str
     more). The section of this GPU and the running Triton is written, the other sections kept, where
     the running Triton had none yet or something was re-screened. Each sweep's GPU time is printed; its
     rows go to --store like any sweep's (sweep ids revalidate-<kernel>-<time>)."""
-    from runners.compare import comparison
+    from runners.compare import matching, report, sides
 
     kernel, tolerance = data["kernel"], section["tolerance"]
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M%S")
     print(f"{kernel} on {gpu}, Triton {running}: the export's section of Triton {version} ({how}), "
           f"tolerance {100 * tolerance:g}%")
-    base, _ = comparison.export_frame(data, [(gpu, version)])
+    base, _ = sides.export_frame(data, [(gpu, version)])
     trials = shipped_trials(kernel, section)
     top_k = max(base[base["provider"] == TRITON_PROVIDER].groupby(["dtype", "shape"]).size())
     sweep_id = f"revalidate-{kernel}-{stamp}"
@@ -235,14 +236,14 @@ def revalidate(args, data: dict, gpu: str, version: str, section: dict, how: str
         print(f"error: {error}", file=sys.stderr)
         return 2
     print(f"re-timed {len(trials)} trials in {time.perf_counter() - began:.1f} s ({gpu_s:.1f} s of GPU time)")
-    result = comparison.compare(base, new, between_runs.Rule(), gate_all=True)
+    result = matching.compare(base, new, between_runs.Rule(), gate_all=True)
     if result["shared"]["NEW"]:  # a shape judged SLOW there may be the other process's work, and re-tuned
         print(f"error: {result['shared']['NEW']} re-timed rows were measured while another process ran "
               "kernels on the GPU (gpu_shared): nothing judged, nothing re-tuned; run it again on a GPU of "
               "its own", file=sys.stderr)
         return 2
     print("\n".join(["the shift of every row (runners/compare/between_runs.py):",
-                     *comparison.shift_lines(result)]))
+                     *report.shift_lines(result)]))
     shapes = judge_shapes(result, base, tolerance)
     print("\n".join(_table(shapes, args.list_all)))
     stale = [s for s in shapes if s["rescreen"]]

@@ -10,7 +10,7 @@ import pytest
 from scipy import stats
 
 from runners.benchmarks import bench_between_runs as bench
-from runners.compare import between_runs
+from runners.compare import between_runs, calibration, estimators, figures
 from tests.conftest import modules_after
 
 COMPARISONS = 500
@@ -84,7 +84,7 @@ def _runs(cell, count, seed):
 
 @pytest.mark.parametrize("run, per_shape", [(0.01, 0.0), (0.003, 0.008), (0.0, 0.0)])
 def test_the_calibration_measures_the_spread_the_runs_were_drawn_with(run, per_shape):
-    spread = between_runs.calibrate(_runs(bench.Cell(run, per_shape, 0.006, 10, 4), 60, 1))[bench.OURS]
+    spread = calibration.calibrate(_runs(bench.Cell(run, per_shape, 0.006, 10, 4), 60, 1))[bench.OURS]
     assert spread.shift == pytest.approx(run, abs=0.0015) and spread.shift_df == 59
     assert spread.shape == pytest.approx(per_shape, abs=0.0008) and spread.shape_df == 59 * 9
 
@@ -95,15 +95,15 @@ def test_a_calibration_of_one_shape_bounds_each_shape_s_own_part_by_the_run_s():
     comparing ten shapes that each moved 1% on their own)."""
     cell = bench.Cell(0.0, 0.01, 0.006, 10, 4, calibration_shapes=1)
     rng = np.random.default_rng(5)
-    spread = between_runs.calibrate([bench.draw_run(cell, rng, shapes=1) for _ in range(40)])[bench.OURS]
+    spread = calibration.calibrate([bench.draw_run(cell, rng, shapes=1) for _ in range(40)])[bench.OURS]
     assert spread.shape == spread.shift == pytest.approx(0.01, abs=0.002)
     assert spread.shape_df == spread.shift_df == 39
     assert round(rate(cell, "unchanged", 300, gate=1) * 300) <= most_failures(300)
 
 
 def test_a_calibration_needs_three_runs():
-    assert between_runs.calibrate(_runs(bench.Cell(0.01, 0.0, 0.006, 4, 1), 2, 2)) == {}
-    assert bench.OURS in between_runs.calibrate(_runs(bench.Cell(0.01, 0.0, 0.006, 4, 1), 3, 2))
+    assert calibration.calibrate(_runs(bench.Cell(0.01, 0.0, 0.006, 4, 1), 2, 2)) == {}
+    assert bench.OURS in calibration.calibrate(_runs(bench.Cell(0.01, 0.0, 0.006, 4, 1), 3, 2))
 
 
 def test_a_row_is_judged_against_the_shift_and_the_shift_against_the_spread():
@@ -112,10 +112,10 @@ def test_a_row_is_judged_against_the_shift_and_the_shift_against_the_spread():
     differ by (1.5%), SAME. Every judged row and the shift say what they would have caught."""
     cell = bench.Cell(0.015, 0.0, 0.003, 4, 1)
     rng = np.random.default_rng(3)
-    spreads = between_runs.calibrate([bench.draw_run(cell, rng) for _ in range(6)])
+    spreads = calibration.calibrate([bench.draw_run(cell, rng) for _ in range(6)])
     base = bench.draw_run(bench.Cell(0.0, 0.0, 0.003, 4, 1), rng)
     new = bench.draw_run(bench.Cell(0.0, 0.0, 0.003, 4, 1), rng, (1, math.log(1.06)))
-    new = {key: between_runs.RunFigure(f.domain, f.group, between_runs.Figure(
+    new = {key: figures.RunFigure(f.domain, f.group, figures.Figure(
         tuple(v + math.log(1.02) for v in f.figure.logs), f.figure.repetitions, f.figure.noise))
         for key, f in new.items()}
     pairs = bench.pairs_of(cell, base, new)
@@ -136,7 +136,7 @@ def test_a_row_is_judged_against_the_shift_and_the_shift_against_the_spread():
 def test_exact_t_quantiles():
     # SciPy's stats.t.isf(0.0015, df): 6.435 (4), 4.199 (8), 3.376 (20); the normal's 2.968.
     for freedom, t in ((4, 6.435), (8, 4.199), (20, 3.376), (math.inf, 2.968)):
-        assert between_runs.t_quantile(0.0015, freedom) == pytest.approx(t, rel=1e-3)
+        assert estimators.t_quantile(0.0015, freedom) == pytest.approx(t, rel=1e-3)
 
 
 def test_t_quantiles_are_scipy_stats_own():
@@ -145,15 +145,15 @@ def test_t_quantiles_are_scipy_stats_own():
     for tail in (0.25, 0.025, 1.5e-3, 1e-6, 1e-12):
         for freedom in (1, 2.5, 7.3, 40, 1e4, math.inf):
             expected = stats.norm.isf(tail) if freedom == math.inf else stats.t.isf(tail, freedom)
-            quantile = between_runs.t_quantile(tail, freedom)
+            quantile = estimators.t_quantile(tail, freedom)
             assert quantile == pytest.approx(expected, rel=1e-9), (tail, freedom)
 
 
 def test_a_verdicts_quantiles_import_no_scipy_stats():
     """scipy.stats took 0.9-1.2 s to import on an H100 host (after a revalidate's sweep, before its
     verdicts), scipy.special 0.3-0.45 s."""
-    code = ("from runners.compare import between_runs; "
-            "between_runs.t_quantile(0.01, 5.5); between_runs.t_quantile(0.01, float('inf'))")
+    code = ("from runners.compare import between_runs, estimators; "
+            "estimators.t_quantile(0.01, 5.5); estimators.t_quantile(0.01, float('inf'))")
     assert modules_after(code, "scipy.stats") == []
 
 
@@ -162,7 +162,7 @@ def test_a_domain_of_one_shape_is_judged_by_its_shift_alone():
     told from the run's, and only the shift speaks for it (it said +2.4% caught where +8% was not)."""
     cell = bench.Cell(0.003, 0.0, 0.006, 1, 4)
     rng = np.random.default_rng(7)
-    spreads = between_runs.calibrate([bench.draw_run(cell, rng) for _ in range(6)])
+    spreads = calibration.calibrate([bench.draw_run(cell, rng) for _ in range(6)])
     base, new = bench.draw_run(cell, rng), bench.draw_run(cell, rng, (1, math.log(1.08)))
     pairs = bench.pairs_of(cell, base, new)
     judgement = between_runs.judge(pairs, between_runs.Rule(fail_on_slow=0.02), spreads)
@@ -175,9 +175,9 @@ def test_each_side_s_noise_is_its_own():
     """BASE in 10 repetitions spreading 0.3%, NEW in 3 spreading 1.2%: the difference's variance is
     s_b^2/10 + s_n^2/3, not a pooled s^2 times (1/10 + 1/3)."""
     spread = np.array([-1.5, -1, -.5, 0, 0, 0, 0, .5, 1, 1.5])
-    base = between_runs.Figure(tuple(np.log(1 + 0.003 * spread)), 10, 0.003)
-    new = between_runs.Figure((0.0, 0.012, -0.012), 3, 0.012)
-    pair = between_runs.Pair(("GPU", "k", "triton"), ("float16", "[8]"), base, new, 5.0, True)
+    base = figures.Figure(tuple(np.log(1 + 0.003 * spread)), 10, 0.003)
+    new = figures.Figure((0.0, 0.012, -0.012), 3, 0.012)
+    pair = figures.Pair(("GPU", "k", "triton"), ("float16", "[8]"), base, new, 5.0, True)
     by_group, by_size = between_runs._noise_classes([pair])
     variance, freedom, where = between_runs._pair_noise(pair, by_group, by_size)
     assert variance == pytest.approx(0.003 ** 2 / 10 + 0.012 ** 2 / 3)
@@ -185,21 +185,21 @@ def test_each_side_s_noise_is_its_own():
 
 
 def test_the_figure_is_the_mean_of_the_repetitions_medians():
-    figure = between_runs.Figure.of(10.0, [9.0, 10.0, 12.0])
+    figure = figures.Figure.of(10.0, [9.0, 10.0, 12.0])
     assert figure.value == pytest.approx(np.mean(np.log([9.0, 10.0, 12.0])))
     assert figure.repetitions == 3 and figure.share == pytest.approx(1 / 3)
     assert figure.noise == pytest.approx(np.std(np.log([9.0, 10.0, 12.0]), ddof=1))
     # Only a p50 kept (an export written before issue 32): its variance is P50_VARIANCE x s^2 / R.
-    old = between_runs.Figure.of(10.0, None, repetitions=5, noise=0.01)
+    old = figures.Figure.of(10.0, None, repetitions=5, noise=0.01)
     assert old.value == pytest.approx(math.log(10.0))
-    assert old.share == pytest.approx(between_runs.P50_VARIANCE / 5)
+    assert old.share == pytest.approx(figures.P50_VARIANCE / 5)
     # A spread recorded as NaN (a NULL of the store) is no spread.
-    assert between_runs.Figure.of(10.0, None, repetitions=5, noise=float("nan")).noise is None
+    assert figures.Figure.of(10.0, None, repetitions=5, noise=float("nan")).noise is None
     # One median: its own error from its interval (the half-width over 1.96); none known, none judged.
-    assert between_runs.Figure.of(10.0, precision=0.02).own == pytest.approx((0.02 / 1.96) ** 2)
-    assert between_runs.Figure.of(10.0).own == math.inf
+    assert figures.Figure.of(10.0, precision=0.02).own == pytest.approx((0.02 / 1.96) ** 2)
+    assert figures.Figure.of(10.0).own == math.inf
     # A clock of 0.5 us on a 5 us kernel: every figure read off it carries (q / p50)^2 / 12.
-    quantized = between_runs.Figure.of(5.0, [5.0, 5.0, 5.0], resolution=0.1)
+    quantized = figures.Figure.of(5.0, [5.0, 5.0, 5.0], resolution=0.1)
     assert quantized.noise == 0.0 and quantized.own == pytest.approx(0.01 / 12)
 
 
@@ -225,7 +225,7 @@ def test_the_other_providers_at_a_shape_tell_the_machine_from_the_code(name):
 def _one(cell, seed, slowed=(0, 0.0)):
     """One comparison of a cell: its pairs and judgement, with a calibration of its own."""
     rng = np.random.default_rng(seed)
-    spreads = between_runs.calibrate([bench.draw_run(cell, rng, calibration=True) for _ in range(6)])
+    spreads = calibration.calibrate([bench.draw_run(cell, rng, calibration=True) for _ in range(6)])
     pairs = bench.pairs_of(cell, bench.draw_run(cell, rng), bench.draw_run(cell, rng, slowed, new=True))
     return pairs, between_runs.judge(pairs, between_runs.Rule(fail_on_slow=0.02), spreads)
 
@@ -266,7 +266,7 @@ def test_a_machine_noisier_than_the_calibration_widens_it_and_says_so():
     _, judgement = _one(cell, 2)
     shift = judgement.shifts[(bench.OURS, "")]
     assert "NEW's repetitions spread x" in shift.spread.source
-    calibrated = between_runs.calibrate([bench.draw_run(cell, np.random.default_rng(2), calibration=True)
+    calibrated = calibration.calibrate([bench.draw_run(cell, np.random.default_rng(2), calibration=True)
                                          for _ in range(6)])[bench.OURS]
     assert shift.spread.shape > 1.5 * calibrated.shape
 
@@ -280,14 +280,14 @@ def test_each_shape_is_judged_by_the_other_shapes_spread_where_it_is_wider_than_
     rng = np.random.default_rng(6)
     groups = {("float16", g): (0.0, 1e-6, 8.0) for g in range(10)}
     groups[("float16", 0)] = (0.06, 1e-6, 8.0)  # slowed 6%, every other shape still
-    spread = between_runs.Spread(0.003, 5, 0.005, 45, "test")
+    spread = calibration.Spread(0.003, 5, 0.005, 45, "test")
     others = between_runs._others(groups, spread)
-    assert ("float16", 0) not in between_runs._shapes_checked(groups, others, spread)
-    spreads = between_runs.calibrate([bench.draw_run(loud, rng, calibration=True) for _ in range(6)])
+    assert ("float16", 0) not in calibration.shapes_checked(groups, others, spread)
+    spreads = calibration.calibrate([bench.draw_run(loud, rng, calibration=True) for _ in range(6)])
     pairs = bench.pairs_of(loud, bench.draw_run(loud, rng), bench.draw_run(loud, rng, new=True))
     noise = [between_runs._pair_noise(p, *between_runs._noise_classes(pairs)) for p in pairs]
     groups = between_runs._groups(pairs, noise, list(range(len(pairs))))
-    widened = between_runs._shapes_checked(groups, between_runs._others(groups, spreads[bench.OURS]),
+    widened = calibration.shapes_checked(groups, between_runs._others(groups, spreads[bench.OURS]),
                                            spreads[bench.OURS])
     assert len(widened) >= 8 and all(s.shape > 2 * spreads[bench.OURS].shape for s in widened.values())
 
@@ -295,7 +295,7 @@ def test_each_shape_is_judged_by_the_other_shapes_spread_where_it_is_wider_than_
 def test_a_calibration_whose_shift_came_out_zero_still_counts_its_rows_noise():
     """sigma^2 is a difference of two mean squares and may come out 0; the shift is judged against the
     spread of runs as measured (sigma^2 + its rows' part), a chi-square's K - 1 degrees of freedom."""
-    spread = between_runs.Spread(0.0, 5, 0.0, 45, "test", run_noise=1e-5)
+    spread = calibration.Spread(0.0, 5, 0.0, 45, "test", run_noise=1e-5)
     (measured, freedom), (extra, _) = spread.run_terms(3e-5, 20.0)
     assert measured == pytest.approx(2e-5) and freedom == 5 and extra == pytest.approx(1e-5)
 
@@ -304,6 +304,6 @@ def test_shapes_that_moved_apart_by_any_amount_widen_without_a_fault():
     """Shapes whose NEW/BASE differ by factors of 10 (a damaged or mislabelled side): the check widens
     each shape's own part as far as they show, and never fails to find it."""
     groups = {("float16", g): (3.0 * (g % 3), 1e-6, 8.0) for g in range(9)}
-    spread = between_runs.Spread(0.003, 5, 0.005, 45, "test")
-    widened = between_runs._shapes_checked(groups, between_runs._others(groups, spread), spread)
+    spread = calibration.Spread(0.003, 5, 0.005, 45, "test")
+    widened = calibration.shapes_checked(groups, between_runs._others(groups, spread), spread)
     assert len(widened) == 9 and all(s.shape > 1.0 for s in widened.values())

@@ -17,7 +17,8 @@ from scipy import stats
 
 from runners import export
 from runners.compare import command as compare
-from runners.compare import comparison
+from runners.compare import matching, sides
+from runners.compare.report import gate_verdict
 from runners.compare import between_runs
 from runners.store.result_store import ResultStore
 from tests.synthetic_store import SHAPES, SPACE, noisy_run, row
@@ -48,15 +49,15 @@ def _calibration(tmp_path, rng, run_noise, name="calibration", shapes=SHAPES) ->
     for index in range(CALIBRATION_RUNS):
         noisy_run(store, f"cal{index}", rng, run_noise=run_noise, shapes=shapes)
     store.close()
-    return comparison.load_calibration(str(path), ())[0]
+    return matching.load_calibration(str(path), ())[0]
 
 
 def _gate(base, new, calibrated, shipped=None) -> tuple[list[dict], int]:
     """Every compared row, and the exit status of `--fail-on-slow 2%`."""
     if shipped is None:
-        shipped = comparison.shipped_keys(comparison.Side("BASE", "", base), 0.03)
-    result = comparison.compare(base, new, GATE, shipped, calibrated=calibrated)
-    return result["matched"] + result["winners"], comparison.gate_verdict(result, GATE)[1]
+        shipped = sides.shipped_keys(sides.Side("BASE", "", base), 0.03)
+    result = matching.compare(base, new, GATE, shipped, calibrated=calibrated)
+    return result["matched"] + result["winners"], gate_verdict(result, GATE)[1]
 
 
 def _runs(tmp_path, pairs: int, run_noise: float, seed: int = 2026, shapes=SHAPES, **changes):
@@ -392,9 +393,9 @@ def test_a_missing_or_broken_timing_is_named_whatever_its_form(p50, reps):
 
     row = pd.Series({"kernel": "softmax", "provider": "triton", "dtype": "float16", "shape": "[8, 100]",
                      "config": '{"BLOCK_SIZE": 128}', "p50_us": p50, "rep_p50s_us": reps, "repetitions": 2})
-    with pytest.raises(comparison.CompareError,
+    with pytest.raises(sides.CompareError,
                        match="BASE: softmax triton float16 8x100 BLOCK_SIZE=128 is ok with a p50 of"):
-        comparison._figure(row, "BASE")
+        matching._figure(row, "BASE")
 
 
 def test_an_export_entry_without_a_p50_is_named(tmp_path, capsys):
@@ -588,4 +589,4 @@ def test_a_shape_every_provider_moved_alike_is_the_machine_s_not_a_regression(tm
 def test_a_row_s_kind_of_bound_is_the_larger_of_its_shares_of_the_ceilings(copy, matmul, kind):
     import pandas as pd
 
-    assert comparison._kind(pd.Series({"pct_copy_bw": copy, "pct_matmul": matmul})) == kind
+    assert matching._kind(pd.Series({"pct_copy_bw": copy, "pct_matmul": matmul})) == kind

@@ -24,6 +24,8 @@ from typing import Optional
 import numpy as np
 
 from runners.compare import between_runs as rule_of
+from runners.compare.calibration import calibrate
+from runners.compare.figures import Figure, Pair, RunFigure
 
 SAMPLING = 0.001  # sd of ln of one repetition's median about its placement's (CUPTI: 0.02-0.2%)
 SCREEN_PRECISION = 0.02  # a screening row's median: timing=screen stops at 2% (95% half-width)
@@ -146,26 +148,26 @@ def draw_run(cell: Cell, rng: np.random.Generator, slowed: tuple = (0, 0.0), new
                 + rng.normal(0.0, SAMPLING, (shapes, rows, repetitions)))
         spreads = logs.std(axis=2, ddof=1)
         for a, b in itertools.product(range(shapes), range(rows)):
-            run[(k, a, b)] = figure(k, a, b, kinds[a], rule_of.Figure(tuple(logs[a, b]), repetitions,
+            run[(k, a, b)] = figure(k, a, b, kinds[a], Figure(tuple(logs[a, b]), repetitions,
                                                                     float(spreads[a, b])))
         for a, b in itertools.product(range(shapes), range(cell.screened if k == 0 else 0)):
             slow = by * (shapes_slowed is None or a < shapes_slowed)  # one median on the first placement
             value = (math.log(5.0 + 5 * a) + 0.1 + 0.02 * b + slow
                      + offsets[a, 0, 0] + placements[a, 0, 0] + rng.normal(0.0, SCREEN_PRECISION / 1.96))
-            run[(k, a, rows + b)] = figure(k, a, 0, kinds[a], rule_of.Figure.of(math.exp(value),
+            run[(k, a, rows + b)] = figure(k, a, 0, kinds[a], Figure.of(math.exp(value),
                                                                                precision=SCREEN_PRECISION))
     return run
 
 
-def figure(kernel: int, shape: int, row: int, kind: str, value: rule_of.Figure) -> rule_of.RunFigure:
+def figure(kernel: int, shape: int, row: int, kind: str, value: Figure) -> RunFigure:
     """Our finalists and screened rows share a domain; each baseline is a provider of its own."""
     provider = "triton" if row < FINALISTS else f"baseline{row}"
     domain, group = ("GPU", f"kernel{kernel}", provider), ("float16", shape)
-    return rule_of.RunFigure(domain, group, value, ("GPU", f"kernel{kernel}", *group), kind)
+    return RunFigure(domain, group, value, ("GPU", f"kernel{kernel}", *group), kind)
 
 
 def pairs_of(cell: Cell, base: dict, new: dict) -> list:
-    return [rule_of.Pair(b.domain, b.group, b.figure, new[key].figure, math.exp(b.figure.value),
+    return [Pair(b.domain, b.group, b.figure, new[key].figure, math.exp(b.figure.value),
                          judged=key[2] < cell.judged_per_shape or key[2] >= FINALISTS + cell.baselines,
                          control=b.control, kind=b.kind)
             for key, b in base.items()]
@@ -179,7 +181,7 @@ def failure_rates(cell: Cell, scenario: str, comparisons: int, rng: np.random.Ge
     for _ in range(comparisons):
         runs = [draw_run(cell, rng, shapes=cell.calibration_shapes, calibration=True)
                 for _ in range(CALIBRATION_RUNS)]
-        spreads = rule_of.calibrate(runs)
+        spreads = calibrate(runs)
         base, new = draw_run(cell, rng), draw_run(cell, rng, SCENARIOS[scenario], new=True)
         pairs = pairs_of(cell, base, new)
         judgement = rule_of.judge(pairs, rules[0], spreads)

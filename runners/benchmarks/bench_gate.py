@@ -65,23 +65,24 @@ def frames(store: str, *sweep_ids: str):
 
 def gate(base, new, calibrated: dict) -> dict:
     """runners.compare's defaults, the calibration and --fail-on-slow 2% on one pair of runs."""
-    from runners.compare import between_runs, comparison
+    from runners.compare import between_runs, matching, sides
+    from runners.compare.report import gate_verdict
     from runners.export.settings import sweep_export_conf
 
     rule = between_runs.Rule(fail_on_slow=GATE)
-    shipped = comparison.shipped_keys(comparison.Side("BASE", "", base), sweep_export_conf().tolerance)
-    result = comparison.compare(base, new, rule, shipped, calibrated=calibrated)
+    shipped = sides.shipped_keys(sides.Side("BASE", "", base), sweep_export_conf().tolerance)
+    result = matching.compare(base, new, rule, shipped, calibrated=calibrated)
     rows = result["matched"] + result["winners"]
     judged = [r for r in rows if r["judged"] and not math.isnan(r["threshold"])]
     ours = [s for (domain, _), s in result["shifts"].items() if domain[2] == "triton" and s is not None]
-    line, status = comparison.gate_verdict(result, rule)
+    line, status = gate_verdict(result, rule)
     return {"rows": len(rows), "not_same": sum(r["verdict"] != "SAME" for r in rows), "judged": len(judged),
             "status": status, "line": line, "thresholds": [r["threshold"] for r in judged],
             "catches": [r["catches"] for r in judged], "shifts": ours, "unlisted": rows}
 
 
 def calibration(runs: list, source: str) -> dict:
-    from runners.compare.comparison import calibration_of
+    from runners.compare.matching import calibration_of
 
     return calibration_of(runs, source)
 

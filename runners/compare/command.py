@@ -20,11 +20,13 @@ from pathlib import Path
 
 from runners import version
 from runners.compare import between_runs
-from runners.compare.comparison import (CompareError, Side, compare, export_frame, load_calibration,
-                                        report, shipped_keys, versions_against)
+from runners.compare.matching import compare, load_calibration
+from runners.compare.report import report
+from runners.compare.sides import CompareError, Side, export_frame, shipped_keys, versions_against
 from runners.export.fileformat import read_export, sections
 from runners.export.settings import ExportError, sweep_export_conf
-from runners.store.result_store import ResultStore, StoreError
+from runners.store.damage import StoreError
+from runners.store.result_store import ResultStore
 
 DEFAULT_MIN_EFFECT = 0.01
 DEFAULT_ALPHA = 0.01
