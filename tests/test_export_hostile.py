@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from runners.export.command import main as export_main
-from runners.export.render import RUNTIME, RUNTIME_MARKER
+from runners.export.render import lookup_code
 from runners.store.result_store import ResultStore
 
 GPU_ENV = {"backend": "cuda", "gpu_name": "NVIDIA H200", "driver_version": "580.159.04",
@@ -65,7 +65,7 @@ def _data_only(node: ast.AST) -> bool:
 def _assert_inert(module) -> None:
     """The module's data section (above the lookup code copied from runtime.py) is a docstring, `import
     triton` and assignments of data only."""
-    text, runtime = module.read_text(), RUNTIME.read_text().split(RUNTIME_MARKER, 1)[1].lstrip("\n")
+    text, runtime = module.read_text(), lookup_code()
     assert text.endswith(runtime)
     data = text[:-len(runtime)]
     body = ast.parse(data).body

@@ -12,7 +12,9 @@ import shutil
 import pytest
 
 from runners.measure.device import INTERPRETER_DEVICE_NAME
-from runners.export import gpu_section, write_export
+from runners.export.cover import covered
+from runners.export.fileformat import write_export
+from runners.export.generalization import gpu_section
 from runners.export.rows import baseline_rows
 from runners.store.result_store import ResultStore
 from runners.revalidate import judge_shapes
@@ -43,7 +45,7 @@ def _export(tuned, tmp_path, scale: dict):
     _, rows = tuned
     ours = rows[(rows["provider"] == "triton") & (rows["status"] == "ok")]
     ours = ours.sort_values("id").groupby("trial_key").tail(1)
-    section = gpu_section(ours, 0.03, baseline_rows(rows, ours))
+    section = gpu_section(ours, covered(ours, 0.03, baseline_rows(rows, ours)), 0.03)
     def scaled(figures: dict, names: tuple) -> None:
         factor = scale[figures["shape"][0]]
         for name in names:

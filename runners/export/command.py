@@ -18,7 +18,8 @@ from runners import version
 from runners.model.trial import ConfigError
 from runners.export import export_kernel
 from runners.export.settings import ExportError, from_command
-from runners.store.result_store import ResultStore, StoreError
+from runners.store.damage import StoreError
+from runners.store.result_store import ResultStore
 
 
 def main(argv=None) -> int:

@@ -157,3 +157,15 @@ def covering_set(measured: Measured, tolerance: float, baselines: Optional[pd.Da
                            "list_config": json.loads(list_best[s][1]),
                            "baselines": baselines_of.get(json.dumps(list(s)), {})} for s in shapes],
     }
+
+
+def covered(rows: pd.DataFrame, tolerance: float, baselines: Optional[pd.DataFrame] = None,
+            calls: Optional[dict] = None) -> dict[str, tuple[Measured, dict]]:
+    """dtype -> (one GPU's rows of it as Measured reads them, their covering_set), with the baselines
+    measured beside them, for each shape's winner."""
+    found = {}
+    for dtype, group in sorted(rows.groupby("dtype")):
+        measured = Measured(group)
+        found[dtype] = measured, covering_set(
+            measured, tolerance, None if baselines is None else baselines[baselines["dtype"] == dtype], calls)
+    return found

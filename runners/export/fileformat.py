@@ -3,17 +3,19 @@ and Triton versions (format 3: gpus -> Triton version -> section). The section o
 Triton version replaces the one exported before; the other sections are kept from the existing JSON
 (`--no-merge` / export.merge=false: rewrite from this export alone), so that a repository keeps working
 configs for each version it meets. Files of format 2 (one section a GPU) still load: `upgraded` files each
-section under its Triton version. The .py is generated from the merged JSON (render.py).
+section under its Triton version. write_export writes the merged JSON, then the .py generated from
+it (render.py).
 
 An export's JSON may come from someone else (a vendored file, another GPU's section merged in): every file
 read, and every file about to be written, is checked against the format's model below (pydantic, strict:
 names are Python names, sizes and launch options ints, figures finite floats, text strings) before any of
-it reaches generated code, a kernel launch or a path.
+it reaches generated code, a kernel launch or a path; so is every row of a store an export reads.
 """
 from __future__ import annotations
 
 import json
 import keyword
+import math
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -21,6 +23,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, S
 from pydantic import ValidationError, model_validator
 
 from runners.model.trial import NUM_WARPS_ALLOWED
+from runners.export.render import render_module
 from runners.export.settings import ExportError
 
 FORMAT = 3  # of the JSON; 2 had one section a GPU, 1 one file a GPU with the configs ok at every shape
@@ -142,6 +145,38 @@ def validated(data, where: str, model: type[BaseModel] = ExportFile):
     return data
 
 
+class StoredRow(Provenance):
+    """The fields of a store's row that an export reads, shape and config parsed from their JSON."""
+
+    id: StrictInt
+    sweep_id: Text
+    kernel: Name
+    provider: Text
+    status: Text
+    dtype: Name
+    shape: Shape
+    config: Config
+    p50_us: Optional[Latency] = None
+    gbps: Optional[Figure] = None
+    gpu_name: Text
+    backend: Text
+
+
+def checked_rows(rows, source: str) -> None:
+    """ExportError naming the store (`source`), the row, its sweep and the field, for the first row of
+    `rows` (a DataFrame of a store's rows) whose fields are not what a sweep writes."""
+    for row in rows[[name for name in StoredRow.model_fields if name in rows]].to_dict("records"):
+        row = {name: None if isinstance(value, float) and math.isnan(value) else value
+               for name, value in row.items()}
+        where = f"{source}: row {row['id']} of sweep {row['sweep_id']!r}"
+        for name in ("shape", "config"):
+            try:
+                row[name] = json.loads(row[name])
+            except (TypeError, ValueError):
+                raise ExportError(f"{where}: {name}: not JSON (it holds {str(row[name])[:80]!r})") from None
+        validated(row, where, StoredRow)
+
+
 def _version_of(section: dict) -> str:
     version = section.get("triton_version")
     return version if isinstance(version, str) else repr(version)  # the section's check names it
@@ -190,3 +225,31 @@ def merged(path: Path, kernel: str, dims: tuple, merge: bool) -> dict:
         raise ExportError(f"cannot merge into {path}: it holds kernel {data.get('kernel')!r}, dims "
                           f"{data.get('dims')}, not {kernel!r}, {list(dims)}; {how}")
     return data
+
+
+def write_export(kernel: str, new: dict[str, dict], out_dir: str | Path, dims: tuple, key: dict | None,
+                 merge: bool = True) -> list[Path]:
+    """Write <kernel>_configs.json (the sections of this export, gpu -> section, each filed under its
+    Triton version, over those kept from the existing file) and the .py generated from it; returns
+    their paths."""
+    out_dir = Path(out_dir)
+    json_path = out_dir / f"{kernel}_configs.json"
+    existing = merged(json_path, kernel, dims, merge)
+    gpus: dict[str, dict] = {}
+    for gpu, version, section in sections(existing) if existing else ():
+        if not (gpu in new and new[gpu]["triton_version"] == version):
+            print(f"note: {json_path.name} keeps the configs of {gpu!r}, Triton {version!r}, exported "
+                  f"{section['exported_at']!r}")
+            gpus.setdefault(gpu, {})[version] = section
+    for gpu, section in new.items():
+        gpus.setdefault(gpu, {})[section["triton_version"]] = section
+    data = {"format": FORMAT, "kernel": kernel, "dims": list(dims),
+            "key": key if key else existing.get("key", {}),
+            "gpus": {gpu: dict(sorted(gpus[gpu].items())) for gpu in sorted(gpus)}}
+    text = json.dumps(data, indent=1)
+    validated(json.loads(text), f"{json_path} as it would be written")  # nothing written otherwise
+    out_dir.mkdir(parents=True, exist_ok=True)
+    json_path.write_text(text)
+    py_path = out_dir / f"{kernel}_configs.py"
+    py_path.write_text(render_module(json.loads(text), json_path.name))  # from the JSON as written
+    return [py_path, json_path]

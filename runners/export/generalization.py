@@ -8,17 +8,24 @@ measured at the left-out shape scores the pick, never steers it: the best p50 th
 pick good at or above 1 - tolerance (leave_one_out says how each path is scored). Leaving a point out
 opens a hole twice the grid's spacing, so the estimate is for a grid of half the density: cautious
 between measured points, silent beyond the measured range. The same estimate decides, per (GPU, dtype),
-whether the module looks the two kinds of size (multiples of 16 and not) up apart (estimate)."""
+whether the module looks the two kinds of size (multiples of 16 and not) up apart (estimate).
+A GPU's whole section is built here (gpu_section): provenance, covering sets (cover.py), the estimate."""
 from __future__ import annotations
 
+import datetime
 import math
 import multiprocessing
 import os
 from typing import Optional
 
+import pandas as pd
+
 from runners.export.runtime import ALIGNMENT, _choice, _is_aligned, _kept
 from runners.export.cover import Measured
 from runners.export.render import LAUNCH_OPTIONS
+
+PROVENANCE = ("timing_method", "driver_version", "cuda_version", "torch_version", "triton_version",
+              "kernel_hash")
 
 PATHS = ("autotune", "config_for")  # the two ways a module picks a config, as the line names them
 
@@ -324,3 +331,48 @@ def summary_line(result: dict, dims: tuple) -> str:
     check = f"check: {result['check']}" if result.get("check") else "no check"
     return (f"between measured shapes (each {', '.join(result['key_dims'])} left out in turn, {check}): "
             + "; ".join(parts) + "; " + result["advice"])
+
+
+def gpu_section(rows: pd.DataFrame, covered: dict, tolerance: float, dims: Optional[tuple] = None,
+                key_dims: Optional[list] = None, rule=None, statuses: Optional[dict] = None) -> dict:
+    """One GPU's section: provenance and, of every dtype of its rows, the covering set (`covered`: dtype
+    -> (Measured, covering set), cover.covered's); given the dims and the export key's dims, each dtype's
+    leave-one-out estimate too (estimate), with the kernel's constraints `rule` as its check and
+    `statuses` ((dtype, canonical config, shape) -> status, every status) to score the picks that were
+    not ok."""
+    newest = rows.loc[rows["id"].idxmax()]
+    dtypes = {}
+    for dtype, (measured, cover) in covered.items():
+        estimated = {}
+        if dims is not None:
+            of_dtype = {(key, shape): status for (d, key, shape), status in (statuses or {}).items()
+                        if d == dtype}
+            estimated["leave_one_out"] = estimate(measured, tolerance, dims, key_dims,
+                                                  Lookup(rule, dtype, of_dtype))
+        dtypes[dtype] = {**cover, **estimated}  # the covering set's keys first
+    return {
+        **{name: (None if pd.isna(newest[name]) else str(newest[name])) for name in PROVENANCE},
+        "sweep_ids": sorted(rows["sweep_id"].unique().tolist()),
+        "exported_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "trials": int(len(rows)),
+        "tolerance": tolerance,
+        "dtypes": dtypes,
+    }
+
+
+def gpu_sections(kernel: str, by_gpu: dict, covered: dict, tolerance: float, dims: tuple, key: dict,
+                 rule=None) -> dict[str, dict]:
+    """gpu -> its section (gpu_section), from what each GPU exports (rows.OfGpu) and its covering sets
+    (gpu -> cover.covered's); each (GPU, dtype)'s estimate printed in one line, and its call-weighted
+    loss where calls weigh it."""
+    key_dims = [d for d in dims if d in key.values()] or list(dims)  # no key: a call gives every dim
+    sections = {gpu: gpu_section(of.rows, covered[gpu], tolerance, dims, key_dims, rule, of.statuses)
+                for gpu, of in by_gpu.items()}
+    for gpu, section in sections.items():
+        for dtype, dtype_data in section["dtypes"].items():
+            print(f"{kernel} on {gpu}, {dtype}: {summary_line(dtype_data['leave_one_out'], dims)}")
+            if dtype_data.get("weighted_loss") is not None:
+                total = sum(dtype_data["calls"].values())
+                print(f"{kernel} on {gpu}, {dtype}: weighted by {total} calls, the list loses "
+                      f"{100 * dtype_data['weighted_loss']:.2f}% of the best p50 on average")
+    return sections

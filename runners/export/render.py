@@ -3,7 +3,7 @@ code of runtime.py, copied verbatim below its marker line. It holds, for every G
 exported: the covering sets (COVER), the winner of each measured shape (BEST_BY_SHAPE), all their configs
 once (CONFIGS, for @triton.autotune), the map from the kernel's arguments to the sweep's dims (KEY, from
 the kernel's export key or --key), the sections that look the kinds of size up apart (ALIGNED_APART), a
-prune function for autotune and config_for() (runtime.LOOKUP_RULES says how they look a call up).
+prune function for autotune and config_for() (lookup.LOOKUP_RULES says how they look a call up).
 
 The data it is given has been checked against the file format (fileformat.py); every value goes in as the
 repr() of that checked value, and the text the docstring shows (GPU names, versions, sweep ids) only in a
@@ -15,11 +15,11 @@ import json
 import re
 from pathlib import Path
 
-from runners.export.fileformat import sections
-from runners.export.runtime import LOOKUP_RULES
+from runners.export.lookup import LOOKUP_RULES
 
 LAUNCH_OPTIONS = ("num_warps", "num_stages")  # triton.Config keywords; every other key is a meta-parameter
 RUNTIME = Path(__file__).resolve().parent / "runtime.py"
+LOOKUP = RUNTIME.with_name("lookup.py")  # the module's entry points: after runtime.py's code
 RUNTIME_MARKER = "# ---- generated modules copy everything below this line ----\n"
 
 
@@ -90,21 +90,30 @@ def _aligned_apart_literal(all_sections: list) -> str:
     return "{" + ", ".join(map(repr, apart)) + "}" if apart else "set()"
 
 
-def render_module(data: dict, json_name: str) -> str:
-    """The .py of an export: its data as literals, then the lookup code of
-    runners/export/runtime.py."""
-    kernel, all_sections = data["kernel"], list(sections(data))
-    configs = {}  # every config of the covering sets once, in GPU, version, dtype, list order
+def _all_configs(all_sections: list) -> dict:
+    """Every config of the covering sets once, in GPU, version, dtype, list order: identity -> (index,
+    config)."""
+    configs = {}
     for _, _, section in all_sections:
         for dtype_data in section["dtypes"].values():
             for entry in dtype_data["configs"]:
                 configs.setdefault(_identity(entry["config"]), (len(configs), entry["config"]))
+    return configs
+
+
+def lookup_code() -> str:
+    """The code below the marker of runtime.py, then of lookup.py, verbatim."""
+    runtime, lookup = (path.read_text().split(RUNTIME_MARKER, 1)[1].strip("\n") for path in (RUNTIME, LOOKUP))
+    return f"{runtime}\n\n\n{lookup}\n"
+
+
+def _docstring(data: dict, all_sections: list, json_name: str) -> str:
+    """The generated module's docstring: where each section was measured, how to use the module, and the
+    rules of its lookups (lookup.LOOKUP_RULES)."""
+    kernel = data["kernel"]
     provenance = "\n".join(_provenance(gpu, version, section) for gpu, version, section in all_sections)
     key_args = list(data["key"]) or [d for d in data["dims"]]
-    cover_lines, best_lines = _literal_lines(data, configs)
-    config_lines = "\n".join(f"    {_config_source(config)}," for _, config in configs.values())
     rules = LOOKUP_RULES.split("Lookups, ", 1)[1].strip()
-    runtime = RUNTIME.read_text().split(RUNTIME_MARKER, 1)[1].lstrip("\n")
     tolerances = sorted({f"{100 * s['tolerance']:g}%" for _, _, s in all_sections})
     return f'''"""{kernel} launch configs measured by the triton-sweep runner.
 Generated from {json_name}: do not edit.
@@ -129,7 +138,19 @@ the shapes where it was verified (ok) and its p50 there, in us. Use:
 
 @triton.autotune never calls the prune when it is given a single config: pass CONFIGS whole.
 Lookups, {rules}
-"""
+"""'''
+
+
+def render_module(data: dict, json_name: str) -> str:
+    """The .py of an export: its docstring, its data as literals, then the lookup code of
+    runners/export/runtime.py and lookup.py."""
+    kernel = data["kernel"]
+    all_sections = [(gpu, version, section) for gpu, versions in data["gpus"].items()
+                    for version, section in versions.items()]  # in file order
+    configs = _all_configs(all_sections)
+    cover_lines, best_lines = _literal_lines(data, configs)
+    config_lines = "\n".join(f"    {_config_source(config)}," for _, config in configs.values())
+    return f'''{_docstring(data, all_sections, json_name)}
 import triton
 
 KERNEL = {kernel!r}
@@ -161,4 +182,4 @@ BEST_BY_SHAPE = {{
 ALIGNED_APART = {_aligned_apart_literal(all_sections)}
 
 
-{runtime}'''
+{lookup_code()}'''

@@ -7,57 +7,23 @@ config: its p50 and, where it was timed in repetitions, their medians and spread
 precision, which runners.compare and runners.revalidate judge a later measurement against.
 
 A store may hold rows of someone else's (merged in): every row of the kernel is checked before the export
-reads it (`checked_rows`, the file format's types: fileformat.py).
+reads it (fileformat.checked_rows, against the file format's types).
 """
 from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass
 from typing import Optional
 
 import pandas as pd
-from pydantic import StrictInt
 
 from runners.model.columns import ENV_KEY
 from runners.model.trial import TRITON_PROVIDER
-from runners.export.fileformat import (Config, Figure, Latency, Name, Provenance, Shape, Text,
-                                               validated)
 from runners.export.settings import ExportError
 
 # Rows exported together share the resume environment; backend and GPU name are already fixed here.
 EXPORT_ENV = [name for name in ENV_KEY if name not in ("backend", "gpu_name")]
-
-
-class StoredRow(Provenance):
-    """The fields of a store's row that an export reads, shape and config parsed from their JSON."""
-
-    id: StrictInt
-    sweep_id: Text
-    kernel: Name
-    provider: Text
-    status: Text
-    dtype: Name
-    shape: Shape
-    config: Config
-    p50_us: Optional[Latency] = None
-    gbps: Optional[Figure] = None
-    gpu_name: Text
-    backend: Text
-
-
-def checked_rows(rows: pd.DataFrame, source: str) -> None:
-    """ExportError naming the store (`source`), the row, its sweep and the field, for the first row whose
-    fields are not what a sweep writes."""
-    for row in rows[[name for name in StoredRow.model_fields if name in rows]].to_dict("records"):
-        row = {name: None if isinstance(value, float) and math.isnan(value) else value
-               for name, value in row.items()}
-        where = f"{source}: row {row['id']} of sweep {row['sweep_id']!r}"
-        for name in ("shape", "config"):
-            try:
-                row[name] = json.loads(row[name])
-            except (TypeError, ValueError):
-                raise ExportError(f"{where}: {name}: not JSON (it holds {str(row[name])[:80]!r})") from None
-        validated(row, where, StoredRow)
 
 
 def newest_per_trial(rows: pd.DataFrame) -> pd.DataFrame:
@@ -91,6 +57,25 @@ def select_rows(frame: pd.DataFrame, kernel: str) -> dict[str, pd.DataFrame]:
             "which say nothing about a GPU; run the sweep on a GPU"
         )
     return {gpu: newest_per_trial(group[_same_env(group)]) for gpu, group in gpu_rows.groupby("gpu_name")}
+
+
+@dataclass(frozen=True)
+class OfGpu:
+    """What one GPU exports: its exportable rows, the ok baselines measured beside them (baseline_rows)
+    and every status of our trials there (trial_statuses)."""
+
+    rows: pd.DataFrame
+    baselines: pd.DataFrame
+    statuses: dict
+
+
+def exported_rows(frame: pd.DataFrame, kernel: str) -> tuple[dict[str, OfGpu], int]:
+    """The kernel's rows of the store (checked: fileformat.checked_rows), loaded once: gpu_name -> what it
+    exports; and the rank of their shapes."""
+    by_gpu = select_rows(frame, kernel)
+    rank = len(parse_shape(next(iter(by_gpu.values()))["shape"].iloc[0]))
+    return {gpu: OfGpu(rows, baseline_rows(frame, rows), trial_statuses(frame, rows))
+            for gpu, rows in by_gpu.items()}, rank
 
 
 def _beside(frame: pd.DataFrame, ours: pd.DataFrame) -> pd.DataFrame:

@@ -30,45 +30,53 @@ def sweep_export_conf():
     return OmegaConf.merge(OmegaConf.structured(ExportConf), primary.export)
 
 
-def _spec(kernel: str, spec_path: Optional[str]):
-    """The kernel's KernelSpec where the export has it (built in, or the import path given), else None."""
+def _loaded(kernel: str, spec_path: Optional[str]):
+    """The KernelSpec the export has: the import path given (--spec), else the built-in kernel's (None if
+    it is not built in)."""
     from runners.model.spec_sources import builtin_spec, load_spec
 
-    spec = load_spec("external", spec_path) if spec_path else builtin_spec(kernel)
+    return load_spec("external", spec_path) if spec_path else builtin_spec(kernel)
+
+
+def _of(kernel: str, spec):
+    """`spec` where it is the kernel's, else None."""
     return spec if spec is not None and spec.name == kernel else None
 
 
-def resolve(export_conf, kernel: str, spec_path: Optional[str] = None) -> dict:
-    """export_kernel's settings from an export section: its tolerance and merge, the key it gives the
-    kernel (export.key.<kernel>), else the one the kernel declares (KernelSpec.export_key); the kernel's
-    constraints; a kernel not built in, its dims from its spec."""
-    spec = _spec(kernel, spec_path)
+def resolve(export_conf, kernel: str, name: Optional[str] = None, spec_path: Optional[str] = None,
+            sweep_kernel=None) -> tuple[dict, object]:
+    """export_kernel's settings from an export section, and the KernelSpec the export has: kernel.name
+    `name`'s (with `spec_path`, its kernel.spec) where it is the exported kernel or external, else the
+    built-in kernel's (None if not built in). The settings: the section's tolerance and merge, the key it
+    gives the kernel (export.key.<kernel>), else the one the kernel declares (KernelSpec.export_key); the
+    kernel's constraints (where the spec is the kernel's); an external kernel, its dims from its spec;
+    and the calls of `sweep_kernel` (a sweep's kernel section) where its kernel is the one exported."""
+    from omegaconf import OmegaConf
+
+    from runners.model.spec_sources import builtin_spec, load_spec
+    from runners.model.space import parse_calls
+
     key = export_conf.key.get(kernel)
     settings = {"tolerance": export_conf.tolerance, "merge": export_conf.merge,
-                "key": dict(key) if key else dict(spec.export_key if spec else {}),
-                "key_field": f"export.key.{kernel}" if key else f"{kernel}'s KernelSpec.export_key",
-                "rule": spec.constraints if spec is not None else None}
+                "key_field": f"export.key.{kernel}" if key else f"{kernel}'s KernelSpec.export_key"}
+    own = load_spec(name, spec_path) if name else None
+    loaded = own if own is not None and (spec_path or own.name == kernel) else builtin_spec(kernel)
+    spec = _of(kernel, loaded)
+    settings.update(key=dict(key) if key else dict(spec.export_key if spec else {}),
+                    rule=spec.constraints if spec is not None else None)
     if spec_path and spec is not None:  # not a built-in kernel: its dims come from its spec
         settings["dims"] = tuple(spec.dims)
-    return settings
+    if sweep_kernel is not None and sweep_kernel.get("calls") is not None and own.name == kernel:
+        kernel_conf = OmegaConf.to_container(sweep_kernel, resolve=True)  # they weigh its own shapes
+        settings["calls"] = parse_calls(kernel_conf["calls"], kernel_conf["shapes"], len(own.dims))
+    return settings, loaded
 
 
 def from_sweep(cfg, kernel: str) -> dict:
     """export_kernel's settings at the end of a sweep: its config's export section, and the calls of its
     kernel.calls where the sweep's own kernel is the one exported."""
-    from omegaconf import OmegaConf
-
-    from runners.model.spec_sources import load_spec
-    from runners.model.space import parse_calls
-
     spec_path = cfg.kernel.spec if cfg.kernel.name == "external" else None
-    settings = resolve(cfg.export, kernel, spec_path)
-    if cfg.kernel.get("calls") is not None:
-        spec = load_spec(cfg.kernel.name, spec_path)
-        if spec.name == kernel:  # the calls weigh the shapes of the sweep's own kernel
-            kernel_conf = OmegaConf.to_container(cfg.kernel, resolve=True)
-            settings["calls"] = parse_calls(kernel_conf["calls"], kernel_conf["shapes"], len(spec.dims))
-    return settings
+    return resolve(cfg.export, kernel, cfg.kernel.name, spec_path, cfg.kernel)[0]
 
 
 def from_command(kernel: str, spec_path: Optional[str] = None, key: Optional[list[str]] = None,
@@ -77,7 +85,7 @@ def from_command(kernel: str, spec_path: Optional[str] = None, key: Optional[lis
     """export_kernel's settings for `python -m runners.export`: what the end of a sweep exports with (the
     primary config's export section), then the command's options over it (--key, --tolerance,
     --no-merge, --dims, --calls)."""
-    settings = resolve(sweep_export_conf(), kernel, spec_path)
+    settings, loaded = resolve(sweep_export_conf(), kernel, "external" if spec_path else None, spec_path)
     if key:
         settings.update(key=parse_key(key), key_field="--key")
     if tolerance is not None:
@@ -86,14 +94,14 @@ def from_command(kernel: str, spec_path: Optional[str] = None, key: Optional[lis
     if dims:
         settings["dims"] = dims
     if calls:
-        settings["calls"] = calls_of(calls, kernel, spec_path, dims)
+        settings["calls"] = calls_of(calls, kernel, loaded, dims)
     return settings
 
 
 def from_export(data: dict, tolerance: float, spec_path: Optional[str] = None) -> dict:
     """export_kernel's settings for a new section of an existing export (runners.revalidate): its key,
     dims and the section's tolerance, merged into it, and the kernel's constraints."""
-    spec = _spec(data["kernel"], spec_path)
+    spec = _of(data["kernel"], _loaded(data["kernel"], spec_path))
     return {"tolerance": tolerance, "key": data["key"], "dims": tuple(data["dims"]), "merge": True,
             "rule": spec.constraints if spec is not None else None}
 
@@ -115,18 +123,14 @@ def check_tolerance(tolerance) -> None:
         raise ConfigError(f"export.tolerance: {tolerance!r} must be a share in [0, 1), e.g. 0.03 for 3%")
 
 
-def checked_tolerance(tolerance) -> None:
-    """The export's tolerance, checked (ExportError)."""
+def checked(kernel: str, rank: int, tolerance, key: Optional[dict], dims: Optional[tuple],
+            key_field: str) -> tuple[tuple, dict]:
+    """(dims, key) of an export whose shapes have `rank` dims, its settings checked (ExportError naming
+    each): the tolerance, the dims (the kernel's own where not given), the key against them."""
     try:
         check_tolerance(tolerance)
     except ConfigError as error:
         raise ExportError(str(error)) from None
-
-
-def checked(kernel: str, rank: int, key: Optional[dict], dims: Optional[tuple],
-            key_field: str) -> tuple[tuple, dict]:
-    """(dims, key) of an export whose shapes have `rank` dims, each checked (ExportError naming it): the
-    dims (the kernel's own where not given), the key against them."""
     if dims is None:
         dims = kernel_dims(kernel, rank)
     elif len(dims) != rank:
@@ -171,17 +175,16 @@ def parse_key(items: list[str]) -> dict[str, str]:
     return key
 
 
-def calls_of(path: str, kernel: str, spec_path: Optional[str], dims: Optional[tuple]) -> dict:
-    """shape -> calls of a sweep file's kernel.shapes and kernel.calls (--calls)."""
+def calls_of(path: str, kernel: str, spec, dims: Optional[tuple]) -> dict:
+    """shape -> calls of a sweep file's kernel.shapes and kernel.calls (--calls); `spec`: the KernelSpec
+    the export has (_loaded), which gives the rank where --dims does not."""
     from omegaconf import OmegaConf
 
-    from runners.model.spec_sources import builtin_spec, load_spec
     from runners.model.space import parse_calls
 
     captured = OmegaConf.to_container(OmegaConf.load(path), resolve=True).get("kernel") or {}
     if captured.get("calls") is None:
         raise ConfigError(f"--calls: {path} has no kernel.calls (python -m runners.capture writes them)")
-    spec = load_spec("external", spec_path) if spec_path else builtin_spec(kernel)
     rank = len(dims) if dims else len(spec.dims) if spec is not None else None
     if rank is None:
         raise ConfigError(f"--calls: {kernel} is not built in; give --spec or --dims")

@@ -21,8 +21,8 @@ class Export(Output):
         paths = []
         for kernel in done.frame["kernel"].unique():
             try:
-                paths += export_kernel(done.frame, kernel, done.cfg.export_dir, source=done.store,
-                                       **from_sweep(done.cfg, kernel))
+                settings = from_sweep(done.cfg, kernel)
+                paths += export_kernel(done.frame, kernel, done.cfg.export_dir, source=done.store, **settings)
             except ExportError as error:
                 print(f"export skipped: {error}")
         if paths:
