@@ -1,6 +1,7 @@
-"""The layout README's "Layout" section states, checked on the source: imports point one way, every module
-says its role in a docstring of at most 12 lines, no source holds a date, no line of Python is over 110
-characters, and no function of the tool is over 80 lines."""
+"""runners/README.md's rules, checked on the source: imports between rooms point one way (ALLOWED), no
+circle of imports, every module says its role in a docstring of at most 12 lines, no source holds a date,
+no line of Python is over 110 characters, no function over 60 lines, class over 250 or module over 450,
+no room over a quarter of the source."""
 import ast
 import re
 from pathlib import Path
@@ -134,24 +135,50 @@ def test_no_python_line_over_110_characters():
     assert not long, "\n".join(long)
 
 
-MAX_FUNCTION_LINES = 80
+MAX_FUNCTION_LINES = 60
+MAX_CLASS_LINES = 250
+MAX_MODULE_LINES = 450
+MAX_ROOM_SHARE = 0.25
 
 
-def test_no_function_of_the_tool_over_80_lines():
-    """A function that does not fit on a screen does several things: split it (benchmarks, scripts that
-    print tables, aside)."""
+def tool_modules() -> list[Path]:
+    """The tool's modules (the benchmarks, scripts that print tables, aside)."""
+    return [path for path in modules("runners", "kernels", "hydra_plugins") if role(path) != "benchmarks"]
+
+
+def test_no_function_over_60_no_class_over_250_no_module_over_450_lines():
+    """A function that does not fit on a screen does several things, a long class holds several jobs, a
+    long module several concepts: split them."""
     long, scanned = [], 0
-    for path in modules("runners", "hydra_plugins"):
-        if role(path) == "benchmarks":
-            continue
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+    for path in tool_modules():
+        tree = ast.parse(path.read_text())
+        if tree.body and tree.body[-1].end_lineno > MAX_MODULE_LINES:
+            long.append(f"{path.relative_to(REPO)} ({tree.body[-1].end_lineno} lines)")
+        for node in ast.walk(tree):
+            limit = {ast.FunctionDef: MAX_FUNCTION_LINES, ast.AsyncFunctionDef: MAX_FUNCTION_LINES,
+                     ast.ClassDef: MAX_CLASS_LINES}.get(type(node))
+            if limit:
                 scanned += 1
                 lines = node.end_lineno - node.lineno + 1
-                if lines > MAX_FUNCTION_LINES:
+                if lines > limit:
                     long.append(f"{path.relative_to(REPO)}: {node.name} ({lines} lines)")
-    assert scanned > 100, "the scan found too few functions to mean anything"
+    assert scanned > 300, "the scan found too few functions to mean anything"
     assert not long, "\n".join(long)
+
+
+def test_no_room_holds_over_a_quarter_of_the_source():
+    """A room (a folder under runners/, its subfolders with it) that holds over a quarter of the tool's
+    lines (runners/ and kernels/) is several rooms."""
+    lines = {path: len(path.read_text().splitlines()) for path in tool_modules()
+             if path.parts[len(REPO.parts)] in ("runners", "kernels")}
+    total, rooms = sum(lines.values()), {}
+    for path, count in lines.items():
+        parts = path.relative_to(REPO).parts
+        if parts[0] == "runners" and len(parts) > 2:
+            rooms[parts[1]] = rooms.get(parts[1], 0) + count
+    assert len(rooms) >= 8, f"too few rooms found: {sorted(rooms)}"
+    big = {room: f"{count / total:.0%}" for room, count in rooms.items() if count > MAX_ROOM_SHARE * total}
+    assert not big, f"rooms over a quarter of {total} lines: {big}"
 
 
 def test_the_role_rules_see_real_imports():
@@ -266,8 +293,8 @@ def test_the_libraries_of_results_import_neither_torch_nor_triton():
                  "runners.outputs.wandb.tables", "runners.export", "runners.export.settings",
                  "runners.export.rows", "runners.export.cover", "runners.export.fileformat",
                  "runners.export.render", "runners.export.generalization", "runners.export.runtime",
-                 "runners.compare.comparison", "runners.compare.command", "runners.revalidate",
-                 "runners.export.command"]
+                 "runners.compare.matching", "runners.compare.report", "runners.compare.command",
+                 "runners.revalidate", "runners.export.command"]
     probe = (f"import sys\nfor name in {libraries!r}:\n    __import__(name)\n"
              "print(sorted(m for m in ('torch', 'triton') if m in sys.modules))\n"
              "print(sorted(m for m in sys.modules if m.startswith('runners.')))")

@@ -1,3 +1,3 @@
-"""The engine: a composed config becomes trials (trials, schema), search picks which run, and the scheduler
-feeds them through the compile pool and one worker process per GPU (compile_pool, process, worker) to the
-finalists' re-timing (finalists); launch holds what a multirun whose jobs run apart adds to Hydra."""
+"""What runs a sweep: the job and its phases, the scheduler and its parts, the compile pool, the trial
+workers (one process per GPU) and the processes they run in; what a multirun whose jobs run apart adds
+to Hydra (hydra_jobs). What a sweep is lives in runners/model/."""

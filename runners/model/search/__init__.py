@@ -86,6 +86,6 @@ def load_strategy(conf, trials: list[Trial]) -> Strategy:
     except (ImportError, AttributeError, ValueError) as error:
         raise ConfigError(f"search._target_: {target!r} cannot be imported ({error})") from None
     if not (isinstance(found, type) and issubclass(found, Strategy)):
-        raise ConfigError(f"search._target_: {target!r} is not a Strategy (runners/engine/search)")
+        raise ConfigError(f"search._target_: {target!r} is not a Strategy (runners/model/search)")
     return found(trials, budget_trials=conf.budget_trials, seed=conf.seed, batch=conf.batch,
                  settings=OmegaConf.to_container(conf.settings, resolve=True))
