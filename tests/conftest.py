@@ -55,7 +55,7 @@ def run_command(args: list, cwd=None, env: dict = None, timeout: float = 600, ba
 
 
 # The outputs of a test's sweep: the default ones but the plots (their own tests draw them:
-# tests/test_plot.py, and the sweeps that ask for them with plots=True), a second or two a sweep.
+# tests/outputs/test_plot.py, and the sweeps that ask for them with plots=True), a second or two a sweep.
 NO_PLOTS = "output=[parquet,table,export,wandb]"
 
 

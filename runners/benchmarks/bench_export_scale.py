@@ -3,8 +3,8 @@ prints the table BENCHMARKS.md records.
 
     python -m runners.benchmarks.bench_export_scale [--shapes 15 30 60 120]
 
-Each count N: a synthetic softmax sweep (tests/synthetic_store.py: made-up latencies, no kernel run) at
-N shapes 8192 x cols, the cols evenly spaced over 200..8000 (aligned and unaligned sizes both), in
+Each count N: a synthetic softmax sweep (tests/fixtures/synthetic_store.py: made-up latencies, no kernel run)
+at N shapes 8192 x cols, the cols evenly spaced over 200..8000 (aligned and unaligned sizes both), in
 float16 and bfloat16, every config of its 16-config space; then runners.export.export_kernel on
 its rows, timed: the covering set, the leave-one-out estimate (nested, where both kinds of size were
 measured) and the files, as a sweep's finish writes them.
@@ -20,7 +20,7 @@ import torch  # noqa: F401  (imported by the sweep's process before its finish: 
 
 from runners.export import export_kernel
 from runners.store.result_store import ResultStore
-from tests.synthetic_store import softmax_sweep
+from tests.fixtures.synthetic_store import softmax_sweep
 
 
 def export_seconds(count: int, work: Path) -> tuple[int, float]:

@@ -7,8 +7,8 @@ a slowdown put into a kernel.
 
 Every sweep is a process of its own (a run: the unit of runners/compare/between_runs.py) into --store.
 reruns: `--runs` runs calibrate, `--reruns` more are each compared with run 0 at `--fail-on-slow 2%`.
-slowdown: softmax slowed by a spin (tests/softmax_slowed.py) by each of `--percents`, `--tries` runs each
-compared with an unslowed base: how often the gate fails. against: this machine's runs compared with run
+slowdown: softmax slowed by a spin (tests/fixtures/softmax_slowed.py) by each of `--percents`, `--tries` runs
+each compared with an unslowed base: how often the gate fails. against: this machine's runs compared with run
 0 of OTHER.sqlite (another machine's reruns). A calibration never holds the compared runs themselves."""
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ SWEEPS = {  # name -> overrides of `python -m runners.sweep`
     "matmul": ["kernel=matmul", "timing=quick", "kernel.dtypes=[float16]",
                "kernel.shapes=[[4096,4096,4096],[8192,8192,8192]]"],
 }
-SLOWED = ["kernel=external", "kernel.spec=tests.softmax_slowed:SPEC",
+SLOWED = ["kernel=external", "kernel.spec=tests.fixtures.softmax_slowed:SPEC",
           "kernel.shapes=[[4096,1024],[4096,4096],[2048,16384]]", "kernel.dtypes=[float16]", "timing=screen",
           "kernel.baselines=[torch]"]
 GATE = 0.02
@@ -162,7 +162,7 @@ def spin_shares(winners: dict, percents: list[float]) -> tuple[dict, list[str]]:
     from runners.measure import device as device_info
     from runners.measure.stop_rule import StopRule
     from runners.measure.timing import summarize
-    from tests import softmax_slowed
+    from tests.fixtures import softmax_slowed
 
     rule = StopRule(min_samples=100, min_time_s=0.1, rel_precision=0.002, max_time_s=3.0)
     timer = device_info.cuda_timer(0, rule, 0.05)
@@ -200,7 +200,7 @@ def spin_shares(winners: dict, percents: list[float]) -> tuple[dict, list[str]]:
 
 
 def slowdown(args) -> None:
-    from tests.softmax_slowed import SPIN_VARIABLE
+    from tests.fixtures.softmax_slowed import SPIN_VARIABLE
 
     ids = [f"slowed_base_{i}" for i in range(1 + args.calibration_runs)]
     for sweep_id in ids:

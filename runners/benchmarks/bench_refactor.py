@@ -50,10 +50,11 @@ def masked(text: str) -> str:
     return text
 
 
-def sweep(tree: Path, label: str, name: str, out: Path, overrides: list[str]) -> Path:
-    """One run of the sweep by `tree` (old or new: its label) into a store of its own (sweep id
-    <label>_<name>); the store's path."""
-    store = out / f"{label}_{name}.sqlite"
+def sweep(tree: Path, label: str, name: str, out: Path, overrides: list[str], store: Path = None
+          ) -> Path:
+    """One run of the sweep by `tree` (old or new: its label) into a store of its own unless given
+    (sweep id <label>_<name>); the store's path."""
+    store = store or out / f"{label}_{name}.sqlite"
     done = run(tree, ["runners.sweep", *overrides, "force=true", f"sweep_id={label}_{name}",
                       f"store={store}", "logger.mode=disabled",
                       f"hydra.run.dir={out / 'runs' / label / name}",
@@ -63,12 +64,12 @@ def sweep(tree: Path, label: str, name: str, out: Path, overrides: list[str]) ->
     return store
 
 
-def screened(store: Path) -> tuple[set, set, set]:
-    """(the screening rows, the finalists' trials, the rows chosen) of a store, each as (trial key,
-    kernel, provider, dtype, shape, config, status)."""
+def screened(store: Path, sweep_id: str = None) -> tuple[set, set, set]:
+    """(the screening rows, the finalists' trials, the rows chosen) of a store (or of one sweep of it),
+    each as (trial key, kernel, provider, dtype, shape, config, status)."""
     from runners.store.result_store import ResultStore
 
-    frame = ResultStore(store).load()
+    frame = ResultStore(store).load(sweep_id=sweep_id)
     fields = ["trial_key", "kernel", "provider", "dtype", "shape", "config", "status"]
     final = frame["phase"] == "final"
     chosen = frame["chosen"].fillna(False).astype(bool)
@@ -96,15 +97,21 @@ def compared(base: str, new: str, calibration: str, out: Path, label: str) -> tu
 
 
 def gpu(trees: dict, args) -> list[str]:
-    """The GPU part: each sweep by both trees, the rows, the exports and this tree's compare."""
-    table = ["| sweep | screened rows (old, new) | same rows | finalists in both | same chosen | export by "
-             "old = by new (old run, new run) | compare old run -> new run | compare old export -> new run |",
-             "|---|---|---|---|---|---|---|---|"]
+    """The GPU part: each sweep by both trees, the rows, the exports and this tree's compare; the picks of
+    the two trees side by side with those of two runs of this tree (where the picks differ by chance)."""
+    table = ["| sweep | screened rows (old, new) | same rows | finalists in both | same pick old, new | same "
+             "pick two runs of new | export by old = by new (old run, new run) | compare old run -> new run "
+             "| compare old export -> new run |", "|---|---|---|---|---|---|---|---|---|"]
     for name in args.sweeps:
         kernel, overrides = SWEEPS[name]
-        calibration = args.calibration or ",".join(  # runs of this tree, apart from the two judged
-            f"{sweep(REPO, f'cal{i}', name, args.out, overrides)}:cal{i}_{name}"
-            for i in range(args.calibration_runs))
+        calibration, between = args.calibration, "-"
+        if not calibration:  # runs of this tree into one store, apart from the two judged
+            store = args.out / f"cal_{name}.sqlite"
+            ids = [f"cal{i}_{name}" for i in range(args.calibration_runs)]
+            for i in range(args.calibration_runs):
+                sweep(REPO, f"cal{i}", name, args.out, overrides, store)
+            calibration = f"{store}:{','.join(ids)}"
+            between = _same_picks(*(screened(store, sweep_id)[2] for sweep_id in ids[:2]))
         stores = {label: sweep(tree, label, name, args.out, overrides) for label, tree in trees.items()}
         (old_rows, old_final, old_chosen), (new_rows, new_final, new_chosen) = map(screened, stores.values())
         same_export = [exported(trees["old"], "old", store, kernel, args.out)
@@ -116,9 +123,19 @@ def gpu(trees: dict, args) -> list[str]:
         print(f"{name}: {run_line[0]}\n  {run_line[1]}\n  export: {export_line[0]}\n  {export_line[1]}")
         table.append(f"| {name} | {len(old_rows)}, {len(new_rows)} | {old_rows == new_rows} | "
                      f"{len(old_final & new_final)} of {len(old_final | new_final)} | "
-                     f"{_configs(old_chosen) == _configs(new_chosen)} | {', '.join(map(str, same_export))} | "
+                     f"{_same_picks(old_chosen, new_chosen)} | {between} | "
+                     f"{', '.join(map(str, same_export))} | "
                      f"{run_line[1]} | {export_line[1]} |")
+        (args.out / "table_gpu.md").write_text("\n".join(table) + "\n")  # each sweep's row as it is done
     return table
+
+
+def _same_picks(one: set, other: set) -> str:
+    """In how many of the (kernel, dtype, shape) groups two runs chose the same config of ours."""
+    picks = [{(row[1], row[3], row[4]): row[5] for row in rows if row[2] == "triton"}
+             for rows in (one, other)]
+    groups = set(picks[0]) | set(picks[1])
+    return f"{sum(picks[0].get(g) == picks[1].get(g) for g in groups)} of {len(groups)}"
 
 
 def _configs(rows: set) -> set:
@@ -127,18 +144,15 @@ def _configs(rows: set) -> set:
 
 
 def interpret(trees: dict, args) -> list[str]:
-    """The interpreter part: each small sweep by both trees; rows (trial keys and statuses), finalists,
-    the configs chosen, and the exports of both stores by both trees."""
-    table = ["| sweep | screened rows (old, new) | same rows | same finalists | same chosen | "
-             "export by old = by new (old run, new run) |", "|---|---|---|---|---|---|"]
-    for name, (kernel, overrides) in INTERPRET_SWEEPS.items():
+    """The interpreter part: each small sweep by both trees; rows (trial keys and statuses), finalists and
+    the configs chosen (the export refuses interpreter timings)."""
+    table = ["| sweep | screened rows (old, new) | same rows | same finalists | same chosen |",
+             "|---|---|---|---|---|"]
+    for name, (_, overrides) in INTERPRET_SWEEPS.items():
         stores = {label: sweep(tree, label, name, args.out, overrides) for label, tree in trees.items()}
         old, new = map(screened, stores.values())
-        same_export = [exported(trees["old"], "old", store, kernel, args.out)
-                       == exported(trees["new"], "new", store, kernel, args.out) for store in stores.values()]
         table.append(f"| {name} | {len(old[0])}, {len(new[0])} | {old[0] == new[0]} | "
-                     f"{_configs(old[1]) == _configs(new[1])} | {_configs(old[2]) == _configs(new[2])} | "
-                     f"{', '.join(map(str, same_export))} |")
+                     f"{_configs(old[1]) == _configs(new[1])} | {_configs(old[2]) == _configs(new[2])} |")
     return table
 
 
@@ -157,13 +171,13 @@ def synthetic(trees: dict, args) -> list[str]:
     store = ResultStore(store_path)
     softmax_sweep(store, "plain", seed=1)
     rng = np.random.default_rng(5)
-    for i in range(5):
-        noisy_run(store, f"run{i}", rng, slower=1.04 if i == 4 else 1.0)
+    for i in range(6):
+        noisy_run(store, f"run{i}", rng, slower=1.04 if i == 5 else 1.0)
     store.close()
     same = exported(trees["old"], "old", store_path, "softmax", args.out) == \
         exported(trees["new"], "new", store_path, "softmax", args.out)
-    calibration = f"{store_path}:run1,run2"  # base run0 and the new runs left out of it
-    for case, new in {"same code": "run3", "4% slower": "run4"}.items():
+    calibration = f"{store_path}:run1,run2,run3"  # base run0 and the new runs left out of it
+    for case, new in {"same code": "run4", "4% slower": "run5"}.items():
         command = ["runners.compare", f"{store_path}:run0", f"{store_path}:{new}",
                    "--calibration", calibration, "--fail-on-slow", "2%"]
         reports = [run(tree, command) for tree in trees.values()]

@@ -6,7 +6,8 @@ faster, and after a kernel change that broke one config (runners/revalidate.py).
 1. The README sweep (softmax at 3 shapes), its export in DIR/exports.
 2. `python -m runners.revalidate` of that export as it is: every shape SAME (or FAST), nothing re-tuned.
 3. A copy with two shapes' recorded p50s divided by 1.1: those two shapes alone re-screened; exit 1.
-4. A copy re-validated with `--spec tests.softmax_broken:SPEC` (BLOCK_SIZE 16384 with 32 warps now wrong):
+4. A copy re-validated with `--spec tests.fixtures.softmax_broken:SPEC` (BLOCK_SIZE 16384 with 32 warps now
+wrong):
    that config broken, its shape re-screened, the new section without it; exit 1.
 Prints each run's report, then a table: verdicts, re-screened shapes, the seconds each took."""
 from __future__ import annotations
@@ -80,8 +81,8 @@ def main(argv=None) -> int:
              f"| the README sweep and its export | {status} | {len(shapes)} | - | {seconds:.1f} |"]
     scenarios = [("no change", [], []), (f"2 shapes recorded {EDITED}x faster: {shapes[0]}, {shapes[1]}",
                                          shapes[:2], []),
-                 ("a kernel change broke BLOCK_SIZE 16384 with 32 warps", [], ["--spec",
-                                                                               "tests.softmax_broken:SPEC"])]
+                 ("a kernel change broke BLOCK_SIZE 16384 with 32 warps", [],
+                  ["--spec", "tests.fixtures.softmax_broken:SPEC"])]
     for index, (name, edited, extra) in enumerate(scenarios):
         copy = work / f"exports_{index}" / export.name
         copy.parent.mkdir(exist_ok=True)

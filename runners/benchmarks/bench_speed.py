@@ -36,7 +36,8 @@ CASES = {
         "BLOCK_SIZE": [8192, 16384, 32768], "num_warps": [1, 2, 4, 8, 16, 32], "num_stages": [1, 2, 3, 4]}},
     "slow_import": {"shapes": [[4096, 1024], [4096, 2048], [4096, 4096], [4096, 8192]], "space": {
         "BLOCK_SIZE": [1024, 2048, 4096, 8192, 16384], "num_warps": [1, 2, 4, 8, 16, 32], "num_stages": [1]},
-        "spec_path": "tests.slow_import_kernel:SPEC", "module": "tests.slow_import_kernel", "spec": "softmax",
+        "spec_path": "tests.fixtures.slow_import_kernel:SPEC", "module": "tests.fixtures.slow_import_kernel",
+        "spec": "softmax",
         "pruned": True},
 }
 DTYPE = "float16"
@@ -219,8 +220,8 @@ def bench_autotune(kernels: list[str]) -> None:
     a fresh process (compile and do_bench of every config, one after another). Then every config
     re-measured round-robin on one GPU (the interleaved timer, every median to 0.2% or 10 s), and each
     side's pick against the best there. Two large lists (96 matmul configs, 72 softmax ones, one shape
-    each) and slow_import: tests/slow_import_kernel.py, kernels/softmax.py's kernel behind a module whose
-    import sleeps 5 s (as a large kernel library's import takes seconds), 4 shapes, 30 configs listed;
+    each) and slow_import: tests/fixtures/slow_import_kernel.py, kernels/softmax.py's kernel behind a module
+    whose import sleeps 5 s (as a large kernel library's import takes seconds), 4 shapes, 30 configs listed;
     both sides import that module, and its "pick vs best" is the worst over the 4 shapes."""
     lines = ["| kernel, shape | configs | ours: job s | @autotune first call s | speed-up, job vs call | "
              "ours: command s | @autotune process s | speed-up, command vs process | ours pick vs best | "

@@ -22,7 +22,7 @@ import numpy as np
 
 from runners.store.damage import damage_of
 from runners.store.result_store import ResultStore
-from tests.synthetic_store import row
+from tests.fixtures.synthetic_store import row
 
 
 def _store(path: Path, rows: int, samples: int) -> None:

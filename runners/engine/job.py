@@ -7,7 +7,8 @@
   recorded (runners/engine/scheduler.py). finalists: the top configs re-timed round-robin.
 - finish: the outputs (runners/outputs/); with verbose=true, where the time went.
 One ExitStack closes what the job opened, whatever ends it. The engine imports nothing of runners/outputs/
-(tests/test_layout.py): the command hands the job its store (`open_store`) and outputs (runners/sweep.py).
+(tests/project/test_layout.py): the command hands the job its store (`open_store`) and outputs
+(runners/sweep.py).
 """
 from __future__ import annotations
 

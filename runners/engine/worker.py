@@ -126,10 +126,11 @@ def _gpu_timer(torch, device_info, device, device_index: int, lock: GpuLock, rul
 
 def _start_on_gpu(torch, device_info, device, lock: GpuLock, rule, warmup_s: float) -> tuple:
     """The GPU's part of a worker's start. The trial worker runs it on a thread of its own while it
-    imports the kernel's module: a kernel library's import takes seconds (tests/slow_import_kernel.py),
-    and the CUDA context and the timer's start (the L2 flush kernel's compile on a cold Triton cache, then
-    the CUPTI probe) took 1.1-1.3 s after it on an H200. The timer's CUPTI probe is left to the caller's
-    thread (CudaTimer.probe_kernel_clock). Returns the timer and where its time went (seconds)."""
+    imports the kernel's module: a kernel library's import takes seconds
+    (tests/fixtures/slow_import_kernel.py), and the CUDA context and the timer's start (the L2 flush kernel's
+    compile on a cold Triton cache, then the CUPTI probe) took 1.1-1.3 s after it on an H200. The timer's
+    CUPTI probe is left to the caller's thread (CudaTimer.probe_kernel_clock). Returns the timer and where its
+    time went (seconds)."""
     began = time.perf_counter()
     with lock:  # the flush kernel runs on the GPU
         locked = time.perf_counter()  # the side worker may wait here for the trial worker

@@ -1,0 +1,1 @@
+"""The commands end to end, as a user runs them: a sweep, an install."""

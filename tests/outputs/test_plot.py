@@ -1,0 +1,181 @@
+"""runners.outputs.plots.figures and the runners.plot command from synthetic stores: the PNGs exist and are
+real images, the ceilings, the choice of the heatmap's axes, and the sweeps a plot cannot be drawn for
+(skipped
+with a reason, never a traceback)."""
+
+import sys
+
+import numpy as np
+import pytest
+from matplotlib.image import imread
+
+from runners import plot
+from runners.outputs.plots import figures as plots
+from runners.store.result_store import ResultStore
+from tests.fixtures.synthetic_store import PEAKS, SHAPES, row, softmax_sweep
+
+
+def _store(tmp_path, **sweep):
+    store = ResultStore(tmp_path / "r.sqlite")
+    softmax_sweep(store, "s", **sweep)
+    return store
+
+
+def _plot(capsys, tmp_path, *args):
+    status = plot.main([f"--store={tmp_path}/r.sqlite", "--sweep-id=s", f"--out={tmp_path}/plots", *args])
+    out = capsys.readouterr()
+    return status, out.out, out.err
+
+
+def _assert_image(path):
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    pixels = imread(path)
+    assert pixels.shape[0] >= 300 and pixels.shape[1] >= 400
+    colours = np.unique(pixels.reshape(-1, pixels.shape[-1]), axis=0)
+    assert len(colours) > 20  # drawn: axes, text, markers or cells, not one flat colour
+
+
+def test_every_plot_of_a_full_sweep_is_a_readable_image(tmp_path, capsys):
+    _store(tmp_path).close()
+    status, out, err = _plot(capsys, tmp_path)
+    names = ["roofline.png", "heatmap_softmax.png", "speedup_softmax.png"]
+    assert status == 0 and err == "" and "skipped" not in out
+    assert out.split() == [str(tmp_path / "plots" / name) for name in names]
+    for name in names:
+        _assert_image(tmp_path / "plots" / name)
+
+
+def test_ceilings_come_from_the_store_else_from_the_rows(tmp_path):
+    store = _store(tmp_path)
+    frame = store.load(sweep_id="s")
+    assert plots.ceilings(frame, store) == PEAKS
+    store.close()
+    derived = plots.ceilings(frame, None)  # rows carry % of peak: gbps / pct_copy_bw gives the ceiling back
+    assert derived == pytest.approx(
+        {"copy_gbps": PEAKS["copy_gbps"], "matmul_tflops_float16": PEAKS["matmul_tflops_float16"]}
+    )
+    assert plots.ceilings(frame.assign(backend="interpret"), None) == {}
+
+
+def test_heatmap_axes_default_to_the_most_varied_and_can_be_chosen(tmp_path):
+    store = _store(
+        tmp_path, space={"BLOCK_SIZE": (1024, 2048, 4096), "num_warps": (1, 2, 4, 8), "num_stages": (1, 2)}
+    )
+    ours = store.load(sweep_id="s").query("provider == 'triton'")
+    store.close()
+    assert plots.meta_axes(ours, None, None, "softmax") == ("num_warps", "BLOCK_SIZE")
+    assert plots.meta_axes(ours, "num_stages", None, "softmax") == ("num_stages", "num_warps")
+    assert plots.meta_axes(ours, None, "num_stages", "softmax") == ("num_warps", "num_stages")
+    with pytest.raises(plots.PlotError, match="--y: 'BLOCK_M' is not a meta-parameter of softmax"):
+        plots.meta_axes(ours, "num_warps", "BLOCK_M", "softmax")
+
+
+def test_an_unknown_axis_or_sweep_is_an_error_naming_the_argument(tmp_path, capsys):
+    _store(tmp_path).close()
+    status, _, err = _plot(capsys, tmp_path, "--x=warps")
+    assert status == 2 and "--x: 'warps' is not a meta-parameter of softmax" in err and "num_warps" in err
+    status = plot.main([f"--store={tmp_path}/r.sqlite", "--sweep-id=nope"])
+    err = capsys.readouterr().err
+    assert (
+        status == 2
+        and "--sweep-id: no trials of sweep 'nope'" in err
+        and "(sweeps with rows there: s)" in err
+    )
+
+
+def test_one_shape_no_baselines_one_meta_parameter_skip_what_cannot_be_drawn(tmp_path, capsys):
+    space = {"BLOCK_SIZE": (2048,), "num_warps": (1, 2, 4, 8), "num_stages": (1,)}
+    _store(tmp_path, shapes=SHAPES[:1], baselines={}, finalists=False, space=space).close()
+    status, out, _ = _plot(capsys, tmp_path)
+    assert status == 0
+    assert "plot skipped: heatmap of softmax: softmax varies only num_warps in this sweep" in out
+    assert (
+        "plot skipped: speedup of softmax: no shape of softmax where both a config of ours and a baseline"
+        in out
+    )
+    assert [p.name for p in (tmp_path / "plots").iterdir()] == ["roofline.png"]
+    _assert_image(tmp_path / "plots" / "roofline.png")
+    # Named, the fixed one makes a one-row heatmap.
+    status, out, _ = _plot(capsys, tmp_path, "--x=num_warps", "--y=BLOCK_SIZE")
+    assert status == 0 and "plot skipped: heatmap" not in out
+    _assert_image(tmp_path / "plots" / "heatmap_softmax.png")
+
+
+def test_a_sweep_where_nothing_was_ok_draws_nothing_and_says_why(tmp_path, capsys):
+    store = ResultStore(tmp_path / "r.sqlite")
+    rng = np.random.default_rng(0)
+    config = {"BLOCK_SIZE": 1024, "num_warps": 1}
+    for warps in (1, 2):
+        crashed = row("s", "triton", SHAPES[0], {**config, "num_warps": warps}, None, rng, status="crashed")
+        store.append(crashed)
+    store.append(row("s", "triton", SHAPES[0], {**config, "BLOCK_SIZE": 512}, None, rng, status="pruned"))
+    store.close()
+    status, out, _ = _plot(capsys, tmp_path)
+    assert status == 1
+    assert "plot skipped: roofline: no ok trial with a FLOP and a byte count" in out
+    assert "plot skipped: heatmap of softmax: no ok config of softmax" in out
+    assert not list((tmp_path / "plots").iterdir())
+
+
+def test_interpreter_rows_plot_without_ceilings(tmp_path, capsys):
+    store = ResultStore(tmp_path / "r.sqlite")
+    rng = np.random.default_rng(0)
+    interpreter = {"backend": "interpret", "gpu_name": "Triton interpreter (CPU)"}
+    for warps in (1, 2, 4):
+        for block in (1024, 2048):
+            config = {"BLOCK_SIZE": block, "num_warps": warps}
+            store.append(row("s", "triton", SHAPES[0], config, 5000.0 * warps, rng, **interpreter,
+                             pct_copy_bw=None, pct_matmul=None))
+    store.append(row("s", "torch", SHAPES[0], {}, 80.0, rng, **interpreter))
+    store.close()
+    status, out, _ = _plot(capsys, tmp_path)
+    assert status == 0 and "skipped" not in out
+    for name in ("roofline.png", "heatmap_softmax.png", "speedup_softmax.png"):
+        _assert_image(tmp_path / "plots" / name)
+
+
+def test_plots_for_sweep_without_matplotlib_costs_the_plots_only(tmp_path, capsys, monkeypatch):
+    store = _store(tmp_path)
+    frame = store.load(sweep_id="s")
+    store.close()
+    monkeypatch.setitem(sys.modules, "matplotlib.figure", None)  # import fails as if absent
+    assert plots.plots_for_sweep(tmp_path / "r.sqlite", frame, tmp_path / "run") == []
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1 and out.startswith("warning: plots skipped:") and "matplotlib" in out
+
+
+def test_a_heatmap_of_many_shapes_is_one_summary_panel_per_dtype(tmp_path, capsys, monkeypatch):
+    """Past MAX_PANELS shapes the grid of small multiples (120 panels: 14 s to draw, unreadable) becomes
+    one panel per dtype with the shapes along x; every shape's cells and its winner are in it."""
+    shapes = tuple((rows, cols) for rows in (1024, 2048, 4096) for cols in (256, 512, 1024, 2048, 4096, 8192))
+    _store(tmp_path, shapes=shapes).close()
+    drawn = {}
+    real = plots.summary_heatmap
+
+    def spy(panels, kernel, path, x, y):
+        drawn.update(panels=len(panels), axes=(x, y))
+        return real(panels, kernel, path, x, y)
+
+    monkeypatch.setattr(plots, "summary_heatmap", spy)
+    status, out, err = _plot(capsys, tmp_path)
+    assert status == 0, out + err
+    assert drawn["panels"] == len(shapes) > plots.MAX_PANELS
+    _assert_image(tmp_path / "plots" / "heatmap_softmax.png")
+    monkeypatch.setattr(plots, "MAX_PANELS", len(shapes))  # at the cap: the small multiples, as before
+    drawn.clear()
+    assert _plot(capsys, tmp_path)[0] == 0 and not drawn
+
+
+def test_a_heatmap_cell_holds_the_best_config_with_its_two_values():
+    """Two configs share a (num_warps, BLOCK_SIZE) cell, apart in num_stages: the cell shows the faster
+    (100% of the best), as the plot's title says; it showed the slower (50%) before."""
+    import pandas as pd
+
+    ours = pd.DataFrame({"id": [1, 2, 3], "trial_key": ["a", "b", "c"], "phase": ["screen"] * 3,
+                         "p50_us": [10.0, 20.0, 40.0],
+                         "config": ['{"num_warps": 4, "BLOCK_SIZE": 1024, "num_stages": 1}',
+                                    '{"num_warps": 4, "BLOCK_SIZE": 1024, "num_stages": 2}',
+                                    '{"num_warps": 8, "BLOCK_SIZE": 1024, "num_stages": 1}']})
+    cells = [(4, 1024), (8, 1024), (8, 2048)]
+    values = plots._percent_of_best(ours, cells, ("num_warps", "BLOCK_SIZE"))
+    assert values[:2] == [100.0, 25.0] and np.isnan(values[2])

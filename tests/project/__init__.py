@@ -1,0 +1,1 @@
+"""The project's own rules: the layout of its code and its docs."""
