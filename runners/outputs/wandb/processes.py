@@ -4,8 +4,11 @@ W&B. Standard library only: outputs never use the engine's worker processes (run
 from __future__ import annotations
 
 import multiprocessing
+import os
 import queue
+import sys
 import threading
+import traceback
 from typing import Callable, Optional
 
 
@@ -44,10 +47,21 @@ class LoggingProcess:
 
 
 def _entry(conn, main: Callable, args: tuple) -> None:
+    """The child: `main`, then out at once (os._exit), as a forked child would: the runs' files are closed
+    before it answers, and the interpreter's teardown (wandb's among it) would only hold the sweep's
+    close() back."""
+    code = 0
     try:
         main(conn, *args)
     except (EOFError, BrokenPipeError, ConnectionResetError):
-        raise SystemExit(1)  # the sweep stopped listening (it stopped this process, or it is gone)
+        code = 1  # the sweep stopped listening (it stopped this process, or it is gone)
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        os._exit(code)
 
 
 def _feed(conn, pending: queue.SimpleQueue, unsent: list) -> None:
