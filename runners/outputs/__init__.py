@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
+from runners.model.trial import ConfigError
 from runners.outputs.output import Finished, Output
 
 
@@ -30,11 +31,10 @@ class Outputs:
     def from_config(cls, cfg) -> "Outputs":
         """Each `output.<name>` node instantiated (hydra.utils.instantiate: `_target_` and settings, as
         plain values, which the background finish is sent)."""
-        from hydra.utils import instantiate
         from omegaconf import OmegaConf
 
         nodes = OmegaConf.to_container(cfg.output, resolve=True, enum_to_str=True)
-        return cls({name: instantiate(node, _convert_="all") for name, node in nodes.items()})
+        return cls({name: _made(name, node) for name, node in nodes.items()})
 
     def begin(self, cfg) -> None:
         for output in self.all:
@@ -131,3 +131,18 @@ def _written(output: Output, done: Finished, handover=None) -> list:
     except OSError as error:
         print(f"error: {output.name}: not written ({error}); the rows are in {done.store}", file=sys.stderr)
         return []
+
+
+def _made(name: str, node: dict) -> Output:
+    """The output `output.<name>` names; ConfigError naming the field where its class cannot be made."""
+    from hydra.errors import InstantiationException
+    from hydra.utils import instantiate
+
+    try:
+        return instantiate(node, _convert_="all")
+    except InstantiationException as error:
+        cause = error
+        while cause.__cause__ is not None:  # hydra's words wrap the cause (and send to HYDRA_FULL_ERROR)
+            cause = cause.__cause__
+        raise ConfigError(f"output.{name}._target_: {node.get('_target_')!r} cannot be made "
+                          f"({type(cause).__name__}: {cause})") from None

@@ -139,6 +139,21 @@ def test_bad_export_settings_fail_before_any_launch_naming_the_field(override, m
     Outputs.from_config(without).check(without, spec)
 
 
+def test_an_output_whose_class_cannot_be_found_names_its_field():
+    """A conf/output/<name>.yaml of a user's naming a class that moved or never was: one line naming the
+    field and the cause, not Hydra's pointer to HYDRA_FULL_ERROR."""
+    from omegaconf import OmegaConf
+
+    from runners.model.trial import ConfigError
+    from runners.outputs import Outputs
+
+    cfg = OmegaConf.create({"output": {"mine": {"_target_": "runners.results.outputs.table.Table"}}})
+    with pytest.raises(ConfigError) as error:
+        Outputs.from_config(cfg)
+    assert str(error.value) == ("output.mine._target_: 'runners.results.outputs.table.Table' cannot be made "
+                                "(ModuleNotFoundError: No module named 'runners.results')")
+
+
 def test_a_bad_export_setting_stops_the_sweep_before_any_launch(tmp_path):
     from tests.conftest import run_sweep
 
