@@ -164,7 +164,7 @@ def compiled(fn: Callable[..., torch.Tensor]) -> Callable[[tuple], torch.Tensor]
     a shape under the GPU's lock on an H100, BENCHMARKS.md, O). The graph is inductor's, as
     torch.compile's default backend makes it (`compile_fx` with no options: the same key in inductor's
     cache). The worker of these baselines prepares while the GPU measures others, and holds the GPU for
-    the first call only (runners/engine/worker.py).
+    the first call only (runners/engine/trial_run.py).
     """
     state = {"signature": None, "function": None}
 
@@ -203,6 +203,6 @@ def compiled(fn: Callable[..., torch.Tensor]) -> Callable[[tuple], torch.Tensor]
         ahead[0] = False
         state.update(signature=_signature(inputs), function=function)
 
-    run.compiles = True  # its first call at a signature compiles: a worker of its own does it (worker.py)
+    run.compiles = True  # its first call at a signature compiles: a worker of its own does it (trial_run.py)
     run.prepare = prepare
     return run

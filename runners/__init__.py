@@ -1,9 +1,9 @@
-"""The runner. The commands a user types are the modules here (`python -m runners.sweep`, `.export`,
-`.compare`, `.plot`, `.merge`); what they use is grouped by role: `engine/` plans trials and runs them
-(workers, compile pool, scheduler, search, finalists), `measure/` times and checks one call on one device,
-`results/` stores, reports and logs what was measured, and `benchmarks/` holds GPU benchmarks of the tool
-itself (they print BENCHMARKS.md's tables; not part of the installed package). Installed, each command is
-also a console script (`triton-sweep`, `triton-sweep-export`, ...: pyproject.toml)."""
+"""The runner, in rooms of one concept each (runners/README.md): `model/` what a sweep is, `engine/` what
+runs it, `measure/` one measurement on one device, `capture/`, `store/`, `export/`, `compare/` and
+`outputs/`; `benchmarks/` holds benchmarks of the tool (not part of the installed package). The commands a
+user types are the modules here (`python -m runners.sweep`, `.plot`, `.merge`, `.revalidate`) and the
+rooms' own (`.export`, `.compare`, `.capture`); installed, each is also a console script (`triton-sweep`,
+`triton-sweep-export`, ...: pyproject.toml)."""
 
 
 def version() -> str:

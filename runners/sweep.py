@@ -6,7 +6,7 @@ write with the outputs the config selects (runners/outputs/), and reports a bad 
 error, an unread `+` field or a damaged store in one line naming it (exit 2). At a multirun's end
 SweepEndCallback merges the jobs' own stores into the store of record (runners/merge.py) and writes the
 outputs once for all of them. It first forks the home server its workers are forked from
-(runners/engine/process.py), which imports torch and Triton while Hydra composes the config; so only
+(runners/engine/fork_server.py), which imports torch and Triton while Hydra composes the config; so only
 light modules are imported at the top here."""
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """The fork server: a process that imports torch, Triton and the kernel's module once, then forks a worker
 per request in milliseconds, with all of it imported; and the command's home server, one of them.
 
-The compile workers (runners/engine/compile_pool.py) are forked from a fork server of their own; every
-other worker of a command is forked from its home server where it has one (start_home_server). The
+The compile workers (runners/engine/compile_pool.py) are forked from a fork server of their own; the
+trial workers of a command are forked from its home server where it has one (start_home_server). The
 parent-side handle of a forked child is runners/engine/process.py's (_ForkedChild).
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ from multiprocessing import reduction
 from typing import Any, Callable, Union
 
 from runners.engine import process
-from runners.engine.process import WorkerProcess, _entry, flush_stdio
+from runners.engine.process import WorkerProcess, child_main, flush_stdio
 from runners.measure import check
 
 
@@ -223,11 +223,11 @@ def _run_forked(server_conn, wake_fds: tuple, fd: int, new_session: bool, enviro
         server_conn.close()
         for wake_fd in wake_fds:
             os.close(wake_fd)
-        _entry(multiprocessing.connection.Connection(fd), new_session, environment, main, args)
+        child_main(multiprocessing.connection.Connection(fd), new_session, environment, main, args)
         code = 0
     except SystemExit as error:
         code = error.code if isinstance(error.code, int) else 1
-    except BaseException:  # already printed by _entry
+    except BaseException:  # already printed by child_main
         code = 1
     finally:
         flush_stdio()

@@ -42,8 +42,8 @@ def _resolve(main: Union[Callable, str]) -> Callable:
     return getattr(importlib.import_module(module), name)
 
 
-def _entry(conn, new_session: bool, environment: dict, main: Union[Callable, str], args: tuple,
-           parents_end=None) -> None:
+def child_main(conn, new_session: bool, environment: dict, main: Union[Callable, str], args: tuple,
+               parents_end=None) -> None:
     # A child this process forked itself holds the parent's end of its pipe too: closed, so that the
     # parent's exit ends the pipe here (an orphaned home server would wait on it for ever).
     if parents_end is not None:
@@ -77,21 +77,20 @@ class WorkerProcess:
     it receives None. `main` may be "module:function", imported in the child only."""
 
     def __init__(self, name: str, main: Union[Callable, str], args: tuple, new_session: bool = False,
-                 interpret: Optional[bool] = False, server: Optional[WorkerProcess] = None,
+                 interpret: bool = False, server: Optional[WorkerProcess] = None,
                  fork_here: bool = False):
         """`server`: the ForkServer the worker is forked from, in milliseconds, with what it imported
         (the compile pool's: torch, Triton and the kernel's module). Without one, from this command's home
         server where it has one (start_home_server), else spawned: a fresh interpreter, never a fork of a
         process that may hold CUDA. A worker is forked from the home server only where it imported Triton
-        as the worker needs it: Triton reads TRITON_INTERPRET when it is imported (`interpret` None: a
-        worker that runs no kernel, forked from the home server either way).
+        as the worker needs it: Triton reads TRITON_INTERPRET when it is imported.
         `fork_here`: this process forks the child itself (the home server)."""
         self.name = name
         self._interpret = bool(interpret)
         self._main = main
         self._args = args
         self._new_session = new_session
-        home = _home if _home is not None and interpret in (None, _home.interprets) else None
+        home = _home if _home is not None and interpret == _home.interprets else None
         self.server = server if server is not None else home
         self._fork_here = fork_here
         self.process = None
@@ -130,7 +129,7 @@ class WorkerProcess:
         else:
             context = multiprocessing.get_context("fork" if self._fork_here else "spawn")
             parent_end, child_end = context.Pipe()
-            self.process = context.Process(target=_entry, daemon=True, args=(
+            self.process = context.Process(target=child_main, daemon=True, args=(
                 child_end, self._new_session, environment, self._main, self._args,
                 parent_end if self._fork_here else None))
             # TRITON_INTERPRET is read when triton is imported, which a spawned child may do before

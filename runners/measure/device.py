@@ -1,8 +1,8 @@
 """What the trials run on: GPU, clocks, versions; and the device's measured ceilings.
 
 Ceilings are measured, not taken from a datasheet: a device-to-device copy (bytes read + written) and a
-cuBLAS matmul per dtype, timed as every trial is (runners/measure/timing.py). They are measured once per (GPU,
-driver, torch, timing method) and cached in the results store.
+cuBLAS matmul per dtype, timed as every trial is (runners/measure/cuda_timer.py). They are measured once
+per (GPU, driver, torch, timing method) and cached in the results store.
 """
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ StopRule stops on the precision of the reported figure, the 95% confidence inter
 on the spread of single samples (a few outliers make that spread large while the median is already
 known to 0.1%), after a minimum of samples and of time, or at a cap. It is the one definition of the
 rule: the schema's `timing` (screening) and `finalists` nodes extend it (runners/model/schema.py), the
-sweep makes one of each (`StopRule.of`), and the timers take it (runners/measure/timing.py).
+sweep makes one of each (`StopRule.of`), and the timers take it (runners/measure/repetitions.py).
 
 Light on purpose (numpy is imported where an interval is computed): the schema imports it
 before the sweep starts its workers.
@@ -56,7 +56,7 @@ class StopRule:
     min_time_s: float = 0.01  # wall time spent sampling, flushes and enqueueing included
     rel_precision: float = 0.005  # half-width of the median's 95% confidence interval, relative to it
     max_time_s: float = 1.0
-    repetitions: int = 1  # blocks of samples, each on freshly placed buffers (runners/measure/timing.py)
+    repetitions: int = 1  # blocks of samples, each on freshly placed buffers (runners/measure/repetitions.py)
 
     def __post_init__(self) -> None:
         if self.min_samples < MIN_SAMPLES_FOR_INTERVAL:

@@ -1,5 +1,5 @@
-"""Search strategies as plug-ins: the built-in ones hand out the trials the single Search class of
-runners/model/search.py did, a strategy from outside the project runs a sweep, and a bad target or
+"""Search strategies as plug-ins: the built-in ones hand out the trials the single Search class
+they replaced did, a strategy from outside the project runs a sweep, and a bad target or
 setting stops the job before any launch, naming the field."""
 import json
 import subprocess
@@ -53,7 +53,7 @@ def _rounds(search) -> list[list[tuple]]:
 
 
 BASELINES = [(16, "torch"), (96, "torch")]
-# Recorded from runners/model/search.py (one class, method="grid" | "random" | "optuna") before the
+# Recorded from the single Search class (one class, method="grid" | "random" | "optuna") before the
 # strategies were split into modules; optuna's with Optuna 5.0.0, whose TPE sampler they depend on.
 BEFORE = [
     (Grid, 2, 0, 8, [[(16, 16, 64, 2), (16, 16, 64, 3), (16, 32, 64, 2), (16, 32, 64, 3), (16, 64, 32, 2),
