@@ -663,3 +663,54 @@ def test_finalists_groups_spread_over_the_gpus_whole_and_a_dead_worker_s_group_i
     assert by[shapes[4]] != died  # re-timed elsewhere, not lost with its worker
     assert set(by.values()) == {"worker 0", "worker 1"}
     assert [worker.starts for worker in gpus] == [2 if worker.name == died else 1 for worker in gpus]
+
+
+def _seeded_stand_in(conn, name: str) -> None:
+    """A GPU worker stand-in whose finalists' samples are a function of the trial alone (seeded by its
+    key): the times a group gets do not depend on which worker re-times it."""
+    import zlib
+
+    conn.send(("ready", {"gpu_name": "none"}))
+    while (message := conn.recv()) is not None:
+        answers = []
+        for trial in message[1]:
+            rng = np.random.default_rng(zlib.crc32(trial.key.encode()))
+            p50 = trial.shape[0] * (1 + rng.normal(0, 0.01))  # within noise of each other: the draws decide
+            samples = p50 * (1 + rng.normal(0, 0.003, 12))
+            answers.append({"status": "ok", "by": name, "samples_us": list(samples)})
+        conn.send(("finalists", answers))
+
+
+def _picks(workers: int) -> dict:
+    """Each group's chosen config when the finalists go to `workers` stand-in GPU workers."""
+    from runners.model.finalists import on_finalists
+
+    groups = [[Trial("k", "triton", (64 * i,), "float16", {"num_warps": w}) for w in (1, 2, 4, 8)]
+              for i in range(1, 9)]
+    gpus = [WorkerProcess(f"worker {i}", _seeded_stand_in, (f"worker {i}",)) for i in range(workers)]
+    scheduler = Scheduler(gpus, [], trial_timeout_s=60, compile_timeout_s=60)
+    picks, by = {}, set()
+
+    def record(worker, trial, row, phase):
+        by.add(row["by"])
+        if row["chosen"]:
+            picks[trial.shape] = trial.config
+
+    try:
+        scheduler.start(ahead=[])
+        for gpu in gpus:
+            gpu.wait_ready()
+        scheduler.run_finalists(groups, [None] * len(groups), tie_floor=0.005,
+                                on_result=on_finalists(record, tie_floor=0.005))
+    finally:
+        stop_all(scheduler.on_gpu)
+    assert len(by) == workers  # every worker re-timed a group
+    return picks
+
+
+def test_finalists_spread_over_two_workers_pick_what_one_worker_picks():
+    """Eight groups whose configs are within noise of each other, each trial's samples drawn from its own
+    seed: spread over two workers, every group gets the pick it gets on one (an answer taken for another
+    group's, or a group split between workers, would change some: answers reversed on one worker did)."""
+    one, two = _picks(1), _picks(2)
+    assert len(one) == 8 and two == one
