@@ -7,9 +7,9 @@ path where a release renamed or removed one:
 - `torch._inductor.compile_fx.compile_fx` as torch.compile's backend (kernels/spec.py: compiled.prepare,
   checked there, since kernels/ imports nothing of runners/): a torch.compile baseline compiled ahead,
   nothing launched. Missing: the baseline compiles in its first call, under its GPU's lock.
-- `torch.cuda._sleep` (runners/measure/timing.py, runners/export/lookup.py): a spin on the GPU
-  that holds back the calls enqueued behind it; part of the timer, and not behind a check (no public call
-  does it)."""
+- `torch.cuda._sleep` (runners/measure/cuda_timer.py, cupti_records.py, runners/export/lookup.py): a spin
+  on the GPU that holds back the calls enqueued behind it; part of the timer, and not behind a check (no
+  public call does it)."""
 from __future__ import annotations
 
 from typing import Optional

@@ -12,8 +12,8 @@ import numpy as np
 from runners.measure.cupti_records import KernelClock, busy_ns, calls_from_records, fastest_call_s, host_late
 from runners.measure.l2_flush import L2Flush
 from runners.measure.stop_rule import StopRule
-from runners.measure.timing import (METHOD_CUPTI, METHOD_EVENTS, Measurement, Settled, _rotated,
-                                    _stop_reasons, _warm_up, next_batch_rounds)
+from runners.measure.timing import (METHOD_CUPTI, METHOD_EVENTS, Measurement, Settled, rotated,
+                                    stop_reasons, warm_up, next_batch_rounds)
 
 # Calls enqueued behind one hold. Behind a 2 s hold on an H200, 128 samples (a flush, two events and a
 # 4 us launch each) were enqueued in 7.8 ms, 256 blocked the host for the whole hold: CUDA's launch
@@ -96,7 +96,7 @@ class CudaTimer:
                             warmup_s: Optional[float] = None,
                             settled: Optional[Settled] = None) -> list[Measurement]:
         """Time several functions round-robin (finalists), one sample of each per round, until `rule`
-        holds for every one of them (or `settled` does: _stop_reasons). Interleaving exposes all of
+        holds for every one of them (or `settled` does: stop_reasons). Interleaving exposes all of
         them to the same clocks, temperature and neighbours; the order rotates every round so that none
         always runs first after the hold.
         warmup_s: instead of the timer's (0: one call each, for a repetition whose binaries are loaded);
@@ -107,7 +107,7 @@ class CudaTimer:
         if began - self.sampled_at < WARM_AFTER_IDLE_S:
             warmup_s = 0.0
         for fn in fns:
-            _warm_up(fn, torch.cuda.synchronize, self.warmup_s if warmup_s is None else warmup_s)
+            warm_up(fn, torch.cuda.synchronize, self.warmup_s if warmup_s is None else warmup_s)
         samples: list[list[float]] = [[] for _ in fns]
         event_samples: list[list[float]] = [[] for _ in fns]
         late_event_samples: list[list[float]] = [[] for _ in fns]
@@ -119,7 +119,7 @@ class CudaTimer:
             rounds = next_batch_rounds(rule, samples, time.perf_counter() - sampling_began)
             pace = self._sample_batch(fns, rounds, pace, samples, event_samples, late_event_samples,
                                       activities)
-            reasons = _stop_reasons(rule, samples, time.perf_counter() - sampling_began, settled)
+            reasons = stop_reasons(rule, samples, time.perf_counter() - sampling_began, settled)
             self.sampled_at = time.perf_counter()
             if reasons:
                 clock_end = self.read_sm_clock()
@@ -164,7 +164,7 @@ class CudaTimer:
         and the GPU's time for its fastest call from its records (pace's as given where there are none)."""
         torch = self._torch
         first_round = len(samples[0])
-        order = [index for r in range(rounds) for index in _rotated(len(fns), first_round + r)]
+        order = [index for r in range(rounds) for index in rotated(len(fns), first_round + r)]
         events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in order]
         measured_per_call = pace.host_s
 

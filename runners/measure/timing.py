@@ -115,7 +115,7 @@ def repetition_noise(p50s: Optional[Sequence[float]]) -> Optional[float]:
     return float(np.std(np.log(np.asarray(p50s, dtype=np.float64)), ddof=1))
 
 
-def _warm_up(fn: Callable[[], object], sync: Callable[[], None], warmup_s: float) -> None:
+def warm_up(fn: Callable[[], object], sync: Callable[[], None], warmup_s: float) -> None:
     fn()  # the first call compiles and loads; never part of a sample
     sync()
     deadline = time.perf_counter() + warmup_s
@@ -124,7 +124,7 @@ def _warm_up(fn: Callable[[], object], sync: Callable[[], None], warmup_s: float
         sync()
 
 
-def _rotated(count: int, round_index: int) -> list[int]:
+def rotated(count: int, round_index: int) -> list[int]:
     first = round_index % count
     return list(range(first, count)) + list(range(first))
 
@@ -133,7 +133,7 @@ def _rotated(count: int, round_index: int) -> list[int]:
 Settled = Callable[[list[list[float]]], bool]
 
 
-def _stop_reasons(rule: StopRule, samples: list[list[float]], elapsed_s: float,
+def stop_reasons(rule: StopRule, samples: list[list[float]], elapsed_s: float,
                   settled: Optional[Settled] = None) -> Optional[list[str]]:
     """Each function's stop reason once the rule holds for all of them, else None; with `settled` (a
     test of the samples so far), also once min_samples and min_time_s are reached and it holds."""
@@ -164,16 +164,16 @@ class InterpreterTimer:
         rule = rule or self.rule
         began = time.perf_counter()
         for fn in fns:
-            _warm_up(fn, lambda: None, self.warmup_s if warmup_s is None else warmup_s)
+            warm_up(fn, lambda: None, self.warmup_s if warmup_s is None else warmup_s)
         samples: list[list[float]] = [[] for _ in fns]
         sampling_began = time.perf_counter()
         while True:  # in batches, as the GPU timer: at least min_samples, whatever the cap
             for _ in range(next_batch_rounds(rule, samples, time.perf_counter() - sampling_began)):
-                for index in _rotated(len(fns), len(samples[0])):
+                for index in rotated(len(fns), len(samples[0])):
                     start = time.perf_counter()
                     fns[index]()
                     samples[index].append(time.perf_counter() - start)
-            reasons = _stop_reasons(rule, samples, time.perf_counter() - sampling_began, settled)
+            reasons = stop_reasons(rule, samples, time.perf_counter() - sampling_began, settled)
             if reasons:
                 measure_s = time.perf_counter() - began
                 return [Measurement(s, r, METHOD_WALL, measure_s=measure_s) for s, r in zip(samples, reasons)]

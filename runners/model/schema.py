@@ -70,7 +70,7 @@ class TimingConf(StopRule):
     defaults are conf/timing/default.yaml's; the presets set every field. repetitions is 1 here: the
     finalists, which decide, take several."""
 
-    # Seconds of calls before sampling on a GPU that has been idle (runners/measure/timing.py).
+    # Seconds of calls before sampling on a GPU that has been idle (runners/measure/cuda_timer.py).
     warmup_s: float = 0.02
     # A sample is flagged throttled when the SM clock read around it is below this share of max clock.
     throttle_ratio: float = 0.9

@@ -11,7 +11,7 @@ import pytest
 from runners.model.finalists import decide, finalist_groups, group_rule, settled, winner, winners
 from runners.model.trial import TRITON_PROVIDER, Trial
 from runners.measure.stop_rule import STOP_SETTLED, StopRule
-from runners.measure.timing import _stop_reasons, next_batch_rounds
+from runners.measure.timing import stop_reasons, next_batch_rounds
 
 FLOOR = 0.005  # the default tie floor
 
@@ -59,7 +59,7 @@ def _finalists(rng, differences, noise, tail, sequential, repetitions=5, base=10
                 samples[i] += _read(placed[i] * np.asarray(new), rng, step)
             elapsed += rounds * len(differences) * 40e-6  # a flush and a 10 us kernel a call
             test = (lambda s: settled([a + b for a, b in zip(taken, s)], FLOOR)) if sequential else None
-            if _stop_reasons(block, samples, elapsed, test):
+            if stop_reasons(block, samples, elapsed, test):
                 break
         taken = [a + b for a, b in zip(taken, samples)]
     decisions = decide([{"num_warps": 2 ** i} for i in range(len(differences))], taken, FLOOR)
@@ -196,6 +196,6 @@ def test_a_group_s_rule_is_cut_to_its_screening_and_never_below_its_minimum():
 def test_a_settled_block_says_so_and_keeps_its_minimum():
     samples = _rounds(np.random.default_rng(3), [0.0, 0.3], 20, noise=0.05)
     rule = StopRule(min_samples=20, min_time_s=0.0, rel_precision=0.001, max_time_s=10.0)
-    assert _stop_reasons(rule, samples, 0.01, lambda s: settled(s, FLOOR)) == [STOP_SETTLED] * 2
-    assert _stop_reasons(rule, [s[:19] for s in samples], 0.01, lambda s: settled(s, FLOOR)) is None
-    assert _stop_reasons(rule, samples, 0.01) is None  # without the test: the precision is not there
+    assert stop_reasons(rule, samples, 0.01, lambda s: settled(s, FLOOR)) == [STOP_SETTLED] * 2
+    assert stop_reasons(rule, [s[:19] for s in samples], 0.01, lambda s: settled(s, FLOOR)) is None
+    assert stop_reasons(rule, samples, 0.01) is None  # without the test: the precision is not there
