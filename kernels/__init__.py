@@ -62,7 +62,8 @@ def dim_names(name: str) -> tuple[str, ...]:
 
 @functools.cache
 def builtin() -> dict[str, str]:
-    """name -> "kernels.module:ATTR" of every built-in kernel (module docstring: how they are found)."""
+    """name -> "triton_sweep.kernels.module:ATTR" of every built-in kernel (the module docstring: how they
+    are found)."""
     found = {}
     for path in sorted(Path(__file__).parent.glob("*.py")):
         if path.stem in _NOT_KERNELS:
@@ -73,5 +74,5 @@ def builtin() -> dict[str, str]:
                     and isinstance(node.value, ast.Call)):
                 name = _spec_name(node.value)
                 if name:
-                    found[name] = f"kernels.{path.stem}:{node.targets[0].id}"
+                    found[name] = f"triton_sweep.kernels.{path.stem}:{node.targets[0].id}"
     return found

@@ -19,7 +19,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.spec import KernelSpec, compiled, element_size, is_power_of_two, seeded_randn
+from triton_sweep.kernels.spec import KernelSpec, compiled, element_size, is_power_of_two, seeded_randn
 
 SHARED_MEMORY_BYTES = 232448  # one block's shared memory on Hopper (H100, H200)
 
@@ -317,7 +317,7 @@ def _spec(name, causal, has_bias):
         baselines=baselines,
         accumulation_bound=lambda q, k, v, bias=None: _accumulation_bound(q, k, v, bias, causal),
         export_key={"seq_len": "seq"},
-        # runners.capture: q's (batch, heads, seq, head_dim), for launches with this mask and bias
+        # triton_sweep.capture: q's (batch, heads, seq, head_dim), for launches with this mask and bias
         launch_shape=lambda args: (tuple(args["q_src"][1]) if (args.get("CAUSAL"), args.get("HAS_BIAS"))
                                    == (causal, has_bias) else None),
         default_shapes=((4, 16, 4096, 64), (4, 16, 4096, 128), (1, 16, 16384, 128)),

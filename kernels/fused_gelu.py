@@ -9,7 +9,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.spec import KernelSpec, compiled, element_size, seeded_randn
+from triton_sweep.kernels.spec import KernelSpec, compiled, element_size, seeded_randn
 
 SQRT_2_OVER_PI = 0.7978845608  # the tanh approximation's constants
 GELU_CUBIC = 0.044715

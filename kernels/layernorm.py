@@ -12,7 +12,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.spec import KernelSpec, compiled, element_size, looped_row_reason, seeded_randn
+from triton_sweep.kernels.spec import KernelSpec, compiled, element_size, looped_row_reason, seeded_randn
 
 EPS = 1e-5
 

@@ -15,7 +15,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.spec import KernelSpec, compiled, element_size, seeded_randn
+from triton_sweep.kernels.spec import KernelSpec, compiled, element_size, seeded_randn
 
 ACTIVATIONS = {"none": 0, "relu": 1, "gelu": 2}
 # Shared memory one block may use on Hopper (H100, H200): 227 KB. Configs whose pipelined A and B
@@ -148,7 +148,7 @@ def _constraints(shape, dtype, config):
 
 
 def _launch_shape(has_bias, activation):
-    """runners.capture: (M, N, K) of a launch of _matmul_kernel with this epilogue, else None."""
+    """triton_sweep.capture: (M, N, K) of a launch of _matmul_kernel with this epilogue, else None."""
     def shape(args):
         if args.get("HAS_BIAS") == has_bias and args.get("ACTIVATION") == ACTIVATIONS[activation]:
             return args["M"], args["N"], args["K"]

@@ -9,8 +9,8 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.spec import (KernelSpec, compiled, element_size, is_power_of_two, seeded_randn,
-                          spilled_block_reason)
+from triton_sweep.kernels.spec import (KernelSpec, compiled, element_size, is_power_of_two, seeded_randn,
+                                       spilled_block_reason)
 
 # Triton caps a block at 2**20 elements; past 64K fp32 values a single program spills heavily anyway.
 MAX_BLOCK_SIZE = 65536

@@ -15,9 +15,9 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.softmax import SPEC as SINGLE_BLOCK_SOFTMAX
-from kernels.softmax import softmax_ref
-from kernels.spec import KernelSpec, compiled, element_size, looped_row_reason
+from triton_sweep.kernels.softmax import SPEC as SINGLE_BLOCK_SOFTMAX
+from triton_sweep.kernels.softmax import softmax_ref
+from triton_sweep.kernels.spec import KernelSpec, compiled, element_size, looped_row_reason
 
 
 @triton.jit

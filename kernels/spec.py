@@ -47,7 +47,7 @@ class KernelSpec:
     - `export_key`: argument of the kernel's @triton.jit function -> the dim it gives (softmax: n_cols ->
       cols), stored in its export: what `@triton.autotune(key=...)` and the export's prune read the call's
       sizes from. Empty where the arguments are named like the dims (matmul's M, N, K).
-    - `launch_shape(args)`, for `python -m runners.capture`: the shape (in `dims`) of a launch of the
+    - `launch_shape(args)`, for `python -m triton_sweep.capture`: the shape (in `dims`) of a launch of the
       kernel's @triton.jit function, from its arguments by name (an int or bool argument as its value, a
       tensor as (dtype name, shape)), or None when the launch is not this kernel's (one jit function serving
       several specs: matmul with and without its epilogue). Without it, the dims come from the integer
@@ -60,7 +60,7 @@ class KernelSpec:
       is the program's own config): it then gets the inputs as made, not upcast.
     - `sources`: texts that define the kernel besides its launcher's module (a replayed kernel: the
       program's module and its launch records), hashed into every row's kernel_hash.
-    - `default_shapes`, `default_dtypes`: what `python -m runners.sweep kernel=<name>` sweeps when
+    - `default_shapes`, `default_dtypes`: what `python -m triton_sweep.sweep kernel=<name>` sweeps when
       kernel.shapes / kernel.dtypes are not given.
     """
     name: str

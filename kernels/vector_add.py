@@ -5,7 +5,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.spec import KernelSpec, compiled, element_size, is_power_of_two, seeded_randn
+from triton_sweep.kernels.spec import KernelSpec, compiled, element_size, is_power_of_two, seeded_randn
 
 
 @triton.jit

@@ -1,7 +1,7 @@
 """The runner, in rooms of one concept each (runners/README.md): `model/` what a sweep is, `engine/` what
 runs it, `measure/` one measurement on one device, `capture/`, `store/`, `export/`, `compare/` and
 `outputs/`; `benchmarks/` holds benchmarks of the tool (not part of the installed package). The commands a
-user types are the modules here (`python -m runners.sweep`, `.plot`, `.merge`, `.revalidate`) and the
+user types are the modules here (`python -m triton_sweep.sweep`, `.plot`, `.merge`, `.revalidate`) and the
 rooms' own (`.export`, `.compare`, `.capture`); installed, each is also a console script (`triton-sweep`,
 `triton-sweep-export`, ...: pyproject.toml)."""
 

@@ -1,5 +1,5 @@
 """The console scripts (pyproject.toml's project.scripts): each runs the entry of its `python -m
-runners.<name>` form, with the working directory first on the import path as `python -m` puts it there,
+triton_sweep.<name>` form, with the working directory first on the import path as `python -m` puts it there,
 so that a kernel of the user's repository is found by its import path (kernel.spec=mykernels:SPEC); the
 commands that start workers start their home server first, as their `python -m` form does."""
 from __future__ import annotations
@@ -14,12 +14,12 @@ def _run(name: str, home: bool = False):
     if os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())
     if home:
-        from runners.engine.fork_server import start_home_server
+        from triton_sweep.engine.fork_server import start_home_server
 
         start_home_server(("torch", "triton", "scipy.stats"))
     # a command that is a room of its own (runners/export/) keeps its entry in the room's command.py
     room = name in ("export", "compare", "capture")
-    module = importlib.import_module(f"runners.{name}.command" if room else f"runners.{name}")
+    module = importlib.import_module(f"triton_sweep.{name}.command" if room else f"triton_sweep.{name}")
     return module.cli() if hasattr(module, "cli") else module.main()
 
 

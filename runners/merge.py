@@ -1,11 +1,11 @@
 """Merge result stores into one:
 
-    python -m runners.merge A.sqlite B.sqlite ... --into outputs/results.sqlite
-    python -m runners.merge --recover outputs/results.sqlite --into outputs/recovered.sqlite
+    python -m triton_sweep.merge A.sqlite B.sqlite ... --into outputs/results.sqlite
+    triton-sweep-merge --recover outputs/results.sqlite --into outputs/recovered.sqlite
 
 SQLite must not be shared over a network filesystem, so the jobs of a multirun run apart
 (hydra/launcher=local, slurm, ray_gpus) each write a store of their own, and the multirun's end merges
-them into the store of record (runners.sweep.SweepEndCallback); this command does it by hand (after a
+them into the store of record (triton_sweep.sweep.SweepEndCallback); this command does it by hand (after a
 multirun whose launcher died, or for several clusters' stores). A row the target already holds is
 skipped, every other row copied with its sweeps and the device ceilings, nothing overwritten
 (ResultStore.merge_from); it prints per source what it kept and skipped. A damaged store is refused in
@@ -18,10 +18,10 @@ import sys
 from pathlib import Path
 from typing import Iterable
 
-from runners import version
-from runners.store.damage import DamagedStore, StoreError
-from runners.store.merging import MergeCounts
-from runners.store.result_store import ResultStore
+from triton_sweep import version
+from triton_sweep.store.damage import DamagedStore, StoreError
+from triton_sweep.store.merging import MergeCounts
+from triton_sweep.store.result_store import ResultStore
 
 JOB_STORE = "results.sqlite"  # a job's own store, in its job directory
 PRIOR_STORE = "prior.sqlite"  # the store of record when the multirun started, in its sweep directory
@@ -111,7 +111,8 @@ def write_prior(store_path: str | Path, sweep_dir: str | Path) -> Path | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m runners.merge", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m triton_sweep.merge",
+                                     description=__doc__.split("\n\n")[0])
     parser.add_argument("--version", action="version", version=version())
     parser.add_argument("sources", nargs="+", help="store files to merge (a job's results.sqlite, ...)")
     parser.add_argument("--into", required=True, help="the store that receives them (created if missing)")

@@ -1,4 +1,4 @@
-"""Plots of one sweep from the store, as PNG: `python -m runners.plot --sweep-id ID [--out DIR] [--x K]`.
+"""Plots of one sweep from the store, as PNG: `python -m triton_sweep.plot --sweep-id ID [--out DIR] [--x K]`.
 
 Writes roofline.png, heatmap_<kernel>.png and speedup_<kernel>.png (runners/outputs/plots/figures.py says what
 each shows and how winners and baselines are chosen) into --out, default outputs/plots/<sweep id>. A plot
@@ -11,11 +11,11 @@ import argparse
 import sys
 from pathlib import Path
 
-from runners import version
-from runners.model.trial import ConfigError, checked_name
-from runners.outputs.plots.figures import PlotError, ceilings, render
-from runners.store.damage import StoreError
-from runners.store.result_store import ResultStore
+from triton_sweep import version
+from triton_sweep.model.trial import ConfigError, checked_name
+from triton_sweep.outputs.plots.figures import PlotError, ceilings, render
+from triton_sweep.store.damage import StoreError
+from triton_sweep.store.result_store import ResultStore
 
 
 def main(argv=None) -> int:

@@ -1,6 +1,6 @@
 """Re-validate an export on this machine and re-tune only what got slower:
 
-    python -m runners.revalidate outputs/exports/softmax_configs.json [--check] [--spec pkg.mod:SPEC]
+    python -m triton_sweep.revalidate outputs/exports/softmax_configs.json [--check] [--spec pkg.mod:SPEC]
 
 1. The export's section for this GPU and the running Triton (else the nearest measured version) is read.
 2. Each config it ships is re-timed where it was recorded, with each shape's winner and the baselines
@@ -22,23 +22,23 @@ from pathlib import Path
 from typing import Optional
 
 if __name__ == "__main__":  # first: the home server imports torch and Triton while this process goes on
-    from runners.engine.fork_server import start_home_server
+    from triton_sweep.engine.fork_server import start_home_server
 
     start_home_server(("torch", "triton", "scipy.stats"))
 
 import pandas as pd
 
-from runners import version as tool_version
-from runners.model.schema import CONF_DIR
-from runners.model.trial import TRITON_PROVIDER, ConfigError, Trial
-from runners.compare import between_runs
-from runners.export import export_kernel
-from runners.export.fileformat import read_export
-from runners.export.fileformat import sections as export_sections
-from runners.export.runtime import pick_version
-from runners.export.settings import ExportError, from_export
-from runners.store.damage import StoreError
-from runners.store.result_store import shape_label
+from triton_sweep import version as tool_version
+from triton_sweep.model.schema import CONF_DIR
+from triton_sweep.model.trial import TRITON_PROVIDER, ConfigError, Trial
+from triton_sweep.compare import between_runs
+from triton_sweep.export import export_kernel
+from triton_sweep.export.fileformat import read_export
+from triton_sweep.export.fileformat import sections as export_sections
+from triton_sweep.export.runtime import pick_version
+from triton_sweep.export.settings import ExportError, from_export
+from triton_sweep.store.damage import StoreError
+from triton_sweep.store.result_store import shape_label
 
 SHAPE_LIST = 20  # shapes listed in the report unless --all
 
@@ -48,12 +48,12 @@ class RevalidateError(ValueError):
 
 
 def compose(overrides: list[str]):
-    """The sweep's config with these overrides, as `python -m runners.sweep` composes it."""
+    """The sweep's config with these overrides, as `python -m triton_sweep.sweep` composes it."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from runners.model.schema import register_configs
+    from triton_sweep.model.schema import register_configs
 
     register_configs()
     GlobalHydra.instance().clear()
@@ -63,7 +63,7 @@ def compose(overrides: list[str]):
 
 def running_gpu(backend: str) -> str:
     """The name the trial workers will record for this machine's first GPU (or the interpreter)."""
-    from runners.measure.device import INTERPRETER_DEVICE_NAME
+    from triton_sweep.measure.device import INTERPRETER_DEVICE_NAME
 
     if backend == "interpret":
         return INTERPRETER_DEVICE_NAME
@@ -106,9 +106,9 @@ def shipped_trials(kernel: str, section: dict) -> list[Trial]:
 def run_sweep(cfg, sweep_id: str, store: str, trials: Optional[list] = None) -> tuple[pd.DataFrame, float]:
     """A sweep (runners/engine/job.py) of these trials (or of the config's grid), its outputs off; its
     rows and the seconds its GPU worked (trials and finalists)."""
-    from runners.engine.job import Job
-    from runners.outputs import Outputs
-    from runners.store.result_store import ResultStore
+    from triton_sweep.engine.job import Job
+    from triton_sweep.outputs import Outputs
+    from triton_sweep.store.result_store import ResultStore
 
     output_dir = Path(store).parent / "revalidate" / sweep_id
     output_dir.mkdir(parents=True, exist_ok=True)
@@ -123,7 +123,7 @@ def run_sweep(cfg, sweep_id: str, store: str, trials: Optional[list] = None) -> 
 
 def judge_shapes(result: dict, base: pd.DataFrame, tolerance: float) -> list[dict]:
     """Per (dtype, shape) of the export: the verdict of its winner against the list's best now
-    (runners.compare's winners, against our kernel's shift), broken where a shipped config stopped
+    (triton_sweep.compare's winners, against our kernel's shift), broken where a shipped config stopped
     passing; `rescreen` where it broke or the list now loses more than the tolerance: slower by more than
     it, and SLOW against the shift or with a shift that is SLOW itself or that no measured spread judges
     (an upgrade that slows every shape moves the shift, not the rows)."""
@@ -214,7 +214,7 @@ def revalidate(args, data: dict, gpu: str, version: str, section: dict, how: str
     more). The section of this GPU and the running Triton is written, the other sections kept, where
     the running Triton had none yet or something was re-screened. Each sweep's GPU time is printed; its
     rows go to --store like any sweep's (sweep ids revalidate-<kernel>-<time>)."""
-    from runners.compare import matching, report, sides
+    from triton_sweep.compare import matching, report, sides
 
     kernel, tolerance = data["kernel"], section["tolerance"]
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M%S")

@@ -1,4 +1,4 @@
-"""Sweep a Triton kernel's configs: `python -m runners.sweep [overrides]` (add -m for a Hydra multirun).
+"""Sweep a Triton kernel's configs: `python -m triton_sweep.sweep [overrides]` (add -m for a Hydra multirun).
 
 The Hydra entry: it composes the config (the tool's conf/ and, where the command runs, its sweeps/ and
 conf/: hydra_plugins/triton_sweep_home), runs one job (runners/engine/job.py) into the store it should
@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Optional
 
 if __name__ == "__main__":  # first: the home server imports torch and Triton while this process goes on
-    from runners.engine.fork_server import start_home_server
+    from triton_sweep.engine.fork_server import start_home_server
 
     start_home_server(("torch", "triton", "scipy.stats"))
 
@@ -28,14 +28,14 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from runners import version
-from runners.engine.hydra_jobs import runs_jobs_apart
-from runners.model.schema import CONF_DIR
+from triton_sweep import version
+from triton_sweep.engine.hydra_jobs import runs_jobs_apart
+from triton_sweep.model.schema import CONF_DIR
 
 def sweep_id_of(cfg: DictConfig) -> str:
     """cfg.sweep_id (checked: it names folders), else the name of the Hydra run directory (multirun: the
     sweep directory)."""
-    from runners.model.trial import checked_name
+    from triton_sweep.model.trial import checked_name
 
     if cfg.sweep_id is not None:
         return checked_name(str(cfg.sweep_id), "sweep_id")
@@ -46,8 +46,8 @@ def sweep_id_of(cfg: DictConfig) -> str:
 
 def check_fields(cfg: DictConfig) -> None:
     """ConfigError naming a field the schema does not declare (added with `+`) and the sweep would ignore."""
-    from runners.model.schema import unknown_field
-    from runners.model.trial import ConfigError
+    from triton_sweep.model.schema import unknown_field
+    from triton_sweep.model.trial import ConfigError
 
     name = unknown_field(cfg)
     if name:
@@ -116,7 +116,7 @@ def job_store_paths(cfg: DictConfig) -> tuple[str, Optional[Path]]:
     in a multirun whose launcher runs the jobs apart, perhaps on several machines, where an SQLite file
     must not be shared: there a store of the job's own in its job directory (merged into cfg.store at
     the multirun's end), and the copy of cfg.store that the multirun's start left in the sweep directory."""
-    from runners.merge import JOB_STORE, PRIOR_STORE
+    from triton_sweep.merge import JOB_STORE, PRIOR_STORE
 
     hydra_conf = HydraConfig.get()
     if hydra_conf.mode != RunMode.MULTIRUN or not runs_jobs_apart(hydra_conf):
@@ -128,9 +128,9 @@ def job_store_paths(cfg: DictConfig) -> tuple[str, Optional[Path]]:
 def run_job(cfg: DictConfig, sweep_id: str, output_dir: Path, finish: bool) -> dict:
     """Measure every trial of one job (runners/engine/job.py) into its store, with the outputs the config
     selects; returns the job summary (also written to output_dir/summary.json)."""
-    from runners.engine.job import Job
-    from runners.outputs import Outputs
-    from runners.store.result_store import ResultStore
+    from triton_sweep.engine.job import Job
+    from triton_sweep.outputs import Outputs
+    from triton_sweep.store.result_store import ResultStore
 
     check_fields(cfg)
     say_sweep_file()
@@ -150,9 +150,9 @@ class SweepEndCallback(Callback):
     directory for the jobs to resume from; at the end, the job stores are merged into it first."""
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
-        from runners.model.trial import ConfigError, checked_name
-        from runners.merge import gather, write_prior
-        from runners.store.damage import DamagedStore, StoreError, damage_of
+        from triton_sweep.model.trial import ConfigError, checked_name
+        from triton_sweep.merge import gather, write_prior
+        from triton_sweep.store.damage import DamagedStore, StoreError, damage_of
 
         try:  # every job would stop on these: none is started
             check_fields(config)
@@ -173,7 +173,7 @@ class SweepEndCallback(Callback):
             print(f"the jobs resume from {prior}, a copy of {config.store}")
 
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
-        from runners.merge import PRIOR_STORE, gather
+        from triton_sweep.merge import PRIOR_STORE, gather
 
         sweep_dir = Path(config.hydra.sweep.dir)
         sweep_id = str(config.sweep_id) if config.sweep_id else sweep_dir.name
@@ -181,7 +181,7 @@ class SweepEndCallback(Callback):
         if runs_jobs_apart(config.hydra):
             unmerged = gather(sweep_dir, config.store)
             (sweep_dir / PRIOR_STORE).unlink(missing_ok=True)  # a copy of the store of record, used up
-        from runners.outputs import Outputs
+        from triton_sweep.outputs import Outputs
 
         Outputs.from_config(config).finish(config, sweep_id, sweep_dir)
         failed = [path.parent.name for path in sorted(sweep_dir.glob("*/summary.json"))
@@ -205,8 +205,8 @@ def main(cfg: DictConfig) -> Optional[dict]:
         sweep_id = sweep_id_of(cfg)
         return run_job(cfg, sweep_id, output_dir, finish=not multirun)
     except Exception as error:  # bad input; or any other failure of one job of a multirun: keep the others'
-        from runners.model.trial import ConfigError
-        from runners.store.damage import StoreError
+        from triton_sweep.model.trial import ConfigError
+        from triton_sweep.store.damage import StoreError
 
         if isinstance(error, (ConfigError, StoreError)):
             print(f"error: {error}", file=sys.stderr)
@@ -225,8 +225,8 @@ def main(cfg: DictConfig) -> Optional[dict]:
 
 
 def cli() -> None:
-    """`python -m runners.sweep [overrides]`, and the console script `triton-sweep` (runners/cli.py)."""
-    from runners.model.schema import register_configs
+    """`python -m triton_sweep.sweep [overrides]`, and the console script `triton-sweep` (runners/cli.py)."""
+    from triton_sweep.model.schema import register_configs
 
     if sys.argv[1:] == ["--version"]:
         print(f"{version()} (Hydra {hydra.__version__})")

@@ -62,10 +62,10 @@ NO_PLOTS = "output=[parquet,table,export,wandb]"
 def run_sweep(tmp_path: Path, *overrides: str, multirun: bool = False, check: bool = True,
               background: bool = False, backend: str = "interpret", env: dict = None, plots: bool = False,
               preexec_fn=None):
-    """Run `python -m runners.sweep` (on the interpreter unless told) with its store, runs, exports and
+    """Run `python -m triton_sweep.sweep` (on the interpreter unless told) with its store, runs, exports and
     W&B files under tmp_path, as run_command runs a command."""
     outputs = [] if plots or any(o.startswith("output=") for o in overrides) else [NO_PLOTS]
-    args = ["runners.sweep"] + (["-m"] if multirun else []) + [
+    args = ["triton_sweep.sweep"] + (["-m"] if multirun else []) + [
         f"backend={backend}", f"store={tmp_path}/results.sqlite", f"export_dir={tmp_path}/exports",
         f"hydra.run.dir={tmp_path}/run", f"hydra.sweep.dir={tmp_path}/multirun",
         "logger.mode=disabled", f"logger.dir={tmp_path}", *FAST_TIMING, *outputs, *overrides,
@@ -85,7 +85,7 @@ def run_sweep(tmp_path: Path, *overrides: str, multirun: bool = False, check: bo
 
 def sweep_rows(tmp_path: Path, sweep_id: str):
     """The rows a sweep run by run_sweep(tmp_path, ...) stored under sweep_id."""
-    from runners.store.result_store import ResultStore
+    from triton_sweep.store.result_store import ResultStore
 
     store = ResultStore(tmp_path / "results.sqlite")
     try:

@@ -1,5 +1,5 @@
 """triton-sweep at home in the user's repository: from the directory a command runs in, its `sweeps/` is
-the config group `sweep` (`+sweep=NAME`: the files `runners.capture --out sweeps/NAME` writes, or any of
+the config group `sweep` (`+sweep=NAME`: the files `triton_sweep.capture --out sweeps/NAME` writes, or any of
 the user's), ahead of the tool's own ready files, so that a user's file of a name wins; its `conf/` adds
 config groups of the user's own (`conf/kernel/NAME.yaml`, ...), behind the tool's (a `conf/config.yaml`
 of another application there is never the primary config). Hydra takes search-path and config-source

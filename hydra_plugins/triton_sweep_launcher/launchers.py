@@ -8,7 +8,7 @@
   GPU) for itself, and waits while none is free; two jobs never share a GPU. (submitit's local
   executor gives every job the same GPUs, 0..gpus_per_node-1.)
 - The parameters are checked when the launcher is made, before anything is submitted.
-Hydra imports this module at every start: it imports nothing heavy (runners.engine.hydra_jobs has the
+Hydra imports this module at every start: it imports nothing heavy (triton_sweep.engine.hydra_jobs has the
 helpers)."""
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from hydra_plugins.hydra_submitit_launcher import submitit_launcher
 from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
 from omegaconf import DictConfig, open_dict
 
-from runners.engine.hydra_jobs import GPU_LOCKS, LauncherConfigError, check_params, host_gpus, take_gpus
+from triton_sweep.engine.hydra_jobs import GPU_LOCKS, LauncherConfigError, check_params, host_gpus, take_gpus
 
 log = logging.getLogger(__name__)
 

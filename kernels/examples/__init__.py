@@ -1,1 +1,1 @@
-"""Programs that call the built-in kernels, for python -m runners.capture."""
+"""Programs that call the built-in kernels, for python -m triton_sweep.capture."""

@@ -1,13 +1,13 @@
-"""A small program shaped like a transformer's serving loop, for `python -m runners.capture`: each step is a
+"""A small program shaped like a transformer's serving loop, for `triton-sweep-capture`: each step is a
 prefill (one or two prompts of 128 to 1024 tokens) or, four times as often, a decode step (24 to 128
 single tokens against a context of 128 to 2048), calling the built-in layernorm, matmul and softmax.
 
-    python -m kernels.examples.transformer_steps [--steps 200] [--configs default|autotune|EXPORT_DIR]
-        [--small] [--kernel-time]
+    python -m triton_sweep.kernels.examples.transformer_steps [--steps 200]
+        [--configs default|autotune|EXPORT_DIR] [--small] [--kernel-time]
 
 --configs: the kernels' default configs; `autotune`: @triton.autotune over each kernel's whole space
 (pruned by its constraints at each new key); or a folder of exports (`<kernel>_configs.py` from
-runners.export), whose config_for() picks each call's config. --small: sizes the CPU interpreter runs in
+triton_sweep.export), whose config_for() picks each call's config. --small: sizes the CPU interpreter runs in
 seconds (TRITON_INTERPRET=1). --kernel-time: run the steps twice (the first compiles and tunes), print the
 second's total GPU time of the Triton kernels (torch.profiler) and the first's wall time."""
 from __future__ import annotations
@@ -22,12 +22,12 @@ from pathlib import Path
 import torch
 import triton
 
-from kernels import layernorm as layernorm_module
-from kernels import matmul as matmul_module
-from kernels import softmax as softmax_module
-from kernels.layernorm import layernorm
-from kernels.matmul import ACTIVATIONS, matmul
-from kernels.softmax import softmax
+from triton_sweep.kernels import layernorm as layernorm_module
+from triton_sweep.kernels import matmul as matmul_module
+from triton_sweep.kernels import softmax as softmax_module
+from triton_sweep.kernels.layernorm import layernorm
+from triton_sweep.kernels.matmul import ACTIVATIONS, matmul
+from triton_sweep.kernels.softmax import softmax
 
 # Sizes as a serving stack pads them: batches to the sizes it captured CUDA graphs for, contexts to its
 # KV-cache blocks of 64 tokens, prompts to a few lengths.

@@ -1,7 +1,7 @@
 """Benchmark (CPU): a seeded Monte Carlo of compare's rule, runs drawn with more between-run spread than any
 rule may assume:
 
-    python -m runners.benchmarks.bench_between_runs [--comparisons 1000] [--seed 2026] [--jobs N]
+    python -m triton_sweep.benchmarks.bench_between_runs [--comparisons 1000] [--seed 2026] [--jobs N]
 
 A run is drawn as a GPU gives it: per shape, `repetitions` placements of its inputs that every row of the
 shape shares, each repetition median with its own sampling noise; per run, an offset every row shares and
@@ -23,9 +23,9 @@ from typing import Optional
 
 import numpy as np
 
-from runners.compare import between_runs as rule_of
-from runners.compare.calibration import calibrate
-from runners.compare.figures import Figure, Pair, RunFigure
+from triton_sweep.compare import between_runs as rule_of
+from triton_sweep.compare.calibration import calibrate
+from triton_sweep.compare.figures import Figure, Pair, RunFigure
 
 SAMPLING = 0.001  # sd of ln of one repetition's median about its placement's (CUPTI: 0.02-0.2%)
 SCREEN_PRECISION = 0.02  # a screening row's median: timing=screen stops at 2% (95% half-width)

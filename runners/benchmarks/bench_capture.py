@@ -1,10 +1,10 @@
 """Benchmark (GPU): tune what a program calls. The example program (kernels/examples/transformer_steps.py)
 captured, its shapes swept, exported weighted by calls, then run again with the exported configs.
 
-    python -m runners.benchmarks.bench_capture [--work DIR] [--steps 100] [--part capture|run|all]
+    python -m triton_sweep.benchmarks.bench_capture [--work DIR] [--steps 100] [--part capture|run|all]
         [--repeats 3]
 
-capture: the program's wall time without and with `python -m runners.capture` (in turn, --repeats each),
+capture: the program's wall time without and with `python -m triton_sweep.capture` (in turn, --repeats each),
 then the capture with `--bucket pow2` into DIR/conf/sweep/, a sweep of each file (screen preset with
 finalists) into DIR/results.sqlite and its call-weighted export into DIR/exports. run: the program with
 the default configs, the exported ones (config_for at every call) and @triton.autotune over each whole
@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-PROGRAM = [sys.executable, "-m", "kernels.examples.transformer_steps"]
+PROGRAM = [sys.executable, "-m", "triton_sweep.kernels.examples.transformer_steps"]
 KERNELS = ("softmax", "layernorm", "matmul")
 SMALL_PROGRAM = ["--small", "--dtype", "float32"]  # --small: the capture part on the CPU interpreter
 
@@ -46,7 +46,7 @@ def hook_cost(calls: int = 100_000) -> str:
     sys.path.insert(0, str(REPO / "runners" / "capture" / "launch_hook"))
     import triton_launch_hook
 
-    from kernels.matmul import _matmul_kernel
+    from triton_sweep.kernels.matmul import _matmul_kernel
 
     hook = triton_launch_hook._hook_for(_matmul_kernel)
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -72,7 +72,8 @@ def overhead_part(work: Path, program: list[str], repeats: int) -> list[str]:
         out, seconds = run(program)
         alone["process"].append(seconds)
         alone["steps"].append(float(re.search(loop, out).group(1)))
-        out, _ = run([sys.executable, "-m", "runners.capture", "--no-time", "--out", str(work / "overhead"),
+        out, _ = run([sys.executable, "-m", "triton_sweep.capture", "--no-time", "--out",
+                      str(work / "overhead"),
                       "--", *program])
         under["process"].append(float(re.search(r"Triton launches of \d+ function\(s\) in ([\d.]+) s",
                                                 out).group(1)))
@@ -93,11 +94,12 @@ def capture_part(work: Path, steps: int, repeats: int, small: bool) -> list[str]
     lines = overhead_part(work, program, repeats)
     sweeps = work / "conf" / "sweep"
     sweeps.mkdir(parents=True, exist_ok=True)
-    out, _ = run([sys.executable, "-m", "runners.capture", "--bucket", "pow2",
+    out, _ = run([sys.executable, "-m", "triton_sweep.capture", "--bucket", "pow2",
                   "--out", str(sweeps / "captured"), "--", *program])
     lines += [line for line in out.splitlines() if line.startswith(("captured", "sweep file", "note"))]
     for kernel in KERNELS:
-        out, seconds = run([sys.executable, "-m", "runners.sweep", f"hydra.searchpath=[file://{work}/conf]",
+        out, seconds = run([sys.executable, "-m", "triton_sweep.sweep",
+                            f"hydra.searchpath=[file://{work}/conf]",
                             f"+sweep=captured_{kernel}", f"store={work}/results.sqlite",
                             f"export_dir={work}/exports", f"hydra.run.dir={work}/runs/{kernel}",
                             "logger.mode=disabled", f"sweep_id=captured_{kernel}", "kernel.baselines=[]",

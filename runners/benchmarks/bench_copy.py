@@ -1,6 +1,6 @@
 """How much of the copy ceiling a copy itself reaches at smaller sizes (a benchmark, not a test).
 
-    python -m runners.benchmarks.bench_copy [--mib 8 32 64 128 256 1024]
+    python -m triton_sweep.benchmarks.bench_copy [--mib 8 32 64 128 256 1024]
 
 The ceiling (runners/measure/device.py) is a 1 GiB device-to-device copy. A kernel that moves 64 MB each way
 cannot reach it, even at copy speed: launching, filling the GPU and draining the last wave cost a few
@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import argparse
 
-from runners.measure.device import COPY_BYTES, PEAK_RULE, cuda_timer, measure_copy
-from runners.measure.stop_rule import StopRule
+from triton_sweep.measure.device import COPY_BYTES, PEAK_RULE, cuda_timer, measure_copy
+from triton_sweep.measure.stop_rule import StopRule
 
 
 def main(argv=None) -> None:

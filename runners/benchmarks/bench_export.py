@@ -1,8 +1,8 @@
 """The dense workflow's export at shapes it never measured, on a GPU (a benchmark, not a test): prints the
 tables BENCHMARKS.md records.
 
-    python -m runners.benchmarks.bench_export [--kernels softmax layernorm matmul] [--sweep-only KERNEL ...]
-        [--autotune-full] [--work DIR]
+    python -m triton_sweep.benchmarks.bench_export [--kernels softmax layernorm matmul]
+        [--sweep-only KERNEL ...] [--autotune-full] [--work DIR]
 
 Per kernel and dtype (float16, bfloat16): the export-grade sweep (`+sweep=<kernel>_export`) timed, its
 export the module under test; the same sweep at the held-out shapes (CASES), whose winners are the best
@@ -45,24 +45,24 @@ CASES = {
 
 
 def _rule():
-    """The stopping rule for timing the picks: the one place to adapt to runners.measure.timing's API."""
-    from runners.measure.stop_rule import StopRule
+    """The stopping rule for timing the picks: the one place to adapt to triton_sweep.measure.timing's API."""
+    from triton_sweep.measure.stop_rule import StopRule
 
     # the default preset
     return StopRule(min_samples=20, min_time_s=0.01, rel_precision=0.005, max_time_s=1.0)
 
 
 def _p50_us(timer, fn) -> float:
-    from runners.measure.timing import summarize
+    from triton_sweep.measure.timing import summarize
 
     return summarize(timer.measure(fn).samples_s)["p50_us"]
 
 
 def sweep(kernel: str, sweep_id: str, work: Path, export_dir: Path, shapes: list | None = None) -> tuple:
     """`+sweep=<kernel>_export` (at `shapes` instead of its grid where given): (wall seconds, stdout)."""
-    from runners.model.spec_sources import load_spec
+    from triton_sweep.model.spec_sources import load_spec
 
-    args = [sys.executable, "-m", "runners.sweep", f"+sweep={kernel}_export", "logger.mode=disabled",
+    args = [sys.executable, "-m", "triton_sweep.sweep", f"+sweep={kernel}_export", "logger.mode=disabled",
             f"store={work}/results.sqlite", f"export_dir={export_dir}",
             f"hydra.run.dir={work}/run_{sweep_id}", f"sweep_id={sweep_id}"]
     if shapes is not None:
@@ -80,9 +80,9 @@ def sweep(kernel: str, sweep_id: str, work: Path, export_dir: Path, shapes: list
 def winners(work: Path, kernel: str, sweep_id: str) -> dict[tuple, dict]:
     """(dtype, shape) -> the exhaustive sweep's winning config there (runners/model/finalists.py's
     choice)."""
-    from runners.model.finalists import winner
-    from runners.export.rows import select_rows
-    from runners.store.result_store import ResultStore
+    from triton_sweep.model.finalists import winner
+    from triton_sweep.export.rows import select_rows
+    from triton_sweep.store.result_store import ResultStore
 
     store = ResultStore(work / "results.sqlite")
     frame = store.load(sweep_id=sweep_id, kernel=kernel)
@@ -117,13 +117,13 @@ def autotuned_call(kernel: str, configs: list, prune, inputs, out, do_bench=None
     options = {"prune_configs_by": {"early_config_prune": prune}} if prune else {}
     options.update({"do_bench": do_bench} if do_bench else {})
     if kernel == "softmax":
-        from kernels.softmax import _softmax_kernel
+        from triton_sweep.kernels.softmax import _softmax_kernel
 
         tuned = triton.autotune(configs=configs, key=key, **options)(triton.jit(_softmax_kernel.fn))
         x = inputs[0]
         return tuned, lambda: tuned[(x.shape[0],)](out, x, x.shape[1], x.stride(0), out.stride(0))
     if kernel == "layernorm":
-        from kernels.layernorm import EPS, _layernorm_kernel
+        from triton_sweep.kernels.layernorm import EPS, _layernorm_kernel
 
         single_pass = triton.heuristics({"SINGLE_PASS": lambda args: args["BLOCK_SIZE"] >= args["n_cols"]})
         fresh = single_pass(triton.jit(_layernorm_kernel.fn))
@@ -131,7 +131,7 @@ def autotuned_call(kernel: str, configs: list, prune, inputs, out, do_bench=None
         (x, weight, bias), (y, mean, rstd) = inputs, out
         return tuned, lambda: tuned[(x.shape[0],)](y, mean, rstd, x, weight, bias, x.shape[1], x.stride(0),
                                                    y.stride(0), EPS)
-    from kernels.matmul import _matmul_kernel
+    from triton_sweep.kernels.matmul import _matmul_kernel
 
     tuned = triton.autotune(configs=configs, key=key, **options)(triton.jit(_matmul_kernel.fn))
     a, b = inputs
@@ -197,8 +197,8 @@ def bench_shape(kernel: str, spec, exported, shape: tuple, dtype: str, best: dic
 
     import torch
 
-    from runners.measure import check
-    from runners.export.generalization import as_triton_config
+    from triton_sweep.measure import check
+    from triton_sweep.export.generalization import as_triton_config
 
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     inputs = spec.make_inputs(shape, getattr(torch, dtype), 0, torch.device(device))
@@ -346,7 +346,7 @@ def summary(results: list[dict]) -> str:
 
 
 def _trials(work: Path, kernel: str, sweep_id: str) -> int:
-    from runners.store.result_store import ResultStore
+    from triton_sweep.store.result_store import ResultStore
 
     store = ResultStore(work / "results.sqlite")
     frame = store.load(sweep_id=sweep_id, kernel=kernel)
@@ -367,7 +367,7 @@ def tune(kernel: str, work: Path) -> dict:
 
 
 def bench_kernel(kernel: str, work: Path, timer, full: bool) -> dict:
-    from runners.model.spec_sources import load_spec
+    from triton_sweep.model.spec_sources import load_spec
 
     began = time.perf_counter()
     result = tune(kernel, work)
@@ -413,7 +413,7 @@ def main(argv=None) -> int:
     if not torch.cuda.is_available():
         print("error: bench_export needs a CUDA GPU (it times the export's picks on it)", file=sys.stderr)
         return 2
-    from runners.measure.device import cuda_timer
+    from triton_sweep.measure.device import cuda_timer
 
     work = Path(args.work or tempfile.mkdtemp(prefix="bench-export-"))
     began = time.perf_counter()
@@ -421,7 +421,7 @@ def main(argv=None) -> int:
     results = [bench_kernel(kernel, work, timer, args.autotune_full) for kernel in args.kernels]
     swept = [tune(kernel, work) for kernel in args.sweep_only]
     print(f"\n{torch.cuda.get_device_name(0)}; exports of sweeps/<kernel>_export.yaml (timing=screen, "
-          "finalists); picks timed by runners.measure.device.cuda_timer (L2 flushed), p50\n")
+          "finalists); picks timed by triton_sweep.measure.device.cuda_timer (L2 flushed), p50\n")
     if results:
         print(table(results) + "\n\n" + summary(results))
     for result in swept:

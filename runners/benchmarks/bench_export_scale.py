@@ -1,11 +1,11 @@
 """How the export's time grows with the number of measured shapes (a benchmark, not a test; no GPU):
 prints the table BENCHMARKS.md records.
 
-    python -m runners.benchmarks.bench_export_scale [--shapes 15 30 60 120]
+    python -m triton_sweep.benchmarks.bench_export_scale [--shapes 15 30 60 120]
 
 Each count N: a synthetic softmax sweep (tests/fixtures/synthetic_store.py: made-up latencies, no kernel run)
 at N shapes 8192 x cols, the cols evenly spaced over 200..8000 (aligned and unaligned sizes both), in
-float16 and bfloat16, every config of its 16-config space; then runners.export.export_kernel on
+float16 and bfloat16, every config of its 16-config space; then triton_sweep.export.export_kernel on
 its rows, timed: the covering set, the leave-one-out estimate (nested, where both kinds of size were
 measured) and the files, as a sweep's finish writes them.
 """
@@ -18,8 +18,8 @@ from pathlib import Path
 
 import torch  # noqa: F401  (imported by the sweep's process before its finish: not part of the export's time)
 
-from runners.export import export_kernel
-from runners.store.result_store import ResultStore
+from triton_sweep.export import export_kernel
+from triton_sweep.store.result_store import ResultStore
 from tests.fixtures.synthetic_store import softmax_sweep
 
 

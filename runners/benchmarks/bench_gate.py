@@ -1,9 +1,9 @@
 """Benchmark (GPU): compare's gate across runs of unchanged code, across machines of one kind, and against
 a slowdown put into a kernel.
 
-    python -m runners.benchmarks.bench_gate reruns [--runs 6] [--reruns 3] [--sweeps readme matmul]
-    python -m runners.benchmarks.bench_gate slowdown [--tries 20] [--percents 5] [--calibration-runs 5]
-    python -m runners.benchmarks.bench_gate against OTHER.sqlite [--runs 3] [--sweeps readme matmul]
+    python -m triton_sweep.benchmarks.bench_gate reruns [--runs 6] [--reruns 3] [--sweeps readme matmul]
+    python -m triton_sweep.benchmarks.bench_gate slowdown [--tries 20] [--percents 5] [--calibration-runs 5]
+    python -m triton_sweep.benchmarks.bench_gate against OTHER.sqlite [--runs 3] [--sweeps readme matmul]
 
 Every sweep is a process of its own (a run: the unit of runners/compare/between_runs.py) into --store.
 reruns: `--runs` runs calibrate, `--reruns` more are each compared with run 0 at `--fail-on-slow 2%`.
@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-SWEEPS = {  # name -> overrides of `python -m runners.sweep`
+SWEEPS = {  # name -> overrides of `python -m triton_sweep.sweep`
     "readme": [],
     "layernorm": ["kernel=layernorm", "timing=quick", "kernel.baselines=[torch]"],
     "matmul": ["kernel=matmul", "timing=quick", "kernel.dtypes=[float16]",
@@ -38,7 +38,7 @@ GATE = 0.02
 def sweep(overrides: list[str], sweep_id: str, store: str, **env) -> dict:
     """One run: a sweep in a process of its own; returns its summary (wall and phase seconds)."""
     run_dir = REPO / "outputs" / "gate_runs" / sweep_id
-    args = [sys.executable, "-m", "runners.sweep", *overrides, "force=true", f"sweep_id={sweep_id}",
+    args = [sys.executable, "-m", "triton_sweep.sweep", *overrides, "force=true", f"sweep_id={sweep_id}",
             f"store={store}", "logger.mode=disabled", f"hydra.run.dir={run_dir}"]
     began = time.perf_counter()
     result = subprocess.run(args, cwd=REPO, capture_output=True, text=True,
@@ -54,7 +54,7 @@ def sweep(overrides: list[str], sweep_id: str, store: str, **env) -> dict:
 
 
 def frames(store: str, *sweep_ids: str):
-    from runners.store.result_store import ResultStore
+    from triton_sweep.store.result_store import ResultStore
 
     opened = ResultStore(store)
     try:
@@ -64,10 +64,10 @@ def frames(store: str, *sweep_ids: str):
 
 
 def gate(base, new, calibrated: dict) -> dict:
-    """runners.compare's defaults, the calibration and --fail-on-slow 2% on one pair of runs."""
-    from runners.compare import between_runs, matching, sides
-    from runners.compare.report import gate_verdict
-    from runners.export.settings import sweep_export_conf
+    """triton_sweep.compare's defaults, the calibration and --fail-on-slow 2% on one pair of runs."""
+    from triton_sweep.compare import between_runs, matching, sides
+    from triton_sweep.compare.report import gate_verdict
+    from triton_sweep.export.settings import sweep_export_conf
 
     rule = between_runs.Rule(fail_on_slow=GATE)
     shipped = sides.shipped_keys(sides.Side("BASE", "", base), sweep_export_conf().tolerance)
@@ -82,7 +82,7 @@ def gate(base, new, calibrated: dict) -> dict:
 
 
 def calibration(runs: list, source: str) -> dict:
-    from runners.compare.matching import calibration_of
+    from triton_sweep.compare.matching import calibration_of
 
     return calibration_of(runs, source)
 
@@ -145,7 +145,7 @@ def reruns(args) -> None:
 
 def _winners(store: str, sweep_id: str) -> dict[tuple, dict]:
     """(rows, cols) -> the config the sweep chose there."""
-    from runners.model.finalists import winner
+    from triton_sweep.model.finalists import winner
 
     (frame,) = frames(store, sweep_id)
     ours = frame[(frame["provider"] == "triton") & (frame["status"] == "ok")]
@@ -159,9 +159,9 @@ def spin_shares(winners: dict, percents: list[float]) -> tuple[dict, list[str]]:
     flushed, the median to 0.2%); and a table of what each share gives."""
     import torch
 
-    from runners.measure import device as device_info
-    from runners.measure.stop_rule import StopRule
-    from runners.measure.timing import summarize
+    from triton_sweep.measure import device as device_info
+    from triton_sweep.measure.stop_rule import StopRule
+    from triton_sweep.measure.timing import summarize
     from tests.fixtures import softmax_slowed
 
     rule = StopRule(min_samples=100, min_time_s=0.1, rel_precision=0.002, max_time_s=3.0)
@@ -257,7 +257,7 @@ def against(args) -> None:
 
 def _runs_of(store: str, name: str) -> list:
     """The runs `reruns` left of a sweep in another machine's store, calibration and re-runs alike."""
-    from runners.store.result_store import ResultStore
+    from triton_sweep.store.result_store import ResultStore
 
     opened = ResultStore(store)
     ids = sorted({s for s in opened.load()["sweep_id"].unique() if s.rsplit("_", 1)[0] == name},

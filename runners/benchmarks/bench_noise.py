@@ -1,6 +1,6 @@
 """Benchmark (GPU): the noise between runs of one unchanged measurement, against what one run can see.
 
-    python -m runners.benchmarks.bench_noise [--runs 6] [--reps 4] [--json FILE]
+    python -m triton_sweep.benchmarks.bench_noise [--runs 6] [--reps 4] [--json FILE]
 
 Each run is a process of its own (a fresh CUDA context, fresh allocations, a later time). Inside a run,
 every case (a config or a baseline at one shape) is timed `--reps` times in turn, each repetition on the
@@ -64,10 +64,10 @@ def child(reps: int, out: Path) -> None:
     """One run: every case `reps` times on the same and on fresh buffers; one JSON line a measurement."""
     import torch
 
-    from runners.model.spec_sources import load_spec
-    from runners.measure import device as device_info
-    from runners.measure.stop_rule import StopRule
-    from runners.measure.timing import summarize
+    from triton_sweep.model.spec_sources import load_spec
+    from triton_sweep.measure import device as device_info
+    from triton_sweep.measure.stop_rule import StopRule
+    from triton_sweep.measure.timing import summarize
 
     torch.cuda.set_device(0)
     rule = StopRule(min_samples=20, min_time_s=0.01, rel_precision=0.005, max_time_s=1.0)  # default preset
@@ -169,7 +169,8 @@ def main(argv=None) -> int:
         for run in range(args.runs):
             path = Path(scratch) / f"run{run}.jsonl"
             began = time.perf_counter()
-            subprocess.run([sys.executable, "-m", "runners.benchmarks.bench_noise", "--reps", str(args.reps),
+            subprocess.run([sys.executable, "-m", "triton_sweep.benchmarks.bench_noise", "--reps",
+                            str(args.reps),
                             "--child", str(path)], check=True, env=os.environ)
             found = [dict(json.loads(line), run=run) for line in path.read_text().splitlines()]
             rows += found

@@ -2,12 +2,13 @@
 of the project (--old: `git worktree add ../old <commit>`, or an unpacked `git archive`) and by this one:
 - rows: the trials each run screened (trial key, statuses), the finalists, the configs chosen;
 - exports: each run's store exported by both trees: byte for byte the same, the export time aside;
-- compare (GPU): this tree's `runners.compare` of the old run, and of the old tree's export of it, against
-  the new run, calibrated on --calibration (else on --calibration-runs runs of this tree), gated at 2%.
+- compare (GPU): this tree's `triton_sweep.compare` of the old run, and of the old tree's export of it,
+  against the new run, calibrated on --calibration (else on --calibration-runs runs of this tree), gated at
+  2%.
 --part interpret runs small sweeps on the Triton interpreter (CPU); --part synthetic exports and compares
 seeded synthetic stores (tests/fixtures/synthetic_store.py) with both trees: the same files and reports.
 
-    python -m runners.benchmarks.bench_refactor --old ../old [--part gpu|interpret|synthetic]"""
+    python -m triton_sweep.benchmarks.bench_refactor --old ../old [--part gpu|interpret|synthetic]"""
 from __future__ import annotations
 
 import argparse
@@ -18,7 +19,7 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-SWEEPS = {  # name -> (kernel, overrides of `python -m runners.sweep`)
+SWEEPS = {  # name -> (kernel, overrides of `python -m triton_sweep.sweep`)
     "readme": ("softmax", []),  # the README's sweep: the grid
     "random": ("softmax", ["search=random", "search.budget_trials=4", "search.seed=7"]),  # a seeded sample
     # an export-grade sweep, with a baseline so that compare has controls (runners/compare/GATE.md)
@@ -58,7 +59,7 @@ def sweep(tree: Path, label: str, name: str, out: Path, overrides: list[str], st
     """One run of the sweep by `tree` (old or new: its label) into a store of its own unless given
     (sweep id <label>_<name>); the store's path."""
     store = store or out / f"{label}_{name}.sqlite"
-    done = run(tree, ["runners.sweep", *overrides, "force=true", f"sweep_id={label}_{name}",
+    done = run(tree, ["triton_sweep.sweep", *overrides, "force=true", f"sweep_id={label}_{name}",
                       f"store={store}", "logger.mode=disabled",
                       f"hydra.run.dir={out / 'runs' / label / name}",
                       f"export_dir={out / 'sweep_exports' / label / name}"])
@@ -70,7 +71,7 @@ def sweep(tree: Path, label: str, name: str, out: Path, overrides: list[str], st
 def screened(store: Path, sweep_id: str = None) -> tuple[set, set, set]:
     """(the screening rows, the finalists' trials, the rows chosen) of a store (or of one sweep of it),
     each as (trial key, kernel, provider, dtype, shape, config, status)."""
-    from runners.store.result_store import ResultStore
+    from triton_sweep.store.result_store import ResultStore
 
     frame = ResultStore(store).load(sweep_id=sweep_id)
     fields = ["trial_key", "kernel", "provider", "dtype", "shape", "config", "status"]
@@ -82,7 +83,8 @@ def screened(store: Path, sweep_id: str = None) -> tuple[set, set, set]:
 def exported(tree: Path, label: str, store: Path, kernel: str, out: Path) -> str:
     """The tree's export of the store (its .json and .py), the export time masked."""
     folder = out / "exports" / f"{store.stem}_by_{label}"
-    done = run(tree, ["runners.export", "--store", str(store), "--kernel", kernel, "--out-dir", str(folder),
+    done = run(tree, ["triton_sweep.export", "--store", str(store), "--kernel", kernel, "--out-dir",
+                      str(folder),
                       "--no-merge"])
     if done.returncode != 0:
         raise SystemExit(f"{tree}: the export of {store} failed\n{done.stdout[-3000:]}\n"
@@ -92,7 +94,8 @@ def exported(tree: Path, label: str, store: Path, kernel: str, out: Path) -> str
 
 def compared(base: str, new: str, calibration: str, out: Path, label: str) -> tuple[str, str]:
     """This tree's compare, gated at 2%: (its summary line, its gate line); the report kept in out."""
-    done = run(REPO, ["runners.compare", base, new, "--calibration", calibration, "--fail-on-slow", "2%"])
+    done = run(REPO, ["triton_sweep.compare", base, new, "--calibration", calibration, "--fail-on-slow",
+                      "2%"])
     (out / f"compare_{label}.txt").write_text(done.stdout + done.stderr)
     lines = done.stdout.splitlines()
     summary = next((line for line in lines if line.startswith("summary:")), done.stderr.strip()[-300:])
@@ -164,7 +167,7 @@ def synthetic(trees: dict, args) -> list[str]:
     the same reports (paths and times masked)."""
     import numpy as np
 
-    from runners.store.result_store import ResultStore
+    from triton_sweep.store.result_store import ResultStore
     from tests.fixtures.synthetic_store import noisy_run, softmax_sweep
 
     table = ["| case | export by old = by new | compare by old = by new | exit codes (old, new) |",
@@ -181,7 +184,7 @@ def synthetic(trees: dict, args) -> list[str]:
         exported(trees["new"], "new", store_path, "softmax", args.out)
     calibration = f"{store_path}:run1,run2,run3"  # base run0 and the new runs left out of it
     for case, new in {"same code": "run4", "25% slower": "run5"}.items():
-        command = ["runners.compare", f"{store_path}:run0", f"{store_path}:{new}",
+        command = ["triton_sweep.compare", f"{store_path}:run0", f"{store_path}:{new}",
                    "--calibration", calibration, "--fail-on-slow", "2%"]
         reports = [run(tree, command) for tree in trees.values()]
         same_report = masked(reports[0].stdout) == masked(reports[1].stdout)

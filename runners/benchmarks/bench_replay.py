@@ -3,7 +3,7 @@ decoder layer's step calling Liger-Kernel's RMSNorm, SwiGLU and RoPE forward ker
 is captured with `--replay`, each kernel it launched is swept with no spec written, exported, and the
 program is run again with the exported configs, its kernels' CUDA time set against the library's defaults.
 
-    python -m runners.benchmarks.bench_replay [--out outputs/replay] [--liger-path DIR]
+    python -m triton_sweep.benchmarks.bench_replay [--out outputs/replay] [--liger-path DIR]
         [--part all|capture|sweep|run|report] [--steps 3] [--profile-steps 20] [--budget 48]
         [--max-space 5000] [--tokens 1024,2048,4096] [--dtypes bfloat16,float16] [--only KERNEL ...]
         [--timeout 540] [--interpret]
@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Optional
 
 REPO = Path(__file__).resolve().parents[2]
-APP = [sys.executable, "-m", "runners.benchmarks.replay_app"]
+APP = [sys.executable, "-m", "triton_sweep.benchmarks.replay_app"]
 # The program's kernels, by the name the profiler gives them (the @triton.jit function's name).
 KERNELS = {"_rms_norm_forward_kernel": "Liger RMSNorm fwd", "_swiglu_forward_kernel": "Liger SwiGLU fwd",
            "_triton_rope": "Liger RoPE fwd", "residual_scale_kernel": "own residual+scale"}
@@ -138,7 +138,8 @@ def capture_part(args, out: Path, env: dict, state: State) -> None:
     for old in sweeps.glob("app_*"):
         old.unlink()  # a capture's files, not a previous one's
     sweeps.mkdir(parents=True, exist_ok=True)
-    command = [sys.executable, "-m", "runners.capture", "--replay", "--out", str(sweeps / "app"), "--no-time",
+    command = [sys.executable, "-m", "triton_sweep.capture", "--replay", "--out", str(sweeps / "app"),
+               "--no-time",
                "--", *APP, "--steps", str(args.steps), *app_options(args)]
     step, output = run_step(out, "capture", command, env, args.timeout)
     state.step(step)
@@ -161,7 +162,7 @@ def sweep_files(out: Path) -> list[tuple[Path, str]]:
 
 def kernel_name(function: str) -> str:
     """The replayed kernel's name, by the replay's own rule among the program's four kernels."""
-    from runners.capture.replay import kernel_name as named
+    from triton_sweep.capture.replay import kernel_name as named
 
     return named(function, KERNELS)
 
@@ -169,8 +170,8 @@ def kernel_name(function: str) -> str:
 def search_options(launches: Path, function: str, budget: int, max_space: int) -> tuple[list[str], dict]:
     """The sweep's search and space overrides for a replayed kernel, and what they did."""
     try:
-        from runners.capture.replay import Replay
-        from runners.capture.replay_records import launched_config
+        from triton_sweep.capture.replay import Replay
+        from triton_sweep.capture.replay_records import launched_config
 
         replay = Replay(launches, function, None)
         space = replay.space()
@@ -212,7 +213,7 @@ def sweep_part(args, out: Path, env: dict, state: State) -> None:
         shutil.copy(path, conf / path.name)
         options, info = search_options(out / "sweeps" / "app_launches.json", function, args.budget,
                                        args.max_space)
-        command = [sys.executable, "-m", "runners.sweep", f"hydra.searchpath=[file://{out / 'conf'}]",
+        command = [sys.executable, "-m", "triton_sweep.sweep", f"hydra.searchpath=[file://{out / 'conf'}]",
                    f"+sweep={path.stem}", f"store={out / 'replay.sqlite'}", f"export_dir={out / 'exports'}",
                    "logger.mode=disabled", f"hydra.run.dir={out / 'runs' / path.stem}",
                    f"sweep_id=replay_{kernel}", *options,
@@ -294,7 +295,7 @@ def load_store(out: Path):
     if not path.is_file():
         return None
     try:
-        from runners.store.result_store import ResultStore
+        from triton_sweep.store.result_store import ResultStore
 
         return ResultStore(path).load()
     except Exception as error:

@@ -1,10 +1,10 @@
 """Benchmark (GPU): re-validation of an export after no change, after its figures were edited to look
 faster, and after a kernel change that broke one config (runners/revalidate.py).
 
-    python -m runners.benchmarks.bench_revalidate [--work DIR]
+    python -m triton_sweep.benchmarks.bench_revalidate [--work DIR]
 
 1. The README sweep (softmax at 3 shapes), its export in DIR/exports.
-2. `python -m runners.revalidate` of that export as it is: every shape SAME (or FAST), nothing re-tuned.
+2. `python -m triton_sweep.revalidate` of that export as it is: every shape SAME (or FAST), nothing re-tuned.
 3. A copy with two shapes' recorded p50s divided by 1.1: those two shapes alone re-screened; exit 1.
 4. A copy re-validated with `--spec tests.fixtures.softmax_broken:SPEC` (BLOCK_SIZE 16384 with 32 warps now
 wrong):
@@ -67,7 +67,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     work = Path(args.work or tempfile.mkdtemp(prefix="bench-revalidate-"))
     store = str(work / "results.sqlite")
-    status, _, seconds = run(["-m", "runners.sweep", "sweep_id=reval_base", f"store={store}",
+    status, _, seconds = run(["-m", "triton_sweep.sweep", "sweep_id=reval_base", f"store={store}",
                               f"export_dir={work / 'exports'}", "logger.mode=disabled",
                               f"hydra.run.dir={work / 'run_base'}"])
     if status:
@@ -88,7 +88,7 @@ def main(argv=None) -> int:
         copy.parent.mkdir(exist_ok=True)
         shutil.copy(export, copy)
         edit(copy, edited)
-        status, out, seconds = run(["-m", "runners.revalidate", str(copy), f"--store={store}", *extra])
+        status, out, seconds = run(["-m", "triton_sweep.revalidate", str(copy), f"--store={store}", *extra])
         counts, rescreened, gpu = summary(out)
         table.append(f"| {name} | {status} | {counts} | {', '.join(rescreened) or 'none'} | "
                      f"{seconds:.1f} ({gpu}) |")

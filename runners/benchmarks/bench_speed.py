@@ -1,11 +1,11 @@
 """Sweep speed on a GPU (a benchmark, not a test): prints the tables BENCHMARKS.md records.
 
-    python -m runners.benchmarks.bench_speed autotune [--kernel matmul|softmax|slow_import]  # vs autotune
-    python -m runners.benchmarks.bench_speed search                  # Optuna and random vs the grid
-    python -m runners.benchmarks.bench_speed gpus                    # throughput on 1 GPU vs all visible
-    python -m runners.benchmarks.bench_speed sweeps [--old TREE] [--old-extra OVERRIDE ...]
-                                                    [--sweeps readme softmax_export ...]  # old tree beside
-    python -m runners.benchmarks.bench_speed firstcall [--kernel softmax]   # where a config's first call goes
+    python -m triton_sweep.benchmarks.bench_speed autotune [--kernel matmul|softmax|slow_import]  # autotune
+    python -m triton_sweep.benchmarks.bench_speed search           # Optuna and random vs the grid
+    python -m triton_sweep.benchmarks.bench_speed gpus             # throughput on 1 GPU vs all visible
+    python -m triton_sweep.benchmarks.bench_speed sweeps [--old TREE] [--old-extra OVERRIDE ...]
+                                                 [--sweeps readme softmax_export ...]  # old tree beside
+    python -m triton_sweep.benchmarks.bench_speed firstcall [--kernel softmax]  # where a first call goes
 
 autotune: ours against the first call of @triton.autotune over the same configs, each on a fresh Triton
 cache, then each side's pick against the best of a round-robin re-measure (slow_import: a module whose
@@ -76,7 +76,7 @@ def our_sweep(kernel: str, shapes: list, space: dict, work: Path, extra: list[st
     job, and our pick at each shape."""
     sweep_id = f"speed_{kernel}_{time.time_ns()}"
     shape_list = ",".join(json.dumps(shape).replace(" ", "") for shape in shapes)
-    args = [sys.executable, "-m", "runners.sweep", f"kernel={kernel}", f"kernel.shapes=[{shape_list}]",
+    args = [sys.executable, "-m", "triton_sweep.sweep", f"kernel={kernel}", f"kernel.shapes=[{shape_list}]",
             f"kernel.dtypes=[{DTYPE}]", "kernel.baselines=[]", "timing=screen", "logger.mode=disabled",
             "verbose=true",
             f"store={work}/results.sqlite", f"export_dir={work}/exports", f"hydra.run.dir={work}/run",
@@ -85,8 +85,8 @@ def our_sweep(kernel: str, shapes: list, space: dict, work: Path, extra: list[st
     cache_dir = cache_dir or tempfile.mkdtemp(prefix="triton-cache-ours-")
     seconds, result = _run(args, cache_dir, **env)
     summary = json.loads((work / "run" / "summary.json").read_text())
-    from runners.model.finalists import winner
-    from runners.store.result_store import ResultStore
+    from triton_sweep.model.finalists import winner
+    from triton_sweep.store.result_store import ResultStore
 
     store = ResultStore(work / "results.sqlite")
     rows = store.load(sweep_id=sweep_id)
@@ -130,7 +130,7 @@ torch.manual_seed(0)
 calls, tuners = [], []
 for shape, configs in cases:  # one @triton.autotune per shape, over the configs tried at that shape
     if kernel == "matmul":
-        from kernels.matmul import _matmul_kernel as fn
+        from triton_sweep.kernels.matmul import _matmul_kernel as fn
         M, N, K = shape
         a = torch.randn(M, K, device="cuda", dtype=torch.float16)
         b = torch.randn(K, N, device="cuda", dtype=torch.float16)
@@ -141,7 +141,7 @@ for shape, configs in cases:  # one @triton.autotune per shape, over the configs
             out, a, b, a, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0),
             out.stride(1), HAS_BIAS=False, ACTIVATION=0, EXACT_FP32=False, INT64_OFFSETS=False))
     else:
-        from kernels.softmax import _softmax_kernel as fn
+        from triton_sweep.kernels.softmax import _softmax_kernel as fn
         x = torch.randn(*shape, device="cuda", dtype=torch.float16)
         out = torch.empty_like(x)
         tuned = triton.autotune(configs=triton_configs(configs), key=["n_cols"])(fn)
@@ -166,7 +166,7 @@ def tried_configs(case: dict) -> list[list[dict]]:
     configs = _configs(case["space"])
     if not case.get("pruned"):
         return [configs for _ in case["shapes"]]
-    from runners.model.spec_sources import load_spec
+    from triton_sweep.model.spec_sources import load_spec
 
     spec = load_spec(case["spec"], None)
     return [[c for c in configs if not spec.constraints(tuple(shape), DTYPE, c)] for shape in case["shapes"]]
@@ -189,9 +189,9 @@ def careful_remeasure(kernel: str, shape: list, configs: list[dict]) -> dict[str
     10 s."""
     import torch
 
-    from runners.model.spec_sources import load_spec
-    from runners.measure.device import cuda_timer
-    from runners.measure.stop_rule import StopRule
+    from triton_sweep.model.spec_sources import load_spec
+    from triton_sweep.measure.device import cuda_timer
+    from triton_sweep.measure.stop_rule import StopRule
 
     spec = load_spec(kernel, None)
     inputs = spec.make_inputs(tuple(shape), torch.float16, 0, torch.device("cuda"))
@@ -312,7 +312,7 @@ def bench_gpus(counts=None) -> None:
     import pandas as pd
     import torch
 
-    from runners.store.result_store import ResultStore
+    from triton_sweep.store.result_store import ResultStore
 
     count = torch.cuda.device_count()
     overrides = ["kernel=softmax", "kernel.dtypes=[float16]", "kernel.baselines=[]", "logger.mode=disabled",
@@ -323,7 +323,8 @@ def bench_gpus(counts=None) -> None:
     rates = {}
     for gpus in counts or sorted({1, count}):
         with tempfile.TemporaryDirectory() as work:
-            args = [sys.executable, "-m", "runners.sweep", *overrides, f"gpu_workers={gpus}", "sweep_id=gpus",
+            args = [sys.executable, "-m", "triton_sweep.sweep", *overrides, f"gpu_workers={gpus}",
+                    "sweep_id=gpus",
                     f"store={work}/results.sqlite", f"export_dir={work}/exports", f"hydra.run.dir={work}/run"]
             _run(args, tempfile.mkdtemp(prefix="triton-cache-gpus-"))
             summary = json.loads((Path(work) / "run" / "summary.json").read_text())
@@ -367,7 +368,7 @@ def _timed_sweep(tree: Path, work: Path, name: str, overrides: list[str], cache_
     """One sweep command run from `tree` with its store and runs under `work`: its seconds, summary,
     and the export's leave-one-out lines."""
     run_dir = work / f"run_{time.time_ns()}"
-    args = [sys.executable, "-m", "runners.sweep", *overrides, f"sweep_id={name}",
+    args = [sys.executable, "-m", "triton_sweep.sweep", *overrides, f"sweep_id={name}",
             f"store={work}/results.sqlite", f"export_dir={work}/exports", f"logger.dir={work}",
             f"hydra.run.dir={run_dir}", *extra]
     seconds, result = _run(args, cache_dir, tree, **_tree_env(tree), **env)
@@ -433,7 +434,7 @@ def bench_sweeps(names: list[str], trees: list[Path], calibration: Optional[str]
             new_work, new_between = runs[(name, trees[-1])]
             for tree in trees[:-1]:
                 old_work, old_between = runs[(name, tree)]
-                args = [sys.executable, "-m", "runners.compare", f"{old_work}/results.sqlite:{name}",
+                args = [sys.executable, "-m", "triton_sweep.compare", f"{old_work}/results.sqlite:{name}",
                         f"{new_work}/results.sqlite:{name}", "--fail-on-slow", "2%"]
                 args += ["--calibration", calibration] if calibration and name == "readme" else []
                 result = subprocess.run(args, cwd=REPO, capture_output=True, text=True)
@@ -455,13 +456,13 @@ def bench_first_call(kernel: str, top: int = 25) -> None:
     import torch
     import triton
 
-    from runners.engine import compile_pool
-    from runners.model.spec_sources import load_spec
-    from runners.model.trial import TRITON_PROVIDER, Trial
-    from runners.engine.trial_run import timed_call
-    from runners.measure.inputs import ShapeCache
-    from runners.measure.device import cuda_timer
-    from runners.measure.stop_rule import StopRule
+    from triton_sweep.engine import compile_pool
+    from triton_sweep.model.spec_sources import load_spec
+    from triton_sweep.model.trial import TRITON_PROVIDER, Trial
+    from triton_sweep.engine.trial_run import timed_call
+    from triton_sweep.measure.inputs import ShapeCache
+    from triton_sweep.measure.device import cuda_timer
+    from triton_sweep.measure.stop_rule import StopRule
 
     spec = load_spec(kernel, None)
     dtype = spec.default_dtypes[0]

@@ -1,7 +1,7 @@
 """What the check every command makes of a store at open costs (a benchmark, not a test).
 
-    python -m runners.benchmarks.bench_store_check [--rows 10000 100000] [--samples 100] [--dir /tmp]
-    python -m runners.benchmarks.bench_store_check --race 30
+    python -m triton_sweep.benchmarks.bench_store_check [--rows 10000 100000] [--samples 100] [--dir /tmp]
+    python -m triton_sweep.benchmarks.bench_store_check --race 30
 
 Writes a store of that many rows (each with its samples, as a trial row carries them), then times
 `damage_of` (its header, then SQLite's integrity check of every page) and the whole open of a
@@ -20,8 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
-from runners.store.damage import damage_of
-from runners.store.result_store import ResultStore
+from triton_sweep.store.damage import damage_of
+from triton_sweep.store.result_store import ResultStore
 from tests.fixtures.synthetic_store import row
 
 

@@ -1,7 +1,7 @@
 """Benchmark (GPU): our timer next to Nsight Compute and triton.testing.do_bench, same kernels, same inputs.
 
-    python -m runners.benchmarks.bench_timer [--cases va20 sm4k1k ...] [--repeats 2] [--launches 20]
-    python -m runners.benchmarks.bench_timer --presets --cases va20 sm8k4k mm4k  # cost of each timing preset
+    python -m triton_sweep.benchmarks.bench_timer [--cases va20 sm4k1k ...] [--repeats 2] [--launches 20]
+    python -m triton_sweep.benchmarks.bench_timer --presets --cases va20 sm8k4k mm4k  # each preset's cost
 
 For each case, from ~4 us to ~1 ms: our p50 (CUPTI kernel time after the clean flush, the default
 preset's stopping rule) in `--repeats` runs back to back, then do_bench's median; the CUDA-event p50 of
@@ -24,9 +24,9 @@ from typing import Callable, Optional
 import triton
 import triton.language as tl
 
-from runners.model.spec_sources import load_spec
-from runners.measure.stop_rule import StopRule
-from runners.measure.timing import summarize
+from triton_sweep.model.spec_sources import load_spec
+from triton_sweep.measure.stop_rule import StopRule
+from triton_sweep.measure.timing import summarize
 
 # name -> (kernel, shape, dtype, config): small and large vector adds, softmax, layernorm, matmul and
 # attention, from ~4 us to ~1 ms on an H200.
@@ -86,7 +86,7 @@ def child(case: str, launches: int, flush: bool) -> None:
     """The process ncu profiles: warm-up launches, then `launches` more (after our flush each, if asked)."""
     import torch
 
-    from runners.measure.l2_flush import L2Flush
+    from triton_sweep.measure.l2_flush import L2Flush
 
     run, _ = _case_call(case)
     props = torch.cuda.get_device_properties(0)
@@ -106,7 +106,7 @@ def ncu_median(case: str, kernel_names: str, launches: int, cache_control: bool)
                "--metrics", "gpu__time_duration.sum", "--print-units", "base", "--csv",
                "-k", f"regex:^({kernel_names})$", "--launch-skip", str(WARMUP_LAUNCHES),
                "--launch-count", str(launches),
-               sys.executable, "-m", "runners.benchmarks.bench_timer", "--child", case,
+               sys.executable, "-m", "triton_sweep.benchmarks.bench_timer", "--child", case,
                "--launches", str(launches)]
     if not cache_control:
         command.append("--flush")
@@ -169,7 +169,7 @@ def main(argv=None) -> None:
 
     import torch
 
-    from runners.measure.device import cuda_timer
+    from triton_sweep.measure.device import cuda_timer
 
     rule, warmup_s = preset_rule("default")  # as a sweep times every trial
     timer = cuda_timer(0, rule, warmup_s)

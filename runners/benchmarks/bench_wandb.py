@@ -1,8 +1,8 @@
 """Benchmark: what W&B costs a sweep of about 1,000 trials with a run per trial (`logger.runs=trial`) and
 with the sweep's run alone (`logger.runs=sweep`), against the same sweep with W&B off.
 
-    python -m runners.benchmarks.bench_wandb [--work DIR] [--backend interpret|cuda] [--repeats N]
-    python -m runners.benchmarks.bench_wandb --runs N   # what one offline run costs, trial run or not
+    python -m triton_sweep.benchmarks.bench_wandb [--work DIR] [--backend interpret|cuda] [--repeats N]
+    python -m triton_sweep.benchmarks.bench_wandb --runs N   # what one offline run costs, trial run or not
 
 The sweep: vector_add at 5 sizes, 8 BLOCK_SIZEs x 5 num_warps x 5 num_stages and the torch baseline
 (1,005 trials), timed briefly; on the interpreter (the default) it needs no GPU. Each mode runs offline in
@@ -35,7 +35,7 @@ def sweep(work: Path, backend: str, overrides: list[str]) -> dict:
     """One sweep in `work`; its wall time, its summary.json and its offline W&B output."""
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
-    args = [sys.executable, "-m", "runners.sweep", f"backend={backend}", f"store={work}/results.sqlite",
+    args = [sys.executable, "-m", "triton_sweep.sweep", f"backend={backend}", f"store={work}/results.sqlite",
             f"export_dir={work}/exports", f"hydra.run.dir={work}/run", f"logger.dir={work}", *SWEEP,
             *overrides]
     env = {**os.environ, "WANDB_SILENT": "true"}
@@ -60,7 +60,7 @@ def sweep(work: Path, backend: str, overrides: list[str]) -> dict:
 def one_run_each(count: int) -> None:
     """Seconds a run of `count` offline runs written one after another in this process, as a trial run
     (runners/outputs/wandb/logger.py: TRIAL_RUN_SETTINGS) and with the sweep's run's settings, in turn."""
-    from runners.outputs.wandb.logger import _fill_trial_run, _init_run
+    from triton_sweep.outputs.wandb.logger import _fill_trial_run, _init_run
 
     seconds = {True: [], False: []}
     with tempfile.TemporaryDirectory() as work:

@@ -1,6 +1,6 @@
 """Report (GPU): is the kernel fused? GPU kernels launched per call, per provider, from torch.profiler.
 
-    python -m runners.benchmarks.fusion_report --kernel fused_gelu --shape 8192 8192 [--dtype float16]
+    python -m triton_sweep.benchmarks.fusion_report --kernel fused_gelu --shape 8192 8192 [--dtype float16]
 
 Ours should launch exactly one kernel per call; the eager chain launches one per op; torch.compile
 somewhere in between. Each provider runs once to warm up (torch.compile compiles there), then `--calls`
@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import argparse
 
-from runners.model.trial import TRITON_PROVIDER
+from triton_sweep.model.trial import TRITON_PROVIDER
 
-from runners.model.spec_sources import load_spec
+from triton_sweep.model.spec_sources import load_spec
 
 
 def kernels_per_call(run, calls: int) -> float:

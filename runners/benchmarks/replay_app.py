@@ -3,7 +3,7 @@ like a Llama decoder layer's (hidden 4096, 32 query heads and 8 key/value heads 
 calls Liger-Kernel's RMSNorm, SwiGLU and RoPE forward kernels (through its autograd Functions) and one
 Triton kernel of its own (a fused residual add and scale, callable grid). No spec describes any of them.
 
-    python -m runners.benchmarks.replay_app [--steps 10] [--tokens 1024,2048,4096]
+    python -m triton_sweep.benchmarks.replay_app [--steps 10] [--tokens 1024,2048,4096]
         [--dtypes bfloat16,float16] [--export-dir DIR] [--profile] [--device cpu]
 
 Every result is checked against a PyTorch reference. --export-dir: each kernel launched with the config

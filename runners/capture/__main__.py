@@ -1,6 +1,6 @@
-"""`python -m runners.capture`: the command (runners/capture/command.py)."""
+"""`python -m triton_sweep.capture`: the command (runners/capture/command.py)."""
 import sys
 
-from runners.capture.command import main
+from triton_sweep.capture.command import main
 
 sys.exit(main())

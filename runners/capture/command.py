@@ -1,4 +1,4 @@
-"""Tune what a program really calls: `python -m runners.capture [--out sweeps/NAME] [--spec PKG.MOD:SPEC]
+"""Tune what a program really calls: `python -m triton_sweep.capture [--out sweeps/NAME] [--spec PKG.MOD:SPEC]
 [--bucket pow2] [--replay] -- python my_app.py ARGS` runs the program unchanged (its exit status is the
 command's) with a hook on its Triton launches (runners/capture/launch_hook/triton_launch_hook.py).
 
@@ -19,17 +19,17 @@ import sys
 import tempfile
 from pathlib import Path
 
-from runners import version
-from runners.capture.launches import VARYING, bucketed, map_launches, unrunnable
-from runners.capture.program import read_launches, run_program
-from runners.capture.sweep_files import replay_file, sweep_file
-from runners.capture.workload import kernel_seconds, workload_table
+from triton_sweep import version
+from triton_sweep.capture.launches import VARYING, bucketed, map_launches, unrunnable
+from triton_sweep.capture.program import read_launches, run_program
+from triton_sweep.capture.sweep_files import replay_file, sweep_file
+from triton_sweep.capture.workload import kernel_seconds, workload_table
 
 
 def load_specs(spec_paths: list[str]) -> tuple[dict, dict]:
     """name -> spec of every built-in kernel and of each --spec; name -> the --spec path of the latter."""
-    from kernels import builtin
-    from runners.model.spec_sources import load_spec
+    from triton_sweep.kernels import builtin
+    from triton_sweep.model.spec_sources import load_spec
 
     specs = {name: load_spec(name, None) for name in builtin()}
     paths = {}
@@ -57,7 +57,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv[:split])
     command = argv[split + 1:]
     if not command:
-        print("error: give the program after --: python -m runners.capture [options] -- python app.py ARGS",
+        print("error: give the program after --: triton-sweep-capture [options] -- python app.py ARGS",
               file=sys.stderr)
         return 2
     try:

@@ -139,7 +139,7 @@ def bucketed(entries: dict, bucket: Optional[str], dims: tuple, named: Optional[
 def unrunnable(spec, entries: dict) -> list[tuple]:
     """The (shape, dtype) of the entries where no config of the spec's default space passes its
     constraints: a sweep of the captured file would prune every trial there."""
-    from runners.model.space import space_configs
+    from triton_sweep.model.space import space_configs
 
     configs = space_configs(spec.space)
     return [(shape, dtype) for shape, dtype in entries

@@ -1,4 +1,4 @@
-"""A kernel a program launched, swept with no spec written. `python -m runners.capture --replay` records
+"""A kernel a program launched, swept with no spec written. `python -m triton_sweep.capture --replay` records
 what each launch of a @triton.jit function needs to run it again (runners/capture/launch_hook/
 triton_launch_hook.py); `kernel=external kernel.spec="replay:FILE#FUNCTION"` makes a KernelSpec of the
 records of one function in that file (the capture's <out>_launches.json), which sweeps, checks, times and
@@ -17,12 +17,12 @@ from typing import Optional
 
 import torch
 
-from kernels.spec import KernelSpec, seeded_randn
-from runners.model.trial import ConfigError
-from runners.capture.replay_kernel import LoadedKernel, load_kernel, source_text
-from runners.capture.replay_records import (LAUNCH_DIM, launched_config, recorded_grid, replay_dtype,
-                                            signature, size_at, value_at, varying_dims, why_not)
-from runners.measure.check import copy_storage
+from triton_sweep.kernels.spec import KernelSpec, seeded_randn
+from triton_sweep.model.trial import ConfigError
+from triton_sweep.capture.replay_kernel import LoadedKernel, load_kernel, source_text
+from triton_sweep.capture.replay_records import (LAUNCH_DIM, launched_config, recorded_grid, replay_dtype,
+                                                 signature, size_at, value_at, varying_dims, why_not)
+from triton_sweep.measure.check import copy_storage
 
 PREFIX = "replay:"  # a kernel.spec of this source (runners/model/spec_sources.py SOURCES)
 REPLAY_LAUNCHES = 64  # the hook's bound on launch records per function
@@ -74,7 +74,7 @@ class Replay:
 
     def __init__(self, path: Path, function: str, flops: Optional[str]):
         if not path.is_file():
-            raise ConfigError(f"kernel.spec: {path} does not exist (python -m runners.capture --replay "
+            raise ConfigError(f"kernel.spec: {path} does not exist (python -m triton_sweep.capture --replay "
                               "writes it)")
         functions = json.loads(path.read_text()).get("functions", {})
         if function not in functions:

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from runners.model.trial import ConfigError
+from triton_sweep.model.trial import ConfigError
 
 
 class LoadedKernel:

@@ -19,14 +19,14 @@ def sweep_file(spec, spec_path: Optional[str], entries: dict, command: list[str]
     dtypes = sorted({dtype for _, dtype in entries})
     kernel = "external" if spec_path else spec.name
     lines = ["# @package _global_",
-             f"# Captured by python -m runners.capture from: {' '.join(command)}",
+             f"# Captured by python -m triton_sweep.capture from: {' '.join(command)}",
              f"# {spec.name}: {sum(calls.values())} calls at {len(shapes)} shapes"
              + (" (dims that vary rounded up to powers of two)" if bucket else "")
              + f", dtypes {', '.join(dtypes)}; shapes by calls, most first.",
              "# The export weighs each shape by its calls (kernel.calls); every dtype is swept at every "
              "shape.",
              *(f"# {note}" for note in notes),
-             f"# to run (the file in sweeps/): python -m runners.sweep +sweep={name}",
+             f"# to run (the file in sweeps/): python -m triton_sweep.sweep +sweep={name}",
              "defaults:", f"  - override /kernel: {kernel}", "  - override /timing: screen", "",
              "kernel:"]
     if spec_path:
@@ -40,8 +40,8 @@ def sweep_file(spec, spec_path: Optional[str], entries: dict, command: list[str]
 def replay_file(out: Path, function: str, command: list[str]) -> Optional[Path]:
     """The sweep file that replays the launches of a function no spec maps, or a line saying why it
     cannot be replayed (the capture goes on with the others)."""
-    from runners.capture.replay import PREFIX, Replay
-    from runners.model.trial import ConfigError
+    from triton_sweep.capture.replay import PREFIX, Replay
+    from triton_sweep.model.trial import ConfigError
 
     target = f"{out}_launches.json#{function}"
     try:

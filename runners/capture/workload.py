@@ -16,8 +16,8 @@ def kernel_seconds(specs: dict, mapped: dict) -> dict:
     import numpy as np
     importlib.import_module("scipy.stats")  # the stop rule's ranks: here, not in the first timer loop
 
-    from runners.measure.device import cuda_timer
-    from runners.measure.stop_rule import StopRule
+    from triton_sweep.measure.device import cuda_timer
+    from triton_sweep.measure.stop_rule import StopRule
 
     rule = StopRule(min_samples=10, min_time_s=0.01, rel_precision=0.02, max_time_s=0.2)
     timer = cuda_timer(torch.cuda.current_device(), rule, warmup_s=0.01)

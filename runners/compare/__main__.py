@@ -1,6 +1,6 @@
-"""`python -m runners.compare`: the command (runners/compare/command.py)."""
+"""`python -m triton_sweep.compare`: the command (runners/compare/command.py)."""
 import sys
 
-from runners.compare.command import main
+from triton_sweep.compare.command import main
 
 sys.exit(main())

@@ -1,4 +1,4 @@
-"""Whether two runs differ: the rule runners.compare and runners.revalidate judge by.
+"""Whether two runs differ: the rule triton_sweep.compare and triton_sweep.revalidate judge by.
 
 The unit of replication is the run. A row's noise is measured by its repetitions; the shift a whole run
 shares is estimated from the data (the median over shapes, per provider of a kernel, and per kind of bound
@@ -16,10 +16,11 @@ from typing import Optional
 
 import numpy as np
 
-from runners.compare.calibration import Spread, checked_spread, shapes_checked
-from runners.compare.estimators import (median_series, median_variance, paired_difference, round_series,
-                                        satterthwaite, t_quantile, t_quantiles, without_one_median_variances)
-from runners.compare.figures import Pair, size_class
+from triton_sweep.compare.calibration import Spread, checked_spread, shapes_checked
+from triton_sweep.compare.estimators import (median_series, median_variance, paired_difference, round_series,
+                                             satterthwaite, t_quantile, t_quantiles,
+                                             without_one_median_variances)
+from triton_sweep.compare.figures import Pair, size_class
 
 POWER_Z = 1.6449  # the smallest slowdown caught "in 95% of runs": the threshold plus this many sds
 KINDS_P = 0.05  # a domain's memory- and compute-bound shapes are judged apart where they moved apart so

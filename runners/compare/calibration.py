@@ -11,9 +11,9 @@ from typing import Optional
 
 import numpy as np
 
-from runners.compare.estimators import (median_series, median_variance, round_noise, round_series,
-                                        without_one_medians)
-from runners.compare.figures import Figure
+from triton_sweep.compare.estimators import (median_series, median_variance, round_noise, round_series,
+                                             without_one_medians)
+from triton_sweep.compare.figures import Figure
 
 MIN_RUNS = 3  # a calibration needs the spread of at least three runs' shifts
 CHECK_P = 0.01  # a calibration is widened where the comparison's own data is noisier at this level

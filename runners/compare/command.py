@@ -1,6 +1,6 @@
 """Compare two sweeps, or an export with a store or another export, and gate CI on it:
 
-    python -m runners.compare BASE NEW [--fail-on-slow 2%] [--calibration RUNS.sqlite]
+    python -m triton_sweep.compare BASE NEW [--fail-on-slow 2%] [--calibration RUNS.sqlite]
 
 BASE and NEW: a sweep id in --store, a store file, `store.sqlite:sweep_id`, or an export's JSON. Every
 trial measured on both sides, and each side's winner of every (kernel, dtype, shape), gets NEW/BASE and
@@ -18,15 +18,15 @@ import sqlite3
 import sys
 from pathlib import Path
 
-from runners import version
-from runners.compare import between_runs
-from runners.compare.matching import compare, load_calibration
-from runners.compare.report import report
-from runners.compare.sides import CompareError, Side, export_frame, shipped_keys, versions_against
-from runners.export.fileformat import read_export, sections
-from runners.export.settings import ExportError, sweep_export_conf
-from runners.store.damage import StoreError
-from runners.store.result_store import ResultStore
+from triton_sweep import version
+from triton_sweep.compare import between_runs
+from triton_sweep.compare.matching import compare, load_calibration
+from triton_sweep.compare.report import report
+from triton_sweep.compare.sides import CompareError, Side, export_frame, shipped_keys, versions_against
+from triton_sweep.export.fileformat import read_export, sections
+from triton_sweep.export.settings import ExportError, sweep_export_conf
+from triton_sweep.store.damage import StoreError
+from triton_sweep.store.result_store import ResultStore
 
 DEFAULT_MIN_EFFECT = 0.01
 DEFAULT_ALPHA = 0.01
@@ -149,7 +149,7 @@ def main(argv=None) -> int:
         return 2
     except Exception as error:  # a failure to judge, never a regression: exit 1 is the gate's alone
         print(f"error: could not judge ({type(error).__name__}: {error}); this is a fault of "
-              "runners.compare, not a verdict: please report it with the command", file=sys.stderr)
+              "triton_sweep.compare, not a verdict: please report it with the command", file=sys.stderr)
         return 2
     print(text)
     return status

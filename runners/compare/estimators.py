@@ -11,7 +11,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from runners.compare.figures import Figure
+from triton_sweep.compare.figures import Figure
 
 MEDIAN_DRAWS = 4000  # draws of the simulation of a median's variance (its own error about 2%)
 

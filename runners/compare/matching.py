@@ -1,6 +1,6 @@
 """Two sides matched and judged: every trial measured ok on both, and each side's winner of every (kernel,
 dtype, shape), read into a Pair of figures and judged by the rule of runners/compare/between_runs.py;
-compare returns what runners/compare/report.py prints (and runners.revalidate judges a re-timed export
+compare returns what runners/compare/report.py prints (and triton_sweep.revalidate judges a re-timed export
 by). Also a calibration's runs in a store read into run figures (load_calibration, calibration_of) and
 the spread each shift is judged against (spreads_of).
 """
@@ -16,16 +16,16 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
-from runners.model.finalists import winner
-from runners.model.columns import NAMED
-from runners.model.trial import TRITON_PROVIDER
-from runners.measure.stop_rule import CLOCK_JITTER_S, quantum
-from runners.compare import between_runs
-from runners.compare.calibration import MIN_RUNS, Spread, calibrate
-from runners.compare.figures import Figure, Pair, RunFigure, pd_missing
-from runners.compare.sides import EXPORT_PHASE, CompareError
-from runners.store.damage import StoreError
-from runners.store.result_store import ResultStore, shape_label
+from triton_sweep.model.finalists import winner
+from triton_sweep.model.columns import NAMED
+from triton_sweep.model.trial import TRITON_PROVIDER
+from triton_sweep.measure.stop_rule import CLOCK_JITTER_S, quantum
+from triton_sweep.compare import between_runs
+from triton_sweep.compare.calibration import MIN_RUNS, Spread, calibrate
+from triton_sweep.compare.figures import Figure, Pair, RunFigure, pd_missing
+from triton_sweep.compare.sides import EXPORT_PHASE, CompareError
+from triton_sweep.store.damage import StoreError
+from triton_sweep.store.result_store import ResultStore, shape_label
 
 
 

@@ -1,5 +1,5 @@
-"""The text runners.compare prints and the gate's exit status (report, gate_verdict), and the lines
-runners.revalidate prints too (shift_lines): the matched trials and winners with their thresholds and
+"""The text triton_sweep.compare prints and the gate's exit status (report, gate_verdict), and the lines
+triton_sweep.revalidate prints too (shift_lines): the matched trials and winners with their thresholds and
 reach, the shift of each kernel's provider, status changes, the trials only on one side and the
 environment fields that differ; refusals says why the gate cannot judge (runners/compare/command.py's
 docstring says when it fails and refuses).
@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import math
 
-from runners.model.columns import NAMED
-from runners.model.trial import TRITON_PROVIDER
-from runners.compare import between_runs
-from runners.compare.between_runs import JUDGED, NO_REPETITIONS, VERDICTS
-from runners.compare.sides import Side
+from triton_sweep.model.columns import NAMED
+from triton_sweep.model.trial import TRITON_PROVIDER
+from triton_sweep.compare import between_runs
+from triton_sweep.compare.between_runs import JUDGED, NO_REPETITIONS, VERDICTS
+from triton_sweep.compare.sides import Side
 
 LISTED = 20  # trials listed per only-in / failing list unless --all
 

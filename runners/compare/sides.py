@@ -11,11 +11,11 @@ from typing import Optional
 
 import pandas as pd
 
-from runners.model.columns import COLUMN_NAMES, NAMED
-from runners.model.trial import TRITON_PROVIDER, Trial
-from runners.export.cover import Measured, covering_set
-from runners.export.fileformat import sections
-from runners.export.runtime import pick_version, version_key
+from triton_sweep.model.columns import COLUMN_NAMES, NAMED
+from triton_sweep.model.trial import TRITON_PROVIDER, Trial
+from triton_sweep.export.cover import Measured, covering_set
+from triton_sweep.export.fileformat import sections
+from triton_sweep.export.runtime import pick_version, version_key
 
 EXPORT_PHASE = "export"  # a row read from an export's JSON
 

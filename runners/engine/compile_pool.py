@@ -16,10 +16,10 @@ import os
 import time
 from typing import Optional
 
-from runners.engine.fork_server import ForkServer
-from runners.engine.process import WorkerProcess
-from runners.model.trial import Trial
-from runners.measure import check
+from triton_sweep.engine.fork_server import ForkServer
+from triton_sweep.engine.process import WorkerProcess
+from triton_sweep.model.trial import Trial
+from triton_sweep.measure import check
 
 BUILT = None  # the outcome of a successful compile
 DEFERRED = "deferred"  # not decided here; the GPU worker compiles it
@@ -35,8 +35,8 @@ def _compile_main(conn, kernel_name: str, spec_path: Optional[str]) -> None:
     os.nice(COMPILE_NICENESS)  # ptxas, which it starts, inherits it
     import torch
 
-    from runners.engine.internals import CompileOnly
-    from runners.model.spec_sources import load_spec
+    from triton_sweep.engine.internals import CompileOnly
+    from triton_sweep.model.spec_sources import load_spec
 
     spec = load_spec(kernel_name, spec_path)
     compiling = CompileOnly()
@@ -83,10 +83,10 @@ def _outcome(status: Optional[str], message: Optional[str], began: float) -> dic
 
 def kernel_module(kernel_name: str, spec_path: Optional[str]) -> Optional[str]:
     """The module that defines the kernel's KernelSpec, named without importing anything heavy: a
-    builtin's from kernels.builtin() (read from the source, not imported), an external kernel's from
-    kernel.spec ("pkg.mod:SPEC" -> "pkg.mod"). None where neither names one (validation says what is
-    wrong)."""
-    from kernels import builtin
+    builtin's from triton_sweep.kernels.builtin() (read from the source, not imported), an external
+    kernel's from kernel.spec ("pkg.mod:SPEC" -> "pkg.mod"). None where neither names one (validation says
+    what is wrong)."""
+    from triton_sweep.kernels import builtin
 
     target = spec_path if kernel_name == "external" else builtin().get(kernel_name)
     module, colon, attr = (target or "").partition(":")
@@ -100,8 +100,8 @@ def fork_server(kernel_name: str, spec_path: Optional[str]) -> ForkServer:
     # torch.fx.experimental.symbolic_shapes (and sympy with it): torch imports it at the first meta
     # tensor an output_like allocates (torch.empty_like); each compile worker's first compile imported
     # it, 2.6-3.3 s on an H100 host (0.001-0.002 s each later compile): BENCHMARKS.md, O.
-    preload = ("torch", "triton", "torch.fx.experimental.symbolic_shapes", "runners.model.spec_sources",
-               "runners.engine.compile_pool")
+    preload = ("torch", "triton", "torch.fx.experimental.symbolic_shapes", "triton_sweep.model.spec_sources",
+               "triton_sweep.engine.compile_pool")
     module = kernel_module(kernel_name, spec_path)
     return ForkServer(preload + ((module,) if module else ()))
 
@@ -111,7 +111,7 @@ def compile_workers(count: int, kernel_name: str, spec_path: Optional[str],
     """`count` compile workers, none started, all forked from `server` (a new one when None); the
     scheduler forks them as the work needs them (runners/engine/placement.py). None where this Triton
     cannot compile without a GPU (internals.compile_only_problem): said in a line."""
-    from runners.engine.internals import compile_only_problem
+    from triton_sweep.engine.internals import compile_only_problem
 
     problem = compile_only_problem() if count else None
     if problem:

@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections import deque
 from typing import Callable, Optional
 
-from runners.engine.process import WorkerLost, WorkerProcess
-from runners.model.trial import Trial
-from runners.measure.stop_rule import StopRule
+from triton_sweep.engine.process import WorkerLost, WorkerProcess
+from triton_sweep.model.trial import Trial
+from triton_sweep.measure.stop_rule import StopRule
 
 
 class FinalistQueue:

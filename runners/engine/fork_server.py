@@ -16,9 +16,9 @@ import time
 from multiprocessing import reduction
 from typing import Any, Callable, Union
 
-from runners.engine import process
-from runners.engine.process import WorkerProcess, child_main, flush_stdio
-from runners.measure import check
+from triton_sweep.engine import process
+from triton_sweep.engine.process import WorkerProcess, child_main, flush_stdio
+from triton_sweep.measure import check
 
 
 def import_ahead(names) -> dict[str, str]:

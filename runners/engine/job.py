@@ -24,13 +24,13 @@ from typing import Callable, Optional
 
 from omegaconf import DictConfig
 
-from runners.engine import job_report
-from runners.engine.process import ask_to_stop, stop_all
-from runners.model.columns import DEVICE_COLUMNS
-from runners.model.trial import TRITON_PROVIDER, Trial
-from runners.measure import check
-from runners.measure.neighbours import watch_gpus
-from runners.measure.stop_rule import StopRule
+from triton_sweep.engine import job_report
+from triton_sweep.engine.process import ask_to_stop, stop_all
+from triton_sweep.model.columns import DEVICE_COLUMNS
+from triton_sweep.model.trial import TRITON_PROVIDER, Trial
+from triton_sweep.measure import check
+from triton_sweep.measure.neighbours import watch_gpus
+from triton_sweep.measure.stop_rule import StopRule
 
 SPENT = ("measure_s", "first_call_s", "compile_s")  # a row's seconds that time_spent() sums by phase
 
@@ -136,10 +136,10 @@ class Job:
     # --- start ---------------------------------------------------------------------------------------
 
     def start(self, cleanup: ExitStack) -> None:
-        from runners.model.plan import stop_rules, validate
-        from runners.engine.side import side_workers
-        from runners.engine.startup import gpu_lock_file, plan_line, start_early, start_workers
-        from runners.engine.trial_run import compiles
+        from triton_sweep.model.plan import stop_rules, validate
+        from triton_sweep.engine.side import side_workers
+        from triton_sweep.engine.startup import gpu_lock_file, plan_line, start_early, start_workers
+        from triton_sweep.engine.trial_run import compiles
 
         cfg = self.cfg
         self.outputs.begin(cfg)
@@ -173,7 +173,7 @@ class Job:
     def ceilings(self) -> None:
         """The environment every row carries, the prior store's rows (jobs run apart), and the device's
         measured ceilings (from the store, else measured now and kept)."""
-        from runners.model.spec_sources import kernel_source_hash
+        from triton_sweep.model.spec_sources import kernel_source_hash
 
         cfg, store = self.cfg, self.store
         info = self.scheduler.gpu_workers[0].info
@@ -248,7 +248,7 @@ class Job:
         trials the store holds for this GPU and versions are reused (force=true re-measures)."""
         from tqdm import tqdm
 
-        from runners.engine.startup import compile_note
+        from triton_sweep.engine.startup import compile_note
 
         cfg, store, scheduler, search = self.cfg, self.store, self.scheduler, self.plan.search
         done = {} if cfg.force else store.measured(self.env)
@@ -291,7 +291,7 @@ class Job:
         baselines that passed there (so that ours and theirs see the same clocks: screened minutes apart,
         a matmul finalist ran at 1335-1815 MHz on an H200 while cuBLAS had screened at 1980); returns how
         many groups."""
-        from runners.model.finalists import finalist_groups, group_rule, on_finalists
+        from triton_sweep.model.finalists import finalist_groups, group_rule, on_finalists
 
         final = self.cfg.finalists
         groups = finalist_groups(self.store.load(sweep_id=self.sweep_id, kernel=self.plan.trials[0].kernel),

@@ -7,7 +7,7 @@ import json
 import time
 from typing import Optional
 
-from runners.model.trial import TRITON_PROVIDER, counted
+from triton_sweep.model.trial import TRITON_PROVIDER, counted
 
 
 def trials_said(job, budget_s: Optional[float], note: str) -> str:

@@ -12,10 +12,10 @@ import time
 from collections import deque
 from typing import Optional
 
-from runners.engine import compile_pool
-from runners.engine.process import WorkerLost, WorkerProcess
-from runners.model.trial import TRITON_PROVIDER, Trial
-from runners.measure import check
+from triton_sweep.engine import compile_pool
+from triton_sweep.engine.process import WorkerLost, WorkerProcess
+from triton_sweep.model.trial import TRITON_PROVIDER, Trial
+from triton_sweep.measure import check
 
 
 class CompilePlacement:

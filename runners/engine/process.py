@@ -20,7 +20,7 @@ import time
 import traceback
 from typing import Any, Callable, Optional, Union
 
-from runners.measure import check
+from triton_sweep.measure import check
 
 READY_TIMEOUT_S = 600  # imports, CUDA context and the L2 flush buffer; generous for a cold file cache
 

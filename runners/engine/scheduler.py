@@ -14,11 +14,11 @@ from __future__ import annotations
 import time
 from typing import Callable, Optional, Sequence
 
-from runners.engine.finalist_queue import FinalistQueue
-from runners.engine.placement import CompilePlacement
-from runners.engine.process import WorkerLost, WorkerProcess, drive, stop_all
-from runners.engine.side import SideTurns
-from runners.model.trial import Trial
+from triton_sweep.engine.finalist_queue import FinalistQueue
+from triton_sweep.engine.placement import CompilePlacement
+from triton_sweep.engine.process import WorkerLost, WorkerProcess, drive, stop_all
+from triton_sweep.engine.side import SideTurns
+from triton_sweep.model.trial import Trial
 
 
 class WorkerStartError(RuntimeError):

@@ -11,8 +11,8 @@ from __future__ import annotations
 import time
 from typing import Callable, Optional, Sequence
 
-from runners.engine.process import WorkerLost, WorkerProcess
-from runners.model.trial import Trial
+from triton_sweep.engine.process import WorkerLost, WorkerProcess
+from triton_sweep.model.trial import Trial
 
 
 def side_workers(side: Optional[WorkerProcess], trials: list[Trial], compiles: Callable[[Trial], bool],

@@ -10,12 +10,12 @@ from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 from omegaconf import DictConfig
 
-from runners.engine.fork_server import ForkServer
-from runners.engine.process import WorkerProcess, stop_all
+from triton_sweep.engine.fork_server import ForkServer
+from triton_sweep.engine.process import WorkerProcess, stop_all
 
 if TYPE_CHECKING:
-    from runners.engine.scheduler import Scheduler
-    from runners.model.trial import Trial
+    from triton_sweep.engine.scheduler import Scheduler
+    from triton_sweep.model.trial import Trial
 
 
 def gpu_lock_file(cfg: DictConfig, index: int = 0) -> Optional[str]:
@@ -42,8 +42,8 @@ def start_early(cfg: DictConfig, rule, lock_file: Optional[str]) -> list[Optiona
     core for it; side.side_workers stops it once validation says there are none. Starting a
     worker launches nothing; a ConfigError stops them at once, unready (runners/engine/job.py). None
     for what is not needed or cannot be named yet (an unknown kernel)."""
-    from runners.engine.compile_pool import fork_server, kernel_module
-    from runners.engine.worker import trial_worker
+    from triton_sweep.engine.compile_pool import fork_server, kernel_module
+    from triton_sweep.engine.worker import trial_worker
 
     if kernel_module(cfg.kernel.name, cfg.kernel.spec) is None:
         return [None, None, None]
@@ -65,7 +65,7 @@ def start_early(cfg: DictConfig, rule, lock_file: Optional[str]) -> list[Optiona
 def plan_line(cfg: DictConfig, sweep_id: str, plan, sides: int) -> str:
     """The job's first line: what it plans, and the workers it starts (`sides`: the GPUs with a side
     worker)."""
-    from runners.model.trial import TRITON_PROVIDER, counted
+    from triton_sweep.model.trial import TRITON_PROVIDER, counted
 
     configs = sum(t.provider == TRITON_PROVIDER for t in plan.trials)
     budget = cfg.search.budget_trials
@@ -87,10 +87,10 @@ def start_workers(cfg: DictConfig, workers: int, compilers: int, rule, first_bat
     workers are ready; the pool compiles the first batch meanwhile, its workers forked from the fork
     server as soon as it has imported the kernel's module. Keeps the trial workers of the first GPU's
     model."""
-    from runners.engine import compile_pool
-    from runners.engine.scheduler import Scheduler, WorkerStartError
-    from runners.engine.worker import trial_worker
-    from runners.measure.device import nvml_compile_target
+    from triton_sweep.engine import compile_pool
+    from triton_sweep.engine.scheduler import Scheduler, WorkerStartError
+    from triton_sweep.engine.worker import trial_worker
+    from triton_sweep.measure.device import nvml_compile_target
 
     first, server, side = early
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 import time
 from typing import Optional
 
-from runners.measure import check
-from runners.measure.inputs import ShapeCache
-from runners.measure.metrics import measured_fields
-from runners.measure.repetitions import Placements, measure_repetitions
-from runners.model.trial import TRITON_PROVIDER, Trial
+from triton_sweep.measure import check
+from triton_sweep.measure.inputs import ShapeCache
+from triton_sweep.measure.metrics import measured_fields
+from triton_sweep.measure.repetitions import Placements, measure_repetitions
+from triton_sweep.model.trial import TRITON_PROVIDER, Trial
 
 
 def compiles(spec, trial: Trial) -> bool:
@@ -103,7 +103,7 @@ def run_finalists(spec, trials: list[Trial], cache: ShapeCache, timer, peaks: di
     baselines beside them), interleaved round-robin with the L2 flush before every call, until `rule`
     holds or the ties of ours at tie_floor are settled (runners/model/finalists.py); one row fragment
     per trial (or one failure for all)."""
-    from runners.model.finalists import settled
+    from triton_sweep.model.finalists import settled
 
     ours = [i for i, trial in enumerate(trials) if trial.provider == TRITON_PROVIDER]
     try:

@@ -19,9 +19,9 @@ import os
 import time
 from typing import Optional
 
-from runners.engine.process import WorkerProcess
-from runners.engine.trial_run import prepare_baseline, run_finalists, run_trial
-from runners.measure.inputs import ShapeCache
+from triton_sweep.engine.process import WorkerProcess
+from triton_sweep.engine.trial_run import prepare_baseline, run_finalists, run_trial
+from triton_sweep.measure.inputs import ShapeCache
 
 
 class GpuLock:
@@ -57,9 +57,9 @@ def _worker_main(conn, backend: str, kernel_name: str, spec_path: Optional[str],
             importlib.import_module(module)
         import torch
 
-        from runners.model.spec_sources import load_spec
-        from runners.measure import device as device_info
-        from runners.measure.timing import InterpreterTimer
+        from triton_sweep.model.spec_sources import load_spec
+        from triton_sweep.measure import device as device_info
+        from triton_sweep.measure.timing import InterpreterTimer
         device = torch.device("cpu") if backend == "interpret" else torch.device("cuda", device_index)
         # The GPU's part of the start, beside the imports below; the torch.compile worker's after them:
         # begun beside them, it would ask for the GPU's lock with the trial worker's start and could hold
@@ -106,7 +106,7 @@ def _gpu_timer(torch, device_info, device, device_index: int, lock: GpuLock, rul
                gpu_start: Optional[concurrent.futures.Future]) -> tuple:
     """The GPU's timer once the GPU's part of the start is done (on its thread, `gpu_start`, or here),
     its CUPTI probe taken on this thread; returns it and where the GPU's part went (seconds)."""
-    from runners.measure.timing import METHOD_CUPTI
+    from triton_sweep.measure.timing import METHOD_CUPTI
 
     timer, gpu_part = (gpu_start.result() if gpu_start is not None
                        else _start_on_gpu(torch, device_info, device, lock, rule, warmup_s))
@@ -144,7 +144,7 @@ def _start_on_gpu(torch, device_info, device, lock: GpuLock, rule, warmup_s: flo
 
 def _serve(conn, spec, cache: ShapeCache, timer, device, lock: GpuLock, side: bool) -> None:
     """Answer the sweep's requests until it says stop (None) or a sticky CUDA error ends this worker."""
-    from runners.measure import device as device_info
+    from triton_sweep.measure import device as device_info
 
     while True:
         message = conn.recv()
@@ -182,4 +182,5 @@ def trial_worker(backend: str, kernel_name: str, spec_path: Optional[str], rule,
     # A TRITON_INTERPRET=1 left in the shell (or by an interpret job) must not reach a CUDA worker:
     # it would time the interpreter. Its main by name: the parent starts it before importing torch.
     args = (backend, kernel_name, spec_path, rule, warmup_s, seed, device_index, lock_path, side)
-    return WorkerProcess(name, "runners.engine.worker:_worker_main", args, interpret=backend == "interpret")
+    return WorkerProcess(name, "triton_sweep.engine.worker:_worker_main", args,
+                         interpret=backend == "interpret")

@@ -1,6 +1,6 @@
 """The export of tuned configs: `<kernel>_configs.json` (the data of record) and `<kernel>_configs.py`
 (imports only triton), written at the end of a sweep (runners/outputs/export_files.py) and by
-`python -m runners.export`. One package, one module a step of the walk from a store to the files:
+`python -m triton_sweep.export`. One package, one module a step of the walk from a store to the files:
 - settings.py: every setting resolved and checked (key, tolerance, dims, the kernel's constraints, calls);
 - rows.py: what is exported (ok GPU rows of the kernel, newest environment, newest row a trial);
 - cover.py: the covering set and its alternates per (GPU, dtype), and the winners;
@@ -17,11 +17,11 @@ from typing import Optional
 
 import pandas as pd
 
-from runners.export.cover import covered
-from runners.export.fileformat import checked_rows, write_export
-from runners.export.generalization import gpu_sections
-from runners.export.rows import exported_rows
-from runners.export.settings import checked
+from triton_sweep.export.cover import covered
+from triton_sweep.export.fileformat import checked_rows, write_export
+from triton_sweep.export.generalization import gpu_sections
+from triton_sweep.export.rows import exported_rows
+from triton_sweep.export.settings import checked
 
 
 def export_kernel(frame: pd.DataFrame, kernel: str, out_dir: str | Path, *, tolerance: float = 0.03,

@@ -1,6 +1,6 @@
-"""`python -m runners.export`: the command (runners/export/command.py)."""
+"""`python -m triton_sweep.export`: the command (runners/export/command.py)."""
 import sys
 
-from runners.export.command import main
+from triton_sweep.export.command import main
 
 sys.exit(main())

@@ -1,4 +1,4 @@
-"""Export the tuned configs of a store: `python -m runners.export --kernel softmax [--key n_cols=cols]
+"""Export the tuned configs of a store: `python -m triton_sweep.export --kernel softmax [--key n_cols=cols]
 [--tolerance 0.03] [--sweep-id ID]` writes `<kernel>_configs.json` and `<kernel>_configs.py`
 (runners/export/ says what they hold and how the configs are chosen).
 
@@ -14,12 +14,12 @@ import argparse
 import sys
 from pathlib import Path
 
-from runners import version
-from runners.model.trial import ConfigError
-from runners.export import export_kernel
-from runners.export.settings import ExportError, from_command
-from runners.store.damage import StoreError
-from runners.store.result_store import ResultStore
+from triton_sweep import version
+from triton_sweep.model.trial import ConfigError
+from triton_sweep.export import export_kernel
+from triton_sweep.export.settings import ExportError, from_command
+from triton_sweep.store.damage import StoreError
+from triton_sweep.store.result_store import ResultStore
 
 
 def main(argv=None) -> int:
@@ -40,7 +40,7 @@ def main(argv=None) -> int:
                         help="an external kernel's KernelSpec: its dims and export key (as kernel.spec)")
     parser.add_argument("--calls", metavar="SWEEP.yaml",
                         help="weigh the covering set by call counts: a sweep file of python -m "
-                             "runners.capture (its kernel.shapes and kernel.calls)")
+                             "triton_sweep.capture (its kernel.shapes and kernel.calls)")
     parser.add_argument("--no-merge", action="store_true",
                         help="rewrite the files from this export alone (default: keep other GPUs' sections)")
     args = parser.parse_args(argv)

@@ -18,8 +18,8 @@ from typing import Optional
 
 import pandas as pd
 
-from runners.model.finalists import resource_key, winning_records
-from runners.export.rows import baselines_by_shape, canonical, row_figures, json_number, parse_shape
+from triton_sweep.model.finalists import resource_key, winning_records
+from triton_sweep.export.rows import baselines_by_shape, canonical, row_figures, json_number, parse_shape
 
 WINNER_FIELDS = ("p50_us", "gbps", "tflops", "pct_copy_bw")  # of each shape's winner, in BEST_BY_SHAPE
 
@@ -33,7 +33,7 @@ class Measured:
     def __init__(self, rows: pd.DataFrame):
         rows = rows.sort_values("id")
         # Plain records, not a pandas row or group at a time: that took 0.3 s a dtype at 120 shapes of 16
-        # configs, built twice (`python -m runners.benchmarks.bench_export_scale`: 3.2 s of export at 120
+        # configs, built twice (`python -m triton_sweep.benchmarks.bench_export_scale`: 3.2 s of export at 120
         # shapes, 1.6 s with this and the dtype's one build, on this project's 2-core CPU host).
         by_shape: dict[tuple, list[dict]] = {}
         self.configs: dict[str, dict] = {}

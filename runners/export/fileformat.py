@@ -22,9 +22,9 @@ from typing import Annotated, Optional
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 from pydantic import ValidationError, model_validator
 
-from runners.model.trial import NUM_WARPS_ALLOWED
-from runners.export.render import render_module
-from runners.export.settings import ExportError
+from triton_sweep.model.trial import NUM_WARPS_ALLOWED
+from triton_sweep.export.render import render_module
+from triton_sweep.export.settings import ExportError
 
 FORMAT = 3  # of the JSON; 2 had one section a GPU, 1 one file a GPU with the configs ok at every shape
 

@@ -20,9 +20,9 @@ from typing import Optional
 
 import pandas as pd
 
-from runners.export.runtime import ALIGNMENT, _choice, _is_aligned, _kept
-from runners.export.cover import Measured
-from runners.export.render import LAUNCH_OPTIONS
+from triton_sweep.export.runtime import ALIGNMENT, _choice, _is_aligned, _kept
+from triton_sweep.export.cover import Measured
+from triton_sweep.export.render import LAUNCH_OPTIONS
 
 PROVENANCE = ("timing_method", "driver_version", "cuda_version", "torch_version", "triton_version",
               "kernel_hash")
@@ -104,7 +104,7 @@ def estimate(measured: Measured, tolerance: float, dims: tuple, key_dims: list[s
 # The points are dealt, in the order of their values, into at most this many folds; the choice at every
 # point of a fold is made by the estimate of the shapes outside it (both ways), which sees none of the
 # points it chooses for. One fold a point grows with the cube of the points: 0.5 s
-# of export at 15 shapes of two dtypes, 29.8 s at 120 (`python -m runners.benchmarks.bench_export_scale`,
+# of export at 15 shapes of two dtypes, 29.8 s at 120 (`python -m triton_sweep.benchmarks.bench_export_scale`,
 # this project's CPU host), 2.3-3.1 s of an H100 host's finish at 30 points; FOLDS of them grow with
 # its square, as the estimate itself does. Up to FOLDS points, a fold is a point.
 FOLDS = 8

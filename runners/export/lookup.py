@@ -3,9 +3,9 @@ cover_for, config_for), which render.py copies below runtime.py's code, and LOOK
 code follows, which goes into the generated module's docstring. The names imported above the marker are
 runtime.py's, so that this file is importable and checkable on its own; the runner never calls it.
 """
-from runners.export.runtime import (ALIGNED_APART, BEST_BY_SHAPE, DIMS, KERNEL, KEY, ExportLookupError,
-                                    _choice, _cover, _dtype_name, _named, _prune, _sizes, _warn_if_far,
-                                    _where, gpu_name)
+from triton_sweep.export.runtime import (ALIGNED_APART, BEST_BY_SHAPE, DIMS, KERNEL, KEY, ExportLookupError,
+                                         _choice, _cover, _dtype_name, _named, _prune, _sizes, _warn_if_far,
+                                         _where, gpu_name)
 
 # The rules the code below the marker follows: the end of every generated module's docstring (render.py).
 LOOKUP_RULES = """Lookups, for a call's sizes (the kernel's arguments named in KEY, or the dims of DIMS):

@@ -15,7 +15,7 @@ import json
 import re
 from pathlib import Path
 
-from runners.export.lookup import LOOKUP_RULES
+from triton_sweep.export.lookup import LOOKUP_RULES
 
 LAUNCH_OPTIONS = ("num_warps", "num_stages")  # triton.Config keywords; every other key is a meta-parameter
 RUNTIME = Path(__file__).resolve().parent / "runtime.py"

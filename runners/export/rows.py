@@ -4,7 +4,7 @@ and versions (a version that was not recorded, NULL, compares equal to itself), 
 trial; beside them the baselines measured in that environment, and every status of our trials there (the
 leave-one-out estimate scores a pick that was not ok at a shape). Each row's figures travel with the
 config: its p50 and, where it was timed in repetitions, their medians and spread, else its one median's
-precision, which runners.compare and runners.revalidate judge a later measurement against.
+precision, which triton_sweep.compare and triton_sweep.revalidate judge a later measurement against.
 
 A store may hold rows of someone else's (merged in): every row of the kernel is checked before the export
 reads it (fileformat.checked_rows, against the file format's types).
@@ -18,9 +18,9 @@ from typing import Optional
 
 import pandas as pd
 
-from runners.model.columns import ENV_KEY
-from runners.model.trial import TRITON_PROVIDER
-from runners.export.settings import ExportError
+from triton_sweep.model.columns import ENV_KEY
+from triton_sweep.model.trial import TRITON_PROVIDER
+from triton_sweep.export.settings import ExportError
 
 # Rows exported together share the resume environment; backend and GPU name are already fixed here.
 EXPORT_ENV = [name for name in ENV_KEY if name not in ("backend", "gpu_name")]
@@ -119,7 +119,7 @@ def json_number(value):
 
 
 def row_figures(row) -> dict:
-    """What `runners.compare` judges a later measurement of the export against: a row's (a pandas row,
+    """What `triton_sweep.compare` judges a later measurement of the export against: a row's (a pandas row,
     or a dict of its fields) repetitions, their medians (the mean of their logs is the figure it
     compares) and the spread of their logs, where it was timed in several; else the precision of its one
     median (the half-width of its 95% interval)."""

@@ -2,8 +2,8 @@
 kernel's argument that gives each dim: `export.key.<kernel>` of the sweep's config, `--key` of the
 command, else the kernel's own KernelSpec.export_key), the dims (a kernel not built in: from its spec, or
 --dims), the kernel's constraints (the `check` the leave-one-out estimate plays), and the call counts that
-weigh the covering set (kernel.calls of a sweep file of python -m runners.capture). The end of a sweep
-(`from_sweep`) and `python -m runners.export` (`from_command`) resolve them here, from the same primary
+weigh the covering set (kernel.calls of a sweep file of python -m triton_sweep.capture). The end of a sweep
+(`from_sweep`) and `python -m triton_sweep.export` (`from_command`) resolve them here, from the same primary
 config (conf/config.yaml's export section), so that both write the same files; a sweep checks them
 before anything is launched (`check_sweep`).
 """
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Optional
 
-from runners.model.schema import CONF_DIR
-from runners.model.trial import ConfigError
+from triton_sweep.model.schema import CONF_DIR
+from triton_sweep.model.trial import ConfigError
 
 
 class ExportError(ValueError):
@@ -24,7 +24,7 @@ def sweep_export_conf():
     over its schema (the section is the primary config's own; no group changes it)."""
     from omegaconf import OmegaConf
 
-    from runners.model.schema import ExportConf
+    from triton_sweep.model.schema import ExportConf
 
     primary = OmegaConf.load(CONF_DIR / "config.yaml")
     return OmegaConf.merge(OmegaConf.structured(ExportConf), primary.export)
@@ -33,7 +33,7 @@ def sweep_export_conf():
 def _loaded(kernel: str, spec_path: Optional[str]):
     """The KernelSpec the export has: the import path given (--spec), else the built-in kernel's (None if
     it is not built in)."""
-    from runners.model.spec_sources import builtin_spec, load_spec
+    from triton_sweep.model.spec_sources import builtin_spec, load_spec
 
     return load_spec("external", spec_path) if spec_path else builtin_spec(kernel)
 
@@ -53,8 +53,8 @@ def resolve(export_conf, kernel: str, name: Optional[str] = None, spec_path: Opt
     and the calls of `sweep_kernel` (a sweep's kernel section) where its kernel is the one exported."""
     from omegaconf import OmegaConf
 
-    from runners.model.spec_sources import builtin_spec, load_spec
-    from runners.model.space import parse_calls
+    from triton_sweep.model.spec_sources import builtin_spec, load_spec
+    from triton_sweep.model.space import parse_calls
 
     key = export_conf.key.get(kernel)
     settings = {"tolerance": export_conf.tolerance, "merge": export_conf.merge,
@@ -82,7 +82,7 @@ def from_sweep(cfg, kernel: str) -> dict:
 def from_command(kernel: str, spec_path: Optional[str] = None, key: Optional[list[str]] = None,
                  tolerance: Optional[float] = None, merge: bool = True, dims: Optional[tuple] = None,
                  calls: Optional[str] = None) -> dict:
-    """export_kernel's settings for `python -m runners.export`: what the end of a sweep exports with (the
+    """export_kernel's settings for `python -m triton_sweep.export`: what the end of a sweep exports with (the
     primary config's export section), then the command's options over it (--key, --tolerance,
     --no-merge, --dims, --calls)."""
     settings, loaded = resolve(sweep_export_conf(), kernel, "external" if spec_path else None, spec_path)
@@ -99,7 +99,7 @@ def from_command(kernel: str, spec_path: Optional[str] = None, key: Optional[lis
 
 
 def from_export(data: dict, tolerance: float, spec_path: Optional[str] = None) -> dict:
-    """export_kernel's settings for a new section of an existing export (runners.revalidate): its key,
+    """export_kernel's settings for a new section of an existing export (triton_sweep.revalidate): its key,
     dims and the section's tolerance, merged into it, and the kernel's constraints."""
     spec = _of(data["kernel"], _loaded(data["kernel"], spec_path))
     return {"tolerance": tolerance, "key": data["key"], "dims": tuple(data["dims"]), "merge": True,
@@ -156,7 +156,7 @@ def check_key(key: dict, dims: tuple, kernel: str, field: str) -> dict[str, str]
 
 def kernel_dims(kernel: str, rank: int) -> tuple[str, ...]:
     """The names of a built-in kernel's shape dims (its KernelSpec's), else d0, d1, ... (see --dims)."""
-    from runners.model.spec_sources import builtin_spec
+    from triton_sweep.model.spec_sources import builtin_spec
 
     spec = builtin_spec(kernel)
     if spec is not None and len(spec.dims) == rank:
@@ -180,11 +180,11 @@ def calls_of(path: str, kernel: str, spec, dims: Optional[tuple]) -> dict:
     the export has (_loaded), which gives the rank where --dims does not."""
     from omegaconf import OmegaConf
 
-    from runners.model.space import parse_calls
+    from triton_sweep.model.space import parse_calls
 
     captured = OmegaConf.to_container(OmegaConf.load(path), resolve=True).get("kernel") or {}
     if captured.get("calls") is None:
-        raise ConfigError(f"--calls: {path} has no kernel.calls (python -m runners.capture writes them)")
+        raise ConfigError(f"--calls: {path} has no kernel.calls (python -m triton_sweep.capture writes them)")
     rank = len(dims) if dims else len(spec.dims) if spec is not None else None
     if rank is None:
         raise ConfigError(f"--calls: {kernel} is not built in; give --spec or --dims")

@@ -148,7 +148,7 @@ def compare(out, ref, normwise: bool = False, bound=None) -> Optional[str]:
 def _one_pass(out, ref, rtol: float, atol: float, bound) -> Optional[tuple[int, int]]:
     """mismatch.mismatches where it applies; None where it does not, or where its kernel cannot build
     or run here (an fp8 output on a GPU without fp8, say): the float64 temporaries then judge alone."""
-    from runners.measure import mismatch
+    from triton_sweep.measure import mismatch
 
     if not mismatch.applies(out, ref, bound):
         return None
@@ -162,7 +162,7 @@ def build_one_pass(outputs: tuple, with_bound: bool) -> None:
     """The one-pass check's kernel launched for outputs like these (meta tensors), wherever
     compare_outputs would run it on a kernel's outputs (the first with the accumulation bound where the
     kernel has one): the compile pool calls it with launches turned into compiles (mismatch.build_like)."""
-    from runners.measure import mismatch
+    from triton_sweep.measure import mismatch
 
     for index, out in enumerate(outputs):
         if str(out.dtype).removeprefix("torch.") in TOLERANCES:

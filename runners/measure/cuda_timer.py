@@ -9,11 +9,12 @@ from typing import Callable, NamedTuple, Optional, Sequence
 
 import numpy as np
 
-from runners.measure.cupti_records import KernelClock, busy_ns, calls_from_records, fastest_call_s, host_late
-from runners.measure.l2_flush import L2Flush
-from runners.measure.stop_rule import StopRule
-from runners.measure.timing import (METHOD_CUPTI, METHOD_EVENTS, Measurement, Settled, rotated,
-                                    stop_reasons, warm_up, next_batch_rounds)
+from triton_sweep.measure.cupti_records import (KernelClock, busy_ns, calls_from_records, fastest_call_s,
+                                                host_late)
+from triton_sweep.measure.l2_flush import L2Flush
+from triton_sweep.measure.stop_rule import StopRule
+from triton_sweep.measure.timing import (METHOD_CUPTI, METHOD_EVENTS, Measurement, Settled, rotated,
+                                         stop_reasons, warm_up, next_batch_rounds)
 
 # Calls enqueued behind one hold. Behind a 2 s hold on an H200, 128 samples (a flush, two events and a
 # 4 us launch each) were enqueued in 7.8 ms, 256 blocked the host for the whole hold: CUDA's launch

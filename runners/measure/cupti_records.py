@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from typing import Callable, NamedTuple, Optional, Sequence
 
-from runners.measure.l2_flush import FLUSH_KERNEL_NAME, L2Flush
+from triton_sweep.measure.l2_flush import FLUSH_KERNEL_NAME, L2Flush
 
 # GPU idle in a call's window beyond its function's least, per gap, that makes it late (host_late):
 # well above the launch gaps' own spread (3.0 us median, 3.4 us 90th percentile on an H100) and well

@@ -71,7 +71,7 @@ def cuda_timer(device_index: int, rule, warmup_s: float, probe_clock: bool = Tru
     probe to the thread that will measure (CudaTimer.probe_kernel_clock)."""
     import torch
 
-    from runners.measure.cuda_timer import CudaTimer
+    from triton_sweep.measure.cuda_timer import CudaTimer
 
     read_clock, max_clock, _ = sm_clock_reader(torch, device_index)
     return CudaTimer(torch.device("cuda", device_index), rule, warmup_s, read_clock, max_clock, probe_clock)
@@ -129,8 +129,8 @@ def measure_peaks(timer, device) -> dict:
     """Measured ceilings: copy GB/s (read + write) and cuBLAS TFLOP/s per dtype, from p50 times."""
     import torch
 
-    from runners.measure.stop_rule import StopRule
-    from runners.measure.timing import summarize
+    from triton_sweep.measure.stop_rule import StopRule
+    from triton_sweep.measure.timing import summarize
 
     rule = StopRule(**PEAK_RULE)
     peaks = {"copy_gbps": measure_copy(timer, device, COPY_BYTES, rule)[1]}
@@ -148,7 +148,7 @@ def measure_copy(timer, device, n_bytes: int, rule) -> tuple[float, float]:
     """(p50 us, GB/s counting bytes read + written) of a device-to-device copy of n_bytes."""
     import torch
 
-    from runners.measure.timing import summarize
+    from triton_sweep.measure.timing import summarize
 
     source = torch.randn(n_bytes // 4, device=device)  # random data, never zeros
     destination = torch.empty_like(source)

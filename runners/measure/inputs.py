@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 
-from runners.measure import check
+from triton_sweep.measure import check
 
 
 def input_seed(seed: int, trial) -> int:

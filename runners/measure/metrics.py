@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, NamedTuple, Optional
 
-from runners.measure import check
+from triton_sweep.measure import check
 
 CONFIG, SUMMARY = "config", "summary"  # where a trial's W&B run shows a column
 
@@ -80,7 +80,7 @@ def measured_fields(spec, trial, measurement, peaks: dict) -> dict:
     of one call, one after another); event_p50_us is the CUDA-event time of the same calls, launch
     gaps and the event pair included, of the calls the GPU ran back to back (those the host enqueued
     late are late_event_samples_us: cupti_records.host_late)."""
-    from runners.measure.stop_rule import STOP_CONVERGED, quantization_note
+    from triton_sweep.measure.stop_rule import STOP_CONVERGED, quantization_note
 
     measured = Measured(spec, trial, measurement, peaks, {})
     for columns, compute in METRICS:
@@ -105,7 +105,7 @@ def measured_fields(spec, trial, measurement, peaks: dict) -> dict:
         Column("p50_precision", "REAL", SUMMARY), Column("n_samples", "INTEGER", SUMMARY))
 def statistics(m: Measured) -> dict:
     """The samples' statistics (timing.summarize); a call without GPU time has none to report."""
-    from runners.measure.timing import summarize
+    from triton_sweep.measure.timing import summarize
 
     stats = summarize(m.measurement.samples_s)
     if stats["p50_us"] <= 0:
@@ -121,7 +121,7 @@ def samples_us(m: Measured):
 
 @metric(Column("event_p50_us", "REAL", SUMMARY))
 def event_p50_us(m: Measured):
-    from runners.measure.timing import summarize
+    from triton_sweep.measure.timing import summarize
 
     events = m.measurement.event_samples_s
     return summarize(events)["p50_us"] if events else None
@@ -167,7 +167,7 @@ def rep_p50s_us(m: Measured):
 
 @metric(Column("rep_noise", "REAL", SUMMARY))
 def rep_noise(m: Measured):
-    from runners.measure.timing import repetition_noise
+    from triton_sweep.measure.timing import repetition_noise
 
     return repetition_noise(m.measurement.repetition_p50s_s or [])
 

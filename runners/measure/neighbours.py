@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
-from runners.measure.device import nvml_text, nvml_unavailable
+from triton_sweep.measure.device import nvml_text, nvml_unavailable
 
 # Seconds between polls. A poll took 0.05 ms a GPU on an H100 host, and 2.1 ms more for a GPU with
 # another process on it (its utilization samples), on this process's watching thread.
@@ -216,7 +216,7 @@ class GpuWatch:
         if self.shared_rows:
             print(f"warning: {self.shared_rows} rows were measured while another process ran kernels on "
                   "their GPU (gpu_shared): their figures are slow and spread by its work; measure them "
-                  "again on a GPU of their own, and runners.compare the two")
+                  "again on a GPU of their own, and triton_sweep.compare the two")
         return {"gpu_shared_rows": self.shared_rows,
                 "gpu_neighbours": [f"{gpu}: {neighbour}" for gpu, neighbour in self.polls.seen(self.ours())]}
 

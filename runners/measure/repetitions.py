@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 from typing import Callable, Optional
 
-from runners.measure import check
+from triton_sweep.measure import check
 
 
 # A repetition's buffers start at a random offset below PLACEMENT_SPAN_BYTES in an allocation of their
@@ -62,7 +62,7 @@ def measure_repetitions(timer, calls_at: Callable[[int], list], rule, placements
     """Time calls_at(r)'s calls round-robin in rule.repetitions blocks, r = 0 on the buffers the gate
     checked, each later one on buffers placed anew; one pooled Measurement a call (timing.pooled).
     `settled`: a block also stops once it holds for each call's samples of all blocks so far."""
-    from runners.measure.timing import pooled
+    from triton_sweep.measure.timing import pooled
 
     if rule.repetitions <= 1:
         return timer.measure_interleaved(calls_at(0), rule, settled=settled)

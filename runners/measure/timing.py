@@ -18,8 +18,8 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
-from runners.measure.stop_rule import (STOP_CONVERGED, STOP_RESOLUTION, STOP_SETTLED, STOP_TIMEOUT, StopRule,
-                                       median_precision)
+from triton_sweep.measure.stop_rule import (STOP_CONVERGED, STOP_RESOLUTION, STOP_SETTLED, STOP_TIMEOUT,
+                                            StopRule, median_precision)
 
 
 # What produced a row's samples (the store's `timing_method`, part of the resume key): the kernel's

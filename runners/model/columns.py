@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from runners.measure.metrics import CONFIG, METRIC_COLUMNS, SUMMARY, Column
+from triton_sweep.measure.metrics import CONFIG, METRIC_COLUMNS, SUMMARY, Column
 
 
 def _ran_on(name: str, sql: str = "TEXT", **flags) -> Column:

@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING, NamedTuple, Optional, Sequence
 
 import numpy as np
 
-from runners.model.trial import TRITON_PROVIDER
-from runners.measure.stop_rule import CLOCK_JITTER_S, StopRule, median_interval_and_step
+from triton_sweep.model.trial import TRITON_PROVIDER
+from triton_sweep.measure.stop_rule import CLOCK_JITTER_S, StopRule, median_interval_and_step
 
-if TYPE_CHECKING:  # pandas is heavy, and every spawned worker imports this module through runners.sweep
+if TYPE_CHECKING:  # pandas is heavy, and every spawned worker imports this module through triton_sweep.sweep
     import pandas as pd
 
 def resource_key(config: dict) -> tuple:

@@ -13,7 +13,7 @@ from typing import Optional
 
 from omegaconf import DictConfig, OmegaConf
 
-from runners.model.trial import TRITON_PROVIDER, ConfigError
+from triton_sweep.model.trial import TRITON_PROVIDER, ConfigError
 
 NO_GPU_MESSAGE = (
     "backend=cuda but no CUDA GPU is visible (torch.cuda.is_available() is False). To run the whole "
@@ -26,7 +26,7 @@ def stop_rules(cfg: DictConfig):
     """The screening and the finalists' schema objects (each a StopRule with fields of its own), which
     check their fields as they are made (runners/measure/stop_rule.py); a wrong one named with its
     group."""
-    from runners.measure.stop_rule import StopRuleError
+    from triton_sweep.measure.stop_rule import StopRuleError
 
     made = []
     for group in ("timing", "finalists"):
@@ -64,9 +64,9 @@ def validate(cfg: DictConfig, trials: Optional[list] = None) -> Plan:
     """Everything that can be wrong with the input and that the schema does not catch at composition,
     checked before any launch (the stopping rules first). trials: these exact trials instead of the grid
     of kernel.shapes x dtypes x space (runners/revalidate.py re-times what an export ships)."""
-    from runners.model.search import load_strategy
-    from runners.model.spec_sources import load_spec
-    from runners.model.space import plan_trials
+    from triton_sweep.model.search import load_strategy
+    from triton_sweep.model.spec_sources import load_spec
+    from triton_sweep.model.space import plan_trials
 
     stop_rules(cfg)
     if cfg.compile.timeout_s <= 0 or (cfg.compile.workers is not None and cfg.compile.workers < 0):

@@ -18,7 +18,7 @@ from typing import Any, Dict, Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
-from runners.measure.stop_rule import StopRule, StopRuleError
+from triton_sweep.measure.stop_rule import StopRule, StopRuleError
 
 # The Hydra config: runners/conf, a link to the checkout's conf/, the folder itself in an installed copy.
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
@@ -58,7 +58,7 @@ class KernelConf:
     # (runners/model/space.py, grid_shapes).
     grid: Dict[str, Any] = field(default_factory=dict)
     baselines: Any = None  # None: all the kernel declares; [] none; or a list of names
-    # How many times a program called each of `shapes`, in order (python -m runners.capture writes them):
+    # How many times a program called each of `shapes`, in order (python -m triton_sweep.capture writes them):
     # the export's covering set then minimises the call-weighted loss. None: every shape alike.
     calls: Any = None
 
@@ -97,7 +97,7 @@ class SearchConf:
     """A search strategy (runners/model/search/): the fields every strategy takes, and its own under
     `settings`, which the strategy checks (a name it does not declare fails, naming it)."""
 
-    _target_: str = "runners.model.search.grid.Grid"  # "pkg.module.Class" of a Strategy
+    _target_: str = "triton_sweep.model.search.grid.Grid"  # "pkg.module.Class" of a Strategy
     budget_trials: Optional[int] = None  # configs measured per (shape, dtype); None: no limit
     budget_s: Optional[float] = None  # stop handing out new trials after this many seconds; None: no limit
     seed: int = 0  # random order / Optuna sampler seed (the inputs use the top-level seed)
@@ -205,7 +205,7 @@ KERNEL_CONF = CONF_DIR / "kernel"
 def register_configs() -> None:
     """The schema, and `kernel=<name>` for every built-in kernel without a conf/kernel/<name>.yaml: its
     shapes and dtypes are then its KernelSpec's defaults (a YAML, where there is one, sets others)."""
-    from kernels import builtin, dim_names, space_names  # read from kernels/*.py, none of them imported
+    from triton_sweep.kernels import builtin, dim_names, space_names  # read from kernels/*.py, none imported
 
     store = ConfigStore.instance()
     store.store(name="sweep_schema", node=SweepConf)
@@ -282,7 +282,7 @@ def _rows(schema: type, prefix: str, comments: dict) -> tuple[list, list]:
 
 def reference() -> str:
     """The field tables of conf/README.md: every field of the composed config (SweepConf, its sections
-    in turn) with its type, default and meaning (python -m runners.model.schema prints them)."""
+    in turn) with its type, default and meaning (python -m triton_sweep.model.schema prints them)."""
     comments, out, todo = _comments(), [], [("", SweepConf)]
     while todo:
         name, schema = todo.pop(0)

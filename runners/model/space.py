@@ -7,8 +7,8 @@ import itertools
 import math
 from typing import Any
 
-from kernels.spec import KernelSpec, is_power_of_two
-from runners.model.trial import NUM_WARPS_ALLOWED, TRITON_PROVIDER, ConfigError, Trial
+from triton_sweep.kernels.spec import KernelSpec, is_power_of_two
+from triton_sweep.model.trial import NUM_WARPS_ALLOWED, TRITON_PROVIDER, ConfigError, Trial
 
 DTYPES = ("float16", "bfloat16", "float32")
 # num_warps beyond 32 exceeds the 1024 threads of a CUDA block.
@@ -44,8 +44,9 @@ def parse_shapes(value: Any, rank: int) -> list[tuple[int, ...]]:
 
 
 def parse_calls(calls: Any, shapes: Any, rank: int) -> dict[tuple[int, ...], int]:
-    """`kernel.calls`: how many times the program called each of `kernel.shapes`, in order (python -m
-    runners.capture writes both); shape -> calls, the weights of the export's covering set. {} if None."""
+    """`kernel.calls`: how many times the program called each of `kernel.shapes`, in order
+    (triton-sweep-capture writes both); shape -> calls, the weights of the export's covering set. {} if
+    None."""
     if calls is None:
         return {}
     if shapes is None:

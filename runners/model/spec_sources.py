@@ -15,14 +15,14 @@ import sys
 import sysconfig
 from typing import Optional
 
-from kernels import builtin
-from kernels.spec import KernelSpec
-from runners.model.trial import ConfigError
+from triton_sweep.kernels import builtin
+from triton_sweep.kernels.spec import KernelSpec
+from triton_sweep.model.trial import ConfigError
 
 
 # prefix of kernel.spec -> "pkg.module:ATTR" of its loader (target -> KernelSpec)
 SOURCES = {
-    "replay:": "runners.capture.replay:replay_spec",  # a kernel a program launched (runners/capture/)
+    "replay:": "triton_sweep.capture.replay:replay_spec",  # a kernel a program launched (runners/capture/)
 }
 
 
@@ -42,7 +42,7 @@ def load_spec(name: str, spec_path: Optional[str]) -> KernelSpec:
     loader = next((path for prefix, path in SOURCES.items() if target.startswith(prefix)), None)
     spec = _imported(target) if loader is None else _imported(loader)(target)
     if not isinstance(spec, KernelSpec):
-        raise ConfigError(f"kernel.spec: {target!r} is not a kernels.spec.KernelSpec "
+        raise ConfigError(f"kernel.spec: {target!r} is not a triton_sweep.kernels.spec.KernelSpec "
                           f"(got {type(spec).__name__})")
     return spec
 
@@ -69,7 +69,7 @@ def kernel_source_hash(spec: KernelSpec) -> str:
 
     The module of the launcher, the module of every Triton kernel it holds a name for (a launcher may
     call a @triton.jit function imported from elsewhere), and every module of the user's own code it
-    imports (`from kernels import vector_add`; not installed libraries), sorted by name.
+    imports (`from triton_sweep.kernels import vector_add`; not installed libraries), sorted by name.
     """
     from triton.runtime.interpreter import InterpretedFunction
     from triton.runtime.jit import JITFunction

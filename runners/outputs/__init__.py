@@ -2,7 +2,7 @@
 
 Each `conf/output/<name>.yaml` names an Output class (`_target_`) and its settings under the key <name>;
 conf/config.yaml selects `output: [parquet, table, export, plots, wandb]`, in that order, and
-`python -m runners.sweep 'output=[parquet,table]'` selects others. A new output is a module here with an
+`python -m triton_sweep.sweep 'output=[parquet,table]'` selects others. A new output is a module here with an
 Output subclass and a YAML beside the others: the job calls it (runners/engine/job.py), whatever it is,
 at five moments (Output: begin, check, start, row, write). All are written before the command returns;
 with finish_in_background=true those marked `background` (the plots, the W&B summary run) are left to a
@@ -15,8 +15,8 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from runners.model.trial import ConfigError
-from runners.outputs.output import Finished, Output
+from triton_sweep.model.trial import ConfigError
+from triton_sweep.outputs.output import Finished, Output
 
 
 class Outputs:
@@ -61,7 +61,7 @@ class Outputs:
         """Every output written in order: the foreground ones, then (the trial-time work closed) the
         background ones, here or, with cfg.finish_in_background, by a process of their own. Returns what
         was written and `finish_seconds`: where the finish's seconds went, in the order they were spent."""
-        from runners.store.result_store import ResultStore
+        from triton_sweep.store.result_store import ResultStore
 
         seconds: dict[str, float] = {}
         clock = [time.perf_counter()]
@@ -84,7 +84,7 @@ class Outputs:
         lap("closing")
         left = None
         if background and cfg.get("finish_in_background"):
-            from runners.outputs.finisher import start
+            from triton_sweep.outputs.finisher import start
 
             left = start(done, background)
             names = ", ".join(o.name for o in background)
@@ -112,7 +112,7 @@ def next_step(done: Finished) -> Optional[str]:
     if frame is None or frame.empty:
         return None
     store = "" if str(done.store) == DEFAULT_STORE else f" --store {done.store}"
-    compare = f"python -m runners.compare {done.sweep_id} NEW_SWEEP_ID{store}"
+    compare = f"python -m triton_sweep.compare {done.sweep_id} NEW_SWEEP_ID{store}"
     if "backend" in frame.columns and (frame["backend"] == "interpret").all():
         return ("next: the same sweep on a GPU (without backend=interpret) measures configs to export; "
                 f"{compare} compares two sweeps")
@@ -120,7 +120,7 @@ def next_step(done: Finished) -> Optional[str]:
     if modules:
         return (f"next: copy {modules[0]} next to your kernel (README: \"Use the tuned configs in another "
                 f"repo\"); {compare} compares a later sweep with this one")
-    return (f"next: python -m runners.export --sweep-id {done.sweep_id}{store} writes the configs; "
+    return (f"next: python -m triton_sweep.export --sweep-id {done.sweep_id}{store} writes the configs; "
             f"{compare} compares a later sweep with this one")
 
 

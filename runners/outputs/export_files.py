@@ -5,18 +5,18 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from runners.outputs.output import Finished, Output
+from triton_sweep.outputs.output import Finished, Output
 
 
 class Export(Output):
     def check(self, cfg, spec) -> None:
-        from runners.export.settings import check_sweep
+        from triton_sweep.export.settings import check_sweep
 
         check_sweep(cfg, spec)
 
     def write(self, done: Finished, handover: Optional[dict] = None) -> list[Path]:
-        from runners.export import export_kernel
-        from runners.export.settings import ExportError, from_sweep
+        from triton_sweep.export import export_kernel
+        from triton_sweep.export.settings import ExportError, from_sweep
 
         paths = []
         for kernel in done.frame["kernel"].unique():

@@ -1,5 +1,5 @@
 """The background finish (finish_in_background=true): the outputs marked `background` (the plots, the W&B
-summary run) written after the sweep's command has returned, by `python -m runners.outputs.finisher FILE`
+summary run) written after the sweep's command has returned, by `python -m triton_sweep.outputs.finisher FILE`
 in a session of its own, FILE the JSON the sweep wrote beside them (finish.json: the store, the sweep,
 the files written so far, each output's target, settings and handover). What it prints goes to
 finish.log in the sweep's run directory."""
@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from runners.outputs.output import Finished, made, target
+from triton_sweep.outputs.output import Finished, made, target
 
 
 def start(done: Finished, outputs: list) -> int:
@@ -22,14 +22,14 @@ def start(done: Finished, outputs: list) -> int:
         "outputs": [{"name": o.name, "target": target(o), "settings": o.settings, "handover": o.handover()}
                     for o in outputs]}))
     with open(done.output_dir / "finish.log", "ab") as log:
-        process = subprocess.Popen([sys.executable, "-m", "runners.outputs.finisher", str(spec)],
+        process = subprocess.Popen([sys.executable, "-m", "triton_sweep.outputs.finisher", str(spec)],
                                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                    start_new_session=True)  # out of reach of a Ctrl-C meant for the sweep
     return process.pid
 
 
 def main(argv=None) -> int:
-    from runners.store.result_store import ResultStore
+    from triton_sweep.store.result_store import ResultStore
 
     job = json.loads(Path((argv or sys.argv[1:])[0]).read_text())
     store = ResultStore(job["store"])

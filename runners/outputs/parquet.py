@@ -4,8 +4,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from runners.model.columns import SAMPLE_COLUMNS
-from runners.outputs.output import Finished, Output
+from triton_sweep.model.columns import SAMPLE_COLUMNS
+from triton_sweep.outputs.output import Finished, Output
 
 
 class Parquet(Output):

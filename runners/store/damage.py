@@ -32,7 +32,7 @@ class DamagedStore(StoreError):
     def __init__(self, path: str | Path, problem: str, advice: Optional[str] = None):
         self.path, self.problem = Path(path), problem
         advice = advice or (f"Move it aside (mv {path} {path}.damaged) to start a new store there, or copy "
-                            f"out the rows SQLite can still read: python -m runners.merge --recover {path} "
+                            f"out the rows SQLite can still read: triton-sweep-merge --recover {path} "
                             "--into RECOVERED.sqlite")
         self.detail = f"a damaged results store: {problem}. It is left untouched. {advice}"
         super().__init__(f"{path}: {self.detail}")

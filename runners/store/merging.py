@@ -8,8 +8,8 @@ import sqlite3
 from dataclasses import dataclass, field
 from typing import Iterable, Optional
 
-from runners.model.columns import COLUMN_NAMES, ENV_KEY
-from runners.store.schema import PEAK_COLUMNS, PEAK_KEY
+from triton_sweep.model.columns import COLUMN_NAMES, ENV_KEY
+from triton_sweep.store.schema import PEAK_COLUMNS, PEAK_KEY
 
 
 @dataclass

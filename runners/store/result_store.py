@@ -18,12 +18,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Optional
 
-from runners.model.columns import (BOOLEAN_COLUMNS, COLUMN_NAMES, COLUMNS, ENV_KEY, SAMPLE_COLUMNS,
-                                   unknown_fields)
-from runners.store.damage import DamagedStore, UnwritableStore, damage_of, reading
-from runners.store.merging import MergeCounts, merge_rows
-from runners.store.schema import PEAK_KEY, SCHEMA
-from runners.store.sources import open_source, read_source, recover_source
+from triton_sweep.model.columns import (BOOLEAN_COLUMNS, COLUMN_NAMES, COLUMNS, ENV_KEY, SAMPLE_COLUMNS,
+                                        unknown_fields)
+from triton_sweep.store.damage import DamagedStore, UnwritableStore, damage_of, reading
+from triton_sweep.store.merging import MergeCounts, merge_rows
+from triton_sweep.store.schema import PEAK_KEY, SCHEMA
+from triton_sweep.store.sources import open_source, read_source, recover_source
 
 if TYPE_CHECKING:  # imported where used: the sweep opens its store before its workers start (0.45 s)
     import pandas as pd

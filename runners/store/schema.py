@@ -2,7 +2,7 @@
 sweep_rows (which rows each sweep used) and device_peaks (a device's measured ceilings). Shared by the
 store (runners/store/result_store.py), the reading of another store file (runners/store/sources.py) and
 the merge (runners/store/merging.py)."""
-from runners.model.columns import COLUMNS, ENV_KEY
+from triton_sweep.model.columns import COLUMNS, ENV_KEY
 
 # The row's fields are declared in runners/model/columns.py; the ceilings' key (a device's copy bandwidth and
 # matmul rate) is the part of the resume key that says which device and timer measured them.

@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import Optional
 from urllib.parse import quote
 
-from runners.measure.check import STATUSES
-from runners.model.columns import COLUMN_NAMES, ENV_KEY, SAMPLE_COLUMNS
-from runners.store.damage import SQLITE_MAGIC, DamagedStore, damage_of
-from runners.store.schema import PEAK_COLUMNS, PEAK_KEY
+from triton_sweep.measure.check import STATUSES
+from triton_sweep.model.columns import COLUMN_NAMES, ENV_KEY, SAMPLE_COLUMNS
+from triton_sweep.store.damage import SQLITE_MAGIC, DamagedStore, damage_of
+from triton_sweep.store.schema import PEAK_COLUMNS, PEAK_KEY
 
 
 def open_source(path: Path, immutable: bool) -> sqlite3.Connection:

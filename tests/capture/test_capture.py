@@ -1,4 +1,4 @@
-"""python -m runners.capture on the interpreter: the example program's launches counted and mapped to
+"""python -m triton_sweep.capture on the interpreter: the example program's launches counted and mapped to
 the built-in kernels (checked against the workload the program draws), an external kernel mapped by its
 import path, launches of no spec listed, an autotuner's own benchmark launches kept apart, the exit
 status passed through; a stop (SIGTERM, Ctrl-C, SIGHUP) ends the program and its child and writes nothing,
@@ -19,23 +19,23 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from kernels.examples.transformer_steps import SMALL, workload
-from runners.capture.launches import bucketed, launch_shape, unrunnable
-from runners.model.trial import ConfigError
-from runners.model.spec_sources import load_spec
-from runners.model.space import parse_calls, plan_trials
-from runners.export import export_kernel
-from runners.export.cover import Measured, weighted_loss
-from runners.export.fileformat import read_export
-from runners.store.result_store import ResultStore
+from triton_sweep.kernels.examples.transformer_steps import SMALL, workload
+from triton_sweep.capture.launches import bucketed, launch_shape, unrunnable
+from triton_sweep.model.trial import ConfigError
+from triton_sweep.model.spec_sources import load_spec
+from triton_sweep.model.space import parse_calls, plan_trials
+from triton_sweep.export import export_kernel
+from triton_sweep.export.cover import Measured, weighted_loss
+from triton_sweep.export.fileformat import read_export
+from triton_sweep.store.result_store import ResultStore
 from tests.conftest import REPO, run_command, run_sweep, user_env
 
 STEPS = 12
 
 
 def capture(tmp_path: Path, *args: str, program: list[str]) -> subprocess.CompletedProcess:
-    return run_command(["runners.capture", "--out", tmp_path / "app", *args, "--", *program], cwd=tmp_path,
-                       env=user_env(TRITON_INTERPRET="1"))
+    return run_command(["triton_sweep.capture", "--out", tmp_path / "app", *args, "--", *program],
+                       cwd=tmp_path, env=user_env(TRITON_INTERPRET="1"))
 
 
 def _sweep_calls(path: Path) -> Counter:
@@ -44,7 +44,8 @@ def _sweep_calls(path: Path) -> Counter:
 
 
 def test_the_example_program_captured_and_mapped(tmp_path):
-    result = capture(tmp_path, program=[sys.executable, "-m", "kernels.examples.transformer_steps", "--small",
+    result = capture(tmp_path, program=[sys.executable, "-m",
+                                        "triton_sweep.kernels.examples.transformer_steps", "--small",
                                         "--steps", str(STEPS), "--dtype", "float32"])
     assert result.returncode == 0, result.stdout + result.stderr
     # What the program launches, from the workload it draws: per step 2 layernorms, 3 matmuls, 1 softmax.
@@ -62,8 +63,9 @@ def test_the_example_program_captured_and_mapped(tmp_path):
     assert f"captured {6 * STEPS} Triton launches of 3 function(s)" in result.stdout
     assert "not mapped" not in result.stdout
     launches = json.loads((tmp_path / "app_launches.json").read_text())
-    assert set(launches["functions"]) == {"kernels.layernorm._layernorm_kernel",
-                                          "kernels.matmul._matmul_kernel", "kernels.softmax._softmax_kernel"}
+    assert set(launches["functions"]) == {"triton_sweep.kernels.layernorm._layernorm_kernel",
+                                          "triton_sweep.kernels.matmul._matmul_kernel",
+                                          "triton_sweep.kernels.softmax._softmax_kernel"}
     # the workload table: every shape with its share of the kernel's calls
     line = next(line for line in result.stdout.splitlines() if line.startswith("softmax "))
     assert line.split()[3].isdigit() and line.split()[4].endswith("%")
@@ -158,9 +160,10 @@ def test_a_captured_sweep_file_runs_from_the_user_s_directory(tmp_path):
     the file there with no hydra.searchpath (run_sweep runs in tmp_path/run/cwd)."""
     home = tmp_path / "run" / "cwd"
     home.mkdir(parents=True)
-    program = [sys.executable, "-m", "kernels.examples.transformer_steps", "--small", "--steps", "3",
+    program = [sys.executable, "-m", "triton_sweep.kernels.examples.transformer_steps", "--small",
+               "--steps", "3",
                "--dtype", "float32"]
-    result = run_command(["runners.capture", "--out", "sweeps/app", "--", *program], cwd=home,
+    result = run_command(["triton_sweep.capture", "--out", "sweeps/app", "--", *program], cwd=home,
                          env=user_env(TRITON_INTERPRET="1"))
     assert result.returncode == 0, result.stdout + result.stderr
     swept = run_sweep(tmp_path / "run", "+sweep=app_layernorm", "kernel.space.BLOCK_SIZE=[32,64]",
@@ -254,7 +257,7 @@ def sleeper(tmp_path):
     pid and its child's once it wrote them; whatever is left is killed after the test."""
     (tmp_path / "app.py").write_text(SLEEPER_PROGRAM)
     (tmp_path / "tmp").mkdir()
-    capture = run_command(["runners.capture", "--out", tmp_path / "app", "--", sys.executable, "app.py"],
+    capture = run_command(["triton_sweep.capture", "--out", tmp_path / "app", "--", sys.executable, "app.py"],
                           cwd=tmp_path, env=user_env(TRITON_INTERPRET="1", TMPDIR=str(tmp_path / "tmp")),
                           background=True)
     pids = []
@@ -395,7 +398,8 @@ def test_export_takes_the_calls_of_a_sweep_file(weighted_store, tmp_path):
     (tmp_path / "captured.yaml").write_text(
         f"kernel:\n  shapes: {json.dumps([list(s) for s in shapes])}\n"
         f"  calls: {[CALLS[s] for s in shapes]}\n")
-    result = run_command(["runners.export", "--store", tmp_path / "results.sqlite", "--kernel", "softmax",
+    result = run_command(["triton_sweep.export", "--store", tmp_path / "results.sqlite", "--kernel",
+                          "softmax",
                           "--out-dir", tmp_path / "out", "--calls", tmp_path / "captured.yaml"], cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert [c["config"]["BLOCK_SIZE"] for c in _section(tmp_path / "out")["configs"]] == [2048, 1024]

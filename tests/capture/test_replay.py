@@ -1,5 +1,5 @@
 """A program's kernels swept with no spec (runners/capture/replay.py), on the interpreter: `python -m
-runners.capture --replay` of tests/fixtures/replay_program.py writes a sweep file for each kernel it can
+triton_sweep.capture --replay` of tests/fixtures/replay_program.py writes a sweep file for each kernel it can
 replay and says why it cannot replay the one defined inside a function; each sweep then checks every config
 against the program's own: a kernel writing in place (restored before each checked call), one reading
 an index tensor (its recorded values), one under @triton.autotune (its configs, the others pruned)."""
@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from runners.capture.replay import Replay, kernel_name, parse_target
-from runners.capture.replay_records import why_not
-from runners.model.trial import ConfigError
-from runners.measure.check import compare
-from runners.store.result_store import ResultStore
+from triton_sweep.capture.replay import Replay, kernel_name, parse_target
+from triton_sweep.capture.replay_records import why_not
+from triton_sweep.model.trial import ConfigError
+from triton_sweep.measure.check import compare
+from triton_sweep.store.result_store import ResultStore
 from tests.conftest import REPO, run_command, run_sweep, user_env
 
 PROGRAM = REPO / "tests" / "fixtures" / "replay_program.py"
@@ -24,7 +24,7 @@ ONE_OPTION = ("+kernel.space.num_warps=[1]", "+kernel.space.num_stages=[1]")  # 
 def _capture(folder: Path, program: Path) -> tuple[Path, str]:
     """(the capture's folder, its printed lines): the sweep files moved to <folder>/conf/sweep/."""
     folder.mkdir(parents=True, exist_ok=True)
-    result = run_command(["runners.capture", "--replay", "--out", folder / "app", "--", sys.executable,
+    result = run_command(["triton_sweep.capture", "--replay", "--out", folder / "app", "--", sys.executable,
                           program], cwd=folder, env=user_env(TRITON_INTERPRET="1"))
     assert result.returncode == 0, result.stdout + result.stderr
     (folder / "conf" / "sweep").mkdir(parents=True)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from runners.store.result_store import ResultStore
+from triton_sweep.store.result_store import ResultStore
 from tests.conftest import FAST_TIMING, REPO, user_env
 from tests.fixtures.synthetic_store import softmax_sweep
 
@@ -61,13 +61,14 @@ def installed(tmp_path_factory):
 
 def test_the_installed_copy_is_the_one_that_runs(installed):
     target, env, home, _ = installed
-    probe = ("import runners, kernels, hydra_plugins.triton_sweep_home as home; "
-             "print(runners.__file__, kernels.__file__, home.__file__)")
+    probe = ("import triton_sweep, triton_sweep.kernels, hydra_plugins.triton_sweep_home as home; "
+             "print(triton_sweep.__file__, triton_sweep.kernels.__file__, home.__file__)")
     found = subprocess.run([sys.executable, "-c", probe], cwd=home, env=env, capture_output=True, text=True,
                            check=True).stdout.split()
     assert all(Path(path).is_relative_to(target) for path in found), found
-    assert (target / "runners" / "conf" / "config.yaml").is_file() and not (target / "conf").exists()
-    assert not (target / "tests").exists() and not (target / "runners" / "benchmarks").exists()
+    assert (target / "triton_sweep" / "conf" / "config.yaml").is_file() and not (target / "conf").exists()
+    assert not (target / "tests").exists() and not (target / "triton_sweep" / "benchmarks").exists()
+    assert not (target / "runners").exists() and not (target / "kernels").exists()
 
 
 def test_console_scripts_give_help_and_version(installed):

@@ -11,7 +11,7 @@ import time
 import pandas as pd
 import pytest
 
-from runners.store.result_store import ResultStore
+from triton_sweep.store.result_store import ResultStore
 from tests.conftest import HAS_CUDA, run_sweep
 
 SMALL_ADD = ["kernel=vector_add", "kernel.shapes=[300,1000]", "kernel.space.BLOCK_SIZE=[256,512]",

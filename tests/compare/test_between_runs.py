@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from runners.benchmarks import bench_between_runs as bench
-from runners.compare import between_runs, calibration, estimators, figures
+from triton_sweep.benchmarks import bench_between_runs as bench
+from triton_sweep.compare import between_runs, calibration, estimators, figures
 from tests.conftest import modules_after
 
 COMPARISONS = 500
@@ -29,7 +29,7 @@ def most_failures(comparisons: int, alpha: float = 0.01) -> int:
 
 
 # Each spread of runs once, at one of the two sizes in turn (the benchmark crosses them all:
-# python -m runners.benchmarks.bench_between_runs).
+# python -m triton_sweep.benchmarks.bench_between_runs).
 @pytest.mark.parametrize("run, per_shape, shapes, judged", [(0.003, 0.0, 4, 1), (0.01, 0.0, 4, 1),
                                                              (0.015, 0.0, 10, 4), (0.0, 0.01, 4, 1)])
 def test_unchanged_code_fails_the_gate_at_most_alpha_whatever_the_machines_differ_by(run, per_shape, shapes,
@@ -152,7 +152,7 @@ def test_t_quantiles_are_scipy_stats_own():
 def test_a_verdicts_quantiles_import_no_scipy_stats():
     """scipy.stats took 0.9-1.2 s to import on an H100 host (after a revalidate's sweep, before its
     verdicts), scipy.special 0.3-0.45 s."""
-    code = ("from runners.compare import between_runs, estimators; "
+    code = ("from triton_sweep.compare import between_runs, estimators; "
             "estimators.t_quantile(0.01, 5.5); estimators.t_quantile(0.01, float('inf'))")
     assert modules_after(code, "scipy.stats") == []
 

@@ -1,4 +1,4 @@
-"""runners.compare: verdicts on the noise between runs, not within one.
+"""triton_sweep.compare: verdicts on the noise between runs, not within one.
 
 The stores here are drawn as runs of a GPU are (tests/fixtures/synthetic_store.py, noisy_run): every run has
 an offset all its rows share, every shape a placement of its inputs that its screening rows and the
@@ -15,12 +15,12 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from runners import export
-from runners.compare import command as compare
-from runners.compare import matching, sides
-from runners.compare.report import gate_verdict
-from runners.compare import between_runs
-from runners.store.result_store import ResultStore
+from triton_sweep import export
+from triton_sweep.compare import command as compare
+from triton_sweep.compare import matching, sides
+from triton_sweep.compare.report import gate_verdict
+from triton_sweep.compare import between_runs
+from triton_sweep.store.result_store import ResultStore
 from tests.fixtures.synthetic_store import SHAPES, SPACE, noisy_run, row
 
 GATE = between_runs.Rule(alpha=0.01, min_effect=0.01, fail_on_slow=0.02)
@@ -515,10 +515,10 @@ def test_the_slower_softmax_revision_matches_softmax_trial_by_trial():
     as softmax, another source hash, and still correct (launched twice into the same output)."""
     import torch
 
-    from kernels import softmax
-    from runners.model.spec_sources import kernel_source_hash
-    from runners.model.space import plan_trials
-    from runners.measure.check import TOLERANCES
+    from triton_sweep.kernels import softmax
+    from triton_sweep.model.spec_sources import kernel_source_hash
+    from triton_sweep.model.space import plan_trials
+    from triton_sweep.measure.check import TOLERANCES
     from tests.fixtures import softmax_twice
 
     conf = {"shapes": [[6, 123]], "dtypes": ["float16"], "space": {"BLOCK_SIZE": [128, 256]},
@@ -539,9 +539,9 @@ def test_the_slowed_softmax_at_zero_is_softmax_trial_by_trial(monkeypatch):
     is softmax (no spin compiled in), with softmax's trials; the share is read at each launch."""
     import torch
 
-    from kernels import softmax
-    from runners.model.space import plan_trials
-    from runners.measure.check import TOLERANCES
+    from triton_sweep.kernels import softmax
+    from triton_sweep.model.space import plan_trials
+    from triton_sweep.measure.check import TOLERANCES
     from tests.fixtures import softmax_slowed
 
     conf = {"shapes": [[6, 123]], "dtypes": ["float16"], "space": {"BLOCK_SIZE": [128, 256]}}

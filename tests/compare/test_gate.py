@@ -5,8 +5,8 @@ import json
 import pytest
 import torch
 
-from runners.measure.check import compare
-from runners.store.result_store import ResultStore
+from triton_sweep.measure.check import compare
+from triton_sweep.store.result_store import ResultStore
 from tests.conftest import run_sweep
 
 

@@ -1,4 +1,4 @@
-"""runners.revalidate on the interpreter: an export re-timed where it was recorded, judged by compare's
+"""triton_sweep.revalidate on the interpreter: an export re-timed where it was recorded, judged by compare's
 rule, only the shapes that got slower than the tolerance or broke re-screened, the exit status; and the
 re-screen decision itself.
 
@@ -11,13 +11,13 @@ import shutil
 
 import pytest
 
-from runners.measure.device import INTERPRETER_DEVICE_NAME
-from runners.export.cover import covered
-from runners.export.fileformat import write_export
-from runners.export.generalization import gpu_section
-from runners.export.rows import baseline_rows
-from runners.store.result_store import ResultStore
-from runners.revalidate import judge_shapes
+from triton_sweep.measure.device import INTERPRETER_DEVICE_NAME
+from triton_sweep.export.cover import covered
+from triton_sweep.export.fileformat import write_export
+from triton_sweep.export.generalization import gpu_section
+from triton_sweep.export.rows import baseline_rows
+from triton_sweep.store.result_store import ResultStore
+from triton_sweep.revalidate import judge_shapes
 from tests.conftest import overwrite_a_leaf_page, run_command, run_sweep, user_env
 
 SHAPES = [[300], [900]]
@@ -66,7 +66,7 @@ def _export(tuned, tmp_path, scale: dict):
 
 
 def _revalidate(path, tmp_path, *args, spec: str = STEADY):
-    result = run_command(["runners.revalidate", path, "--backend", "interpret", "--store",
+    result = run_command(["triton_sweep.revalidate", path, "--backend", "interpret", "--store",
                           tmp_path / "reval.sqlite", "--spec", spec, *args], cwd=tmp_path,
                          env=user_env(TRITON_INTERPRET="1"))
     return result.returncode, result.stdout + result.stderr
@@ -125,7 +125,7 @@ def test_the_re_screen_decision(shift_verdict, also):
     that moved as every row did: 6); keep a SLOW within the tolerance, SAME and FAST."""
     import pandas as pd
 
-    from runners.compare.between_runs import Shift
+    from triton_sweep.compare.between_runs import Shift
 
     base = pd.DataFrame([{"provider": "triton", "dtype": "float16", "shape": json.dumps([n])}
                          for n in (1, 2, 3, 4, 5, 6)])
@@ -149,7 +149,7 @@ def test_a_re_timing_beside_another_process_s_kernels_judges_and_re_tunes_nothin
     """The export recorded 4x faster than it runs at 900 (a re-screen, were it judged), re-timed by the
     real sweep, whose rows say another process ran kernels on the GPU meanwhile (on a GPU the job's watch
     marks them: tests/measure/test_gpu.py): exit 2, no verdict, nothing re-screened or written."""
-    from runners import revalidate
+    from triton_sweep import revalidate
 
     real_sweep = revalidate.run_sweep
 

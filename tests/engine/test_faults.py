@@ -8,8 +8,8 @@ import sqlite3
 
 import pytest
 
-from runners import plot, sweep
-from runners.model.trial import ConfigError, checked_name
+from triton_sweep import plot, sweep
+from triton_sweep.model.trial import ConfigError, checked_name
 from tests.conftest import run_sweep
 
 ONE_TRIAL = ("kernel=vector_add", "kernel.shapes=[[1000]]", "kernel.space.BLOCK_SIZE=[256]")

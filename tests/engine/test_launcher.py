@@ -26,11 +26,11 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import ConfigCompositionException, InstantiationException
 from omegaconf import OmegaConf
 
-from runners.engine.hydra_jobs import LauncherConfigError, take_gpus
-from runners.model.schema import register_configs
-from runners.model.spec_sources import load_spec
-from runners.model.space import plan_trials
-from runners.store.result_store import ResultStore
+from triton_sweep.engine.hydra_jobs import LauncherConfigError, take_gpus
+from triton_sweep.model.schema import register_configs
+from triton_sweep.model.spec_sources import load_spec
+from triton_sweep.model.space import plan_trials
+from triton_sweep.store.result_store import ResultStore
 from tests.conftest import REPO, run_sweep
 
 CONF = REPO / "conf"
@@ -96,7 +96,7 @@ def test_readme_recipe_is_the_slurm_preset():
     section = readme.split("## Run on a SLURM cluster", 1)[1].split("\n## ", 1)[0]
     command = re.search(r"```bash\n(.*?)```", section, re.S).group(1).replace("\\\n", " ")
     words = shlex.split(command)
-    assert words[:4] == ["python", "-m", "runners.sweep", "-m"]
+    assert words[:4] == ["python", "-m", "triton_sweep.sweep", "-m"]
     # Compose the recipe's first job: each sweep override at its first value.
     parsed = OverridesParser.create().parse_overrides(words[4:])
     overrides = [f"{o.get_key_element()}={next(o.sweep_string_iterator())}" if o.is_sweep_override()
@@ -113,7 +113,7 @@ def test_readme_recipe_is_the_slurm_preset():
 
 def test_two_holders_never_share_a_gpu_and_a_third_waits(tmp_path):
     held = take_gpus(["0", "1"], 1, tmp_path)  # this process holds GPU 0 until the test ends
-    code = ("import sys; from pathlib import Path; from runners.engine.hydra_jobs import take_gpus; "
+    code = ("import sys; from pathlib import Path; from triton_sweep.engine.hydra_jobs import take_gpus; "
             f"print(take_gpus(['0', '1'], 1, Path({str(tmp_path)!r})), flush=True); sys.stdin.read()")
 
     def holder():  # a process that takes a GPU and keeps it until its stdin closes

@@ -8,18 +8,18 @@ from typing import Optional
 import numpy as np
 import pytest
 
-from runners.engine import compile_pool
-from runners.model.finalists import decide
-from runners.engine.process import WorkerProcess, stop_all
-from runners.engine.scheduler import Scheduler
-from runners.model.search.optuna import Optuna
-from runners.model.search.random import Random
-from runners.model.trial import Trial
-from runners.model.spec_sources import load_spec
-from runners.model.space import plan_trials
-from runners.measure import check
-from runners.measure.stop_rule import StopRule
-from runners.store.result_store import ResultStore
+from triton_sweep.engine import compile_pool
+from triton_sweep.model.finalists import decide
+from triton_sweep.engine.process import WorkerProcess, stop_all
+from triton_sweep.engine.scheduler import Scheduler
+from triton_sweep.model.search.optuna import Optuna
+from triton_sweep.model.search.random import Random
+from triton_sweep.model.trial import Trial
+from triton_sweep.model.spec_sources import load_spec
+from triton_sweep.model.space import plan_trials
+from triton_sweep.measure import check
+from triton_sweep.measure.stop_rule import StopRule
+from triton_sweep.store.result_store import ResultStore
 from tests.conftest import run_sweep
 
 H100_TARGET = ("cuda", 90, 32)
@@ -63,7 +63,7 @@ def test_compile_pool_reports_shared_memory_the_device_lacks():
     big = {"BLOCK_M": 256, "BLOCK_N": 256, "BLOCK_K": 128, "GROUP_M": 8, "num_warps": 8, "num_stages": 4}
     small = {**big, "BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "num_warps": 4, "num_stages": 2}
     trials = [Trial("matmul", "triton", (256, 256, 256), "float16", config) for config in (big, small)]
-    recorded, scheduler = _compile(trials, spec="kernels.matmul:SPEC")
+    recorded, scheduler = _compile(trials, spec="triton_sweep.kernels.matmul:SPEC")
     assert recorded[trials[0].key]["status"] == check.STATUS_OUT_OF_RESOURCES
     assert "shared memory" in recorded[trials[0].key]["message"]
     assert [t.key for t in scheduler.ready] == [trials[1].key]
@@ -383,7 +383,7 @@ def test_torch_compile_baselines_go_to_the_side_worker(side_fails):
 def _hold_the_lock(path: str, times, rounds: int, together) -> None:
     import time
 
-    from runners.engine.worker import GpuLock
+    from triton_sweep.engine.worker import GpuLock
 
     lock = GpuLock(path)
     together.wait()  # both start asking at once
@@ -425,7 +425,7 @@ def _sleeping_stand_in(conn, name: str, seconds: float, lock_file: Optional[str]
     may reach it after one it handed the other worker of its GPU began. It says when it began (holding
     the lock) and ended, and a trial's answer also when the compile ahead of it did, if one was asked
     for."""
-    from runners.engine.worker import GpuLock
+    from triton_sweep.engine.worker import GpuLock
 
     conn.send(("ready", {"gpu_name": "none"}))
     ahead = {}
@@ -561,7 +561,7 @@ def test_each_gpu_has_its_side_worker_and_the_turns_are_per_gpu(tmp_path):
 
 
 def test_a_gpu_gets_a_side_worker_for_each_baseline_that_compiles_up_to_the_gpus():
-    from runners.engine.side import side_workers
+    from triton_sweep.engine.side import side_workers
 
     compiled = [Trial("k", "compile", (64 * i,), "float16", {}) for i in (1, 2, 3)]
     eager = Trial("k", "torch", (64,), "float16", {})
@@ -577,7 +577,7 @@ def test_a_gpu_gets_a_side_worker_for_each_baseline_that_compiles_up_to_the_gpus
 def test_the_compile_note_says_each_side_worker_s_start():
     from types import SimpleNamespace
 
-    from runners.engine.startup import compile_note
+    from triton_sweep.engine.startup import compile_note
 
     def note(*ready_s):
         sides = [SimpleNamespace(ready_s=seconds, info={}) for seconds in ready_s]
@@ -593,7 +593,7 @@ def test_the_compile_note_says_each_side_worker_s_start():
 def test_a_side_worker_imports_inductor_and_waits_for_the_lock(tmp_path):
     """A real side worker (on the interpreter here): ready with dynamo and inductor imported, it runs a
     trial and a baseline, and a request waits while another process holds the GPU's lock."""
-    from runners.engine.worker import GpuLock, trial_worker
+    from triton_sweep.engine.worker import GpuLock, trial_worker
 
     lock = tmp_path / "gpu0.lock"
     lock.touch()
@@ -683,7 +683,7 @@ def _seeded_stand_in(conn, name: str) -> None:
 
 def _picks(workers: int) -> dict:
     """Each group's chosen config when the finalists go to `workers` stand-in GPU workers."""
-    from runners.model.finalists import on_finalists
+    from triton_sweep.model.finalists import on_finalists
 
     groups = [[Trial("k", "triton", (64 * i,), "float16", {"num_warps": w}) for w in (1, 2, 4, 8)]
               for i in range(1, 9)]

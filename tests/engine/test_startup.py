@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from runners.engine import compile_pool
-from runners.engine.process import WorkerProcess, stop_all
-from runners.engine.scheduler import Scheduler
-from runners.model.trial import Trial
+from triton_sweep.engine import compile_pool
+from triton_sweep.engine.process import WorkerProcess, stop_all
+from triton_sweep.engine.scheduler import Scheduler
+from triton_sweep.model.trial import Trial
 from tests.conftest import FAST_TIMING, run_command, run_sweep, user_env
 
 H100_TARGET = ("cuda", 90, 32)
@@ -114,8 +114,8 @@ def test_a_triton_without_the_compile_only_parts_gets_no_pool_and_the_same_rows(
     same outcome for every trial as beside a pool."""
     import triton.runtime
 
-    from runners.engine.worker import trial_worker
-    from runners.measure.stop_rule import StopRule
+    from triton_sweep.engine.worker import trial_worker
+    from triton_sweep.measure.stop_rule import StopRule
 
     monkeypatch.setenv("SLOW_IMPORT_S", "0")
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "cache"))
@@ -212,7 +212,7 @@ def test_two_commands_in_a_row_in_a_plain_shell_leave_no_process_and_no_cache_of
     env = user_env(HOME=str(home), TRITON_INTERPRET="1", SWEEP_TEST_MARKER=tmp_path.name)
     for key in ("XDG_CACHE_HOME", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "WANDB_DIR"):
         env.pop(key, None)
-    readme = ["runners.sweep", "backend=interpret", "kernel.shapes=[[64,1000]]",
+    readme = ["triton_sweep.sweep", "backend=interpret", "kernel.shapes=[[64,1000]]",
               "kernel.space.BLOCK_SIZE=[1024]", "kernel.space.num_warps=[4]", "kernel.baselines=[torch]",
               *FAST_TIMING]
     for run in ("first", "second"):
@@ -251,9 +251,9 @@ def test_finish_in_background_leaves_the_plots_to_a_process_that_writes_them_aft
 def test_the_benchmark_small_list_is_what_our_sweep_plans_at_four_shapes():
     """Both sides of bench_speed's slow_import row try, at each shape, the configs our sweep plans there
     (those the kernel's constraints keep), from a list of at most 50."""
-    from runners.benchmarks import bench_speed
-    from runners.model.spec_sources import load_spec
-    from runners.model.space import plan_trials
+    from triton_sweep.benchmarks import bench_speed
+    from triton_sweep.model.spec_sources import load_spec
+    from triton_sweep.model.space import plan_trials
 
     case = bench_speed.CASES["slow_import"]
     tried = bench_speed.tried_configs(case)
@@ -266,8 +266,8 @@ def test_the_benchmark_small_list_is_what_our_sweep_plans_at_four_shapes():
 
 
 def test_the_module_to_preload_is_named_from_the_config_alone():
-    assert compile_pool.kernel_module("softmax", None) == "kernels.softmax"
-    assert compile_pool.kernel_module("matmul_bias_gelu", None) == "kernels.matmul"
+    assert compile_pool.kernel_module("softmax", None) == "triton_sweep.kernels.softmax"
+    assert compile_pool.kernel_module("matmul_bias_gelu", None) == "triton_sweep.kernels.matmul"
     assert compile_pool.kernel_module("external", "my_pkg.kernels.fused:SPEC") == "my_pkg.kernels.fused"
     # Nothing to name: the sweep's validation rejects these, naming the field.
     assert compile_pool.kernel_module("external", "my_pkg.fused") is None
@@ -276,7 +276,7 @@ def test_the_module_to_preload_is_named_from_the_config_alone():
 
 
 def test_the_start_line_names_each_part_and_brackets_the_nested_ones():
-    from runners.engine.startup import _start_parts
+    from triton_sweep.engine.startup import _start_parts
 
     info = {"start_seconds": {"imports": 1.04, "gpu": {"lock": 0.0, "cuda_context": 0.26},
                               "gpu_after_imports": 0.31}}
@@ -286,9 +286,9 @@ def test_the_start_line_names_each_part_and_brackets_the_nested_ones():
 
 HOME_SCRIPT = r'''
 import json, os, sys
-from runners.engine import process
-from runners.engine.fork_server import start_home_server
-from runners.engine.process import WorkerProcess, stop_all
+from triton_sweep.engine import process
+from triton_sweep.engine.fork_server import start_home_server
+from triton_sweep.engine.process import WorkerProcess, stop_all
 
 
 def report(conn):

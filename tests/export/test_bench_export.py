@@ -10,12 +10,12 @@ import time
 import pytest
 import torch
 
-from runners.benchmarks import bench_export
-from runners.model.trial import TRITON_PROVIDER
-from runners.model.spec_sources import load_spec
-from runners.model.space import plan_trials
-from runners.export import export_kernel
-from runners.store.result_store import ResultStore
+from triton_sweep.benchmarks import bench_export
+from triton_sweep.model.trial import TRITON_PROVIDER
+from triton_sweep.model.spec_sources import load_spec
+from triton_sweep.model.space import plan_trials
+from triton_sweep.export import export_kernel
+from triton_sweep.store.result_store import ResultStore
 
 GPU_ENV = {"backend": "cuda", "gpu_name": "NVIDIA H200", "driver_version": "580.159.04",
            "cuda_version": "13.0", "torch_version": "2.11.0", "triton_version": "3.6.0",
@@ -33,7 +33,7 @@ def _grid_shapes(kernel):
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    from runners.model.schema import register_configs
+    from triton_sweep.model.schema import register_configs
 
     register_configs()
     with initialize_config_dir(config_dir=str(bench_export.REPO / "conf"), version_base="1.3"):
@@ -68,7 +68,8 @@ def test_without_a_gpu_it_says_so(capsys):
 
 
 class HostTimer:
-    """runners.measure.device.cuda_timer's measure(fn).samples_s, by the host's clock (the interpreter)."""
+    """triton_sweep.measure.device.cuda_timer's measure(fn).samples_s, by the host's clock (the
+    interpreter)."""
 
     def measure(self, fn):
         samples = []

@@ -21,16 +21,16 @@ import triton
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from kernels import softmax
-from runners.model.schema import register_configs
-from runners.model.trial import TRITON_PROVIDER
-from runners.model.spec_sources import load_spec
-from runners.model.space import plan_trials
-from runners.export.command import main as export_main
-from runners.export import export_kernel
-from runners.export.settings import from_sweep
-from runners.measure.check import compare
-from runners.store.result_store import ResultStore
+from triton_sweep.kernels import softmax
+from triton_sweep.model.schema import register_configs
+from triton_sweep.model.trial import TRITON_PROVIDER
+from triton_sweep.model.spec_sources import load_spec
+from triton_sweep.model.space import plan_trials
+from triton_sweep.export.command import main as export_main
+from triton_sweep.export import export_kernel
+from triton_sweep.export.settings import from_sweep
+from triton_sweep.measure.check import compare
+from triton_sweep.store.result_store import ResultStore
 
 REPO = Path(__file__).resolve().parents[2]
 GPU_ENV = {"backend": "cuda", "gpu_name": "NVIDIA H200", "driver_version": "580.159.04",
@@ -134,7 +134,7 @@ def test_module_imports_only_triton_in_a_fresh_interpreter(store_path, tmp_path)
              "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m); "
              "print(len(m.CONFIGS), m.CONFIGS[1].kwargs, m.CONFIGS[1].num_warps, "
              "m.BEST_BY_SHAPE['NVIDIA H200']['3.6.0'][('float16', (8, 300))].num_warps, "
-             "[name for name in ('torch', 'runners', 'kernels') if name in sys.modules])")
+             "[name for name in ('torch', 'triton_sweep') if name in sys.modules])")
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=tmp_path,
                             check=True)
     assert result.stdout.split() == ["3", "{'BLOCK_SIZE':", "256}", "4", "4", "[]"]
@@ -341,7 +341,7 @@ def test_readme_example_runs(default_config, tmp_path):
 
 
 def test_the_export_command_writes_what_the_end_of_the_sweep_writes(default_config, tmp_path):
-    """Issue 24: `python -m runners.export --kernel softmax` by hand takes the sweep's defaults (the
+    """Issue 24: `python -m triton_sweep.export --kernel softmax` by hand takes the sweep's defaults (the
     built-in key, the tolerance): the files of the two exports of one store differ in their timestamps
     only."""
     plain = compose("config")  # in default_config's Hydra context: the sweep's config, no override
@@ -427,7 +427,7 @@ def test_a_file_of_the_earlier_format_still_loads(tmp_path, capsys):
     data = json.loads((out / "softmax_configs.json").read_text())
     older = {**data, "format": 2, "gpus": {"NVIDIA H200": data["gpus"]["NVIDIA H200"]["3.6.0"]}}
     (out / "softmax_configs.json").write_text(json.dumps(older))
-    from runners.compare import command as compare
+    from triton_sweep.compare import command as compare
 
     assert compare.main([str(out / "softmax_configs.json"), f"{tmp_path / 'old.sqlite'}"]) == 0
     assert "the export" in capsys.readouterr().out

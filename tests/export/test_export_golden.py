@@ -8,8 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
-from kernels import softmax
-from runners.store.result_store import ResultStore
+from triton_sweep.kernels import softmax
+from triton_sweep.store.result_store import ResultStore
 from tests.fixtures.synthetic_store import noisy_run
 
 GOLDEN = Path(__file__).resolve().parents[1] / "fixtures" / "golden"
@@ -34,7 +34,7 @@ def _normalized(text: str) -> str:
 
 
 def written(tmp: Path) -> dict[str, str]:
-    from runners.export import export_kernel
+    from triton_sweep.export import export_kernel
 
     files = {}
     for kernel, frame in _stores(tmp).items():

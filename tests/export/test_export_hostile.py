@@ -9,9 +9,9 @@ import sys
 
 import pytest
 
-from runners.export.command import main as export_main
-from runners.export.render import lookup_code
-from runners.store.result_store import ResultStore
+from triton_sweep.export.command import main as export_main
+from triton_sweep.export.render import lookup_code
+from triton_sweep.store.result_store import ResultStore
 
 GPU_ENV = {"backend": "cuda", "gpu_name": "NVIDIA H200", "driver_version": "580.159.04",
            "cuda_version": "13.0", "torch_version": "2.11.0", "triton_version": "3.6.0",

@@ -30,9 +30,9 @@ import pytest
 import torch
 import triton
 
-from runners.export.command import main as export_main
-from runners.measure.check import compare
-from runners.store.result_store import ResultStore
+from triton_sweep.export.command import main as export_main
+from triton_sweep.measure.check import compare
+from triton_sweep.store.result_store import ResultStore
 
 H200 = {"backend": "cuda", "gpu_name": "NVIDIA H200", "driver_version": "580.159.04", "cuda_version": "13.0",
         "torch_version": "2.11.0", "triton_version": "3.6.0", "kernel_hash": "feedbeef0002"}
@@ -267,7 +267,7 @@ def test_consumer_and_module_import_nothing_of_the_runner(export_dir, tmp_path):
     probe = ("import sys, softmax_configs; torch_loaded = 'torch' in sys.modules; "
              "import consumer_repo.row_softmax; "
              "print(torch_loaded, [m for m in sys.modules "
-             "if m.split('.')[0] in ('runners', 'kernels', 'tests')])")
+             "if m.split('.')[0] in ('triton_sweep', 'tests')])")
     fixtures = Path(__file__).resolve().parents[1] / "fixtures"  # consumer_repo's folder, as its repo's root
     path = os.pathsep.join([str(export_dir), str(fixtures)])
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=tmp_path,

@@ -11,11 +11,11 @@ import warnings
 import pandas as pd
 import pytest
 
-from runners.export import export_kernel
+from triton_sweep.export import export_kernel
 
-from runners.export.cover import Measured
-from runners.export.generalization import Lookup, _advice, leave_one_out, summary_line
-from runners.store.result_store import ResultStore
+from triton_sweep.export.cover import Measured
+from triton_sweep.export.generalization import Lookup, _advice, leave_one_out, summary_line
+from triton_sweep.store.result_store import ResultStore
 
 GPU_ENV = {"backend": "cuda", "gpu_name": "NVIDIA H200", "driver_version": "580.159.04",
            "cuda_version": "13.0", "torch_version": "2.11.0", "triton_version": "3.6.0",
@@ -247,7 +247,7 @@ def _block_warps(config):
 def test_config_for_carries_the_form_of_the_winners_around_the_call():
     """Measured at 11585 and 23170 columns, whose winners' blocks are each row's next power of two: at
     16384 columns (as far from both, so the larger first by distance) the block of 16384 fits the call."""
-    from runners.export import runtime
+    from triton_sweep.export import runtime
 
     dims = ("rows", "cols")
     cover = _runtime_cover([(16384, 8, {(4096, 11585): 40.0}), (32768, 16, {(4096, 23170): 90.0})])
@@ -272,7 +272,7 @@ def test_config_for_takes_the_least_loss_over_the_other_dims_and_the_prune_all_w
     columns D (2048/4) alone. The fastest of the list: 10.0 and 50.0 at 4096 columns, 6.0 and 26.0 at 2048.
     config_for's loss of a config: the weighted mean of log(p50 / fastest) over the shapes around where it
     was verified: A (log 1 + log 1.3) / 2 = .131, B log 1.03 = .030, C log 1 = 0 (its one shape)."""
-    from runners.export import runtime
+    from triton_sweep.export import runtime
 
     dims = ("rows", "cols")
     cover = _runtime_cover([(4096, 4, {(1024, 4096): 10.0, (8192, 4096): 65.0}),
@@ -339,7 +339,7 @@ def test_the_prune_between_measured_points_keeps_every_config_within_spread():
     of the fastest there: 64x1000 X, Y (<= 50); 8x1000 X, Y (<= 20; Z 21 out); 8x4000 X, W, V (<= 80; Z 90
     out): X, Y, W, V, in the list's order. spread=1.0: the fastest at each, X, X and W. At a measured
     point the spread does not apply: only the fastest at each shape of it."""
-    from runners.export import runtime
+    from triton_sweep.export import runtime
 
     dims, cover = ("rows", "cols"), _spread_cover()
     passes = lambda config: True  # noqa: E731
@@ -370,7 +370,7 @@ def test_config_for_between_two_measured_points_weighs_the_loss_by_the_distance_
     1100: s = .069, A .018 < B .089: A.       1400: s = .243, A .064 < B .072: A.
     1500: s = .292, A .077 > B .067: B.       2000: s = .5, A .131 > B .048: B.
     3600: s = .924, A .243 > B .007: B.       At 1000 and 4000 themselves, their winners."""
-    from runners.export import runtime
+    from triton_sweep.export import runtime
 
     dims = ("rows", "cols")
     cover = _runtime_cover([(128, 4, {(8, 1000): 10.0, (8, 4000): 52.0}),
@@ -433,7 +433,7 @@ def test_sizes_of_each_kind_are_looked_up_apart_where_the_estimate_says_so(tmp_p
     left-out length is served right (the edges by the nearest of their kind). Autotune serves all either
     way: the prune keeps both configs (1.5x, within SPREAD). So the export looks the kinds up apart, and
     the module's config_for follows the call's kind."""
-    from runners.export.generalization import estimate
+    from triton_sweep.export.generalization import estimate
 
     frame = _store_of(tmp_path, ALIGNED + UNALIGNED, _by_kind)
     result = estimate(Measured(frame), 0.03, ("rows", "cols"), ["cols"])
@@ -485,7 +485,7 @@ def test_a_size_of_a_kind_never_measured_warns_once_per_dim_and_kind(tmp_path):
 def test_the_kind_filters_dim_by_dim_where_the_call_s_kind_was_measured():
     """A call of M=100 (no measured M is of its kind: M does not filter), N=1000 (not a multiple of 16,
     like 1000 and 3000): the shapes with N of its kind, whatever their M; not apart, all of them."""
-    from runners.export import runtime
+    from triton_sweep.export import runtime
 
     dims = ("M", "N")
     shapes = [(64, 1024), (64, 1000), (128, 3000), (128, 2048)]
@@ -498,7 +498,7 @@ def test_the_choice_of_apart_at_a_left_out_point_sees_only_the_other_shapes(tmp_
     """Choosing apart or together by the better of two estimates over the same left-out points would report
     the better of two draws: at each point the choice is made by the same comparison over the other shapes
     alone (an estimate of their own, both ways), and the point's figure is that of the way they chose."""
-    from runners.export import generalization
+    from triton_sweep.export import generalization
 
     frame = _store_of(tmp_path, ALIGNED + UNALIGNED, _by_kind)
     calls = []
@@ -522,7 +522,7 @@ def test_past_folds_points_each_choice_is_made_by_shapes_outside_its_fold(tmp_pa
     point is chosen for by exactly one of them, and none of them holds the point it chooses for; the
     folds are dealt in the order of the points' values (each spread over the range, no hole of a fold's
     width). A choice stubbed per fold (apart for odd folds) shows whose choice each point reports."""
-    from runners.export import generalization
+    from triton_sweep.export import generalization
 
     sizes = tuple(512 * i for i in range(1, 13)) + tuple(512 * i - 4 for i in range(1, 13))
     frame = _store_of(tmp_path, sizes, _by_kind)
@@ -561,7 +561,7 @@ def test_the_inner_estimates_in_forked_processes_give_the_figures_computed_here(
     did leave this process."""
     import os
 
-    from runners.export import generalization
+    from triton_sweep.export import generalization
 
     if len(os.sched_getaffinity(0)) < 2:
         pytest.skip("one core: the estimate never forks")

@@ -11,11 +11,12 @@ import pytest
 import torch
 import triton
 
-from kernels import attention, builtin, fused_gelu, layernorm, matmul, softmax, softmax_online, vector_add
-from runners.model.spec_sources import load_spec
-from runners.model.space import plan_trials
-from runners.export.settings import check_key
-from runners.measure.check import TOLERANCES, as_tuple, compare, compare_outputs, upcast
+from triton_sweep.kernels import (attention, builtin, fused_gelu, layernorm, matmul, softmax, softmax_online,
+                                  vector_add)
+from triton_sweep.model.spec_sources import load_spec
+from triton_sweep.model.space import plan_trials
+from triton_sweep.export.settings import check_key
+from triton_sweep.measure.check import TOLERANCES, as_tuple, compare, compare_outputs, upcast
 from tests.conftest import HAS_CUDA
 
 CPU_DTYPES = ["float32", "float16"]
@@ -329,9 +330,9 @@ def test_a_compiled_baseline_compiled_ahead_runs_nothing_and_its_first_call_comp
     anew. CPU inductor here (a C++ compile, ~15 s)."""
     from torch._dynamo.utils import counters
 
-    from kernels.spec import compiled
-    from runners.model.trial import Trial
-    from runners.engine.trial_run import prepare_baseline
+    from triton_sweep.kernels.spec import compiled
+    from triton_sweep.model.trial import Trial
+    from triton_sweep.engine.trial_run import prepare_baseline
 
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))  # nothing compiled before this test
     counters.clear()

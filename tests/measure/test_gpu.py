@@ -13,14 +13,14 @@ import pytest
 import torch
 import triton
 
-from kernels import softmax
-from runners.engine.startup import IMPORTERS
-from runners.measure.metrics import timers_disagree
-from runners.measure.check import compare
-from runners.measure.device import cuda_timer
-from runners.measure.stop_rule import StopRule
-from runners.measure.cuda_timer import MAX_CALLS_PER_HOLD, Pace
-from runners.measure.l2_flush import FLUSH_KERNEL_NAME
+from triton_sweep.kernels import softmax
+from triton_sweep.engine.startup import IMPORTERS
+from triton_sweep.measure.metrics import timers_disagree
+from triton_sweep.measure.check import compare
+from triton_sweep.measure.device import cuda_timer
+from triton_sweep.measure.stop_rule import StopRule
+from triton_sweep.measure.cuda_timer import MAX_CALLS_PER_HOLD, Pace
+from triton_sweep.measure.l2_flush import FLUSH_KERNEL_NAME
 from tests.conftest import run_sweep, sweep_rows
 from tests.commands.test_sweep import end_of_sweep
 
@@ -175,9 +175,9 @@ def test_the_trial_worker_starts_the_gpu_while_the_kernel_module_imports(tmp_pat
     first session's thread (it did while the probe ran beside the import)."""
     from pathlib import Path
 
-    from runners.engine.process import stop_all
-    from runners.engine.worker import trial_worker
-    from runners.measure.stop_rule import StopRule
+    from triton_sweep.engine.process import stop_all
+    from triton_sweep.engine.worker import trial_worker
+    from triton_sweep.measure.stop_rule import StopRule
 
     release, cache = tmp_path / "release", tmp_path / "triton-cache"
     monkeypatch.setenv("TRITON_CACHE_DIR", str(cache))

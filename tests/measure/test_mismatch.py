@@ -6,7 +6,7 @@ GPU. GPU (marked): bf16 too, and outputs past the size at which check.compare ta
 import pytest
 import torch
 
-from runners.measure import check, mismatch
+from triton_sweep.measure import check, mismatch
 from tests.conftest import HAS_CUDA
 
 DEVICE = "cuda" if HAS_CUDA else "cpu"

@@ -5,7 +5,7 @@ import threading
 import time
 from types import SimpleNamespace
 
-from runners.measure.neighbours import BUSY_FOR_S, POLL_S, GpuWatch, Neighbour, Polls
+from triton_sweep.measure.neighbours import BUSY_FOR_S, POLL_S, GpuWatch, Neighbour, Polls
 from tests.conftest import run_sweep, sweep_rows
 
 GPU = "GPU-0"

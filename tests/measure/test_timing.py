@@ -8,17 +8,19 @@ import numpy as np
 import pytest
 import torch
 
-from runners.measure.stop_rule import (STOP_CONVERGED, STOP_RESOLUTION, STOP_TIMEOUT, StopRule, at_resolution,
-                                       median_interval, median_precision, quantization_note)
-from runners.measure.cuda_timer import hold_seconds
-from runners.measure.cupti_records import (CallRecord, GpuRecord, RecordMismatch, busy_ns, calls_from_records,
-                                           fastest_call_s, host_late)
-from runners.measure.l2_flush import (FLUSH_BLOCK, FLUSH_KERNEL_NAME, FLUSH_MIN_BYTES, _l2_flush_read_kernel,
-                                      flush_elements)
-from runners.measure.timing import METHOD_WALL, InterpreterTimer, next_batch_rounds, relative_noise, summarize
-from runners.model.trial import Trial
-from runners.measure.metrics import NoGpuWork, measured_fields, timers_disagree
-from runners.measure.timing import METHOD_CUPTI, Measurement
+from triton_sweep.measure.stop_rule import (STOP_CONVERGED, STOP_RESOLUTION, STOP_TIMEOUT, StopRule,
+                                            at_resolution, median_interval, median_precision,
+                                            quantization_note)
+from triton_sweep.measure.cuda_timer import hold_seconds
+from triton_sweep.measure.cupti_records import (CallRecord, GpuRecord, RecordMismatch, busy_ns,
+                                                calls_from_records, fastest_call_s, host_late)
+from triton_sweep.measure.l2_flush import (FLUSH_BLOCK, FLUSH_KERNEL_NAME, FLUSH_MIN_BYTES,
+                                           _l2_flush_read_kernel, flush_elements)
+from triton_sweep.measure.timing import (METHOD_WALL, InterpreterTimer, next_batch_rounds, relative_noise,
+                                         summarize)
+from triton_sweep.model.trial import Trial
+from triton_sweep.measure.metrics import NoGpuWork, measured_fields, timers_disagree
+from triton_sweep.measure.timing import METHOD_CUPTI, Measurement
 
 RULE = StopRule(min_samples=20, min_time_s=0.01, rel_precision=0.005, max_time_s=1.0)
 
@@ -133,7 +135,7 @@ def test_the_median_interval_rank_is_the_widest_that_covers_at_large_n():
     reach beyond (up to millions of samples of a microsecond kernel)."""
     from scipy.stats import binom
 
-    from runners.measure.stop_rule import _interval_rank
+    from triton_sweep.measure.stop_rule import _interval_rank
 
     for n in range(2001):
         total, term, exact = 0, 1, -1
@@ -201,7 +203,7 @@ def test_a_clock_s_rounding_is_not_its_resolution():
     """Readings 32 ns apart, a fifth of them 1 ns off (an H100's CUPTI): the resolution is ~31 ns, not
     1 ns, so a 5.5 us median is known to about 0.6% at best, not to 0.02%; a clock whose every step is
     that small (1 ns) is read as such."""
-    from runners.measure.stop_rule import quantum
+    from triton_sweep.measure.stop_rule import quantum
 
     rng = random.Random(4)
     stream = _quantized(rng, 5.472e-6, 40e-9, 32e-9, jitter_share=0.2)
@@ -407,7 +409,7 @@ def test_interpreter_timer_keeps_every_sample_and_its_wall_clock():
 
 def test_a_call_without_gpu_work_is_an_error_with_its_cause():
     # CUPTI saw nothing between the flushes (a provider that launches no kernel): no GPU time to divide by.
-    from kernels import vector_add
+    from triton_sweep.kernels import vector_add
 
     empty = Measurement([0.0] * 10, STOP_CONVERGED, METHOD_CUPTI, [3e-6] * 10, kernels_per_call=0.0)
     trial = Trial("vector_add", "torch", (1024,), "float16", {})
@@ -418,8 +420,8 @@ def test_a_call_without_gpu_work_is_an_error_with_its_cause():
 def test_a_row_s_event_median_is_of_the_calls_fed_in_time_the_late_ones_kept_beside_it():
     # Two repetitions of a 5 us kernel; five of its nine calls the host launched late (their windows
     # hold 250-400 us of the GPU waiting), more than half: every call's median would be a late one.
-    from kernels import vector_add
-    from runners.measure.timing import pooled
+    from triton_sweep.kernels import vector_add
+    from triton_sweep.measure.timing import pooled
 
     fed, late = [8.0e-6, 8.2e-6, 7.9e-6, 8.1e-6], [300e-6, 250e-6, 400e-6, 280e-6, 290e-6]
     blocks = [Measurement([5e-6] * 5, STOP_CONVERGED, METHOD_CUPTI, fed[:2], late[:3], kernels_per_call=1.0),
@@ -442,7 +444,7 @@ def test_a_repetition_takes_its_share_of_the_rule():
 
 
 def test_repetitions_pool_their_samples_and_keep_each_median():
-    from runners.measure.timing import pooled, repetition_noise
+    from triton_sweep.measure.timing import pooled, repetition_noise
 
     blocks = [Measurement([1.0, 1.1, 0.9], STOP_CONVERGED, METHOD_WALL, measure_s=0.1),
               Measurement([2.0, 2.2, 1.8, 2.1], STOP_TIMEOUT, METHOD_WALL, measure_s=0.2)]
@@ -454,7 +456,7 @@ def test_repetitions_pool_their_samples_and_keep_each_median():
 
 
 def test_placements_copy_the_values_elsewhere_at_allocator_aligned_offsets():
-    from runners.measure.repetitions import PLACEMENT_ALIGN_BYTES, Placements
+    from triton_sweep.measure.repetitions import PLACEMENT_ALIGN_BYTES, Placements
 
     placements = Placements(torch.device("cpu"))
     x = torch.randn(37, 53, dtype=torch.float16)[:, 3:]  # a view: strides and offset kept
@@ -476,7 +478,7 @@ def test_placements_copy_the_values_elsewhere_at_allocator_aligned_offsets():
 def test_measured_in_repetitions_on_the_interpreter(monkeypatch):
     """measure_repetitions: the first block on the checked buffers, each later one on buffers placed anew;
     one pooled measurement per call with every block's median."""
-    from runners.measure.repetitions import Placements, measure_repetitions
+    from triton_sweep.measure.repetitions import Placements, measure_repetitions
 
     timer = InterpreterTimer(StopRule(6, 0.0, 0.5, 0.05), warmup_s=0.0)
     rule = StopRule(min_samples=16, min_time_s=0.0, rel_precision=0.5, max_time_s=0.2, repetitions=3)
@@ -502,8 +504,8 @@ def test_the_warm_up_loop_runs_after_idle_only():
     """One call, then the warm-up loop, on a GPU that has been idle; one call only while it is busy
     (this timer sampled less than WARM_AFTER_IDLE_S ago); never a warm-up call in the samples. Beside
     them one more call, whose enqueueing is timed to size the first hold (CudaTimer._enqueue_seconds)."""
-    from runners.measure.device import cuda_timer
-    from runners.measure.cuda_timer import WARM_AFTER_IDLE_S
+    from triton_sweep.measure.device import cuda_timer
+    from triton_sweep.measure.cuda_timer import WARM_AFTER_IDLE_S
 
     x = torch.randn(1 << 16, device="cuda")
     calls = []

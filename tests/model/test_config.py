@@ -7,8 +7,8 @@ from omegaconf import OmegaConf
 from hydra.errors import ConfigCompositionException
 from omegaconf.errors import ConfigKeyError
 
-from kernels import builtin
-from runners.model.schema import KernelConf, register_configs
+from triton_sweep.kernels import builtin
+from triton_sweep.model.schema import KernelConf, register_configs
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 
@@ -46,8 +46,8 @@ def test_every_group_option_composes(kernel, timing, logger):
 
 @pytest.mark.parametrize("sweep", _options("sweep"))
 def test_every_sweep_file_composes_and_plans_trials(sweep):
-    from runners.model.spec_sources import load_spec
-    from runners.model.space import plan_trials
+    from triton_sweep.model.spec_sources import load_spec
+    from triton_sweep.model.space import plan_trials
 
     cfg = compose("config", overrides=[f"+sweep={sweep}"])
     kernel = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)["kernel"]
@@ -108,8 +108,8 @@ def test_wrong_type_fails_naming_the_field():
     ("timing.warmup_s=-1", "timing.warmup_s: -1.0 must be >= 0"),
 ])
 def test_bad_values_fail_before_any_launch_naming_the_field(override, message):
-    from runners.model.trial import ConfigError
-    from runners.model.plan import validate
+    from triton_sweep.model.trial import ConfigError
+    from triton_sweep.model.plan import validate
 
     cfg = compose("config", overrides=["backend=interpret", "kernel.shapes=[[4,100]]", override])
     with pytest.raises(ConfigError) as error:
@@ -125,9 +125,9 @@ def test_bad_values_fail_before_any_launch_naming_the_field(override, message):
 def test_bad_export_settings_fail_before_any_launch_naming_the_field(override, message):
     """The export's settings are its output's (runners/outputs/export_files.py), checked by the job
     right after validate; a sweep that writes no export does not need them right."""
-    from runners.model.plan import validate
-    from runners.model.trial import ConfigError
-    from runners.outputs import Outputs
+    from triton_sweep.model.plan import validate
+    from triton_sweep.model.trial import ConfigError
+    from triton_sweep.outputs import Outputs
 
     cfg = compose("config", overrides=["backend=interpret", "kernel.shapes=[[4,100]]", override])
     spec = validate(cfg).spec
@@ -144,14 +144,14 @@ def test_an_output_whose_class_cannot_be_found_names_its_field():
     field and the cause, not Hydra's pointer to HYDRA_FULL_ERROR."""
     from omegaconf import OmegaConf
 
-    from runners.model.trial import ConfigError
-    from runners.outputs import Outputs
+    from triton_sweep.model.trial import ConfigError
+    from triton_sweep.outputs import Outputs
 
-    cfg = OmegaConf.create({"output": {"mine": {"_target_": "runners.results.outputs.table.Table"}}})
+    cfg = OmegaConf.create({"output": {"mine": {"_target_": "triton_sweep.results.outputs.table.Table"}}})
     with pytest.raises(ConfigError) as error:
         Outputs.from_config(cfg)
-    assert str(error.value) == ("output.mine._target_: 'runners.results.outputs.table.Table' cannot be made "
-                                "(ModuleNotFoundError: No module named 'runners.results')")
+    assert str(error.value) == ("output.mine._target_: 'triton_sweep.results.outputs.table.Table' cannot be "
+                                "made (ModuleNotFoundError: No module named 'triton_sweep.results')")
 
 
 def test_a_bad_export_setting_stops_the_sweep_before_any_launch(tmp_path):
@@ -166,8 +166,8 @@ def test_a_bad_export_setting_stops_the_sweep_before_any_launch(tmp_path):
 
 
 def _planned_shapes(overrides):
-    from runners.model.spec_sources import load_spec
-    from runners.model.space import plan_trials
+    from triton_sweep.model.spec_sources import load_spec
+    from triton_sweep.model.space import plan_trials
 
     kernel = OmegaConf.to_container(compose("config", overrides=overrides), resolve=True)["kernel"]
     trials = plan_trials(load_spec(kernel["name"], kernel["spec"]), kernel, "interpret")
@@ -227,7 +227,7 @@ def test_a_grid_adds_to_the_listed_shapes_and_drops_what_nothing_can_run(capsys)
      "kernel.grid.cols[1]: {'multiple_of': 16} is not a list of sizes"),
 ])
 def test_a_wrong_grid_fails_naming_the_field(overrides, message):
-    from runners.model.trial import ConfigError
+    from triton_sweep.model.trial import ConfigError
 
     with pytest.raises(ConfigError) as error:
         _planned_shapes(["kernel=softmax", *overrides])
@@ -262,8 +262,8 @@ def test_every_built_in_kernel_has_an_export_grade_sweep():
 def test_export_sweeps_screen_a_grid_dense_along_the_export_key(sweep, kernel):
     """Each composes for every kernel it serves, screens with finalists in float16 and bfloat16, and plans
     at least 6 points of the export key (every key dim at 2 sizes or more)."""
-    from runners.model.spec_sources import load_spec
-    from runners.model.space import plan_trials
+    from triton_sweep.model.spec_sources import load_spec
+    from triton_sweep.model.space import plan_trials
 
     cfg = compose("config", overrides=[f"+sweep={sweep}", f"kernel={kernel}"])
     screen = OmegaConf.load(CONF / "timing" / "screen.yaml")

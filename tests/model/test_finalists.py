@@ -8,10 +8,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from runners.model.finalists import decide, finalist_groups, group_rule, settled, winner, winners
-from runners.model.trial import TRITON_PROVIDER, Trial
-from runners.measure.stop_rule import STOP_SETTLED, StopRule
-from runners.measure.timing import stop_reasons, next_batch_rounds
+from triton_sweep.model.finalists import decide, finalist_groups, group_rule, settled, winner, winners
+from triton_sweep.model.trial import TRITON_PROVIDER, Trial
+from triton_sweep.measure.stop_rule import STOP_SETTLED, StopRule
+from triton_sweep.measure.timing import stop_reasons, next_batch_rounds
 
 FLOOR = 0.005  # the default tie floor
 

@@ -10,14 +10,14 @@ import pytest
 from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException
 
-from runners.model.search.grid import Grid
-from runners.model.search.optuna import Optuna
-from runners.model.search.random import Random
-from runners.model.schema import register_configs
-from runners.model.spec_sources import load_spec
-from runners.model.trial import ConfigError
-from runners.model.space import plan_trials
-from runners.store.result_store import ResultStore
+from triton_sweep.model.search.grid import Grid
+from triton_sweep.model.search.optuna import Optuna
+from triton_sweep.model.search.random import Random
+from triton_sweep.model.schema import register_configs
+from triton_sweep.model.spec_sources import load_spec
+from triton_sweep.model.trial import ConfigError
+from triton_sweep.model.space import plan_trials
+from triton_sweep.store.result_store import ResultStore
 from tests.conftest import REPO, run_sweep
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
@@ -99,16 +99,16 @@ def test_a_new_strategy_is_a_class_and_a_config_node(tmp_path):
 
 def test_a_bad_target_stops_the_sweep_before_any_launch(tmp_path):
     result = run_sweep(tmp_path, "kernel=vector_add", "kernel.shapes=[200]",
-                       "search._target_=runners.model.search.grid.Gird", check=False)
+                       "search._target_=triton_sweep.model.search.grid.Gird", check=False)
     assert result.returncode == 2
-    assert "search._target_: 'runners.model.search.grid.Gird' cannot be imported" in result.stderr
+    assert "search._target_: 'triton_sweep.model.search.grid.Gird' cannot be imported" in result.stderr
     assert "worker(s)" not in result.stdout  # no worker was started, so nothing was launched
     assert not (tmp_path / "results.sqlite").exists()
 
 
 @pytest.mark.parametrize("overrides, message", [
-    (["search._target_=runners.model.trial.Trial"],
-     "search._target_: 'runners.model.trial.Trial' is not a Strategy"),
+    (["search._target_=triton_sweep.model.trial.Trial"],
+     "search._target_: 'triton_sweep.model.trial.Trial' is not a Strategy"),
     (["search._target_=Grid"], "search._target_: 'Grid' cannot be imported"),
     (["search=random", "search.budget_trials=0"], "search.budget_trials: 0 must be >= 1"),
     (["search=optuna", "search.batch=0"], "search.batch: 0 must be >= 1"),
@@ -117,7 +117,7 @@ def test_a_bad_target_stops_the_sweep_before_any_launch(tmp_path):
      "search.settings.step: 0 must be >= 1"),
 ])
 def test_bad_search_fails_before_any_launch_naming_the_field(hydra_conf, overrides, message):
-    from runners.model.plan import validate
+    from triton_sweep.model.plan import validate
 
     cfg = compose("config", overrides=["backend=interpret", "kernel.shapes=[[4,100]]", *overrides])
     with pytest.raises(ConfigError) as error:
@@ -133,7 +133,7 @@ def test_a_typo_in_search_fails_at_composition(hydra_conf):
 
 def test_the_search_imports_no_optuna_unless_chosen():
     """The sweep imports the engine before torch is loaded; Optuna's import is paid by its strategy alone."""
-    probe = ("import sys; from runners.model.search import grid, random; "
+    probe = ("import sys; from triton_sweep.model.search import grid, random; "
              "print(sorted(name for name in ('torch', 'optuna') if name in sys.modules))")
     result = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True,
                             check=True)

@@ -5,11 +5,11 @@ import textwrap
 
 import pytest
 
-from runners.model.trial import ConfigError
+from triton_sweep.model.trial import ConfigError
 
-from runners.model.spec_sources import kernel_source_hash, load_spec
+from triton_sweep.model.spec_sources import kernel_source_hash, load_spec
 
-from runners.model.space import plan_trials
+from triton_sweep.model.space import plan_trials
 
 SOFTMAX = {"shapes": [[4, 1000]], "dtypes": ["float16"],
            "space": {"BLOCK_SIZE": [1024, 2048], "num_warps": [4]}}
@@ -21,8 +21,8 @@ def test_unknown_kernel_name_and_bad_import_path():
         load_spec("nope", None)
     with pytest.raises(ConfigError, match="kernel.spec: cannot import 'no_such_module'"):
         load_spec("external", "no_such_module:SPEC")
-    with pytest.raises(ConfigError, match="is not a kernels.spec.KernelSpec"):
-        load_spec("external", "kernels.softmax:softmax")
+    with pytest.raises(ConfigError, match="is not a triton_sweep.kernels.spec.KernelSpec"):
+        load_spec("external", "triton_sweep.kernels.softmax:softmax")
 
 
 def test_lists_expand_and_duplicates_collapse():
@@ -61,7 +61,7 @@ def test_source_hash_covers_modules_the_launcher_reaches(tmp_path, monkeypatch):
     (package / "outer.py").write_text(textwrap.dedent("""
         import dataclasses
         from hashpkg import inner
-        from kernels import vector_add
+        from triton_sweep.kernels import vector_add
         def launch(inputs, out, config, extra=None):
             vector_add.SPEC.launch(inputs, out, config)
         SPEC = dataclasses.replace(vector_add.SPEC, name="hashed", launch=launch)

@@ -1,7 +1,6 @@
-"""runners.outputs.plots.figures and the runners.plot command from synthetic stores: the PNGs exist and are
-real images, the ceilings, the choice of the heatmap's axes, and the sweeps a plot cannot be drawn for
-(skipped
-with a reason, never a traceback)."""
+"""triton_sweep.outputs.plots.figures and the triton_sweep.plot command from synthetic stores: the PNGs
+exist and are real images, the ceilings, the choice of the heatmap's axes, and the sweeps a plot cannot be
+drawn for (skipped with a reason, never a traceback)."""
 
 import sys
 
@@ -9,9 +8,9 @@ import numpy as np
 import pytest
 from matplotlib.image import imread
 
-from runners import plot
-from runners.outputs.plots import figures as plots
-from runners.store.result_store import ResultStore
+from triton_sweep import plot
+from triton_sweep.outputs.plots import figures as plots
+from triton_sweep.store.result_store import ResultStore
 from tests.fixtures.synthetic_store import PEAKS, SHAPES, row, softmax_sweep
 
 

@@ -1,7 +1,7 @@
 """The end-of-sweep table: which times the speedups divide, and the flag of timers that disagree."""
 import pandas as pd
 
-from runners.outputs.table.report import best_table, speedups
+from triton_sweep.outputs.table.report import best_table, speedups
 
 
 def _row(provider, p50, event_p50, config="{}", **changes):

@@ -15,8 +15,8 @@ import time
 import pandas as pd
 import pytest
 
-from runners.outputs.wandb import logger as wandb_logger
-from runners.store.result_store import ResultStore
+from triton_sweep.outputs.wandb import logger as wandb_logger
+from triton_sweep.store.result_store import ResultStore
 from tests.conftest import run_sweep, sweep_rows, user_env
 
 SMALL = [
@@ -200,7 +200,7 @@ def test_the_wandb_check_runs_while_the_workers_start(monkeypatch, capfd, fresh_
 
     from omegaconf import OmegaConf
 
-    from runners.outputs.wandb import Wandb
+    from triton_sweep.outputs.wandb import Wandb
 
     release, asked = threading.Event(), []
 
@@ -231,7 +231,7 @@ def test_the_check_imports_wandb_in_an_interpreter_of_its_own(tmp_path):
     import sys
     from pathlib import Path
 
-    code = ("import sys; from runners.outputs.wandb import logger as w; "
+    code = ("import sys; from triton_sweep.outputs.wandb import logger as w; "
             f"print(w.wandb_problem({{'mode': 'offline', 'dir': {str(tmp_path)!r}}}), "
             "'wandb' in sys.modules)")
     repo = Path(__file__).resolve().parents[2]

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from runners.outputs.wandb import logger as wandb_logger
-from runners.store.result_store import ResultStore
-from runners.outputs.wandb.tables import best_keys, chart_tables, summary_table
+from triton_sweep.outputs.wandb import logger as wandb_logger
+from triton_sweep.store.result_store import ResultStore
+from triton_sweep.outputs.wandb.tables import best_keys, chart_tables, summary_table
 from tests.conftest import run_sweep
 from tests.fixtures.synthetic_store import softmax_sweep
 from tests.fixtures.wandb_records import read_records, read_run

@@ -11,9 +11,9 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from kernels import builtin
-from kernels.spec import KernelSpec
-from runners.model.schema import CONF_DIR, SweepConf, reference, register_configs
+from triton_sweep.kernels import builtin
+from triton_sweep.kernels.spec import KernelSpec
+from triton_sweep.model.schema import CONF_DIR, SweepConf, reference, register_configs
 
 REPO = Path(__file__).resolve().parents[2]
 CONF = REPO / "conf"
@@ -45,13 +45,13 @@ def test_every_schema_field_is_in_the_generated_tables():
     section, names = generated_section(), schema_fields()
     assert len(names) > 40 and "timing.min_samples" in names and "verbose" in names
     missing = [name for name in names if f"`{name}`" not in section]
-    assert not missing, f"conf/README.md does not name {missing}: run python -m runners.model.schema"
+    assert not missing, f"conf/README.md does not name {missing}: run python -m triton_sweep.model.schema"
 
 
 def test_the_generated_tables_are_the_schemas():
     assert generated_section() == reference(), (
-        "conf/README.md's generated section is stale: paste the output of python -m runners.model.schema "
-        "between its markers")
+        "conf/README.md's generated section is stale: paste the output of python -m "
+        "triton_sweep.model.schema between its markers")
 
 
 SECTIONS = {item.name for item in dataclasses.fields(SweepConf)

@@ -10,6 +10,10 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 PACKAGES = ("kernels", "runners", "hydra_plugins")
+# The folder a module lives in -> the name it is imported by (pyproject.toml: runners/ is triton_sweep,
+# kernels/ is linked into it as triton_sweep.kernels)
+IMPORT_NAMES = {"runners": "triton_sweep", "kernels": "triton_sweep.kernels",
+                "hydra_plugins": "hydra_plugins"}
 ROLES = ("model", "engine", "measure", "capture", "store", "outputs", "export", "compare", "benchmarks")
 MAX_LINE = 110
 
@@ -43,11 +47,11 @@ def imported_roles(path: Path) -> dict[str, str]:
             continue
         for name in names:
             parts = name.split(".")
-            if parts[0] == "kernels":
+            if parts[:2] == ["triton_sweep", "kernels"]:
                 found[name] = "kernels"
-            elif name in ("runners", "runners.version"):
+            elif name in ("triton_sweep", "triton_sweep.version"):
                 continue  # the package's version, which every room may state
-            elif parts[0] == "runners":
+            elif parts[0] == "triton_sweep":
                 found[name] = parts[1] if len(parts) > 1 and parts[1] in ROLES else "commands"
     return found
 
@@ -184,15 +188,16 @@ def test_no_room_holds_over_a_quarter_of_the_source():
 def test_the_role_rules_see_real_imports():
     """The scan must find imports where they are, lazy ones included, or the rules above pass vacuously."""
     worker = imported_roles(REPO / "runners" / "engine" / "worker.py")
-    assert worker.get("runners.measure.device") == "measure"  # imported inside the worker's main
+    assert worker.get("triton_sweep.measure.device") == "measure"  # imported inside the worker's main
     sweep = imported_roles(REPO / "runners" / "sweep.py")
     assert {"engine", "store", "outputs"} <= set(sweep.values())
 
 
 
 def module_name(path: Path, root: Path = REPO) -> str:
-    parts = list(path.relative_to(root).with_suffix("").parts)
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+    """The name a module is imported by (IMPORT_NAMES: its folder's)."""
+    folder, *parts = path.relative_to(root).with_suffix("").parts
+    return ".".join([IMPORT_NAMES[folder]] + (parts[:-1] if parts[-1] == "__init__" else parts))
 
 
 def imported_modules(path: Path, project: set[str]) -> set[str]:
@@ -265,20 +270,21 @@ def test_the_circle_check_sees_a_circle(tmp_path):
     results = tmp_path / "runners" / "results"
     results.mkdir(parents=True)
     (results / "__init__.py").write_text('"""results"""\n')
-    (results / "a.py").write_text('"""a"""\nfrom runners.results import b\n')
-    (results / "b.py").write_text('"""b"""\nfrom runners.results.c import g\n')
-    (results / "c.py").write_text('"""c"""\ndef g():\n    from runners.results.a import x\n')
-    (results / "d.py").write_text('"""d"""\nimport runners.results.a\n')
+    (results / "a.py").write_text('"""a"""\nfrom triton_sweep.results import b\n')
+    (results / "b.py").write_text('"""b"""\nfrom triton_sweep.results.c import g\n')
+    (results / "c.py").write_text('"""c"""\ndef g():\n    from triton_sweep.results.a import x\n')
+    (results / "d.py").write_text('"""d"""\nimport triton_sweep.results.a\n')
     graph = import_graph(tmp_path)
-    assert graph["runners.results.d"] == {"runners.results.a"}
-    assert circles(graph) == [["runners.results.a", "runners.results.b", "runners.results.c"]]
+    assert graph["triton_sweep.results.d"] == {"triton_sweep.results.a"}
+    assert circles(graph) == [["triton_sweep.results.a", "triton_sweep.results.b", "triton_sweep.results.c"]]
 
 
 def test_the_export_is_one_room():
     """The export is one package (runners/export/: the library and its command): a module or folder named
     export anywhere else under runners/ is a second room for it."""
     named = sorted(str(path.relative_to(REPO)) for path in (REPO / "runners").rglob("export*")
-                   if "export" in path.stem.split("_")[0] and REPO / "runners" / "export" not in path.parents)
+                   if "export" in path.stem.split("_")[0] and REPO / "runners" / "export" not in path.parents
+                   and "__pycache__" not in path.parts)
     assert named == ["runners/export", "runners/outputs/export_files.py"]
 
 
@@ -289,16 +295,15 @@ def test_the_libraries_of_results_import_neither_torch_nor_triton():
     import subprocess
     import sys
 
-    libraries = ["runners.outputs.table.report", "runners.outputs.plots.figures",
-                 "runners.outputs.wandb.tables", "runners.export", "runners.export.settings",
-                 "runners.export.rows", "runners.export.cover", "runners.export.fileformat",
-                 "runners.export.render", "runners.export.generalization", "runners.export.runtime",
-                 "runners.compare.matching", "runners.compare.report", "runners.compare.command",
-                 "runners.revalidate", "runners.export.command"]
+    libraries = ["triton_sweep." + name for name in (
+        "outputs.table.report", "outputs.plots.figures", "outputs.wandb.tables", "export", "export.settings",
+        "export.rows", "export.cover", "export.fileformat", "export.render", "export.generalization",
+        "export.runtime", "compare.matching", "compare.report", "compare.command", "revalidate",
+        "export.command")]
     probe = (f"import sys\nfor name in {libraries!r}:\n    __import__(name)\n"
              "print(sorted(m for m in ('torch', 'triton') if m in sys.modules))\n"
-             "print(sorted(m for m in sys.modules if m.startswith('runners.')))")
+             "print(sorted(m for m in sys.modules if m.startswith('triton_sweep.')))")
     done = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, check=True)
     loaded, project = done.stdout.splitlines()
     assert loaded == "[]", f"loaded by the libraries: {loaded}"
-    assert "'runners.export.runtime'" in project and "'runners.compare.command'" in project  # all imported
+    assert "'triton_sweep.export.runtime'" in project and "'triton_sweep.compare.command'" in project

@@ -1,17 +1,17 @@
 """A damaged store (its header overwritten, cut to half its size, or one leaf page of its trials
 overwritten) is refused whole by every command with one line naming it and saying what to do, before any
 worker starts or any row is read, and is never written to; what SQLite can still read of it is recovered
-by `runners.merge --recover`."""
+by `triton-sweep-merge --recover`."""
 import hashlib
 import os
 
 import pytest
 
-from runners import merge, plot
-from runners.compare import command as compare
-from runners.export import command as export
-from runners.store.damage import DamagedStore, damage_of
-from runners.store.result_store import ResultStore
+from triton_sweep import merge, plot
+from triton_sweep.compare import command as compare
+from triton_sweep.export import command as export
+from triton_sweep.store.damage import DamagedStore, damage_of
+from triton_sweep.store.result_store import ResultStore
 from tests.conftest import overwrite_a_leaf_page, run_command, run_sweep
 from tests.fixtures.synthetic_store import softmax_sweep
 
@@ -58,7 +58,7 @@ def _one_error_line(text: str, path, words: str) -> None:
     lines = [line for line in text.splitlines() if line.startswith("error:")]
     assert len(lines) == 1, text
     assert str(path) in lines[0] and words in lines[0]
-    assert "mv " in lines[0] and "runners.merge --recover" in lines[0]  # what to do
+    assert "mv " in lines[0] and "triton-sweep-merge --recover" in lines[0]  # what to do
     assert "Traceback" not in text
 
 
@@ -148,6 +148,6 @@ def test_the_cli_line_of_a_damaged_store_through_a_real_process(tmp_path):
     path = tmp_path / "results.sqlite"
     _store(path)
     _cut_to_half(path)
-    result = run_command(["runners.export", "--store", path], cwd=tmp_path)
+    result = run_command(["triton_sweep.export", "--store", path], cwd=tmp_path)
     assert result.returncode == 2
     _one_error_line(result.stderr, path, "cut short")

@@ -11,9 +11,9 @@ import sqlite3
 import pandas as pd
 import pytest
 
-from runners import merge
-from runners.export import command as export
-from runners.store.result_store import ResultStore
+from triton_sweep import merge
+from triton_sweep.export import command as export
+from triton_sweep.store.result_store import ResultStore
 
 H100, H200 = "NVIDIA H100 80GB HBM3", "NVIDIA H200"
 ENV = {"backend": "cuda", "timing_method": "cupti/read-flush", "gpu_name": H100, "driver_version": "570.86",

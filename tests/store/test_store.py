@@ -6,9 +6,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from runners.model.columns import ENV_KEY
-from runners.outputs.parquet import write_parquet
-from runners.store.result_store import ResultStore
+from triton_sweep.model.columns import ENV_KEY
+from triton_sweep.outputs.parquet import write_parquet
+from triton_sweep.store.result_store import ResultStore
 
 ENV = {"backend": "cuda", "timing_method": "cupti/read-flush", "gpu_name": "NVIDIA H200",
        "driver_version": "580.1", "torch_version": "2.11", "triton_version": "3.6", "kernel_hash": "abc123"}
@@ -139,7 +139,7 @@ def test_resume_retries_transient_failures_only(tmp_path):
 
 
 def test_a_field_the_row_record_does_not_declare_is_an_error_not_dropped(tmp_path):
-    from runners.model.columns import UnknownField
+    from triton_sweep.model.columns import UnknownField
 
     store = ResultStore(tmp_path / "r.sqlite")
     row = {"trial_key": "k", "sweep_id": "s", "kernel": "softmax", "provider": "triton", "shape": [4, 4],

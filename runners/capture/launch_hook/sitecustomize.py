@@ -1,4 +1,4 @@
-"""Python imports this at startup in a program run by `python -m runners.capture` (its directory is first
+"""Python imports this at startup in a program run by `python -m triton_sweep.capture` (its directory is first
 on the program's PYTHONPATH): install the launch hook, then run the sitecustomize this one shadows, if
 the environment has one."""
 import importlib.util

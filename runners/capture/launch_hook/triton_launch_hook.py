@@ -1,4 +1,4 @@
-"""Counts the Triton launches of the process it runs in (`python -m runners.capture` puts this directory
+"""Counts the Triton launches of the process it runs in (`python -m triton_sweep.capture` puts this directory
 first on the program's PYTHONPATH; its sitecustomize.py calls install()). Self-contained: it imports
 nothing of this project, so it never shadows a module of the program it watches.
 

@@ -14,7 +14,7 @@ import importlib
 from collections import defaultdict
 from typing import Optional
 
-from runners.model.trial import TRITON_PROVIDER, ConfigError, Trial
+from triton_sweep.model.trial import TRITON_PROVIDER, ConfigError, Trial
 
 
 class Strategy:

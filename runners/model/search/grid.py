@@ -2,8 +2,8 @@
 budget_trials, the first that many of the configs that pass the constraints."""
 from __future__ import annotations
 
-from runners.model.search import Strategy
-from runners.model.trial import Trial
+from triton_sweep.model.search import Strategy
+from triton_sweep.model.trial import Trial
 
 
 class Grid(Strategy):

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Optional
 
-from runners.model.search import Strategy
-from runners.model.trial import ConfigError, Trial
+from triton_sweep.model.search import Strategy
+from triton_sweep.model.trial import ConfigError, Trial
 
 MAX_PROPOSALS_PER_TRIAL = 50  # proposals (pruned or repeated) allowed per trial of the budget
 

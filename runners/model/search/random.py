@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import random
 
-from runners.model.search import Strategy
-from runners.model.trial import Trial
+from triton_sweep.model.search import Strategy
+from triton_sweep.model.trial import Trial
 
 
 class Random(Strategy):

@@ -4,13 +4,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from runners.outputs.output import Finished, Output
+from triton_sweep.outputs.output import Finished, Output
 
 
 class Plots(Output):
     background = True
 
     def write(self, done: Finished, handover: Optional[dict] = None) -> list[Path]:
-        from runners.outputs.plots.figures import plots_for_sweep
+        from triton_sweep.outputs.plots.figures import plots_for_sweep
 
         return plots_for_sweep(done.store, done.frame, done.output_dir)

@@ -1,5 +1,5 @@
 """The plots of one sweep, as PNG, drawn from its rows: for the end of a sweep (runners/outputs/finisher.py)
-and for the command `python -m runners.plot` (runners/plot.py).
+and for the command `python -m triton_sweep.plot` (runners/plot.py).
 - roofline.png: achieved TFLOP/s against arithmetic intensity under the device's measured ceilings (copy
   bandwidth, cuBLAS matmul per dtype); every ok config of ours a grey dot, each winner a star, the
   baselines a marker per provider, one colour per (kernel, dtype, shape).
@@ -19,10 +19,10 @@ from typing import Callable, Optional
 
 import pandas as pd
 
-from runners.model.finalists import winner
-from runners.model.trial import TRITON_PROVIDER
-from runners.outputs.table.report import speedups
-from runners.store.result_store import ResultStore, shape_label
+from triton_sweep.model.finalists import winner
+from triton_sweep.model.trial import TRITON_PROVIDER
+from triton_sweep.outputs.table.report import speedups
+from triton_sweep.store.result_store import ResultStore, shape_label
 
 DPI = 110
 MAX_PANELS = 12  # heatmap panels of one figure; past it, the summary (one panel a dtype)
@@ -344,8 +344,8 @@ def plots_for_sweep(store_path: str | Path, frame: pd.DataFrame, out_dir: str | 
     except OSError as error:
         print(f"warning: plots skipped: cannot write to {out_dir}: {error}")
         return []
-    except Exception as error:  # a plotting bug or a library mismatch; `python -m runners.plot` shows where
-        print(f"warning: plots skipped: {type(error).__name__}: {error} (python -m runners.plot shows where)")
+    except Exception as error:  # a plotting bug or a library mismatch; triton-sweep-plot shows where
+        print(f"warning: plots skipped: {type(error).__name__}: {error} (triton-sweep-plot shows where)")
         return []
     finally:
         store.close()

@@ -6,9 +6,9 @@ from typing import Optional
 
 import pandas as pd
 
-from runners.model.finalists import winning_records
-from runners.model.trial import TRITON_PROVIDER, counted
-from runners.store.result_store import shape_label
+from triton_sweep.model.finalists import winning_records
+from triton_sweep.model.trial import TRITON_PROVIDER, counted
+from triton_sweep.store.result_store import shape_label
 
 
 TABLE_COLUMNS = ("id", "trial_key", "kernel", "dtype", "shape", "provider", "config", "phase", "status",

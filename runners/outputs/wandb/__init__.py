@@ -12,8 +12,8 @@ from typing import Optional
 
 from omegaconf import OmegaConf
 
-from runners.model.columns import WANDB_CONFIG, WANDB_SUMMARY
-from runners.outputs.output import Finished, Output
+from triton_sweep.model.columns import WANDB_CONFIG, WANDB_SUMMARY
+from triton_sweep.outputs.output import Finished, Output
 
 
 class Wandb(Output):
@@ -38,7 +38,7 @@ class Wandb(Output):
         thread, which runs while the job validates its input and its workers start: made in `start`, it
         held the GPU idle before the first trial for as long; begun after the validation (the kernel's
         import), it still did, 0.5-0.57 s on an H100 host (BENCHMARKS.md)."""
-        from runners.outputs.wandb.logger import wandb_problem
+        from triton_sweep.outputs.wandb.logger import wandb_problem
 
         if self.wanted:
             self._checking = threading.Thread(target=wandb_problem, args=(self.conf,), name="wandb check",
@@ -46,7 +46,7 @@ class Wandb(Output):
             self._checking.start()
 
     def start(self, cfg, sweep_id: str, dims: tuple) -> None:
-        from runners.outputs.wandb.logger import TrialLogger, runs_of, warn_if_unusable
+        from triton_sweep.outputs.wandb.logger import TrialLogger, runs_of, warn_if_unusable
 
         self.dims, self.timing = dims, OmegaConf.to_container(cfg.timing, resolve=True)
         if not self.wanted:
@@ -68,7 +68,7 @@ class Wandb(Output):
         self.trials.log(trial.kernel, label, config, {name: row.get(name) for name in WANDB_SUMMARY})
 
     def close(self) -> None:
-        from runners.outputs.wandb.logger import known_problem
+        from triton_sweep.outputs.wandb.logger import known_problem
 
         if self.runs is None or self.closed:
             return
@@ -87,17 +87,17 @@ class Wandb(Output):
         """Whether the sweep's run is to be made (not when logging is off or known to fail here), and
         offline (why: the trial runs found the server out of reach), how the job logged, and its dims (the
         background finish never starts a job)."""
-        from runners.outputs.wandb.logger import known_problem, unreachable
+        from triton_sweep.outputs.wandb.logger import known_problem, unreachable
 
         return {"summary": self.wanted and known_problem(self.conf) is None, "runs": self.runs,
                 "dims": list(self.dims), "timing": self.timing, "offline": unreachable(self.conf)}
 
     def write(self, done: Finished, handover: Optional[dict] = None) -> list[Path]:
-        from runners.outputs.wandb.logger import log_sweep_summary
+        from triton_sweep.outputs.wandb.logger import log_sweep_summary
 
         if not (handover or {}).get("summary", self.wanted):
             return []
-        from runners.export.settings import kernel_dims
+        from triton_sweep.export.settings import kernel_dims
 
         handover = handover or {}
         exports = done.files.get("export", [])

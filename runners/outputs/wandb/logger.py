@@ -23,7 +23,7 @@ from typing import Iterable, Optional
 
 import pandas as pd
 
-from runners.outputs.wandb.processes import LoggingProcess
+from triton_sweep.outputs.wandb.processes import LoggingProcess
 
 CLOSE_TIMEOUT_S = 600  # a sweep's last runs may still be uploading in online mode
 # Online, what one run may wait for the server (wandb's defaults: 90 s to start, no bound to finish): a
@@ -126,7 +126,7 @@ def known_problem(conf: dict) -> Optional[str]:
 # What a trial run leaves out: it lasts milliseconds, and its config names the GPU, the versions and the
 # host already. wandb's system metrics, its probes of the machine (GPUs through NVML) and environment (the
 # installed packages' list) and its console capture took four fifths of each offline run's time on this
-# project's CPU host (0.052-0.055 -> 0.011-0.014 s a run: `python -m runners.benchmarks.bench_wandb
+# project's CPU host (0.052-0.055 -> 0.011-0.014 s a run: `python -m triton_sweep.benchmarks.bench_wandb
 # --runs 32`); the sweep's run keeps them. Only the settings this wandb has.
 TRIAL_RUN_SETTINGS = {"x_disable_stats": True, "x_disable_machine_info": True, "x_disable_meta": True,
                       "console": "off", "x_save_requirements": False}
@@ -396,7 +396,7 @@ def _write_summary_run(conf: dict, sweep_id: str, frame: pd.DataFrame, files: li
     """Write the sweep's run; what the warning line is to say where the server was out of reach."""
     import wandb
 
-    from runners.outputs.wandb.tables import best_keys, chart_tables, summary_table, sweep_config
+    from triton_sweep.outputs.wandb.tables import best_keys, chart_tables, summary_table, sweep_config
 
     table = summary_table(frame, dims)
     known = unreachable(conf)

@@ -11,10 +11,10 @@ from typing import Optional
 
 import pandas as pd
 
-from runners.model.columns import SAMPLE_COLUMNS
-from runners.model.trial import TRITON_PROVIDER
-from runners.export.rows import newest_per_trial
-from runners.store.result_store import shape_label
+from triton_sweep.model.columns import SAMPLE_COLUMNS
+from triton_sweep.model.trial import TRITON_PROVIDER
+from triton_sweep.export.rows import newest_per_trial
+from triton_sweep.store.result_store import shape_label
 
 
 def pct_of_best(frame: pd.DataFrame) -> pd.Series:
@@ -57,7 +57,7 @@ def best_keys(frame: pd.DataFrame) -> dict:
     shape) our winner (the finalists' choice, else the lowest p50) as best/<kernel>/<dtype>/<shape>/
     p50_us, gbps, tflops and config ("BLOCK_SIZE=1024 num_stages=1 num_warps=4"), and speedup_vs_<baseline>
     (the baseline's p50 over ours) for each baseline measured there."""
-    from runners.model.finalists import winner
+    from triton_sweep.model.finalists import winner
     keys = {}
     newest = newest_per_trial(frame[(frame["status"] == "ok") & frame["p50_us"].notna()])
     for (kernel, dtype, shape), group in newest.groupby(["kernel", "dtype", "shape"]):
@@ -146,7 +146,7 @@ def chart_tables(table: pd.DataFrame) -> dict:
 def sweep_config(frame: pd.DataFrame, sweep_id: str, runs: str, timing: Optional[dict]) -> dict:
     """The sweep run's config: what sets two sweeps apart in the runs table (the newest row's GPU and
     versions, the kernels and dtypes, how W&B logged it)."""
-    from runners.model.columns import ENV_KEY
+    from triton_sweep.model.columns import ENV_KEY
 
     env = {}
     if len(frame):
