@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import functools
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Optional
 
 _NOT_KERNELS = ("__init__", "spec")
@@ -34,16 +35,25 @@ def _parsed(stem: str) -> ast.Module:
     return ast.parse((Path(__file__).parent / f"{stem}.py").read_text())
 
 
-def _literal_names(name: str, argument: str) -> tuple[str, ...]:
-    """The string constants of the `argument=` literals (a dict's keys, a tuple's items) in the module
-    of a built-in kernel."""
+def _literals(name: str, argument: str) -> list:
+    """The values of the `argument=` keywords in the module of a built-in kernel that are literals (a
+    dict's keys where the values are not: `baselines={"torch": ...}`), in source order."""
     module = builtin()[name].split(":")[0].rsplit(".", 1)[1]
-    names = {}
+    found = []
     for node in ast.walk(_parsed(module)):
         if isinstance(node, ast.keyword) and node.arg == argument:
-            items = node.value.keys if isinstance(node.value, ast.Dict) else getattr(node.value, "elts", [])
-            names.update(dict.fromkeys(k.value for k in items if isinstance(k, ast.Constant)))
-    return tuple(names)
+            try:
+                found.append(ast.literal_eval(node.value))
+            except ValueError:
+                if isinstance(node.value, ast.Dict):
+                    found.append({k.value: None for k in node.value.keys if isinstance(k, ast.Constant)})
+    return found
+
+
+def _literal_names(name: str, argument: str) -> tuple[str, ...]:
+    """The names every `argument=` literal of a built-in kernel's module holds (a dict's keys, a tuple's
+    items), merged."""
+    return tuple(dict.fromkeys(key for literal in _literals(name, argument) for key in literal))
 
 
 @functools.cache
@@ -58,6 +68,27 @@ def dim_names(name: str) -> tuple[str, ...]:
     """The names of a built-in kernel's shape dims (its module's `dims=(...)` literals), read from the
     source: what `kernel.grid.<dim>=...` may set without a `+`."""
     return _literal_names(name, "dims")
+
+
+@functools.cache
+def outline(name: str) -> Optional[SimpleNamespace]:
+    """What the checks of a sweep's input read of a built-in kernel's spec (name, dims, dtypes, space,
+    baselines, default shapes and dtypes), read from its module's literals without importing it, every
+    config taken as runnable; None (the whole, or baselines and default_shapes) where a literal is missing
+    or ambiguous: the spec's own checks decide later. The names a module declares in several spec calls
+    are merged: never a false refusal."""
+    found = {field: _literals(name, field) for field in ("dims", "dtypes", "space")}
+    if not all(found.values()) or len({len(dims) for dims in found["dims"]}) > 1:
+        return None
+    space: dict = {}
+    for literal in found["space"]:
+        for key, values in literal.items():
+            space.setdefault(key, []).extend(values)
+    shapes = _literals(name, "default_shapes")
+    dtypes = _literal_names(name, "dtypes")
+    return SimpleNamespace(name=name, dims=found["dims"][0], dtypes=dtypes, default_dtypes=dtypes, space=space,
+                           baselines=dict.fromkeys(_literal_names(name, "baselines")) or None,
+                           default_shapes=shapes[0] if len(shapes) == 1 else None, constraints=lambda *_: None)
 
 
 @functools.cache

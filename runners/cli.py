@@ -11,6 +11,7 @@ import sys
 
 
 def _run(name: str, home: bool = False):
+    sys.stdout.reconfigure(line_buffering=True)  # each line as it is printed, also into a pipe
     if os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())
     if home:
@@ -20,7 +21,11 @@ def _run(name: str, home: bool = False):
     # a command that is a room of its own (runners/export/) keeps its entry in the room's command.py
     room = name in ("export", "compare", "capture")
     module = importlib.import_module(f"triton_sweep.{name}.command" if room else f"triton_sweep.{name}")
-    return module.cli() if hasattr(module, "cli") else module.main()
+    try:
+        return module.cli() if hasattr(module, "cli") else module.main()
+    except KeyboardInterrupt:  # Ctrl-C: one line, not a traceback; 130 as a shell reports it
+        print(f"triton-sweep-{name}: interrupted", file=sys.stderr)
+        sys.exit(130)
 
 
 sweep = functools.partial(_run, "sweep", home=True)

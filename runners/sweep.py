@@ -10,8 +10,12 @@ outputs once for all of them. It first forks the home server its workers are for
 light modules are imported at the top here."""
 from __future__ import annotations
 
+import contextlib
+import difflib
+import itertools
 import json
 import os
+import shutil
 import sys
 import traceback
 from pathlib import Path
@@ -31,6 +35,8 @@ from omegaconf import DictConfig, OmegaConf
 from triton_sweep import version
 from triton_sweep.engine.hydra_jobs import runs_jobs_apart
 from triton_sweep.model.schema import CONF_DIR
+
+NESTING_LIMIT = 32  # levels of lists and mappings in an override or a config file; Hydra recurses per level
 
 def sweep_id_of(cfg: DictConfig) -> str:
     """cfg.sweep_id (checked: it names folders), else the name of the Hydra run directory (multirun: the
@@ -52,9 +58,17 @@ def check_fields(cfg: DictConfig) -> None:
     name = unknown_field(cfg)
     if name:
         parent, _, leaf = name.rpartition(".")
-        known = sorted(set(OmegaConf.select(cfg, parent).keys()) - {leaf}) if parent else None
-        raise ConfigError(f"{name}: not a field of the sweep's config (a `+` adds it, and nothing reads it)"
-                          + (f"; {parent} has: {', '.join(known)}" if known else ""))
+        known = set(OmegaConf.select(cfg, parent).keys() if parent else cfg.keys()) - {leaf, "hydra"}
+        raise ConfigError(not_a_field(name, known, " (a `+` adds it, and nothing reads it)"))
+
+
+def not_a_field(name: str, known, why: str = "") -> str:
+    """The line for a dotted name the sweep's config does not declare, with the near one and the known."""
+    parent, _, leaf = name.rpartition(".")
+    near = difflib.get_close_matches(leaf, known, n=1)
+    return (f"{name}: not a field of the sweep's config{why}"
+            + (f" (did you mean {parent + '.' if parent else ''}{near[0]}?)" if near else "")
+            + f"; {parent or 'the config'} has: {', '.join(sorted(known))}")
 
 
 def config_folders(group: str) -> list[Path]:
@@ -69,9 +83,15 @@ def config_file(group: str, name: str) -> Optional[Path]:
     return next((f / f"{name}.yaml" for f in config_folders(group) if (f / f"{name}.yaml").is_file()), None)
 
 
+def depth(value) -> int:
+    """Levels of lists and mappings in a value loaded from YAML."""
+    items = value.values() if isinstance(value, dict) else value if isinstance(value, list) else None
+    return 0 if items is None else 1 + max(map(depth, items), default=0)
+
+
 def check_yaml_files(argv: list[str]) -> None:
-    """A YAML error in a config file the command line picks (+sweep=NAME, kernel=NAME) in one line,
-    file:line:column, exit 2: Hydra would end in its parser's traceback."""
+    """A YAML error in a config file the command line picks (+sweep=NAME, kernel=NAME), or its nesting
+    past NESTING_LIMIT, in one line, file:line:column, exit 2: Hydra would end in a traceback."""
     import yaml
 
     for arg in argv:
@@ -80,13 +100,21 @@ def check_yaml_files(argv: list[str]) -> None:
             continue
         for name in value.strip("[]").split(","):
             path = config_file(group, name.strip())
+            if path is None:
+                continue
             try:
-                yaml.safe_load(path.read_text()) if path is not None else None
+                levels = depth(yaml.safe_load(path.read_text()))
+            except RecursionError:
+                levels = sys.getrecursionlimit()
             except yaml.YAMLError as error:
                 mark = getattr(error, "problem_mark", None)
                 where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
                 said = ": ".join(filter(None, (getattr(error, n, None) for n in ("context", "problem"))))
-                print(f"error: {arg}: {where}: {said or error}", file=sys.stderr)
+                refuse(f"{arg}: {where}: {said or error}")
+                sys.exit(2)
+            if levels > NESTING_LIMIT:
+                refuse(f"{arg}: {path}: nested {'past ' if levels == sys.getrecursionlimit() else ''}"
+                       f"{levels} deep; at most {NESTING_LIMIT} levels")
                 sys.exit(2)
 
 
@@ -128,11 +156,14 @@ def job_store_paths(cfg: DictConfig) -> tuple[str, Optional[Path]]:
 def run_job(cfg: DictConfig, sweep_id: str, output_dir: Path, finish: bool) -> dict:
     """Measure every trial of one job (runners/engine/job.py) into its store, with the outputs the config
     selects; returns the job summary (also written to output_dir/summary.json)."""
+    from triton_sweep.model.plan import check_early
+
+    check_fields(cfg)
+    check_early(cfg)  # before torch is imported: a refusal in about a second
     from triton_sweep.engine.job import Job
     from triton_sweep.outputs import Outputs
     from triton_sweep.store.result_store import ResultStore
 
-    check_fields(cfg)
     say_sweep_file()
     store_path, prior = job_store_paths(cfg)
     before_job_s = process_age_s() if HydraConfig.get().mode != RunMode.MULTIRUN else None
@@ -196,26 +227,72 @@ class SweepEndCallback(Callback):
             sys.exit(1)
 
 
+@contextlib.contextmanager
+def logged(path: Path):
+    """What this process prints while in the block also goes to `path` (the job's log, Hydra's
+    job_logging file: sweep.log), so that the file holds what the terminal showed; yields the file."""
+    with open(path, "a", buffering=1) as log:
+        class Copy:  # sys.stdout, each write copied to the log
+            def write(self, text: str) -> int:
+                log.write(text)
+                return shown.write(text)
+
+            def __getattr__(self, name: str):
+                return getattr(shown, name)
+
+        shown, sys.stdout = sys.stdout, Copy()
+        try:
+            yield log
+        finally:
+            sys.stdout = shown
+
+
+def refuse(message: str, log=None) -> None:
+    """An error line on stderr, and in the job's log where there is one."""
+    print(f"error: {message}", file=sys.stderr)
+    if log is not None:
+        log.write(f"error: {message}\n")
+
+
+def remove_run_folder(output_dir: Path, log_name: str) -> None:
+    """A refused run's folder, where it holds only what Hydra wrote, and the folders above it in the
+    working directory that this leaves empty (outputs/runs/): a refusal leaves nothing behind."""
+    here, output_dir = Path.cwd().resolve(), output_dir.resolve()
+    if output_dir == here or {p.name for p in output_dir.iterdir()} - {".hydra", log_name}:
+        return
+    shutil.rmtree(output_dir)
+    for folder in output_dir.parents:
+        if here not in folder.parents or any(folder.iterdir()):
+            break
+        folder.rmdir()
+
+
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
 def main(cfg: DictConfig) -> Optional[dict]:
-    multirun = HydraConfig.get().mode == RunMode.MULTIRUN
-    output_dir = Path(HydraConfig.get().runtime.output_dir)
+    hydra_conf = HydraConfig.get()
+    multirun = hydra_conf.mode == RunMode.MULTIRUN
+    output_dir = Path(hydra_conf.runtime.output_dir)
+    log_path = output_dir / f"{hydra_conf.job.name}.log"
     sweep_id = cfg.sweep_id
-    try:
-        sweep_id = sweep_id_of(cfg)
-        return run_job(cfg, sweep_id, output_dir, finish=not multirun)
-    except Exception as error:  # bad input; or any other failure of one job of a multirun: keep the others'
-        from triton_sweep.model.trial import ConfigError
-        from triton_sweep.store.damage import StoreError
+    with logged(log_path) as log:
+        try:
+            sweep_id = sweep_id_of(cfg)
+            return run_job(cfg, sweep_id, output_dir, finish=not multirun)
+        except Exception as error:  # bad input; or any other failure of a multirun's job: keep the others'
+            from triton_sweep.model.trial import ConfigError
+            from triton_sweep.store.damage import StoreError
 
-        if isinstance(error, (ConfigError, StoreError)):
-            print(f"error: {error}", file=sys.stderr)
-            if not multirun:
-                sys.exit(2)
-        elif not multirun:
-            raise
-        else:
-            traceback.print_exc()
+            if isinstance(error, (ConfigError, StoreError)):
+                refuse(str(error), log)
+                if not multirun:
+                    log.close()
+                    remove_run_folder(output_dir, log_path.name)
+                    sys.exit(2)
+            elif not multirun:
+                raise
+            else:
+                traceback.print_exc(file=log)
+                traceback.print_exc()
         failure = (str(error) if isinstance(error, (ConfigError, StoreError))
                    else f"{type(error).__name__}: {error}")
     # The other jobs go on; the end-of-sweep callback still writes the sweep's results, reports this
@@ -224,16 +301,64 @@ def main(cfg: DictConfig) -> Optional[dict]:
     return None
 
 
+def composition_error(error: Exception) -> str:
+    """Hydra's error for a command line it cannot compose (4 to 20 lines) as one line naming the field."""
+    from hydra.errors import MissingConfigException, OverrideParseException
+    from omegaconf.errors import ConfigAttributeError
+
+    cause = error.__cause__
+    if getattr(cause, "full_key", None):  # OmegaConf's: an unknown key, a wrong type or value
+        said = str(cause).splitlines()[0]
+        if isinstance(cause, ConfigAttributeError) and cause.parent_node is not None:
+            return not_a_field(cause.full_key, set(cause.parent_node.keys()) - {"hydra"})
+        return f"{cause.full_key}: {said}"
+    if isinstance(error, MissingConfigException) and error.options:
+        group, _, name = error.missing_cfg_file.rpartition("/")
+        near = difflib.get_close_matches(name, error.options, n=1)
+        return (f"{group}={name}: no such option" + (f" (did you mean {group}={near[0]}?)" if near else "")
+                + f"; {group} has: {', '.join(error.options)}")
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    if isinstance(error, OverrideParseException):
+        return f"{error.override}: Hydra cannot parse it: {lines[-2] if len(lines) > 1 else lines[0]}"
+    return "; ".join(lines)
+
+
+def check_nesting(argv: list[str]) -> None:
+    """An override nested past NESTING_LIMIT brackets in one line (Hydra's parser recurses per level)."""
+    for arg in argv:
+        depth = max(itertools.accumulate((c in "[{") - (c in "]}") for c in arg), default=0)
+        if depth > NESTING_LIMIT:
+            refuse(f"{arg.partition('=')[0]}: nested {depth} deep; at most {NESTING_LIMIT} levels")
+            sys.exit(2)
+
+
 def cli() -> None:
-    """`python -m triton_sweep.sweep [overrides]`, and the console script `triton-sweep` (runners/cli.py)."""
+    """`python -m triton_sweep.sweep [overrides]`, and the console script `triton-sweep` (runners/cli.py):
+    a command line Hydra cannot compose is one line (exit 2), and so is Ctrl-C (exit 130)."""
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
     from triton_sweep.model.schema import register_configs
 
     if sys.argv[1:] == ["--version"]:
         print(f"{version()} (Hydra {hydra.__version__})")
         return
+    check_nesting(sys.argv[1:])
     check_yaml_files(sys.argv[1:])
     register_configs()
-    main()
+    whole = "HYDRA_FULL_ERROR" in os.environ  # the user asked for Hydra's tracebacks
+    os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises, rather than print and exit 1
+    try:
+        main()
+    except (HydraException, OmegaConfBaseException) as error:
+        if whole:
+            raise
+        refuse(composition_error(error))
+        sys.exit(2)
+    except KeyboardInterrupt:
+        refuse("interrupted: every row measured so far is in the store; the same command resumes, "
+               "measuring only what is missing")
+        sys.exit(130)
 
 
 if __name__ == "__main__":

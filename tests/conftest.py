@@ -31,9 +31,9 @@ def pytest_collection_modifyitems(config, items):
 
 def user_env(**extra: str) -> dict:
     """The environment of a user's shell for a command the tests start: this one's, less what the
-    developers' machines set and users' shells do not (PYTHONUNBUFFERED), with the checkout on the import
-    path (a user's kernels by import path: tests.*) and W&B quiet."""
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    developers' machines set and users' shells do not (PYTHONUNBUFFERED, PYTHONDONTWRITEBYTECODE), with the
+    checkout on the import path (a user's kernels by import path: tests.*) and W&B quiet."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE")}
     python_path = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     return {**env, "WANDB_SILENT": "true", "PYTHONPATH": python_path, **extra}
 
@@ -100,7 +100,7 @@ def modules_after(code: str, package: str) -> list[str]:
     prefix = package + "."
     listing = f"; import sys; print(*sorted(m for m in sys.modules if (m + '.').startswith({prefix!r})))"
     result = subprocess.run([sys.executable, "-c", code + listing], capture_output=True, text=True,
-                            check=True, cwd=REPO)
+                            check=True, cwd=REPO, timeout=120)
     return result.stdout.split()
 
 

@@ -219,7 +219,6 @@ def _run_forked(server_conn, wake_fds: tuple, fd: int, new_session: bool, enviro
     try:
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        signal.signal(signal.SIGINT, signal.default_int_handler)
         server_conn.close()
         for wake_fd in wake_fds:
             os.close(wake_fd)

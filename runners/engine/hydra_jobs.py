@@ -90,14 +90,14 @@ def take_gpus(pool: list[str], count: int, lock_dir: Path) -> list[str]:
                 _held_locks.extend(handle for _, handle in taken)
                 if waiting_since is not None:
                     waited = time.monotonic() - waiting_since
-                    print(f"took GPU(s) {[g for g, _ in taken]} after waiting {waited:.0f} s")
+                    print(f"took GPU(s) {[g for g, _ in taken]} after waiting {waited:.0f} s", flush=True)
                 return [g for g, _ in taken]
         # All or none: two jobs each holding half of what they need would wait for each other forever.
         for _, handle in taken:
             handle.close()
         if waiting_since is None:
             waiting_since = time.monotonic()
-            print(f"waiting for {count} free GPU(s) of {pool}: the other jobs hold them")
+            print(f"waiting for {count} free GPU(s) of {pool}: the other jobs hold them", flush=True)
         time.sleep(GPU_WAIT_S)
 
 

@@ -52,6 +52,7 @@ def child_main(conn, new_session: bool, environment: dict, main: Union[Callable,
     # parent's as it is now (TRITON_CACHE_DIR, say, may have changed since).
     os.environ.clear()
     os.environ.update(environment)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the command's: it stops its workers
     if new_session:
         os.setsid()  # its own process group: a timeout kills it with every child it started (ptxas)
     try:

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import itertools
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from triton_sweep.kernels.spec import KernelSpec, is_power_of_two
 from triton_sweep.model.trial import NUM_WARPS_ALLOWED, TRITON_PROVIDER, ConfigError, Trial
+
+if TYPE_CHECKING:  # the checks run before torch is imported (runners/model/plan.py: check_early)
+    from triton_sweep.kernels.spec import KernelSpec
 
 DTYPES = ("float16", "bfloat16", "float32")
 # num_warps beyond 32 exceeds the 1024 threads of a CUDA block.
@@ -166,7 +168,7 @@ def parse_space(overrides: dict, spec: KernelSpec) -> dict[str, list[int]]:
         for value in values:
             if not _is_int(value):
                 raise ConfigError(f"{where}: {value!r} is not an integer")
-            if name.startswith("BLOCK") and not is_power_of_two(value):
+            if name.startswith("BLOCK") and (value < 1 or value & (value - 1)):
                 raise ConfigError(f"{where}: {value} is not a power of 2 (tl.arange needs power-of-2 blocks)")
             if name == "num_warps" and value not in NUM_WARPS_ALLOWED:
                 raise ConfigError(f"{where}: {value} must be one of {NUM_WARPS_ALLOWED}")

@@ -41,11 +41,11 @@ def installed(tmp_path_factory):
     work = tmp_path_factory.mktemp("install")
     shutil.copytree(REPO, work / "src", symlinks=True, ignore=_left_out)
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-                    "-w", work / "wheel", work / "src"], check=True, capture_output=True)
+                    "-w", work / "wheel", work / "src"], check=True, capture_output=True, timeout=300)
     wheel = next((work / "wheel").glob("triton_sweep-*.whl"))
     target = work / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--target",
-                    target, wheel], check=True, capture_output=True)
+                    target, wheel], check=True, capture_output=True, timeout=300)
     env = user_env(PYTHONPATH=str(target), TRITON_INTERPRET="1", HOME=str(work / "home"))  # not the checkout
     home = work / "home-dir"  # the user's repository: empty but for what the steps put there
     home.mkdir()
@@ -64,7 +64,7 @@ def test_the_installed_copy_is_the_one_that_runs(installed):
     probe = ("import triton_sweep, triton_sweep.kernels, hydra_plugins.triton_sweep_home as home; "
              "print(triton_sweep.__file__, triton_sweep.kernels.__file__, home.__file__)")
     found = subprocess.run([sys.executable, "-c", probe], cwd=home, env=env, capture_output=True, text=True,
-                           check=True).stdout.split()
+                           check=True, timeout=120).stdout.split()
     assert all(Path(path).is_relative_to(target) for path in found), found
     assert (target / "triton_sweep" / "conf" / "config.yaml").is_file() and not (target / "conf").exists()
     assert not (target / "tests").exists() and not (target / "triton_sweep" / "benchmarks").exists()

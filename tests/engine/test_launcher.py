@@ -111,6 +111,7 @@ def test_readme_recipe_is_the_slurm_preset():
         assert f"`{field}` {said}" in section or f"`{field}` (null" in section  # the README's default
 
 
+@pytest.mark.timeout(120)  # reads its children's lines: a line never flushed fails here, not the run
 def test_two_holders_never_share_a_gpu_and_a_third_waits(tmp_path):
     held = take_gpus(["0", "1"], 1, tmp_path)  # this process holds GPU 0 until the test ends
     code = ("import sys; from pathlib import Path; from triton_sweep.engine.hydra_jobs import take_gpus; "

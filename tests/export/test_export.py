@@ -136,7 +136,7 @@ def test_module_imports_only_triton_in_a_fresh_interpreter(store_path, tmp_path)
              "m.BEST_BY_SHAPE['NVIDIA H200']['3.6.0'][('float16', (8, 300))].num_warps, "
              "[name for name in ('torch', 'triton_sweep') if name in sys.modules])")
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=tmp_path,
-                            check=True)
+                            check=True, timeout=120)
     assert result.stdout.split() == ["3", "{'BLOCK_SIZE':", "256}", "4", "4", "[]"]
 
 

@@ -85,7 +85,8 @@ def _import_all(modules, cwd) -> dict:
              "    module = importlib.util.module_from_spec(spec); spec.loader.exec_module(module)\n"
              "    found[path] = sorted(module.COVER)\n"
              "print(json.dumps(found))")
-    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=cwd)
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=cwd,
+                            timeout=120)
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout.splitlines()[-1])
 

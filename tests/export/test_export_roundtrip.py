@@ -271,5 +271,6 @@ def test_consumer_and_module_import_nothing_of_the_runner(export_dir, tmp_path):
     fixtures = Path(__file__).resolve().parents[1] / "fixtures"  # consumer_repo's folder, as its repo's root
     path = os.pathsep.join([str(export_dir), str(fixtures)])
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=tmp_path,
-                            check=True, env={**os.environ, "PYTHONPATH": path, "TRITON_INTERPRET": "1"})
+                            check=True, env={**os.environ, "PYTHONPATH": path, "TRITON_INTERPRET": "1"},
+                            timeout=120)
     assert result.stdout.split() == ["False", "[]"]

@@ -136,5 +136,5 @@ def test_the_search_imports_no_optuna_unless_chosen():
     probe = ("import sys; from triton_sweep.model.search import grid, random; "
              "print(sorted(name for name in ('torch', 'optuna') if name in sys.modules))")
     result = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True,
-                            check=True)
+                            check=True, timeout=120)
     assert result.stdout.strip() == "[]"

@@ -235,14 +235,15 @@ def test_the_check_imports_wandb_in_an_interpreter_of_its_own(tmp_path):
             f"print(w.wandb_problem({{'mode': 'offline', 'dir': {str(tmp_path)!r}}}), "
             "'wandb' in sys.modules)")
     repo = Path(__file__).resolve().parents[2]
-    fine = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=repo, check=True)
+    fine = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=repo, check=True,
+                          timeout=120)
     assert fine.stdout.split() == ["None", "False"]
     broken = tmp_path / "fake" / "wandb"
     broken.mkdir(parents=True)
     (broken / "__init__.py").write_text(BROKEN_IMPORT)
     env = {**os.environ, "PYTHONPATH": f"{tmp_path / 'fake'}{os.pathsep}{repo}"}
     failed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=repo,
-                            env=env, check=True)
+                            env=env, check=True, timeout=120)
     assert failed.stdout.startswith("wandb cannot be imported (ImportError: cannot import name 'Settings'")
     assert failed.stdout.split()[-1] == "False"
 

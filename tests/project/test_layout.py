@@ -303,7 +303,8 @@ def test_the_libraries_of_results_import_neither_torch_nor_triton():
     probe = (f"import sys\nfor name in {libraries!r}:\n    __import__(name)\n"
              "print(sorted(m for m in ('torch', 'triton') if m in sys.modules))\n"
              "print(sorted(m for m in sys.modules if m.startswith('triton_sweep.')))")
-    done = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, check=True)
+    done = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, check=True,
+                          timeout=120)
     loaded, project = done.stdout.splitlines()
     assert loaded == "[]", f"loaded by the libraries: {loaded}"
     assert "'triton_sweep.export.runtime'" in project and "'triton_sweep.compare.command'" in project

@@ -1,0 +1,96 @@
+"""A newcomer's mistakes end in one line naming the field, exit 2, before torch is imported, leaving no run
+folder: Hydra's composition errors, a kernel's fields read from its module's literals, nesting past the
+bound; Ctrl-C ends in one line, exit 130, rows kept; `--help` is the tool's own; sweep.log holds what the
+sweep printed."""
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.conftest import run_sweep, user_env
+
+# sweep.cli() in a fresh interpreter, then whether it imported torch (the home server is not started here)
+PROBE = ("import sys\nfrom triton_sweep.sweep import cli\nsys.argv[0] = 'triton-sweep'\ntry:\n    cli()\n"
+         "finally:\n    print('torch imported:', 'torch' in sys.modules, file=sys.stderr)\n")
+DEEP = "[" * 3000 + "1" + "]" * 3000
+
+
+@pytest.mark.parametrize("args, words", [
+    (["kernel.shapez=[[4096]]"], ["kernel.shapez: not a field", "did you mean kernel.shapes?"]),
+    (["kernel=vectoradd"], ["kernel=vectoradd: no such option", "kernel=vector_add?", "softmax"]),
+    (["bogus=1"], ["bogus: not a field of the sweep's config"]),
+    (["seed=abc"], ["seed:", "'abc'"]),
+    (["backend=foo"], ["backend:", "cuda, interpret"]),
+    (["kernel.shapes=[[4096"], ["kernel.shapes=[[4096: Hydra cannot parse it"]),
+    (["kernel=vector_add", "kernel.grid.m={lin:[1,2,2]}"], ["kernel.grid.m: not a field", "kernel.grid has: n"]),
+    ([f"kernel.shapes={DEEP}"], ["kernel.shapes: nested 3000 deep"]),
+    (["+sweep=deep"], ["+sweep=deep:", "deep.yaml: nested past"]),
+    (["kernel=vector_add", "kernel.shapes=[[1,2]]"], ["kernel.shapes[0]: [1, 2] must be 1 integer(s)"]),
+    (["kernel=vector_add", "kernel.space.BLOCK_SIZE=[100]"], ["kernel.space.BLOCK_SIZE: 100 is not a power"]),
+    (["kernel=matmul", "kernel.dtypes=[float8]"], ["kernel.dtypes: 'float8' is not supported"]),
+    (["kernel=vector_add", "kernel.baselines=[nope]"], ["kernel.baselines: 'nope' is not a baseline"]),
+    (["kernel=attention", "kernel.shapes=[[1,2]]"], ["kernel.shapes[0]: [1, 2] must be 4 integer(s)"]),
+    (["kernel=vector_add", "timing.max_time_s=-1"], ["timing.max_time_s"]),
+])
+def test_a_refusal_is_one_line_before_torch_and_leaves_no_run_folder(tmp_path, args, words):
+    (tmp_path / "sweeps").mkdir()
+    (tmp_path / "sweeps" / "deep.yaml").write_text(f"# @package _global_\nkernel:\n  shapes: {DEEP}\n")
+    result = subprocess.run([sys.executable, "-c", PROBE, "backend=interpret", *args], cwd=tmp_path,
+                            env=user_env(), capture_output=True, text=True, timeout=120)
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert result.returncode == 2 and len(errors) == 1 and "Traceback" not in result.stderr, result.stderr
+    assert all(word in errors[0] for word in words), errors[0]
+    assert "torch imported: False" in result.stderr
+    assert not (tmp_path / "outputs").exists()  # no run folder, nor the folders above it
+
+
+def test_the_outline_of_each_builtin_kernel_agrees_with_its_spec():
+    """The fields the early checks read from a kernel module's literals never refuse what the spec takes."""
+    from triton_sweep.kernels import builtin, outline
+    from triton_sweep.model.spec_sources import load_spec
+
+    for name in builtin():
+        light, spec = outline(name), load_spec(name, None)
+        if light is None:
+            continue
+        assert light.dims == spec.dims and set(spec.dtypes) <= set(light.dtypes), name
+        assert all(set(values) <= set(light.space[key]) for key, values in spec.space.items()), name
+        assert light.baselines is None or set(spec.baselines) <= set(light.baselines), name
+        assert light.default_shapes in (None, spec.default_shapes), name
+
+
+def test_help_is_the_tools_own(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "triton_sweep.sweep", "--help"], cwd=tmp_path,
+                            env=user_env(), capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and "usage: triton-sweep" in result.stdout
+    assert "kernel: " in result.stdout and "powered by Hydra" not in result.stdout
+
+
+def test_ctrl_c_is_one_line_exit_130_and_keeps_the_rows(tmp_path):
+    store = tmp_path / "results.sqlite"
+    process = run_sweep(tmp_path, "kernel=vector_add", "kernel.shapes=[[1000],[2000],[3000]]",
+                        "kernel.space.num_warps=[1,2,4]", background=True,
+                        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    deadline = time.time() + 240
+    while time.time() < deadline and process.poll() is None:
+        if store.exists() and sqlite3.connect(store).execute("select count(*) from trials").fetchone()[0]:
+            break
+        time.sleep(0.2)
+    os.killpg(process.pid, signal.SIGINT)  # what a terminal sends its foreground group
+    out, _ = process.communicate(timeout=120)
+    assert process.returncode == 130, out
+    assert "Traceback" not in out and out.rstrip().splitlines()[-1].startswith("error: interrupted"), out
+    assert sqlite3.connect(store).execute("select count(*) from trials").fetchone()[0] >= 1
+
+
+def test_sweep_log_holds_what_the_sweep_printed(tmp_path):
+    result = run_sweep(tmp_path, "kernel=vector_add", "kernel.shapes=[[1000]]",
+                       "kernel.space.BLOCK_SIZE=[256,512]", "kernel.baselines=[torch]")
+    log = (tmp_path / "run" / "sweep.log").read_text()
+    table = [line for line in result.stdout.splitlines() if line.startswith("vector_add ")]
+    assert table and all(line in log for line in table)  # the end table
+    assert "trials planned" in log and "results:" in log
