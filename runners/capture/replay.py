@@ -22,7 +22,7 @@ from triton_sweep.model.trial import ConfigError
 from triton_sweep.capture.replay_kernel import LoadedKernel, load_kernel, source_text
 from triton_sweep.capture.replay_records import (LAUNCH_DIM, launched_config, recorded_grid, replay_dtype,
                                                  signature, size_at, value_at, varying_dims, why_not)
-from triton_sweep.measure.check import copy_storage
+from triton_sweep.measure.check import copy_storage, poison
 
 PREFIX = "replay:"  # a kernel.spec of this source (runners/model/spec_sources.py SOURCES)
 REPLAY_LAUNCHES = 64  # the hook's bound on launch records per function
@@ -180,12 +180,12 @@ class Replay:
 
     def prepare_output(self, inputs: tuple, out: tuple) -> None:
         """Before a checked call, and the timed calls on buffers placed anew: a floating tensor the kernel
-        only writes poisoned (NaN), every other one restored to its inputs."""
+        only writes poisoned (check.poison), every other one restored to its inputs."""
         written = self.written.get(self._index_of(inputs), {})
         tensors = [x for x in inputs if isinstance(x, torch.Tensor)]
         for position, (source, target) in enumerate(zip(tensors, out)):
             if written.get(position):
-                target.fill_(float("nan"))
+                poison(target)
             else:
                 copy_storage(target, source)
 

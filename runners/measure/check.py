@@ -1,8 +1,8 @@
 """The correctness gate and the classification of failures.
 
-Every trial passes the gate before it is timed: fresh seeded random inputs, the output poisoned with NaN
-before the launch, and the result compared with the kernel's reference computed in float64 on the same
-inputs. A trial that fails is `incorrect` and is never timed or exported.
+Every trial passes the gate before it is timed: fresh seeded random inputs, the output poisoned with a
+marked NaN before the launch (poison), and the result compared with the kernel's reference computed in
+float64 on the same inputs. A trial that fails is `incorrect` and is never timed or exported.
 """
 from __future__ import annotations
 
@@ -53,6 +53,48 @@ STICKY_CUDA_ERRORS = (
     "illegal instruction",
     "device-side assert",
 )
+
+
+# The poison: a quiet NaN with a payload no arithmetic makes (an operation that makes a NaN makes the
+# canonical one, or passes on its NaN operand's), so an element still holding these bits was never
+# written, and any other NaN there the kernel wrote. fp8 has no such mark (e4m3fn has one NaN): plain NaN.
+POISON_BITS = {"float16": 0x7E5A, "bfloat16": 0x7FDA, "float32": 0x7FC0_5A5A,
+               "float64": 0x7FF8_0000_0000_5A5A}
+_BITS_OF = {"float16": "int16", "bfloat16": "int16", "float32": "int32", "float64": "int64"}
+
+
+def poison(tensor) -> None:
+    """Fill an output with the poison (POISON_BITS): an element the kernel leaves alone keeps it."""
+    import torch
+
+    dtype = str(tensor.dtype).removeprefix("torch.")
+    if dtype in POISON_BITS:
+        tensor.view(getattr(torch, _BITS_OF[dtype])).fill_(POISON_BITS[dtype])
+    else:
+        tensor.fill_(float("nan"))
+
+
+def _not_a_number(out, ref) -> Optional[str]:
+    """Where `out` is NaN and the reference is not: the elements still holding the poison (never
+    written) and those the kernel wrote NaN, each counted with its first index; None where there is none."""
+    import torch
+
+    nan = torch.isnan(out) & ~torch.isnan(ref)
+    if not nan.any():
+        return None
+    dtype = str(out.dtype).removeprefix("torch.")
+
+    def said(mask, what: str) -> str:
+        first = mask.nonzero()[0].tolist()
+        return f"{int(mask.sum())} of {out.numel()} output elements {what}, first at {first}"
+
+    if dtype not in POISON_BITS:
+        return said(nan, f"NaN: never written, or written NaN (a {dtype} NaN holds no poison's mark)")
+    left = nan & (out.view(getattr(torch, _BITS_OF[dtype])) == POISON_BITS[dtype])
+    parts = [said(left, "never written (still the poison)")] if left.any() else []
+    if (nan & ~left).any():
+        parts.append(said(nan & ~left, "NaN where the reference is not (the kernel wrote NaN)"))
+    return "; ".join(parts)
 
 
 def as_tuple(value) -> tuple:
@@ -120,12 +162,10 @@ def compare(out, ref, normwise: bool = False, bound=None) -> Optional[str]:
     dtype = str(out.dtype).removeprefix("torch.")
     if not normwise and dtype in TOLERANCES and _one_pass(out, ref, *TOLERANCES[dtype], bound) == (0, 0):
         return None  # one pass over the memory said it; a mismatch is described below
+    not_a_number = _not_a_number(out, ref)
+    if not_a_number:
+        return not_a_number
     out64 = out.double()
-    unwritten = torch.isnan(out64) & ~torch.isnan(ref)
-    if unwritten.any():
-        first = [int(i) for i in unwritten.nonzero()[0]]
-        return (f"{int(unwritten.sum())} of {out.numel()} output elements never written (still NaN), "
-                f"first at {first}")
     if dtype not in TOLERANCES:
         return f"no tolerance for {dtype} outputs (runners/measure/check.py TOLERANCES)"
     rtol, atol = TOLERANCES[dtype]

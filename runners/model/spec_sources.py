@@ -56,7 +56,11 @@ def _imported(target: str):
         module = importlib.import_module(module_name)
     except ImportError as error:
         raise ConfigError(f"kernel.spec: cannot import {module_name!r}: {error}") from error
-    return getattr(module, attr, None)
+    if not hasattr(module, attr):
+        specs = sorted(name for name, value in vars(module).items() if isinstance(value, KernelSpec))
+        raise ConfigError(f"kernel.spec: module {module_name!r} has no attribute {attr!r} (its KernelSpecs: "
+                          f"{', '.join(specs) or 'none'})")
+    return getattr(module, attr)
 
 
 def builtin_spec(name: str) -> Optional[KernelSpec]:

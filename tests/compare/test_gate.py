@@ -5,7 +5,7 @@ import json
 import pytest
 import torch
 
-from triton_sweep.measure.check import compare
+from triton_sweep.measure.check import compare, poison
 from triton_sweep.store.result_store import ResultStore
 from tests.conftest import run_sweep
 
@@ -14,8 +14,16 @@ def test_compare_reports_unwritten_elements_and_wrong_values():
     generator = torch.Generator().manual_seed(0)
     reference = torch.rand(1000, dtype=torch.float64, generator=generator) + 0.5  # values in [0.5, 1.5)
     unwritten = reference.float().clone()
-    unwritten[990:] = float("nan")
-    assert compare(unwritten, reference).startswith("10 of 1000 output elements never written")
+    poison(unwritten[990:])  # as the gate poisons an output before the launch
+    assert compare(unwritten, reference) == ("10 of 1000 output elements never written (still the poison), "
+                                             "first at [990]")
+    # A NaN the kernel wrote is not the poison: said apart, beside the elements left alone.
+    unwritten[3] = float("nan")
+    assert compare(unwritten, reference) == (
+        "10 of 1000 output elements never written (still the poison), first at [990]; 1 of 1000 output "
+        "elements NaN where the reference is not (the kernel wrote NaN), first at [3]")
+    assert compare(torch.full((4,), float("nan")), reference[:4]).startswith(
+        "4 of 4 output elements NaN where the reference is not")  # a baseline's own NaN: never poisoned
     wrong = reference.half().clone()
     wrong[3] += 0.01  # > rtol * 1.5 + atol: outside elementwise; 0.01 / ||ref|| ~ 3e-4: inside normwise
     message = compare(wrong, reference)
@@ -35,7 +43,10 @@ def _rows(tmp_path):
 
 @pytest.mark.parametrize("spec, status, message", [
     ("WRONG_VALUES", "incorrect", "elements outside rtol"),
-    ("UNWRITTEN", "incorrect", "never written"),
+    ("UNWRITTEN", "incorrect", "232 of 1000 output elements never written (still the poison), first at "
+                               "[768]"),
+    ("WRITES_NAN", "incorrect", "10 of 1000 output elements NaN where the reference is not (the kernel wrote "
+                                "NaN), first at [7]"),
     ("BROKEN", "compile_error", "undefined_function"),
 ])
 def test_bad_kernels_are_caught_never_timed(tmp_path, spec, status, message):

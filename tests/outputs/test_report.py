@@ -63,3 +63,17 @@ def test_interpreter_timings_are_said_to_be_and_show_no_throughput_or_ceiling():
     assert line.split()[4] == "30.00" and "torch 90.00 (3.00x, 3.00x)" in line
     gpu = best_table(frame.assign(backend="cuda"))
     assert "GB/s" in gpu and "interpreter" not in gpu
+
+
+def test_counts_of_a_sweep_where_nothing_was_ok_read_plainly():
+    """No ok and no pruned trial: the other statuses alone, without a dangling comma."""
+    frame = pd.DataFrame([
+        {**_row("triton", None, None, '{"BLOCK_SIZE": 4096}', status="compile_error"), "id": 1,
+         "trial_key": "a"},
+        {**_row("triton", None, None, '{"BLOCK_SIZE": 8192}', status="compile_error"), "id": 2,
+         "trial_key": "b"},
+        {**_row("torch", None, None, status="timeout"), "id": 3, "trial_key": "c"},
+        {**_row("triton", None, None, '{"BLOCK_SIZE": 1024}', status="incorrect"), "id": 4, "trial_key": "d"},
+    ])
+    assert best_table(frame).splitlines()[:2] == [
+        "4 trials: 3 configs (2 compile_error, 1 incorrect), 1 baseline (1 timeout)", "no ok trials"]
