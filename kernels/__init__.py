@@ -86,9 +86,10 @@ def outline(name: str) -> Optional[SimpleNamespace]:
             space.setdefault(key, []).extend(values)
     shapes = _literals(name, "default_shapes")
     dtypes = _literal_names(name, "dtypes")
-    return SimpleNamespace(name=name, dims=found["dims"][0], dtypes=dtypes, default_dtypes=dtypes, space=space,
-                           baselines=dict.fromkeys(_literal_names(name, "baselines")) or None,
-                           default_shapes=shapes[0] if len(shapes) == 1 else None, constraints=lambda *_: None)
+    return SimpleNamespace(
+        name=name, dims=found["dims"][0], dtypes=dtypes, default_dtypes=dtypes, space=space,
+        baselines=dict.fromkeys(_literal_names(name, "baselines")) or None,
+        default_shapes=shapes[0] if len(shapes) == 1 else None, constraints=lambda *_: None)
 
 
 @functools.cache

@@ -1,9 +1,9 @@
 """What a job will run, checked before anything is launched: the stopping rules, the kernel and its
 trials, the search, the workers; every bad input a ConfigError naming its field.
 
-The stopping rules are checked first and alone (stop_rules), before the job starts any worker; the rest
-(validate) after the first trial worker and the fork server have started, since it imports torch and
-the kernel's module as they do (runners/engine/job.py: why at once).
+What needs neither torch nor the kernel's module is checked first (check_early), before the job starts
+anything; the rest (validate) after the first trial worker and the fork server have started, since it
+imports torch and the kernel's module as they do (runners/engine/job.py: why at once).
 """
 from __future__ import annotations
 
