@@ -293,8 +293,8 @@ def main(cfg: DictConfig) -> Optional[dict]:
             else:
                 traceback.print_exc(file=log)
                 traceback.print_exc()
-        failure = (str(error) if isinstance(error, (ConfigError, StoreError))
-                   else f"{type(error).__name__}: {error}")
+            failure = (str(error) if isinstance(error, (ConfigError, StoreError))
+                       else f"{type(error).__name__}: {error}")
     # The other jobs go on; the end-of-sweep callback still writes the sweep's results, reports this
     # job and exits 1.
     (output_dir / "summary.json").write_text(json.dumps({"sweep_id": sweep_id, "error": failure}))

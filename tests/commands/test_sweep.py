@@ -27,7 +27,7 @@ def _trials(store_path) -> pd.DataFrame:
 
 
 @pytest.mark.parametrize("override, field", [
-    ("kernel=no_such_kernel", "kernel/no_such_kernel"),
+    ("kernel=no_such_kernel", "kernel=no_such_kernel: no such option"),
     ("kernel.shapez=[4]", "kernel.shapez"),
     ("kernel.space.BLOCK_SIZE=[1000]", "kernel.space.BLOCK_SIZE"),
     ("kernel.shapes=[[-4,64]]", "kernel.shapes[0]"),

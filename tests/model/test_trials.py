@@ -26,7 +26,7 @@ def test_unknown_kernel_name_and_bad_import_path():
     # A name the module lacks is said to be missing, with the KernelSpecs it has (not "got NoneType").
     missing = (r"^kernel.spec: module 'tests.fixtures.bad_kernels' has no attribute 'WRONG' "
                r"\(its KernelSpecs: BROKEN, COMPILE_CASES, HANG_OR_DIE, ILLEGAL_ACCESS, UNWRITTEN, "
-               r"WRONG_VALUES\)$")
+               r"WRITES_NAN, WRONG_VALUES\)$")
     with pytest.raises(ConfigError, match=missing):
         load_spec("external", "tests.fixtures.bad_kernels:WRONG")
     with pytest.raises(ConfigError, match="module 'triton_sweep.kernels.spec' has no attribute 'SPEC' "
