@@ -27,6 +27,9 @@ from triton_sweep.store.result_store import ResultStore, shape_label
 DPI = 110
 MAX_PANELS = 12  # heatmap panels of one figure; past it, the summary (one panel a dtype)
 BASELINE_MARKERS = "osD^vP<>hX"
+# Roofline groups named in its legend, a colour each (tab10's); past them the legend names the markers
+# alone: 120 groups' 480 entries made a legend taller than the figure, and its layout collapse.
+LEGEND_GROUPS = 10
 
 
 class PlotError(ValueError):
@@ -81,6 +84,11 @@ def ceilings(frame: pd.DataFrame, store: Optional[ResultStore]) -> dict:
 
 
 def _figure(width: float, height: float):
+    import logging
+
+    # matplotlib's first use on a machine builds its font cache and says so at INFO, which the sweep's
+    # logging (Hydra's, at INFO) would print among its lines; its warnings still show.
+    logging.getLogger("matplotlib.font_manager").setLevel(logging.WARNING)
     from matplotlib.figure import Figure
 
     return Figure(figsize=(width, height), dpi=DPI, layout="constrained")
@@ -118,7 +126,9 @@ def roofline(frame: pd.DataFrame, peaks: dict, path: Path, title: str) -> Option
             tops.append(matmul)
         if not roofs:
             ax.plot(x, copy * x / 1000, color="black", lw=1.2, label=f"measured copy {copy:.0f} GB/s")
-    for i, ((kernel, dtype, shape), ours, baselines, best) in enumerate(_groups(frame)):
+    groups = list(_groups(frame))
+    markers, named = _markers(ax, groups)
+    for i, ((kernel, dtype, shape), ours, baselines, best) in enumerate(groups):
         colour = colours(i % 10)
         name = f"{kernel} {dtype} {shape_label(shape)}"
         ours = _newest(ours)
@@ -126,12 +136,13 @@ def roofline(frame: pd.DataFrame, peaks: dict, path: Path, title: str) -> Option
         ax.scatter(intensity(ours), ours["tflops"], s=12, color="grey", alpha=0.4, lw=0)
         if best is not None and best["gbps"] > 0 and best["tflops"] > 0:
             ax.scatter([1000 * best["tflops"] / best["gbps"]], [best["tflops"]], marker="*", s=220,
-                       color=colour, edgecolor="black", lw=0.6, zorder=3, label=f"{name}: ours (best)")
-        for j, (_, row) in enumerate(baselines.iterrows()):
+                       color=colour, edgecolor="black", lw=0.6, zorder=3,
+                       label=f"{name}: ours (best)" if named else None)
+        for _, row in baselines.iterrows():
             if row["gbps"] > 0 and row["tflops"] > 0:
                 ax.scatter([1000 * row["tflops"] / row["gbps"]], [row["tflops"]], s=60, color=colour,
-                           marker=BASELINE_MARKERS[j % len(BASELINE_MARKERS)], edgecolor="black", lw=0.5,
-                           zorder=3, label=f"{name}: {row['provider']}")
+                           marker=markers[row["provider"]], edgecolor="black", lw=0.5, zorder=3,
+                           label=f"{name}: {row['provider']}" if named else None)
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlim(low, high)
@@ -140,10 +151,24 @@ def roofline(frame: pd.DataFrame, peaks: dict, path: Path, title: str) -> Option
     ax.set_ylabel("achieved TFLOP/s")
     ax.grid(True, which="both", alpha=0.3)
     note = "ceilings measured: " + ", ".join(ceiling_text) if ceiling_text else "no measured ceilings"
-    ax.set_title(f"{title}\n{note}; grey: every ok config of ours", fontsize=10)
+    ax.set_title(f"{title}\n{note}\ngrey: every ok config of ours", fontsize=10)
     ax.legend(fontsize=7, loc="upper left", ncol=1 + len(ax.get_legend_handles_labels()[1]) // 14)
     fig.savefig(path)
     return None
+
+
+def _markers(ax, groups: list) -> tuple[dict, bool]:
+    """Each baseline provider's marker, and whether the roofline's legend names every group (at most
+    LEGEND_GROUPS); past them, the legend names the markers alone: grey stand-ins, drawn nowhere."""
+    providers = dict.fromkeys(p for _, _, baselines, _ in groups for p in baselines["provider"])
+    markers = {p: BASELINE_MARKERS[j % len(BASELINE_MARKERS)] for j, p in enumerate(providers)}
+    if len(groups) <= LEGEND_GROUPS:
+        return markers, True
+    ax.scatter([], [], marker="*", s=220, color="lightgrey", edgecolor="black", lw=0.6,
+               label=f"ours (best) at each of {len(groups)} (kernel, dtype, shape)s, colours repeating")
+    for provider, marker in markers.items():
+        ax.scatter([], [], s=60, color="lightgrey", marker=marker, edgecolor="black", lw=0.5, label=provider)
+    return markers, False
 
 
 def meta_axes(ours: pd.DataFrame, x: Optional[str], y: Optional[str], kernel: str) -> tuple[str, str]:
