@@ -90,7 +90,9 @@ def test_one_shape_no_baselines_one_meta_parameter_skip_what_cannot_be_drawn(tmp
     _store(tmp_path, shapes=SHAPES[:1], baselines={}, finalists=False, space=space).close()
     status, out, _ = _plot(capsys, tmp_path)
     assert status == 0
-    assert "plot skipped: heatmap of softmax: softmax varies only num_warps in this sweep" in out
+    # The command's own flags (the sweep's line names the command: tests/commands/test_sweep.py).
+    assert ("plot skipped: heatmap of softmax: softmax varies only num_warps in this sweep; a heatmap needs "
+            "two (name them: --x num_warps --y BLOCK_SIZE)") in out
     assert (
         "plot skipped: speedup of softmax: no shape of softmax where both a config of ours and a baseline"
         in out
@@ -141,7 +143,7 @@ def test_plots_for_sweep_without_matplotlib_costs_the_plots_only(tmp_path, capsy
     frame = store.load(sweep_id="s")
     store.close()
     monkeypatch.setitem(sys.modules, "matplotlib.figure", None)  # import fails as if absent
-    assert plots.plots_for_sweep(tmp_path / "r.sqlite", frame, tmp_path / "run") == []
+    assert plots.plots_for_sweep(tmp_path / "r.sqlite", "s", frame, tmp_path / "run") == []
     out = capsys.readouterr().out
     assert out.count("\n") == 1 and out.startswith("warning: plots skipped:") and "matplotlib" in out
 

@@ -21,6 +21,7 @@ import pandas as pd
 
 from triton_sweep.model.finalists import winner
 from triton_sweep.model.trial import TRITON_PROVIDER
+from triton_sweep.outputs.output import DEFAULT_STORE, shown
 from triton_sweep.outputs.table.report import speedups
 from triton_sweep.store.result_store import ResultStore, shape_label
 
@@ -171,9 +172,15 @@ def _markers(ax, groups: list) -> tuple[dict, bool]:
     return markers, False
 
 
-def meta_axes(ours: pd.DataFrame, x: Optional[str], y: Optional[str], kernel: str) -> tuple[str, str]:
+def _flags(x: str, y: str) -> str:
+    return f"name them: --x {x} --y {y}"  # the plot command's own
+
+
+def meta_axes(ours: pd.DataFrame, x: Optional[str], y: Optional[str], kernel: str,
+              name_axes: Callable[[str, str], str] = _flags) -> tuple[str, str]:
     """The two meta-parameters of the heatmap: as asked, else the two with the most distinct values.
-    PlotError for an unknown name, NothingToShow when there is no second one."""
+    PlotError for an unknown name, NothingToShow when there is no second one (saying, through
+    `name_axes`, how to draw it with one that does not vary)."""
     configs = [json.loads(c) for c in ours["config"]]
     distinct = {}
     for config in configs:
@@ -190,15 +197,17 @@ def meta_axes(ours: pd.DataFrame, x: Optional[str], y: Optional[str], kernel: st
     chosen = [n for n in (x, y) if n is not None]
     chosen += varying[:2 - len(chosen)]
     if len(chosen) < 2:
+        fixed = [n for n in distinct if n not in chosen]
+        named = f" ({name_axes(*(chosen + fixed)[:2])})" if len(distinct) >= 2 else ""
         raise NothingToShow(f"{kernel} varies only {', '.join(chosen) or 'no meta-parameter'} in this sweep; "
-                         "a heatmap needs two (or name them with --x/--y)")
+                            f"a heatmap needs two{named}")
     if x is None and y is not None:
         chosen.reverse()  # keep y on the y axis
     return chosen[0], chosen[1]
 
 
 def heatmap(frame: pd.DataFrame, kernel: str, path: Path, x: Optional[str] = None,
-            y: Optional[str] = None) -> Optional[str]:
+            y: Optional[str] = None, name_axes: Callable[[str, str], str] = _flags) -> Optional[str]:
     """Draw the kernel's heatmaps to path; returns why it was skipped, or None.
 
     Each cell holds the best config with those two values (the best over the other meta-parameters;
@@ -212,7 +221,7 @@ def heatmap(frame: pd.DataFrame, kernel: str, path: Path, x: Optional[str] = Non
     if rows.empty:
         return f"no config of {kernel} in this sweep"
     try:
-        x, y = meta_axes(rows, x, y, kernel)
+        x, y = meta_axes(rows, x, y, kernel, name_axes)
     except NothingToShow as reason:
         return str(reason)
     configs = [json.loads(c) for c in rows["config"]]
@@ -331,9 +340,11 @@ def speedup(frame: pd.DataFrame, kernel: str, path: Path) -> Optional[str]:
 
 
 def render(frame: pd.DataFrame, out_dir: str | Path, peaks: dict, x: Optional[str] = None,
-           y: Optional[str] = None, say: Callable[[str], None] = print) -> list[Path]:
+           y: Optional[str] = None, say: Callable[[str], None] = print,
+           name_axes: Callable[[str, str], str] = _flags) -> list[Path]:
     """Every plot of the rows in frame (one sweep) into out_dir; returns the paths written. Plots with
-    nothing to show are skipped with one line each through say()."""
+    nothing to show are skipped with one line each through say(); `name_axes(x, y)`: how the reader
+    draws a heatmap of those axes (the plot command's flags, or the command itself)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     sweeps = ", ".join(sorted(frame["sweep_id"].unique()))
@@ -342,7 +353,7 @@ def render(frame: pd.DataFrame, out_dir: str | Path, peaks: dict, x: Optional[st
     jobs = [("roofline", out_dir / "roofline.png", lambda p: roofline(frame, peaks, p, title))]
     for kernel in frame["kernel"].unique():
         jobs += [(f"heatmap of {kernel}", out_dir / f"heatmap_{kernel}.png",
-                  lambda p, k=kernel: heatmap(frame, k, p, x, y)),
+                  lambda p, k=kernel: heatmap(frame, k, p, x, y, name_axes)),
                  (f"speedup of {kernel}", out_dir / f"speedup_{kernel}.png",
                   lambda p, k=kernel: speedup(frame, k, p))]
     written = []
@@ -355,19 +366,25 @@ def render(frame: pd.DataFrame, out_dir: str | Path, peaks: dict, x: Optional[st
     return written
 
 
-def plots_for_sweep(store_path: str | Path, frame: pd.DataFrame, out_dir: str | Path) -> list[Path]:
+def plots_for_sweep(store_path: str | Path, sweep_id: str, frame: pd.DataFrame,
+                    out_dir: str | Path) -> list[Path]:
     """The end of a sweep: render() with the store's ceilings. Every measured row is in the store, the
     parquet file and the export by then, so whatever stops the plots (no matplotlib, an unwritable
     directory, an older matplotlib than pyproject asks for) costs the plots only: one line says why,
     and the sweep's exit status stays that of its measuring."""
     store = ResultStore(store_path)
+    where = "" if shown(store_path) == DEFAULT_STORE else f" --store {shown(store_path)}"
+
+    def name_axes(x: str, y: str) -> str:
+        return f"triton-sweep-plot --sweep-id {sweep_id}{where} --x {x} --y {y} draws it"
+
     try:
-        paths = render(frame, out_dir, ceilings(frame, store))
+        paths = render(frame, out_dir, ceilings(frame, store), name_axes=name_axes)
     except ImportError as error:
         print(f"warning: plots skipped: {error} (pip install matplotlib)")
         return []
     except OSError as error:
-        print(f"warning: plots skipped: cannot write to {out_dir}: {error}")
+        print(f"warning: plots skipped: cannot write to {shown(out_dir)}: {error}")
         return []
     except Exception as error:  # a plotting bug or a library mismatch; triton-sweep-plot shows where
         print(f"warning: plots skipped: {type(error).__name__}: {error} (triton-sweep-plot shows where)")
@@ -375,6 +392,6 @@ def plots_for_sweep(store_path: str | Path, frame: pd.DataFrame, out_dir: str | 
     finally:
         store.close()
     if paths:
-        print(f"plots: {', '.join(p.name for p in paths)} in {out_dir}")
+        print(f"plots: {', '.join(p.name for p in paths)} in {shown(out_dir)}")
     return paths
 
