@@ -144,12 +144,8 @@ def roofline(frame: pd.DataFrame, peaks: dict, path: Path, title: str) -> Option
                 ax.scatter([1000 * row["tflops"] / row["gbps"]], [row["tflops"]], s=60, color=colour,
                            marker=markers[row["provider"]], edgecolor="black", lw=0.5, zorder=3,
                            label=f"{name}: {row['provider']}" if named else None)
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlim(low, high)
-    ax.set_ylim(points["tflops"].min() / 4, max(tops) * 2)
-    ax.set_xlabel("arithmetic intensity (FLOP per byte moved)")
-    ax.set_ylabel("achieved TFLOP/s")
+    ax.set(xscale="log", yscale="log", xlim=(low, high), ylim=(points["tflops"].min() / 4, max(tops) * 2),
+           xlabel="arithmetic intensity (FLOP per byte moved)", ylabel="achieved TFLOP/s")
     ax.grid(True, which="both", alpha=0.3)
     note = "ceilings measured: " + ", ".join(ceiling_text) if ceiling_text else "no measured ceilings"
     ax.set_title(f"{title}\n{note}\ngrey: every ok config of ours", fontsize=10)
