@@ -111,7 +111,7 @@ def write_prior(store_path: str | Path, sweep_dir: str | Path) -> Path | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m triton_sweep.merge",
+    parser = argparse.ArgumentParser(prog="triton-sweep-merge",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--version", action="version", version=version())
     parser.add_argument("sources", nargs="+", help="store files to merge (a job's results.sqlite, ...)")

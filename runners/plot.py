@@ -1,4 +1,4 @@
-"""Plots of one sweep from the store, as PNG: `python -m triton_sweep.plot --sweep-id ID [--out DIR] [--x K]`.
+"""Plots of one sweep from the store, as PNG: `triton-sweep-plot --sweep-id ID [--out DIR] [--x K]`.
 
 Writes roofline.png, heatmap_<kernel>.png and speedup_<kernel>.png (runners/outputs/plots/figures.py says what
 each shows and how winners and baselines are chosen) into --out, default outputs/plots/<sweep id>. A plot

@@ -360,7 +360,7 @@ def tune(kernel: str, work: Path) -> dict:
     module = work / "exports" / f"{kernel}_configs.py"
     if not module.exists():
         raise SystemExit(f"the tuning sweep of {kernel} exported nothing (see {work}/run_tune_{kernel})")
-    lines = [line for line in out.splitlines() if "between measured shapes" in line]
+    lines = [line for line in out.splitlines() if "at sizes the sweep did not measure" in line]
     print(f"{kernel}: export-grade sweep {seconds:.0f} s\n" + "\n".join(lines), flush=True)
     return {"kernel": kernel, "tune_s": seconds, "trials": _trials(work, kernel, f"tune_{kernel}"),
             "loo_lines": lines, "module": module}

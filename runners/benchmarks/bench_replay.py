@@ -222,7 +222,7 @@ def sweep_part(args, out: Path, env: dict, state: State) -> None:
         state.step(step)
         info["lines"] = [line for line in output.splitlines()
                          if line.startswith(("sweep replay_", "trials:", "export", "wall time"))
-                         or " between measured shapes" in line]
+                         or " at sizes the sweep did not measure" in line]
         state.data["sweeps"][kernel] = {"function": function, "file": str(path), **info}
         state.save()
 

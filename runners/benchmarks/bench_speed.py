@@ -373,7 +373,7 @@ def _timed_sweep(tree: Path, work: Path, name: str, overrides: list[str], cache_
             f"hydra.run.dir={run_dir}", *extra]
     seconds, result = _run(args, cache_dir, tree, **_tree_env(tree), **env)
     summary = json.loads((run_dir / "summary.json").read_text())
-    between = [line for line in result.stdout.splitlines() if "between measured shapes" in line]
+    between = [line for line in result.stdout.splitlines() if "at sizes the sweep did not measure" in line]
     return {"seconds": seconds, "summary": summary, "between": between,
             "output": result.stdout + result.stderr}
 

@@ -1,4 +1,4 @@
-"""Tune what a program really calls: `python -m triton_sweep.capture [--out sweeps/NAME] [--spec PKG.MOD:SPEC]
+"""Tune what a program really calls: `triton-sweep-capture [--out sweeps/NAME] [--spec PKG.MOD:SPEC]
 [--bucket pow2] [--replay] -- python my_app.py ARGS` runs the program unchanged (its exit status is the
 command's) with a hook on its Triton launches (runners/capture/launch_hook/triton_launch_hook.py).
 

@@ -74,8 +74,7 @@ class Replay:
 
     def __init__(self, path: Path, function: str, flops: Optional[str]):
         if not path.is_file():
-            raise ConfigError(f"kernel.spec: {path} does not exist (python -m triton_sweep.capture --replay "
-                              "writes it)")
+            raise ConfigError(f"kernel.spec: {path} does not exist (triton-sweep-capture --replay writes it)")
         functions = json.loads(path.read_text()).get("functions", {})
         if function not in functions:
             raise ConfigError(f"kernel.spec: {path} has no launch of {function} (it has: "

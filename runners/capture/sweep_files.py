@@ -19,14 +19,14 @@ def sweep_file(spec, spec_path: Optional[str], entries: dict, command: list[str]
     dtypes = sorted({dtype for _, dtype in entries})
     kernel = "external" if spec_path else spec.name
     lines = ["# @package _global_",
-             f"# Captured by python -m triton_sweep.capture from: {' '.join(command)}",
+             f"# Captured by triton-sweep-capture from: {' '.join(command)}",
              f"# {spec.name}: {sum(calls.values())} calls at {len(shapes)} shapes"
              + (" (dims that vary rounded up to powers of two)" if bucket else "")
              + f", dtypes {', '.join(dtypes)}; shapes by calls, most first.",
              "# The export weighs each shape by its calls (kernel.calls); every dtype is swept at every "
              "shape.",
              *(f"# {note}" for note in notes),
-             f"# to run (the file in sweeps/): python -m triton_sweep.sweep +sweep={name}",
+             f"# to run (the file in sweeps/): triton-sweep +sweep={name}",
              "defaults:", f"  - override /kernel: {kernel}", "  - override /timing: screen", "",
              "kernel:"]
     if spec_path:

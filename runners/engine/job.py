@@ -80,6 +80,7 @@ class Job:
         self.final_loops: dict[tuple, float] = {}  # (shape, dtype) -> seconds of its finalists' loop
         self.measured_groups: set = set()  # (shape, dtype) where this job measured a config of the kernel
         self.reused_ids: list[int] = []
+        self.kept = 0  # the planned trials the store held at the start of the trials phase
         # the first trial worker, the fork server and the side worker, until the scheduler takes them
         self.early: list = [None, None, None]
         # the locks of the GPUs with a side worker, by index (runners/engine/worker.py: GpuLock)
@@ -252,7 +253,9 @@ class Job:
 
         cfg, store, scheduler, search = self.cfg, self.store, self.scheduler, self.plan.search
         done = {} if cfg.force else store.measured(self.env)
-        planned = sum(t.pruned_reason is None for t in self.plan.trials)
+        planned, self.kept, resuming = job_report.to_measure(self, done)
+        if resuming:
+            print(resuming)
         self.outputs.start(cfg, self.sweep_id, tuple(self.plan.spec.dims), planned, not self.single)
         self.common = {"sweep_id": self.sweep_id, "seed": cfg.seed, "git_sha": git_sha(),
                        "kernel_hash": self.env["kernel_hash"]}

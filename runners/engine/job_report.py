@@ -1,6 +1,6 @@
-"""What a job says of itself (runners/engine/job.py): the lines that end its trials phase and begin its
-finalists, and at its end its counts, where the time went (time_spent), summary.json, and with
-verbose=true the job's time by phase and where the finish went."""
+"""What a job says of itself (runners/engine/job.py): the lines that begin (on a resume) and end its trials
+phase and begin its finalists, and at its end its counts, where the time went (time_spent), summary.json,
+and with verbose=true the job's time by phase and where the finish went."""
 from __future__ import annotations
 
 import json
@@ -10,13 +10,31 @@ from typing import Optional
 from triton_sweep.model.trial import TRITON_PROVIDER, counted
 
 
+def to_measure(job, done: dict) -> tuple[int, int, str]:
+    """Before the trials phase: how many of the planned trials are left to measure (not pruned, not in
+    the store for this GPU and versions: `done`), how many the store holds (kept, not measured again),
+    and on a resume the line that says both; '' where it holds none."""
+    trials = job.plan.trials
+    left = [t for t in trials if t.key not in done]
+    pruned = sum(t.pruned_reason is not None for t in left)
+    kept = len(trials) - len(left)
+    if not kept:
+        return len(left) - pruned, 0, ""
+    budget = job.cfg.search.budget_trials or job.cfg.search.budget_s
+    return len(left) - pruned, kept, (
+        f"resuming: {kept} of the {counted(len(trials), 'trial')} planned kept from the store (measured on "
+        f"{job.env['gpu_name']} with these versions; force=true measures them again), "
+        f"{'at most ' if budget else ''}{len(left) - pruned} left to measure"
+        + (f", {pruned} to record as pruned" if pruned else ""))
+
+
 def trials_said(job, budget_s: Optional[float], note: str) -> str:
-    """The line after the trials phase: the trials reused, those the budget left out, and with
-    verbose=true who compiled what (`note`: compile_note's); '' where there is nothing to say."""
+    """The line after the trials phase: the trials reused where a budgeted search took fewer than the
+    store held (to_measure said those), those the budget left out, and with verbose=true who compiled
+    what (`note`: compile_note's); '' where there is nothing to say."""
     said = []
-    if job.reused_ids:
-        said.append(f"{len(job.reused_ids)} trials reused from the store, measured before on "
-                    f"{job.env['gpu_name']} with these versions (force=true measures them again)")
+    if len(job.reused_ids) != job.kept:
+        said.append(f"{len(job.reused_ids)} of those kept reused by the search")
     if job.scheduler.not_run:
         said.append(f"search budget of {budget_s:g} s reached, {job.scheduler.not_run} trials not run")
     if note and job.cfg.get("verbose"):  # who compiled what, and how long it took

@@ -124,6 +124,5 @@ def run_finalists(spec, trials: list[Trial], cache: ShapeCache, timer, peaks: di
 
 
 def _failure(error: Exception, first_launch_done: bool) -> dict:
-    return {"status": check.classify(error, first_launch_done),
-            "message": f"{type(error).__name__}: {error}"[:4000],
+    return {"status": check.classify(error, first_launch_done), "message": check.described(error)[:4000],
             "sticky": check.is_sticky_cuda_error(error)}

@@ -1,4 +1,4 @@
-"""Export the tuned configs of a store: `python -m triton_sweep.export --kernel softmax [--key n_cols=cols]
+"""Export the tuned configs of a store: `triton-sweep-export --kernel softmax [--key n_cols=cols]
 [--tolerance 0.03] [--sweep-id ID]` writes `<kernel>_configs.json` and `<kernel>_configs.py`
 (runners/export/ says what they hold and how the configs are chosen).
 
@@ -39,8 +39,8 @@ def main(argv=None) -> int:
     parser.add_argument("--spec", metavar="PKG.MODULE:ATTR",
                         help="an external kernel's KernelSpec: its dims and export key (as kernel.spec)")
     parser.add_argument("--calls", metavar="SWEEP.yaml",
-                        help="weigh the covering set by call counts: a sweep file of python -m "
-                             "triton_sweep.capture (its kernel.shapes and kernel.calls)")
+                        help="weigh the covering set by call counts: a sweep file of triton-sweep-capture "
+                             "(its kernel.shapes and kernel.calls)")
     parser.add_argument("--no-merge", action="store_true",
                         help="rewrite the files from this export alone (default: keep other GPUs' sections)")
     args = parser.parse_args(argv)

@@ -16,6 +16,7 @@ import datetime
 import math
 import multiprocessing
 import os
+from pathlib import Path
 from typing import Optional
 
 import pandas as pd
@@ -286,8 +287,9 @@ def _advice(result: dict, dims: tuple, measured_shapes: list) -> str:
     if all(figure(entry) >= result["good_pct"] for entry in result["shapes"]):
         return "the grid is dense enough for the tolerance"
     if all(figure(entry) < result["good_pct"] for entry in result["shapes"]):
-        return (f"no measured shape serves another: sweep a grid dense along {', '.join(result['key_dims'])} "
-                "(sweeps/*_export.yaml)")
+        return ("no measured shape serves another: the measured sizes are too far apart to say anything "
+                "about those between them; use the configs at the measured sizes only, or sweep a grid dense "
+                f"along {', '.join(result['key_dims'])}")
     worst = min(result["shapes"], key=figure)
     between, edges = [], []
     for dim in result["key_dims"]:
@@ -303,24 +305,57 @@ def _advice(result: dict, dims: tuple, measured_shapes: list) -> str:
     return "add shapes " + " and ".join(between or edges)
 
 
-def summary_line(result: dict, dims: tuple) -> str:
-    """The line export prints for one (GPU, dtype): how many left-out shapes each path served within
-    the bar, the geometric mean and the worst, and where to add shapes."""
+def how_to_sweep(kernel: Optional[str], key_dims: list[str]) -> str:
+    """The command or config keys that sweep more sizes of the export key: the kernel's export-grade sweep
+    file where there is one (the working directory's sweeps/, or the tool's), else its grid's keys."""
+    from importlib.resources import files
+
+    name = f"{kernel}_export.yaml"
+    if kernel and any(folder.joinpath(name).is_file()
+                      for folder in (Path("sweeps"), files("triton_sweep.conf").joinpath("sweep"))):
+        return f"triton-sweep +sweep={kernel}_export"
+    return "triton-sweep " + " ".join(f"'kernel.grid.{dim}=[...]'" for dim in key_dims)
+
+
+def _path_said(result: dict, path: str, name: str, dims: tuple) -> str:
+    """How one path did: within the tolerance at how many left-out shapes, its mean and worst figures, and
+    where it offered no config that runs there or one that fails there."""
+    summary, tolerance = result["summary"][path], 100 - result["good_pct"]
+    said = f"{name} within {tolerance:g}% of the fastest at {summary['good']} of {summary['shapes']}"
+    if summary["geomean_pct"] is not None:
+        worst = _point(summary["worst_shape"], dims, result["key_dims"])
+        said += (f" (on average {summary['geomean_pct']:.1f}% of the fastest, worst "
+                 f"{summary['worst_pct']:.0f}% at {worst})")
+    if summary["no_config"]:
+        said += f", with no config that runs there at {summary['no_config']}"
+    if summary["not_ok"]:
+        said += f", with one that fails there or was never run there at {summary['not_ok']}"
+    return said
+
+
+def summary_line(result: dict, dims: tuple, kernel: Optional[str] = None) -> str:
+    """The line export prints for one (GPU, dtype), in plain words: how the configs do at sizes the sweep
+    did not measure (each measured point of the key left out in turn, the others choosing for it), path by
+    path, and what to sweep where that is unknown or poor (`kernel`'s sweep file or grid: how_to_sweep)."""
+    key = ", ".join(result["key_dims"])
+    how = how_to_sweep(kernel, result["key_dims"])
     if not result["shapes"]:
-        return (f"between measured shapes: one measured point of {', '.join(result['key_dims'])}, nothing "
-                "to leave out; the configs hold only at the measured sizes (sweep a grid: README)")
-    parts = []
-    for path, name in zip(PATHS, ("autotune with the prune", "config_for")):
-        summary = result["summary"][path]
-        part = f"{name} >= {result['good_pct']:g}% of best at {summary['good']}/{summary['shapes']}"
-        if summary["geomean_pct"] is not None:
-            part += (f" (geomean {summary['geomean_pct']:.1f}%, worst {summary['worst_pct']:.0f}% at "
-                     f"{_point(summary['worst_shape'], dims, result['key_dims'])})")
-        if summary["no_config"]:
-            part += f", none it offered was ok at {summary['no_config']}"
-        if summary["not_ok"]:
-            part += f", it offered a config not ok there at {summary['not_ok']}"
-        parts.append(part)
+        return (f"at sizes the sweep did not measure: unknown, one value of {key} was measured and there "
+                "is nothing to compare with; the configs are known good at the measured sizes only. To use "
+                f"them at others, sweep a grid dense along {key}: {how}")
+    points = sorted({tuple(entry["shape"][dims.index(d)] for d in result["key_dims"])
+                     for entry in result["shapes"]})
+    check = ", checked with the kernel's constraints" if result.get("check") else ""
+    method = (f"each of the {len(points)} measured values of {key} left out in turn, the others choosing a "
+              f"config for it{check}")
+    if all(result["summary"][path]["no_config"] == len(result["shapes"]) for path in PATHS):
+        measured = ", ".join("/".join(map(str, point)) for point in points)
+        return (f"at sizes the sweep did not measure: unknown ({method}: no config they chose runs at the "
+                f"one left out). The measured {key} ({measured}) are too far apart to say anything about the "
+                f"sizes between them: use these configs at the measured sizes only, or sweep a grid dense "
+                f"along {key}: {how}")
+    parts = [_path_said(result, path, name, dims)
+             for path, name in zip(PATHS, ("autotune with the prune", "config_for"))]
     if "apart_at" in result:
         together = [f"{name} {result['together'][name]['good']}/{result['together'][name]['shapes']}"
                     for name in PATHS]
@@ -328,9 +363,12 @@ def summary_line(result: dict, dims: tuple) -> str:
                      f"{'apart' if result['aligned_apart'] else 'together'} (the other shapes chose apart "
                      f"at {result['apart_at']}/{result['points']} left-out points; all together: "
                      f"{', '.join(together)} at the bar)")
-    check = f"check: {result['check']}" if result.get("check") else "no check"
-    return (f"between measured shapes (each {', '.join(result['key_dims'])} left out in turn, {check}): "
-            + "; ".join(parts) + "; " + result["advice"])
+    advice = result["advice"]
+    if advice.startswith("add shapes"):
+        advice += f" ({', '.join(f'kernel.grid.{dim}' for dim in result['key_dims'])})"
+    elif not advice.startswith("the grid is dense"):
+        advice += f": {how}"
+    return f"at sizes the sweep did not measure ({method}): " + "; ".join(parts) + "; " + advice
 
 
 def gpu_section(rows: pd.DataFrame, covered: dict, tolerance: float, dims: Optional[tuple] = None,
@@ -370,7 +408,7 @@ def gpu_sections(kernel: str, by_gpu: dict, covered: dict, tolerance: float, dim
                 for gpu, of in by_gpu.items()}
     for gpu, section in sections.items():
         for dtype, dtype_data in section["dtypes"].items():
-            print(f"{kernel} on {gpu}, {dtype}: {summary_line(dtype_data['leave_one_out'], dims)}")
+            print(f"{kernel} on {gpu}, {dtype}: {summary_line(dtype_data['leave_one_out'], dims, kernel)}")
             if dtype_data.get("weighted_loss") is not None:
                 total = sum(dtype_data["calls"].values())
                 print(f"{kernel} on {gpu}, {dtype}: weighted by {total} calls, the list loses "

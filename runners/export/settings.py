@@ -184,7 +184,7 @@ def calls_of(path: str, kernel: str, spec, dims: Optional[tuple]) -> dict:
 
     captured = OmegaConf.to_container(OmegaConf.load(path), resolve=True).get("kernel") or {}
     if captured.get("calls") is None:
-        raise ConfigError(f"--calls: {path} has no kernel.calls (python -m triton_sweep.capture writes them)")
+        raise ConfigError(f"--calls: {path} has no kernel.calls (triton-sweep-capture writes them)")
     rank = len(dims) if dims else len(spec.dims) if spec is not None else None
     if rank is None:
         raise ConfigError(f"--calls: {kernel} is not built in; give --spec or --dims")

@@ -41,8 +41,11 @@ STATUS_OUT_OF_RESOURCES = "out_of_resources"
 STATUS_OOM = "oom"
 STATUS_TIMEOUT = "timeout"
 STATUS_CRASHED = "crashed"
+STATUS_LAUNCH_ERROR = "launch_error"  # the launcher (or a baseline) called with what it does not take
+STATUS_REFERENCE_ERROR = "reference_error"  # the kernel's reference raised: nothing could be checked
 STATUSES = (STATUS_OK, STATUS_PRUNED, STATUS_COMPILE_ERROR, STATUS_OUT_OF_RESOURCES, STATUS_TIMEOUT,
-            STATUS_CRASHED, STATUS_INCORRECT, STATUS_OOM)  # every trial ends in exactly one
+            STATUS_CRASHED, STATUS_INCORRECT, STATUS_OOM, STATUS_LAUNCH_ERROR,
+            STATUS_REFERENCE_ERROR)  # every trial ends in exactly one
 
 # CUDA errors after which the context is unusable: the worker process must be replaced.
 STICKY_CUDA_ERRORS = (
@@ -120,10 +123,24 @@ def copy_storage(target, source) -> None:
     flat[0].copy_(flat[1])
 
 
+class ReferenceFailed(Exception):
+    """The kernel's reference raised (its cause): the trial is a reference_error, whatever its config."""
+
+
 def references(spec, inputs: tuple) -> tuple:
     """The kernel's reference outputs on these inputs: computed in float64 (the inputs upcast), unless
-    the spec's reference runs in the inputs' own dtypes (kernels/spec.py)."""
-    return as_tuple(spec.reference(*(upcast(inputs) if spec.reference_in_float64 else inputs)))
+    the spec's reference runs in the inputs' own dtypes (kernels/spec.py). ReferenceFailed where it
+    raises, but for running out of memory or a sticky CUDA error (oom and crashed, as anywhere else)."""
+    import torch
+
+    try:
+        return as_tuple(spec.reference(*(upcast(inputs) if spec.reference_in_float64 else inputs)))
+    except torch.OutOfMemoryError:
+        raise
+    except Exception as error:
+        if is_sticky_cuda_error(error):
+            raise
+        raise ReferenceFailed() from error
 
 
 def compare_outputs(outputs: tuple, references: tuple, normwise: bool = False, bound=None) -> Optional[str]:
@@ -212,20 +229,33 @@ def build_one_pass(outputs: tuple, with_bound: bool) -> None:
 def classify(error: BaseException, first_launch_done: bool) -> str:
     """The status of a trial that raised `error`.
 
-    Before the first launch has completed, any other error means the config could not be built or
-    launched (a CompilationError on the GPU, an InterpreterError on the CPU, a launcher's ValueError):
-    compile_error. After it, or on a sticky CUDA error, the run itself failed: crashed.
+    The reference raising (ReferenceFailed): reference_error. Before the first launch has completed, a
+    TypeError is a call with arguments the launcher or the @triton.jit kernel does not take (Triton's
+    compiler wraps the errors of a kernel's body in its own): launch_error; any other error means the
+    config could not be built or launched (a CompilationError on the GPU, an InterpreterError on the
+    CPU, a launcher's ValueError): compile_error. After it, or on a sticky CUDA error, the run itself
+    failed: crashed.
     """
     import torch
     from triton.runtime.errors import OutOfResources
 
+    if isinstance(error, ReferenceFailed):
+        return STATUS_REFERENCE_ERROR
     if isinstance(error, OutOfResources) or "too many resources requested for launch" in str(error):
         return STATUS_OUT_OF_RESOURCES
     if isinstance(error, torch.OutOfMemoryError):
         return STATUS_OOM
     if is_sticky_cuda_error(error) or first_launch_done:
         return STATUS_CRASHED
-    return STATUS_COMPILE_ERROR
+    return STATUS_LAUNCH_ERROR if isinstance(error, TypeError) else STATUS_COMPILE_ERROR
+
+
+def described(error: BaseException) -> str:
+    """A failed trial's message: the error's type and text (for a reference that raised, its cause's)."""
+    if isinstance(error, ReferenceFailed) and error.__cause__ is not None:
+        cause = error.__cause__
+        return f"the kernel's reference raised {type(cause).__name__}: {cause}"
+    return f"{type(error).__name__}: {error}"
 
 
 def is_sticky_cuda_error(error: BaseException) -> bool:

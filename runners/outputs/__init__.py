@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Optional
 
 from triton_sweep.model.trial import ConfigError
-from triton_sweep.outputs.output import Finished, Output
+from triton_sweep.outputs.output import DEFAULT_STORE, Finished, Output, shown
 
 
 class Outputs:
@@ -89,7 +89,7 @@ class Outputs:
             left = start(done, background)
             names = ", ".join(o.name for o in background)
             print(f"{names}: written in the background by process {left}, which says what it did in "
-                  f"{done.output_dir / 'finish.log'}")
+                  f"{shown(done.output_dir / 'finish.log')}")
         else:
             for output in background:
                 done.files[output.name] = _written(output, done, output.handover())
@@ -102,25 +102,23 @@ class Outputs:
                 **{key: value for o in self.all for key, value in o.seconds().items()}}
 
 
-DEFAULT_STORE = "outputs/results.sqlite"  # the schema's default: compare's sweep ids need no --store there
-
-
 def next_step(done: Finished) -> Optional[str]:
     """One line: what to run after this sweep. Interpreter rows: the sweep on a GPU; an export written:
-    its module in your code; else the export command. Then the compare of a later sweep with this one."""
+    its module in your code; else the export command. Then the compare of a later sweep with this one.
+    Commands by their console scripts (pyproject.toml), paths as shown() names them."""
     frame = done.frame
     if frame is None or frame.empty:
         return None
-    store = "" if str(done.store) == DEFAULT_STORE else f" --store {done.store}"
-    compare = f"python -m triton_sweep.compare {done.sweep_id} NEW_SWEEP_ID{store}"
+    store = "" if shown(done.store) == DEFAULT_STORE else f" --store {shown(done.store)}"
+    compare = f"triton-sweep-compare {done.sweep_id} NEW_SWEEP_ID{store}"
     if "backend" in frame.columns and (frame["backend"] == "interpret").all():
         return ("next: the same sweep on a GPU (without backend=interpret) measures configs to export; "
                 f"{compare} compares two sweeps")
     modules = [path for path in done.files.get("export", []) if str(path).endswith(".py")]
     if modules:
-        return (f"next: copy {modules[0]} next to your kernel (README: \"Use the tuned configs in another "
-                f"repo\"); {compare} compares a later sweep with this one")
-    return (f"next: python -m triton_sweep.export --sweep-id {done.sweep_id}{store} writes the configs; "
+        return (f"next: copy {shown(modules[0])} next to your kernel (README: \"Use the tuned configs in "
+                f"another repo\"); {compare} compares a later sweep with this one")
+    return (f"next: triton-sweep-export --sweep-id {done.sweep_id}{store} writes the configs; "
             f"{compare} compares a later sweep with this one")
 
 
@@ -129,7 +127,8 @@ def _written(output: Output, done: Finished, handover=None) -> list:
     try:
         return output.write(done, handover)
     except OSError as error:
-        print(f"error: {output.name}: not written ({error}); the rows are in {done.store}", file=sys.stderr)
+        print(f"error: {output.name}: not written ({error}); the rows are in {shown(done.store)}",
+              file=sys.stderr)
         return []
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from triton_sweep.outputs.output import Finished, Output
+from triton_sweep.outputs.output import Finished, Output, shown
 
 
 class Export(Output):
@@ -26,5 +26,5 @@ class Export(Output):
             except ExportError as error:
                 print(f"export skipped: {error}")
         if paths:
-            print(f"exported: {', '.join(map(str, paths))}")
+            print(f"exported: {', '.join(map(shown, paths))}")
         return paths

@@ -5,12 +5,23 @@ finisher import, so neither imports the other's importer."""
 from __future__ import annotations
 
 import importlib
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
 if TYPE_CHECKING:
     import pandas as pd
+
+
+DEFAULT_STORE = "outputs/results.sqlite"  # the schema's default: the commands need no --store there
+
+
+def shown(path) -> str:
+    """A path as the lines of a sweep name it: relative to the working directory where it lies inside it
+    (outputs/runs/...), else absolute; one form a line, whether the config gave it relative or not."""
+    absolute, cwd = os.path.abspath(path), os.getcwd()
+    return os.path.relpath(absolute, cwd) if os.path.commonpath([absolute, cwd]) == cwd else absolute
 
 
 @dataclass
@@ -39,7 +50,8 @@ class Output:
     def __init__(self, **settings):
         self.name = ""
         self.settings = settings
-        self.planned = 0  # set before start: the trials the job plans to run (not pruned)
+        self.planned = 0  # set before start: the trials the job will measure (not pruned, not kept from
+        # the store: runners/engine/job_report.py to_measure)
         self.multirun = False  # set before start: whether the job is one job of a multirun
 
     def begin(self, cfg) -> None:

@@ -5,13 +5,13 @@ from pathlib import Path
 from typing import Optional
 
 from triton_sweep.model.columns import SAMPLE_COLUMNS
-from triton_sweep.outputs.output import Finished, Output
+from triton_sweep.outputs.output import Finished, Output, shown
 
 
 class Parquet(Output):
     def write(self, done: Finished, handover: Optional[dict] = None) -> list[Path]:
         path = write_parquet(done.frame, done.output_dir / "results.parquet")
-        print(f"results: {done.store} (sweep {done.sweep_id}), {path}")
+        print(f"results: {shown(done.store)} (sweep {done.sweep_id}), {shown(path)}")
         return [path]
 
 

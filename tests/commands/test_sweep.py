@@ -102,7 +102,9 @@ def test_resume_after_kill_loses_nothing_and_measures_nothing_twice(tmp_path):
     assert 4 <= len(before) < 3 * 3 * 2 + 3
 
     result = run_sweep(tmp_path, *overrides)
-    assert f"{len(before)} trials reused from the store" in result.stdout
+    assert (f"resuming: {len(before)} of the 21 trials planned kept from the store (measured on Triton "
+            f"interpreter (CPU) with these versions; force=true measures them again), {21 - len(before)} "
+            "left to measure") in result.stdout
     after = _trials(store_path)
     assert len(after) == 3 * 3 * 2 + 3  # every trial exactly once
     assert after["trial_key"].is_unique
@@ -114,7 +116,7 @@ def test_resume_after_kill_loses_nothing_and_measures_nothing_twice(tmp_path):
     store.close()
 
     forced = run_sweep(tmp_path, *overrides, "force=true")
-    assert "trials reused" not in forced.stdout  # said only where some were
+    assert "resuming" not in forced.stdout  # said only where some were kept
     assert len(_trials(store_path)) == 2 * len(after)  # force measures again; nothing is overwritten
 
 
@@ -213,14 +215,13 @@ def test_the_time_spent_adds_up_the_rows_of_the_job(tmp_path, workers):
 # default outputs (plots, W&B offline) and finalists.
 README_CPU = ["kernel.shapes=[[64,1000]]", "kernel.space.BLOCK_SIZE=[1024]", "kernel.baselines=[torch]",
               "logger.mode=offline", "finalists.top_k=8"]
-PROGRESS = ("sweep ", "ready after", "W&B (logger.runs", "finalists")  # how the lines of the phases begin
+PROGRESS = ("sweep ", "ready after", "resuming: ", "W&B (logger.runs", "finalists")  # the phases' lines
 
 
 def end_of_sweep(stdout: str) -> list[str]:
     """What a sweep prints once its phases' progress is over (the lines after the last progress line)."""
     lines = stdout.splitlines()
-    progress = [i for i, line in enumerate(lines)
-                if line.startswith(PROGRESS) or "reused from the store" in line]
+    progress = [i for i, line in enumerate(lines) if line.startswith(PROGRESS)]
     return lines[progress[-1] + 1:] if progress else lines
 
 
@@ -241,11 +242,36 @@ def test_the_end_of_a_default_cpu_sweep_is_a_short_read_and_verbose_adds_the_tim
     assert "interpreter timings (backend=interpret" in said and "GB/s" not in said and "%copy" not in said
     assert "results: " in said and "W&B offline runs in" in said and "plots: " in said
     assert end[-1].startswith("next: the same sweep on a GPU (without backend=interpret)")
-    for hidden in ("this GPU", "peaks", "time spent", "wall time", "finish load", "reused", "for up to"):
+    for hidden in ("this GPU", "peaks", "time spent", "wall time", "finish load", "resuming", "for up to"):
         assert hidden not in result.stdout, hidden
     again = run_sweep(tmp_path, *README_CPU, "sweep_id=readme", "verbose=true",
                       f"hydra.run.dir={tmp_path}/run2")  # every trial reused: said, naming the device
-    assert (f"{counts[1]} trials reused from the store, measured before on Triton interpreter (CPU) with "
-            "these versions") in again.stdout
+    assert (f"resuming: {counts[1]} of the {counts[1]} trials planned kept from the store (measured on "
+            "Triton interpreter (CPU) with these versions; force=true measures them again), 0 left to "
+            "measure") in again.stdout
     assert re.search(r"^wall time [\d.]+ s \(start [\d.]+, ceilings [\d.]+, trials ", again.stdout, re.M)
     assert "finish load " in again.stdout
+
+
+def test_a_sweep_in_a_repository_names_its_paths_from_there_and_its_commands_by_their_scripts(tmp_path):
+    """With the default relative paths (outputs/ under the working directory): every path the end names is
+    relative, as the config gave it; a heatmap that cannot be drawn says how the plot command draws it (the
+    sweep takes no --x/--y); what to run next names the console scripts. Run again with more configs, it
+    says how many trials it keeps and how many are left, and W&B counts those left."""
+    add = ["kernel=vector_add", "kernel.shapes=[[1000]]", "kernel.space.num_warps=[4]", "kernel.baselines=[]",
+           "store=outputs/results.sqlite", "export_dir=outputs/exports", "hydra.run.dir=outputs/runs/here"]
+    out = run_sweep(tmp_path, *add, "kernel.space.BLOCK_SIZE=[256,512]", "sweep_id=here", plots=True).stdout
+    assert "results: outputs/results.sqlite (sweep here), outputs/runs/here/results.parquet" in out
+    assert ("plot skipped: heatmap of vector_add: vector_add varies only BLOCK_SIZE in this sweep; a heatmap "
+            "needs two (triton-sweep-plot --sweep-id here --x BLOCK_SIZE --y num_warps draws it)") in out
+    assert "plots: roofline.png in outputs/runs/here" in out
+    assert out.splitlines()[-1] == ("next: the same sweep on a GPU (without backend=interpret) measures "
+                                    "configs to export; triton-sweep-compare here NEW_SWEEP_ID compares two "
+                                    "sweeps")
+    assert str(tmp_path) not in out and "python -m" not in out and "resuming" not in out
+    again = run_sweep(tmp_path, *add, "kernel.space.BLOCK_SIZE=[256,512,1024,2048]", "sweep_id=again",
+                      "logger.mode=offline", "logger.runs=auto", plots=True).stdout
+    assert ("resuming: 2 of the 4 trials planned kept from the store (measured on Triton interpreter (CPU) "
+            "with these versions; force=true measures them again), 2 left to measure") in again
+    assert "W&B (logger.runs=auto): 2 trials to measure, at most logger.auto_trials=" in again
+    assert "triton-sweep-plot --sweep-id again --x BLOCK_SIZE" in again  # the kept rows' sweep not named

@@ -590,3 +590,27 @@ def test_a_row_s_kind_of_bound_is_the_larger_of_its_shares_of_the_ceilings(copy,
     import pandas as pd
 
     assert matching._kind(pd.Series({"pct_copy_bw": copy, "pct_matmul": matmul})) == kind
+
+
+def test_the_launch_and_reference_errors_are_status_changes_and_leave_the_export_alone(tmp_path, capsys):
+    """A store whose rows hold the statuses added after it (launch_error, reference_error) reads, compares
+    (each listed as a status change, failing the gate as a broken config does) and exports (only ok rows)."""
+    path = tmp_path / "results.sqlite"
+    store = ResultStore(path)
+    rng = np.random.default_rng(3)
+    noisy_run(store, "base", rng, top_k=0)
+    config = {"BLOCK_SIZE": 2048, "num_warps": 4, "num_stages": 1}
+    store.append(row("renamed", "triton", SHAPES[0], config, None, rng, status="launch_error",
+                     message="TypeError: softmax() got an unexpected keyword argument 'BLOCK'"))
+    store.append(row("renamed", "triton", SHAPES[1], {**config, "BLOCK_SIZE": 4096}, None, rng,
+                     status="reference_error", message="the kernel's reference raised RuntimeError: boom"))
+    frame = store.load()
+    store.close()
+    status, out, _ = _run(capsys, f"--store={path}", "base", "renamed", "--fail-on-slow", "50%")
+    assert ("status changed (2):\n  ok -> launch_error: softmax triton float16 4096x1024 BLOCK_SIZE=2048 "
+            "num_warps=4 num_stages=1: TypeError" in out)
+    assert "ok -> reference_error: softmax triton float16 4096x4096 BLOCK_SIZE=4096" in out
+    assert "2 ok in BASE and failing in NEW" in out and status == 1
+    data = json.loads(_export(frame, tmp_path / "out").read_text())
+    exported = data["gpus"]["Synthetic GPU"]["9.9"]["dtypes"]["float16"]["best_by_shape"]
+    assert len(exported) == len(SHAPES)  # the base's winners, none of the failing rows

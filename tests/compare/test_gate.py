@@ -48,6 +48,9 @@ def _rows(tmp_path):
     ("WRITES_NAN", "incorrect", "10 of 1000 output elements NaN where the reference is not (the kernel wrote "
                                 "NaN), first at [7]"),
     ("BROKEN", "compile_error", "undefined_function"),
+    ("MISSING_ARGUMENT", "launch_error", "TypeError: "),
+    ("REFERENCE_RAISES", "reference_error", "the kernel's reference raised RuntimeError: shape '[3, -1]' is "
+                                            "invalid for input of size 1000"),
 ])
 def test_bad_kernels_are_caught_never_timed(tmp_path, spec, status, message):
     result = run_sweep(tmp_path, "kernel=external", f"kernel.spec=tests.fixtures.bad_kernels:{spec}",

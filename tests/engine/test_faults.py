@@ -88,7 +88,7 @@ def test_a_full_disk_stops_the_sweep_in_one_line_and_keeps_the_rows(tmp_path, li
         assert kept == 0
     else:  # the space freed, the sweep resumes: the rows kept are not measured again
         assert 0 < kept < 36
-        assert f"{kept} trials reused from the store" in run_sweep(tmp_path, *SOME_TRIALS).stdout
+        assert f"resuming: {kept} of the " in run_sweep(tmp_path, *SOME_TRIALS).stdout
 
 
 def test_a_store_whose_folder_cannot_be_made_is_one_line(tmp_path):

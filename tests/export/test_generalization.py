@@ -91,10 +91,14 @@ def test_leave_one_out_picks_as_the_module_would(frame):
     assert (summary["worst_pct"], summary["worst_shape"][1]) == (55.56, 200)  # of those with a config
     assert summary["geomean_pct"] == round((66.67 * 55.56 * 66.67) ** (1 / 3), 2)
     assert result["advice"].startswith("no measured shape serves another")  # all 8 below the bar
-    line = summary_line(result, ("rows", "cols"))
-    assert "(each cols left out in turn, check: the kernel's constraints)" in line
-    assert "autotune with the prune >= 97% of best at 0/8 (geomean 62.7%, worst 56% at cols=200), " \
-           "none it offered was ok at 2;" in line
+    line = summary_line(result, ("rows", "cols"), "softmax")
+    assert line.startswith("at sizes the sweep did not measure (each of the 4 measured values of cols left "
+                           "out in turn, the others choosing a config for it, checked with the kernel's "
+                           "constraints): ")
+    assert "autotune with the prune within 3% of the fastest at 0 of 8 (on average 62.7% of the fastest, " \
+           "worst 56% at cols=200), with no config that runs there at 2;" in line
+    assert line.endswith("use the configs at the measured sizes only, or sweep a grid dense along cols: "
+                         "triton-sweep +sweep=softmax_export")  # the kernel's export-grade sweep file
 
 
 def test_without_check_a_pick_never_run_at_the_left_out_shape_is_a_miss(frame):
@@ -106,7 +110,9 @@ def test_without_check_a_pick_never_run_at_the_left_out_shape_is_a_miss(frame):
         (512, 0.0, "not measured")] * 2
     assert result["summary"]["config_for"]["not_ok"] == 2
     line = summary_line(result, ("rows", "cols"))
-    assert "(each cols left out in turn, no check)" in line and "a config not ok there at 2" in line
+    assert "left out in turn, the others choosing a config for it): " in line  # no check said
+    assert "config_for within 3% of the fastest at 0 of 8 (on average 62.7% of the fastest, worst 56% at " \
+           "cols=200), with one that fails there or was never run there at 2;" in line
 
 
 def test_a_config_wrong_at_the_left_out_shape_is_a_miss_that_the_estimate_cannot_see_past(tmp_path):
@@ -162,21 +168,57 @@ def test_the_advice_names_the_measured_sizes_around_the_worst_shape(frame):
     assert advice(80.0, 98.0) == "add shapes between cols=100 and cols=400"
     assert advice(98.0, 80.0) == "add shapes above cols=400"  # the worst at the range's edge
     assert advice(98.0, 97.0) == "the grid is dense enough for the tolerance"
-    assert advice(80.0, 0.0).startswith("no measured shape serves another: sweep a grid dense along cols")
+    assert advice(80.0, 0.0) == ("no measured shape serves another: the measured sizes are too far apart to "
+                                 "say anything about those between them; use the configs at the measured "
+                                 "sizes only, or sweep a grid dense along cols")
+
+
+def fits_the_row(shape, dtype, config):
+    """softmax's rule in short: a block holds the row and is under 4x it."""
+    block, cols = config["BLOCK_SIZE"], shape[1]
+    return None if cols <= block < 4 * cols else f"BLOCK_SIZE {block} does not fit {cols} columns"
+
+
+def test_sizes_too_far_apart_say_so_in_plain_words_and_what_to_run(tmp_path, capsys):
+    """The default sweep's case: row lengths 8x apart, each block fitting one of them alone. Left out in
+    turn, no length gets a config that runs there from the others: the line says the sizes between are
+    unknown, why, and the command that sweeps a dense grid."""
+    store = ResultStore(tmp_path / "results.sqlite")
+    for index, (cols, block) in enumerate((c, b) for c in (128, 1024, 8192) for b in (128, 1024, 8192)):
+        config = {"BLOCK_SIZE": block, "num_warps": 4, "num_stages": 1}
+        fits = fits_the_row((8, cols), "float16", config) is None
+        store.append({**GPU_ENV, "trial_key": f"k{index}", "sweep_id": "s", "kernel": "softmax",
+                      "provider": "triton", "shape": (8, cols), "dtype": "float16", "config": config,
+                      "status": "ok" if fits else "pruned", "phase": "screen",
+                      "p50_us": cols / 100 if fits else None,
+                      "seed": 0, "timestamp": "2026-11-24T00:00:00"})
+    frame = store.load()
+    store.close()
+    export_kernel(frame, "softmax", tmp_path, key={"n_cols": "cols"}, rule=fits_the_row)
+    assert capsys.readouterr().out.splitlines()[0] == (
+        "softmax on NVIDIA H200, float16: at sizes the sweep did not measure: unknown (each of the 3 "
+        "measured values of cols left out in turn, the others choosing a config for it, checked with the "
+        "kernel's constraints: no config they chose runs at the one left out). The measured cols (128, 1024, "
+        "8192) are too far apart to say anything about the sizes between them: use these configs at the "
+        "measured sizes only, or sweep a grid dense along cols: triton-sweep +sweep=softmax_export")
 
 
 def test_one_measured_point_has_nothing_to_leave_out(frame):
     measured = Measured(frame[frame["shape"].isin([json.dumps([8, 400]), json.dumps([16, 400])])])
     result = leave_one_out(measured, 0.03, ("rows", "cols"), ["cols"])
     assert result["shapes"] == []
-    assert "nothing to leave out" in summary_line(result, ("rows", "cols"))
+    assert summary_line(result, ("rows", "cols"), "a_kernel_of_mine") == (
+        "at sizes the sweep did not measure: unknown, one value of cols was measured and there is nothing to "
+        "compare with; the configs are known good at the measured sizes only. To use them at others, sweep a "
+        "grid dense along cols: triton-sweep 'kernel.grid.cols=[...]'")  # no sweep file of that name
 
 
 def test_export_prints_the_line_and_stores_the_figures(frame, tmp_path, capsys):
     export_kernel(frame, "softmax", tmp_path, key={"n_cols": "cols"}, rule=holds_row)
     line = capsys.readouterr().out
-    assert "softmax on NVIDIA H200, float16: between measured shapes (each cols left out in turn, check: " \
-           "the kernel's constraints)" in line
+    assert "softmax on NVIDIA H200, float16: at sizes the sweep did not measure (each of the 4 measured " \
+           "values of cols left out in turn, the others choosing a config for it, checked with the " \
+           "kernel's constraints): " in line
     data = json.loads((tmp_path / "softmax_configs.json").read_text())
     stored = data["gpus"]["NVIDIA H200"]["3.6.0"]["dtypes"]["float16"]["leave_one_out"]
     assert stored["key_dims"] == ["cols"] and len(stored["shapes"]) == 8

@@ -54,7 +54,7 @@ def test_every_sweep_file_composes_and_plans_trials(sweep):
     trials = plan_trials(load_spec(kernel["name"], kernel["spec"]), kernel, "cuda")
     assert any(t.pruned_reason is None for t in trials)  # its shapes (or the kernel's defaults) plan
     text = (CONF / "sweep" / f"{sweep}.yaml").read_text()
-    assert text.startswith("# @package _global_") and "# to run:" in text
+    assert text.startswith("# @package _global_") and "# to run: triton-sweep " in text  # the console script
 
 
 def _grid_dims() -> list[tuple[str, str]]:

@@ -24,11 +24,10 @@ def test_unknown_kernel_name_and_bad_import_path():
     with pytest.raises(ConfigError, match="is not a triton_sweep.kernels.spec.KernelSpec"):
         load_spec("external", "triton_sweep.kernels.softmax:softmax")
     # A name the module lacks is said to be missing, with the KernelSpecs it has (not "got NoneType").
-    missing = (r"^kernel.spec: module 'tests.fixtures.bad_kernels' has no attribute 'WRONG' "
-               r"\(its KernelSpecs: BROKEN, COMPILE_CASES, HANG_OR_DIE, ILLEGAL_ACCESS, UNWRITTEN, "
-               r"WRITES_NAN, WRONG_VALUES\)$")
+    missing = (r"^kernel.spec: module 'tests.fixtures.external_kernel' has no attribute 'SPECS' "
+               r"\(its KernelSpecs: SPEC\)$")
     with pytest.raises(ConfigError, match=missing):
-        load_spec("external", "tests.fixtures.bad_kernels:WRONG")
+        load_spec("external", "tests.fixtures.external_kernel:SPECS")
     with pytest.raises(ConfigError, match="module 'triton_sweep.kernels.spec' has no attribute 'SPEC' "
                                           r"\(its KernelSpecs: none\)"):
         load_spec("external", "triton_sweep.kernels.spec:SPEC")

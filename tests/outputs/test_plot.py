@@ -2,7 +2,9 @@
 exist and are real images, the ceilings, the choice of the heatmap's axes, and the sweeps a plot cannot be
 drawn for (skipped with a reason, never a traceback)."""
 
+import subprocess
 import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -11,6 +13,7 @@ from matplotlib.image import imread
 from triton_sweep import plot
 from triton_sweep.outputs.plots import figures as plots
 from triton_sweep.store.result_store import ResultStore
+from tests.conftest import user_env
 from tests.fixtures.synthetic_store import PEAKS, SHAPES, row, softmax_sweep
 
 
@@ -87,7 +90,9 @@ def test_one_shape_no_baselines_one_meta_parameter_skip_what_cannot_be_drawn(tmp
     _store(tmp_path, shapes=SHAPES[:1], baselines={}, finalists=False, space=space).close()
     status, out, _ = _plot(capsys, tmp_path)
     assert status == 0
-    assert "plot skipped: heatmap of softmax: softmax varies only num_warps in this sweep" in out
+    # The command's own flags (the sweep's line names the command: tests/commands/test_sweep.py).
+    assert ("plot skipped: heatmap of softmax: softmax varies only num_warps in this sweep; a heatmap needs "
+            "two (name them: --x num_warps --y BLOCK_SIZE)") in out
     assert (
         "plot skipped: speedup of softmax: no shape of softmax where both a config of ours and a baseline"
         in out
@@ -138,7 +143,7 @@ def test_plots_for_sweep_without_matplotlib_costs_the_plots_only(tmp_path, capsy
     frame = store.load(sweep_id="s")
     store.close()
     monkeypatch.setitem(sys.modules, "matplotlib.figure", None)  # import fails as if absent
-    assert plots.plots_for_sweep(tmp_path / "r.sqlite", frame, tmp_path / "run") == []
+    assert plots.plots_for_sweep(tmp_path / "r.sqlite", "s", frame, tmp_path / "run") == []
     out = capsys.readouterr().out
     assert out.count("\n") == 1 and out.startswith("warning: plots skipped:") and "matplotlib" in out
 
@@ -178,3 +183,36 @@ def test_a_heatmap_cell_holds_the_best_config_with_its_two_values():
     cells = [(4, 1024), (8, 1024), (8, 2048)]
     values = plots._percent_of_best(ours, cells, ("num_warps", "BLOCK_SIZE"))
     assert values[:2] == [100.0, 25.0] and np.isnan(values[2])
+
+
+def test_a_roofline_of_many_groups_keeps_its_layout(tmp_path):
+    """120 (dtype, shape) groups: the legend names the markers, not 360 (group, provider) entries that
+    made it taller than the figure (matplotlib: "constrained_layout not applied because axes sizes
+    collapsed to zero"); no warning reaches the terminal."""
+    shapes = tuple((rows, 256 * i) for rows in (1024, 8192) for i in range(1, 31))
+    store = ResultStore(tmp_path / "r.sqlite")
+    for dtype in ("float16", "bfloat16"):
+        softmax_sweep(store, "s", shapes=shapes, space={"BLOCK_SIZE": (8192,), "num_warps": (4,)},
+                      finalists=False, dtype=dtype)
+    frame = store.load(sweep_id="s")
+    store.close()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert plots.roofline(frame, PEAKS, tmp_path / "roofline.png", "many") is None
+    assert [str(w.message) for w in caught] == []
+    _assert_image(tmp_path / "roofline.png")
+
+
+def test_the_font_cache_built_at_the_first_plot_is_not_said_among_the_sweep_s_lines(tmp_path):
+    """A machine's first plot builds matplotlib's font cache, which matplotlib says at INFO; the sweep's
+    logging (Hydra's) prints INFO, so the plots keep that logger at WARNING."""
+    _store(tmp_path, shapes=SHAPES[:1]).close()
+    code = ("import logging, sys; logging.basicConfig(level=logging.INFO); "
+            "from triton_sweep import plot; "
+            f"sys.exit(plot.main(['--store={tmp_path}/r.sqlite', '--sweep-id=s', '--out={tmp_path}/plots']))")
+    cache = tmp_path / "matplotlib"  # a fresh one: the cache is built in this run
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            env=user_env(MPLCONFIGDIR=str(cache)), timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert list(cache.glob("fontlist-*.json"))  # built here
+    assert "fontManager" not in result.stderr + result.stdout and "INFO" not in result.stderr

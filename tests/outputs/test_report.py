@@ -1,6 +1,7 @@
 """The end-of-sweep table: which times the speedups divide, and the flag of timers that disagree."""
 import pandas as pd
 
+from triton_sweep.outputs.output import shown
 from triton_sweep.outputs.table.report import best_table, speedups
 
 
@@ -77,3 +78,14 @@ def test_counts_of_a_sweep_where_nothing_was_ok_read_plainly():
     ])
     assert best_table(frame).splitlines()[:2] == [
         "4 trials: 3 configs (2 compile_error, 1 incorrect), 1 baseline (1 timeout)", "no ok trials"]
+
+
+def test_paths_are_named_from_the_working_directory_where_they_lie_inside_it(tmp_path, monkeypatch):
+    """One form a line: relative inside the working directory however the config gave it, else absolute."""
+    (tmp_path / "repo").mkdir()
+    monkeypatch.chdir(tmp_path / "repo")
+    assert shown(tmp_path / "repo" / "outputs" / "results.sqlite") == "outputs/results.sqlite"
+    assert shown("outputs/runs/x") == "outputs/runs/x"
+    assert shown(tmp_path / "elsewhere" / "r.sqlite") == str(tmp_path / "elsewhere" / "r.sqlite")
+    assert shown("../elsewhere") == str(tmp_path / "elsewhere")
+    assert shown(tmp_path / "repository") == str(tmp_path / "repository")  # a sibling sharing a prefix

@@ -145,3 +145,28 @@ def test_the_rooms_page_links_the_others():
     for target in ("measure/README.md", "export/README.md", "compare/GATE.md", "../conf/README.md",
                    "../kernels/README.md"):
         assert target in links(text), f"runners/README.md does not link {target}"
+
+
+def test_what_the_commands_tell_a_user_to_run_names_their_console_scripts():
+    """The commands' help, their hints and the files they write name the console scripts (pyproject.toml),
+    never `python -m triton_sweep...`: a string in the tool's code that a user reads (a print, an error,
+    a help text, a generated file's comment) with `python -m` in it. Docstrings and comments say how the
+    code runs and may name modules."""
+    import ast
+
+    said = []
+    for path in sorted((REPO / "runners").rglob("*.py")):
+        if "benchmarks" in path.parts:
+            continue  # the tool's own GPU benchmarks, run from a checkout
+        tree = ast.parse(path.read_text())
+        docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                      if isinstance(node, (ast.Module, ast.FunctionDef, ast.ClassDef)) and node.body
+                      and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
+                    and "python -m triton_sweep" in node.value):
+                said.append(f"{path.relative_to(REPO)}:{node.lineno}")
+    helps = [path for path in (REPO / "runners").glob("**/command.py")] + [REPO / "runners" / "plot.py"]
+    said += [str(path.relative_to(REPO)) for path in helps  # --help shows the docstring's first paragraph
+             if "python -m" in ast.get_docstring(ast.parse(path.read_text())).split("\n\n")[0]]
+    assert not said, said

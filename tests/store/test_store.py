@@ -132,10 +132,12 @@ def test_parquet_per_sweep(tmp_path):
 def test_resume_retries_transient_failures_only(tmp_path):
     store = ResultStore(tmp_path / "r.sqlite")
     kept = {status: store.append(_row(i, status=status)) for i, status in
-            enumerate(["ok", "incorrect", "compile_error", "pruned", "timeout", "crashed", "oom"])}
+            enumerate(["ok", "incorrect", "compile_error", "pruned", "timeout", "crashed", "oom",
+                       "launch_error", "reference_error"])}
     later = store.append(_row(4, status="ok"))  # the timed-out trial measured fine on a later run
     assert store.measured(ENV) == {"key0": kept["ok"], "key1": kept["incorrect"],
-                                   "key2": kept["compile_error"], "key3": kept["pruned"], "key4": later}
+                                   "key2": kept["compile_error"], "key3": kept["pruned"], "key4": later,
+                                   "key7": kept["launch_error"], "key8": kept["reference_error"]}
 
 
 def test_a_field_the_row_record_does_not_declare_is_an_error_not_dropped(tmp_path):

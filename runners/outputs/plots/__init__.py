@@ -13,4 +13,4 @@ class Plots(Output):
     def write(self, done: Finished, handover: Optional[dict] = None) -> list[Path]:
         from triton_sweep.outputs.plots.figures import plots_for_sweep
 
-        return plots_for_sweep(done.store, done.frame, done.output_dir)
+        return plots_for_sweep(done.store, done.sweep_id, done.frame, done.output_dir)

@@ -21,12 +21,16 @@ import pandas as pd
 
 from triton_sweep.model.finalists import winner
 from triton_sweep.model.trial import TRITON_PROVIDER
+from triton_sweep.outputs.output import DEFAULT_STORE, shown
 from triton_sweep.outputs.table.report import speedups
 from triton_sweep.store.result_store import ResultStore, shape_label
 
 DPI = 110
 MAX_PANELS = 12  # heatmap panels of one figure; past it, the summary (one panel a dtype)
 BASELINE_MARKERS = "osD^vP<>hX"
+# Roofline groups named in its legend, a colour each (tab10's); past them the legend names the markers
+# alone: 120 groups' 480 entries made a legend taller than the figure, and its layout collapse.
+LEGEND_GROUPS = 10
 
 
 class PlotError(ValueError):
@@ -81,6 +85,11 @@ def ceilings(frame: pd.DataFrame, store: Optional[ResultStore]) -> dict:
 
 
 def _figure(width: float, height: float):
+    import logging
+
+    # matplotlib's first use on a machine builds its font cache and says so at INFO, which the sweep's
+    # logging (Hydra's, at INFO) would print among its lines; its warnings still show.
+    logging.getLogger("matplotlib.font_manager").setLevel(logging.WARNING)
     from matplotlib.figure import Figure
 
     return Figure(figsize=(width, height), dpi=DPI, layout="constrained")
@@ -118,7 +127,9 @@ def roofline(frame: pd.DataFrame, peaks: dict, path: Path, title: str) -> Option
             tops.append(matmul)
         if not roofs:
             ax.plot(x, copy * x / 1000, color="black", lw=1.2, label=f"measured copy {copy:.0f} GB/s")
-    for i, ((kernel, dtype, shape), ours, baselines, best) in enumerate(_groups(frame)):
+    groups = list(_groups(frame))
+    markers, named = _markers(ax, groups)
+    for i, ((kernel, dtype, shape), ours, baselines, best) in enumerate(groups):
         colour = colours(i % 10)
         name = f"{kernel} {dtype} {shape_label(shape)}"
         ours = _newest(ours)
@@ -126,29 +137,46 @@ def roofline(frame: pd.DataFrame, peaks: dict, path: Path, title: str) -> Option
         ax.scatter(intensity(ours), ours["tflops"], s=12, color="grey", alpha=0.4, lw=0)
         if best is not None and best["gbps"] > 0 and best["tflops"] > 0:
             ax.scatter([1000 * best["tflops"] / best["gbps"]], [best["tflops"]], marker="*", s=220,
-                       color=colour, edgecolor="black", lw=0.6, zorder=3, label=f"{name}: ours (best)")
-        for j, (_, row) in enumerate(baselines.iterrows()):
+                       color=colour, edgecolor="black", lw=0.6, zorder=3,
+                       label=f"{name}: ours (best)" if named else None)
+        for _, row in baselines.iterrows():
             if row["gbps"] > 0 and row["tflops"] > 0:
                 ax.scatter([1000 * row["tflops"] / row["gbps"]], [row["tflops"]], s=60, color=colour,
-                           marker=BASELINE_MARKERS[j % len(BASELINE_MARKERS)], edgecolor="black", lw=0.5,
-                           zorder=3, label=f"{name}: {row['provider']}")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlim(low, high)
-    ax.set_ylim(points["tflops"].min() / 4, max(tops) * 2)
-    ax.set_xlabel("arithmetic intensity (FLOP per byte moved)")
-    ax.set_ylabel("achieved TFLOP/s")
+                           marker=markers[row["provider"]], edgecolor="black", lw=0.5, zorder=3,
+                           label=f"{name}: {row['provider']}" if named else None)
+    ax.set(xscale="log", yscale="log", xlim=(low, high), ylim=(points["tflops"].min() / 4, max(tops) * 2),
+           xlabel="arithmetic intensity (FLOP per byte moved)", ylabel="achieved TFLOP/s")
     ax.grid(True, which="both", alpha=0.3)
     note = "ceilings measured: " + ", ".join(ceiling_text) if ceiling_text else "no measured ceilings"
-    ax.set_title(f"{title}\n{note}; grey: every ok config of ours", fontsize=10)
+    ax.set_title(f"{title}\n{note}\ngrey: every ok config of ours", fontsize=10)
     ax.legend(fontsize=7, loc="upper left", ncol=1 + len(ax.get_legend_handles_labels()[1]) // 14)
     fig.savefig(path)
     return None
 
 
-def meta_axes(ours: pd.DataFrame, x: Optional[str], y: Optional[str], kernel: str) -> tuple[str, str]:
+def _markers(ax, groups: list) -> tuple[dict, bool]:
+    """Each baseline provider's marker, and whether the roofline's legend names every group (at most
+    LEGEND_GROUPS); past them, the legend names the markers alone: grey stand-ins, drawn nowhere."""
+    providers = dict.fromkeys(p for _, _, baselines, _ in groups for p in baselines["provider"])
+    markers = {p: BASELINE_MARKERS[j % len(BASELINE_MARKERS)] for j, p in enumerate(providers)}
+    if len(groups) <= LEGEND_GROUPS:
+        return markers, True
+    ax.scatter([], [], marker="*", s=220, color="lightgrey", edgecolor="black", lw=0.6,
+               label=f"ours (best) at each of {len(groups)} (kernel, dtype, shape)s, colours repeating")
+    for provider, marker in markers.items():
+        ax.scatter([], [], s=60, color="lightgrey", marker=marker, edgecolor="black", lw=0.5, label=provider)
+    return markers, False
+
+
+def _flags(x: str, y: str) -> str:
+    return f"name them: --x {x} --y {y}"  # the plot command's own
+
+
+def meta_axes(ours: pd.DataFrame, x: Optional[str], y: Optional[str], kernel: str,
+              name_axes: Callable[[str, str], str] = _flags) -> tuple[str, str]:
     """The two meta-parameters of the heatmap: as asked, else the two with the most distinct values.
-    PlotError for an unknown name, NothingToShow when there is no second one."""
+    PlotError for an unknown name, NothingToShow when there is no second one (saying, through
+    `name_axes`, how to draw it with one that does not vary)."""
     configs = [json.loads(c) for c in ours["config"]]
     distinct = {}
     for config in configs:
@@ -165,15 +193,17 @@ def meta_axes(ours: pd.DataFrame, x: Optional[str], y: Optional[str], kernel: st
     chosen = [n for n in (x, y) if n is not None]
     chosen += varying[:2 - len(chosen)]
     if len(chosen) < 2:
+        fixed = [n for n in distinct if n not in chosen]
+        named = f" ({name_axes(*(chosen + fixed)[:2])})" if len(distinct) >= 2 else ""
         raise NothingToShow(f"{kernel} varies only {', '.join(chosen) or 'no meta-parameter'} in this sweep; "
-                         "a heatmap needs two (or name them with --x/--y)")
+                            f"a heatmap needs two{named}")
     if x is None and y is not None:
         chosen.reverse()  # keep y on the y axis
     return chosen[0], chosen[1]
 
 
 def heatmap(frame: pd.DataFrame, kernel: str, path: Path, x: Optional[str] = None,
-            y: Optional[str] = None) -> Optional[str]:
+            y: Optional[str] = None, name_axes: Callable[[str, str], str] = _flags) -> Optional[str]:
     """Draw the kernel's heatmaps to path; returns why it was skipped, or None.
 
     Each cell holds the best config with those two values (the best over the other meta-parameters;
@@ -187,7 +217,7 @@ def heatmap(frame: pd.DataFrame, kernel: str, path: Path, x: Optional[str] = Non
     if rows.empty:
         return f"no config of {kernel} in this sweep"
     try:
-        x, y = meta_axes(rows, x, y, kernel)
+        x, y = meta_axes(rows, x, y, kernel, name_axes)
     except NothingToShow as reason:
         return str(reason)
     configs = [json.loads(c) for c in rows["config"]]
@@ -306,9 +336,11 @@ def speedup(frame: pd.DataFrame, kernel: str, path: Path) -> Optional[str]:
 
 
 def render(frame: pd.DataFrame, out_dir: str | Path, peaks: dict, x: Optional[str] = None,
-           y: Optional[str] = None, say: Callable[[str], None] = print) -> list[Path]:
+           y: Optional[str] = None, say: Callable[[str], None] = print,
+           name_axes: Callable[[str, str], str] = _flags) -> list[Path]:
     """Every plot of the rows in frame (one sweep) into out_dir; returns the paths written. Plots with
-    nothing to show are skipped with one line each through say()."""
+    nothing to show are skipped with one line each through say(); `name_axes(x, y)`: how the reader
+    draws a heatmap of those axes (the plot command's flags, or the command itself)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     sweeps = ", ".join(sorted(frame["sweep_id"].unique()))
@@ -317,7 +349,7 @@ def render(frame: pd.DataFrame, out_dir: str | Path, peaks: dict, x: Optional[st
     jobs = [("roofline", out_dir / "roofline.png", lambda p: roofline(frame, peaks, p, title))]
     for kernel in frame["kernel"].unique():
         jobs += [(f"heatmap of {kernel}", out_dir / f"heatmap_{kernel}.png",
-                  lambda p, k=kernel: heatmap(frame, k, p, x, y)),
+                  lambda p, k=kernel: heatmap(frame, k, p, x, y, name_axes)),
                  (f"speedup of {kernel}", out_dir / f"speedup_{kernel}.png",
                   lambda p, k=kernel: speedup(frame, k, p))]
     written = []
@@ -330,19 +362,25 @@ def render(frame: pd.DataFrame, out_dir: str | Path, peaks: dict, x: Optional[st
     return written
 
 
-def plots_for_sweep(store_path: str | Path, frame: pd.DataFrame, out_dir: str | Path) -> list[Path]:
+def plots_for_sweep(store_path: str | Path, sweep_id: str, frame: pd.DataFrame,
+                    out_dir: str | Path) -> list[Path]:
     """The end of a sweep: render() with the store's ceilings. Every measured row is in the store, the
     parquet file and the export by then, so whatever stops the plots (no matplotlib, an unwritable
     directory, an older matplotlib than pyproject asks for) costs the plots only: one line says why,
     and the sweep's exit status stays that of its measuring."""
     store = ResultStore(store_path)
+    where = "" if shown(store_path) == DEFAULT_STORE else f" --store {shown(store_path)}"
+
+    def name_axes(x: str, y: str) -> str:
+        return f"triton-sweep-plot --sweep-id {sweep_id}{where} --x {x} --y {y} draws it"
+
     try:
-        paths = render(frame, out_dir, ceilings(frame, store))
+        paths = render(frame, out_dir, ceilings(frame, store), name_axes=name_axes)
     except ImportError as error:
         print(f"warning: plots skipped: {error} (pip install matplotlib)")
         return []
     except OSError as error:
-        print(f"warning: plots skipped: cannot write to {out_dir}: {error}")
+        print(f"warning: plots skipped: cannot write to {shown(out_dir)}: {error}")
         return []
     except Exception as error:  # a plotting bug or a library mismatch; triton-sweep-plot shows where
         print(f"warning: plots skipped: {type(error).__name__}: {error} (triton-sweep-plot shows where)")
@@ -350,6 +388,6 @@ def plots_for_sweep(store_path: str | Path, frame: pd.DataFrame, out_dir: str | 
     finally:
         store.close()
     if paths:
-        print(f"plots: {', '.join(p.name for p in paths)} in {out_dir}")
+        print(f"plots: {', '.join(p.name for p in paths)} in {shown(out_dir)}")
     return paths
 
