@@ -106,7 +106,7 @@ def list_sweeps(path: str) -> int:
             sweeps = reader.sweeps()
         finally:
             reader.close()
-    except (StoreError, ValueError, sqlite3.DatabaseError) as error:
+    except (StoreError, sqlite3.DatabaseError) as error:
         print(f"error: --list: {error}", file=sys.stderr)
         return 2
     heads = ("sweep", "kernel", "device", "backend", "newest row (UTC)", "rows", "ok", "failed", "pruned",

@@ -1,7 +1,8 @@
 """A results store read and never written: what a dry run asks of it (the trials a resume would keep,
 the seconds this kernel's trials took on this device) and the list of its sweeps, each one SQL query that
-reads the columns it needs. A missing file reads as an empty store and is not created; an existing one is
-opened query-only. `measured_rows` is also the resume's own query (runners/store/result_store.py)."""
+reads the columns it needs. A missing file (or one without a trials table) reads as an empty store and is
+not created; an existing one is opened query-only. `measured_rows` is also the resume's own query
+(runners/store/result_store.py)."""
 from __future__ import annotations
 
 import sqlite3
@@ -48,9 +49,8 @@ class StoreReader:
             self._db.execute("PRAGMA query_only = ON")
         with reading(self.path):
             self._columns = {row[1] for row in self._db.execute("PRAGMA table_info(trials)")}
-        if not self._columns:
+        if not self._columns:  # no trials table (yet): a run would make it, so it holds nothing
             self.close()
-            raise ValueError(f"{self.path}: not a results store (it has no trials table)")
 
     def close(self) -> None:
         if self._db is not None:
