@@ -168,6 +168,11 @@ def run_job(cfg: DictConfig, sweep_id: str, output_dir: Path, finish: bool) -> d
     store_path, prior = job_store_paths(cfg)
     before_job_s = process_age_s() if HydraConfig.get().mode != RunMode.MULTIRUN else None
     outputs = Outputs.from_config(cfg)
+    if cfg.dry_run:  # the plan printed, nothing launched or written (runners/engine/dry_run.py)
+        from triton_sweep.engine.dry_run import dry_run
+        from triton_sweep.store.reader import StoreReader
+
+        return dry_run(cfg, sweep_id, output_dir, StoreReader, outputs.check)
     job = Job(cfg, sweep_id, output_dir, store_path, prior, ResultStore, outputs, before_job_s)
     return job.run(finish)
 
@@ -195,7 +200,7 @@ class SweepEndCallback(Callback):
         except (ConfigError, StoreError) as error:
             print(f"error: {error}", file=sys.stderr)
             sys.exit(2)
-        if not runs_jobs_apart(config.hydra):
+        if config.dry_run or not runs_jobs_apart(config.hydra):
             return
         sweep_dir = Path(config.hydra.sweep.dir)
         gather(sweep_dir, config.store)
@@ -209,12 +214,17 @@ class SweepEndCallback(Callback):
         sweep_dir = Path(config.hydra.sweep.dir)
         sweep_id = str(config.sweep_id) if config.sweep_id else sweep_dir.name
         unmerged = []
-        if runs_jobs_apart(config.hydra):
+        if config.dry_run:  # nothing was written: nothing to merge or finish
+            from triton_sweep.engine.dry_run import remove_hydra_folder
+
+            remove_hydra_folder(sweep_dir)
+        elif runs_jobs_apart(config.hydra):
             unmerged = gather(sweep_dir, config.store)
             (sweep_dir / PRIOR_STORE).unlink(missing_ok=True)  # a copy of the store of record, used up
-        from triton_sweep.outputs import Outputs
+        if not config.dry_run:
+            from triton_sweep.outputs import Outputs
 
-        Outputs.from_config(config).finish(config, sweep_id, sweep_dir)
+            Outputs.from_config(config).finish(config, sweep_id, sweep_dir)
         failed = [path.parent.name for path in sorted(sweep_dir.glob("*/summary.json"))
                   if "error" in json.loads(path.read_text())]
         if failed:

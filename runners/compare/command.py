@@ -9,7 +9,7 @@ judges what is shipped: the winners and BASE's exported configs (`--gate all`: e
 Exit status, with `--fail-on-slow X`: 1 when a judged row or a kernel's shift is SLOW by more than X, or a
 trial ok in BASE fails in NEW; 2 when it cannot judge (no verdict, noise not measured, a shift no measured
 spread judges), on bad input (a missing, NaN, infinite or zero p50 included) and on any fault of its own;
-else 0."""
+else 0. `--list [STORE]` lists a store's sweeps instead, a line each (store/reader.py: one query)."""
 
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ from triton_sweep.compare.sides import CompareError, Side, export_frame, shipped
 from triton_sweep.export.fileformat import read_export, sections
 from triton_sweep.export.settings import ExportError, sweep_export_conf
 from triton_sweep.store.damage import StoreError
+from triton_sweep.store.reader import StoreReader
 from triton_sweep.store.result_store import ResultStore
 
 DEFAULT_MIN_EFFECT = 0.01
@@ -93,14 +94,47 @@ def _export_side(path: Path, label: str) -> Side:
     return Side(label, f"the export {path} ({count} section(s): GPU, Triton version)", frame, shipped)
 
 
-def main(argv=None) -> int:
+def list_sweeps(path: str) -> int:
+    """`--list`: a line a sweep of the store (runners/store/reader.py: one query), newest last; exit 2 on
+    a missing or damaged store."""
+    if not Path(path).is_file():
+        print(f"error: --list: {path}: no such store file", file=sys.stderr)
+        return 2
+    try:
+        reader = StoreReader(path, check=False)  # a damaged page fails the query that reads it
+        try:
+            sweeps = reader.sweeps()
+        finally:
+            reader.close()
+    except (StoreError, sqlite3.DatabaseError) as error:
+        print(f"error: --list: {error}", file=sys.stderr)
+        return 2
+    heads = ("sweep", "kernel", "device", "backend", "newest row (UTC)", "rows", "ok", "failed", "pruned",
+             "finalists")
+    lines = [heads] + [(s["sweep_id"], s["kernels"], s["devices"], s["backends"],
+                        s["last"][:16].replace("T", " "), str(s["rows"]), str(s["ok"]),
+                        str(s["rows"] - s["finalists"] - s["ok"] - s["pruned"]), str(s["pruned"]),
+                        str(s["finalists"])) for s in sweeps]
+    widths = [max(len(line[i]) for line in lines) for i in range(len(heads))]
+    for line in lines:
+        print("  ".join(c.rjust(w) if i >= 5 else c.ljust(w) for i, (c, w) in enumerate(zip(line, widths)))
+              .rstrip())
+    print(f"{len(sweeps)} sweep(s) in {path}, newest last; triton-sweep-compare BASE NEW --store {path} "
+          "compares two of them")
+    return 0
+
+
+def arguments(argv) -> argparse.Namespace:
+    """The command line, parsed; BASE and NEW required unless --list."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      epilog="The rule: runners/compare/between_runs.py; the exit status: "
                                             "runners/compare/command.py's docstring.")
     parser.add_argument("--version", action="version", version=version())
-    parser.add_argument("base", metavar="BASE", help="sweep id in --store, store file, file:sweep_id, or an "
-                                                     "export's .json")
-    parser.add_argument("new", metavar="NEW", help="the same, for what is compared against BASE")
+    parser.add_argument("base", metavar="BASE", nargs="?", help="sweep id in --store, store file, "
+                                                                 "file:sweep_id, or an export's .json")
+    parser.add_argument("new", metavar="NEW", nargs="?", help="the same, for what is compared against BASE")
+    parser.add_argument("--list", nargs="?", const=True, metavar="STORE",
+                        help="list the sweeps of STORE (default: --store), a line each, newest last; exit")
     parser.add_argument("--store", default="outputs/results.sqlite", help="where sweep ids are looked up")
     parser.add_argument("--min-effect", default=f"{100 * DEFAULT_MIN_EFFECT:g}%",
                         help="smallest p50 change called FAST or SLOW (default %(default)s)")
@@ -125,6 +159,15 @@ def main(argv=None) -> int:
     parser.add_argument("--all", dest="list_all", action="store_true",
                         help="list all only-in / changed trials")
     args = parser.parse_args(argv)
+    if not args.list and args.new is None:
+        parser.error("BASE and NEW are required (or --list)")
+    return args
+
+
+def main(argv=None) -> int:
+    args = arguments(argv)
+    if args.list:
+        return list_sweeps(args.store if args.list is True else args.list)
     try:
         fail_on_slow = None if args.fail_on_slow is None else parse_share(args.fail_on_slow, "--fail-on-slow")
         rule = between_runs.Rule(alpha=args.alpha, min_effect=parse_share(args.min_effect, "--min-effect"),

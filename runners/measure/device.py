@@ -97,6 +97,24 @@ def nvml_compile_target() -> Optional[tuple]:
     return ("cuda", 10 * major + minor, 32)
 
 
+def nvml_gpu() -> Optional[dict]:
+    """{gpu_name, driver_version} of this machine's GPUs, read through NVML (no CUDA, no torch), where
+    every GPU is of one model (a job keeps one model's GPUs); None where NVML cannot tell or models
+    differ. What a dry run matches the store's rows by, before any worker has described its GPU."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        names = {nvml_text(pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(i)))
+                 for i in range(pynvml.nvmlDeviceGetCount())}
+        driver = nvml_text(pynvml.nvmlSystemGetDriverVersion())
+    except Exception as error:
+        if not nvml_unavailable(error):
+            raise
+        return None
+    return {"gpu_name": names.pop(), "driver_version": driver} if len(names) == 1 else None
+
+
 def describe(backend: str, device_index: int = 0) -> dict:
     """The environment columns every result row carries."""
     import torch

@@ -76,9 +76,12 @@ def _workers(cfg: DictConfig) -> int:
     if cfg.backend == "cuda":
         import torch
 
-        if not torch.cuda.is_available():
+        if torch.cuda.is_available():
+            available = torch.cuda.device_count()  # the GPUs CUDA_VISIBLE_DEVICES leaves visible
+        elif cfg.get("dry_run"):  # a plan for a GPU host, made where none is visible (the dry run says so)
+            available = cfg.gpu_workers or 1
+        else:
             raise ConfigError(NO_GPU_MESSAGE)
-        available = torch.cuda.device_count()  # the GPUs CUDA_VISIBLE_DEVICES leaves visible
     workers = cfg.gpu_workers if cfg.gpu_workers is not None else available
     if workers < 1 or (cfg.backend == "cuda" and workers > available):
         raise ConfigError(f"gpu_workers: {workers} must be between 1 and the {available} visible GPU(s)")

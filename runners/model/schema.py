@@ -181,6 +181,9 @@ class SweepConf:
     # directory says what it did), and the command exits once its other outputs are written.
     finish_in_background: bool = False
     verbose: bool = False  # print the time accounting and each phase's detail at the end of a sweep
+    # True: print the plan (per shape and dtype: configs to measure, pruned and why, kept from the store;
+    # the time it would take) and exit, starting no worker and writing nothing (runners/engine/dry_run.py)
+    dry_run: bool = False
 
 
 def unknown_field(cfg, schema: type = SweepConf, prefix: str = "") -> Optional[str]:

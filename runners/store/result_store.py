@@ -22,15 +22,12 @@ from triton_sweep.model.columns import (BOOLEAN_COLUMNS, COLUMN_NAMES, COLUMNS, 
                                         unknown_fields)
 from triton_sweep.store.damage import DamagedStore, UnwritableStore, damage_of, reading
 from triton_sweep.store.merging import MergeCounts, merge_rows
+from triton_sweep.store.reader import measured_rows
 from triton_sweep.store.schema import PEAK_KEY, SCHEMA
 from triton_sweep.store.sources import open_source, read_source, recover_source
 
 if TYPE_CHECKING:  # imported where used: the sweep opens its store before its workers start (0.45 s)
     import pandas as pd
-
-# Outcomes that may not repeat (a hang, a dead worker, memory taken by another process): resume measures
-# these trials again. Every other status is a property of the trial and is kept.
-TRANSIENT_STATUSES = ("timeout", "crashed", "oom")
 
 
 class ResultStore:
@@ -98,14 +95,7 @@ class ResultStore:
         """trial_key -> id of the newest row measured under this environment (ENV_KEY), leaving out
         trials whose newest row has a transient status."""
         with reading(self.path):
-            where = " AND ".join(f"{name} IS ?" for name in ENV_KEY)
-            transient = ", ".join("?" for _ in TRANSIENT_STATUSES)
-            rows = self._db.execute(
-                f"SELECT trial_key, id FROM trials WHERE id IN (SELECT MAX(id) FROM trials WHERE {where} "
-                f"GROUP BY trial_key) AND status NOT IN ({transient})",
-                [env[n] for n in ENV_KEY] + list(TRANSIENT_STATUSES),
-            )
-            return dict(rows.fetchall())
+            return measured_rows(self._db, env)
 
     def outcomes(self, row_ids: Iterable[int]) -> dict[int, dict]:
         """row id -> its status and p50 (what a search learns from a trial reused from the store)."""

@@ -60,6 +60,12 @@ class Strategy:
         chosen = [t for index, trials in enumerate(self.groups.values()) for t in self.choose(index, trials)]
         return chosen + self.baselines
 
+    @property
+    def decides_up_front(self) -> bool:
+        """Whether the first `ask` is the whole plan (the base class's ask: each group's `choose`), so a
+        dry run can name every trial; a strategy that asks in rounds decides by what it measures."""
+        return type(self).ask is Strategy.ask
+
     def choose(self, index: int, trials: list[Trial]) -> list[Trial]:
         """The trials of one (shape, dtype) to run, in order, for a strategy that decides up front; index:
         the group's place in the plan (a seed of its own)."""
