@@ -172,7 +172,7 @@ def run_job(cfg: DictConfig, sweep_id: str, output_dir: Path, finish: bool) -> d
         from triton_sweep.engine.dry_run import dry_run
         from triton_sweep.store.reader import StoreReader
 
-        return dry_run(cfg, sweep_id, output_dir, StoreReader, outputs.check)
+        return dry_run(cfg, sweep_id, StoreReader, outputs.check)
     job = Job(cfg, sweep_id, output_dir, store_path, prior, ResultStore, outputs, before_job_s)
     return job.run(finish)
 
@@ -215,9 +215,7 @@ class SweepEndCallback(Callback):
         sweep_id = str(config.sweep_id) if config.sweep_id else sweep_dir.name
         unmerged = []
         if config.dry_run:  # nothing was written: nothing to merge or finish
-            from triton_sweep.engine.dry_run import remove_hydra_folder
-
-            remove_hydra_folder(sweep_dir)
+            remove_run_folder(sweep_dir)
         elif runs_jobs_apart(config.hydra):
             unmerged = gather(sweep_dir, config.store)
             (sweep_dir / PRIOR_STORE).unlink(missing_ok=True)  # a copy of the store of record, used up
@@ -264,14 +262,15 @@ def refuse(message: str, log=None) -> None:
         log.write(f"error: {message}\n")
 
 
-def remove_run_folder(output_dir: Path, log_name: str) -> None:
-    """A refused run's folder, where it holds only what Hydra wrote, and the folders above it in the
-    working directory that this leaves empty (outputs/runs/): a refusal leaves nothing behind."""
-    here, output_dir = Path.cwd().resolve(), output_dir.resolve()
-    if output_dir == here or {p.name for p in output_dir.iterdir()} - {".hydra", log_name}:
+def remove_run_folder(output_dir: Path, log_name: str = "sweep.log") -> None:
+    """A run folder holding only what Hydra and the job's log wrote (a refused run, a dry run), and the
+    folders above it in the working directory that this leaves empty (outputs/runs/): nothing is left."""
+    here, resolved = Path.cwd().resolve(), output_dir.resolve()
+    if (resolved == here or output_dir.is_symlink() or not output_dir.is_dir()
+            or {p.name for p in output_dir.iterdir()} - {".hydra", log_name, "multirun.yaml"}):
         return
-    shutil.rmtree(output_dir)
-    for folder in output_dir.parents:
+    shutil.rmtree(resolved)
+    for folder in resolved.parents:
         if here not in folder.parents or any(folder.iterdir()):
             break
         folder.rmdir()
@@ -287,7 +286,11 @@ def main(cfg: DictConfig) -> Optional[dict]:
     with logged(log_path) as log:
         try:
             sweep_id = sweep_id_of(cfg)
-            return run_job(cfg, sweep_id, output_dir, finish=not multirun)
+            done = run_job(cfg, sweep_id, output_dir, finish=not multirun)
+            if cfg.dry_run:
+                log.close()
+                remove_run_folder(output_dir, log_path.name)
+            return done
         except Exception as error:  # bad input; or any other failure of a multirun's job: keep the others'
             from triton_sweep.model.trial import ConfigError
             from triton_sweep.store.damage import StoreError

@@ -1,19 +1,16 @@
 """A job's plan, printed instead of run (dry_run=true): per (shape, dtype) the configs its search would
 measure, those the kernel's constraints prune (the reasons counted over the job), those a resume would
 keep from the store, and an estimate of the time; then the job ends. It starts no worker, compiles and
-launches nothing, and writes nothing: no store row, no W&B run, no output; the run folder Hydra made
-is removed where it holds nothing but Hydra's own files.
+launches nothing, and writes nothing: no store row, no W&B run, no output (the sweep command removes
+the run folder Hydra made).
 
 The plan is the job's own: runners/model/plan.py's validate and the search's first ask, as Job.start
 makes them; the input is checked as a run checks it (the outputs' settings with the command's `check`).
 The store is read with the read-only reader the command hands in (the engine imports no store)."""
 from __future__ import annotations
 
-import os
 import re
-import shutil
 from collections import Counter
-from pathlib import Path
 from typing import Callable, Optional
 
 from omegaconf import DictConfig
@@ -169,7 +166,7 @@ def device_said(cfg: DictConfig, env: dict) -> str:
     return env.get("gpu_name") or "a GPU"
 
 
-def dry_run(cfg: DictConfig, sweep_id: str, output_dir: Path, open_reader: Callable,
+def dry_run(cfg: DictConfig, sweep_id: str, open_reader: Callable,
             check_outputs: Callable) -> dict:
     """Print the job's plan (module docstring) and return it: the groups, the prune reasons counted and
     the seconds estimated. open_reader(path): a read-only store (runners/store/reader.py: StoreReader);
@@ -209,26 +206,5 @@ def dry_run(cfg: DictConfig, sweep_id: str, output_dir: Path, open_reader: Calla
         print("\n".join(f"{count:>8}  {reason}" for reason, count in reasons.most_common()))
     total, said = time_line(groups, seconds, env, plan, cfg)
     print(said)
-    remove_hydra_folder(output_dir)
     return {"sweep_id": sweep_id, "dry_run": True, "groups": groups, "pruned_reasons": dict(reasons),
             "estimate_s": total}
-
-
-def remove_hydra_folder(folder: Path) -> bool:
-    """Remove a run folder that holds nothing but what Hydra wrote into it (.hydra/'s copies of the
-    config, multirun.yaml, empty logs), as a dry run leaves it; any other file keeps it. True if removed."""
-    folder = Path(folder)
-    if not folder.is_dir() or folder.is_symlink():
-        return False
-    for root, dirs, files in os.walk(folder):
-        inside = Path(root).relative_to(folder).parts
-        if inside not in ((), (".hydra",)) or any(d != ".hydra" for d in dirs):
-            return False
-        for name in files:
-            path = Path(root) / name
-            hydras = (inside == (".hydra",) and name.endswith(".yaml") or name == "multirun.yaml"
-                      or name.endswith(".log") and path.stat().st_size == 0)
-            if path.is_symlink() or not hydras:
-                return False
-    shutil.rmtree(folder)
-    return True
