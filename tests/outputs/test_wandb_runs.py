@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 
 from triton_sweep.outputs.wandb import logger as wandb_logger
+from triton_sweep.outputs.wandb.processes import WANDB_FOLDERS, wandb_folders
+from triton_sweep.outputs.wandb.summary import write_summary_run
 from triton_sweep.store.result_store import ResultStore
 from triton_sweep.outputs.wandb.tables import best_keys, chart_tables, summary_table
 from tests.conftest import run_sweep
@@ -172,7 +174,8 @@ def test_runs_of_explicit_auto_and_multirun(capsys):
 
 
 def test_a_table_past_the_row_limit_goes_to_the_artifact(tmp_path, monkeypatch):
-    """wandb.Table keeps MAX_ROWS rows when logged; past it the whole table goes into the artifact."""
+    """wandb.Table keeps MAX_ROWS rows when logged; past it the whole table goes into the artifact. The
+    run written in this process (what the summary process runs), with wandb's folders as it sets them."""
     import wandb
 
     store = ResultStore(tmp_path / "s.sqlite")
@@ -180,10 +183,13 @@ def test_a_table_past_the_row_limit_goes_to_the_artifact(tmp_path, monkeypatch):
     frame = store.load(sweep_id="big")
     store.close()
     monkeypatch.setattr(wandb.Table, "MAX_ROWS", 5)
-    monkeypatch.setattr(wandb_logger, "_problems", {})
+    for name in WANDB_FOLDERS:
+        monkeypatch.delenv(name, raising=False)
+    for name, folder in wandb_folders(tmp_path / "wandb").items():
+        monkeypatch.setenv(name, folder)
     conf = {"mode": "offline", "project": "p", "entity": None, "dir": str(tmp_path), "runs": "sweep"}
-    assert wandb_logger.log_sweep_summary(conf, "big", frame, [], dims={"softmax": ("rows", "cols")},
-                                          runs="sweep")
+    dims = {"softmax": ("rows", "cols")}
+    assert write_summary_run(conf, "big", frame, [], [], dims, "sweep", None) is None
     # read at once: written means whole on disk (read_run refuses a file without its exit record)
     (path,) = glob.glob(f"{tmp_path}/wandb/offline-run-*/run-*.wandb")
     summary = read_run(path)["summary"]
@@ -191,5 +197,7 @@ def test_a_table_past_the_row_limit_goes_to_the_artifact(tmp_path, monkeypatch):
     (entry,) = [entry for record in read_records(path) if record.WhichOneof("record_type") == "artifact"
                 and record.artifact.type == "triton-configs" for entry in record.artifact.manifest.contents]
     assert entry.path == "trials.table.json"  # staged by wandb until `wandb sync` uploads it
+    assert Path(entry.local_path).parent == tmp_path / "wandb" / "data" / "artifacts" / "staging"
     table = json.loads(Path(entry.local_path).read_text())
     assert len(table["data"]) == len(frame) > 5
+
