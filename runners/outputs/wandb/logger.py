@@ -1,16 +1,15 @@
-"""Weights & Biases: the sweep's run (group = sweep id, job_type = sweep_summary) and, where logger.runs
-says so, one run per trial (group = sweep id, job_type = kernel).
+"""Weights & Biases: the trial runs (group = sweep id, job_type = kernel), and what every run shares: how
+it starts and finishes (init_run), and how W&B is kept from ever costing or holding a result.
 
-logger.runs: `trial` logs both; `sweep` the sweep's run alone, which holds every trial in its table (one
-run where thousands would crowd W&B's workspace and `wandb sync`); `auto` (the default) trial runs for a
-job of its own of at most logger.auto_trials trials (runs_of). Every run is written by a process of its
-own (runners/outputs/wandb/processes.py): the trial runs by TrialLogger's, so that a slow log call never
-delays a timed launch, the sweep's run by summary.py's; mode=offline (the default) needs no account and no
-network. Each trial run's config has flat keys per meta-parameter and shape dimension, so W&B's panels
-work without setup; runners/outputs/wandb/tables.py says what the sweep's run holds.
-W&B is never allowed to cost or hold a result: a failing import, an unwritable logger.dir, runs that cannot
-start or upload end in ONE warning line naming the cause, the results as without W&B (wandb_problem);
-online, init_timeout and finish_timeout bound what a server out of reach costs (init_run)."""
+logger.runs: `trial` a run per trial and the sweep's run (summary.py); `sweep` the sweep's run alone, which
+holds every trial in its table (one run where thousands would crowd W&B's workspace and `wandb sync`);
+`auto` (the default) trial runs for a job of its own of at most logger.auto_trials trials (runs_of). Trial
+runs are written by TrialLogger's processes (processes.py), so that a slow log call never delays a timed
+launch; mode=offline (the default) needs no account and no network. Each trial run's config has flat keys
+per meta-parameter and shape dimension, so W&B's panels work without setup. A failing import, an
+unwritable logger.dir, runs that cannot start or upload end in ONE warning line naming the cause, the
+results as without W&B (wandb_problem); online, init_timeout and finish_timeout bound what a server out of
+reach costs (init_run)."""
 from __future__ import annotations
 
 import os
