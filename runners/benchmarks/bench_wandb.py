@@ -61,9 +61,11 @@ def one_run_each(count: int) -> None:
     """Seconds a run of `count` offline runs written one after another in this process, as a trial run
     (runners/outputs/wandb/logger.py: TRIAL_RUN_SETTINGS) and with the sweep's run's settings, in turn."""
     from triton_sweep.outputs.wandb.logger import _fill_trial_run, init_run
+    from triton_sweep.outputs.wandb.processes import wandb_folders
 
     seconds = {True: [], False: []}
     with tempfile.TemporaryDirectory() as work:
+        os.environ.update(wandb_folders(Path(work) / "wandb"))  # as the logging processes set them
         conf = {"project": "bench", "entity": None, "dir": work, "mode": "offline"}
         for i in range(2 * count):
             trial = i % 2 == 0
