@@ -130,7 +130,7 @@ TRIAL_RUN_SETTINGS = {"x_disable_stats": True, "x_disable_machine_info": True, "
 
 
 def init_run(conf: dict, sweep_id: str, job_type: str, name: str, config: Optional[dict] = None,
-              trial: bool = False):
+             trial: bool = False):
     """A run, offline where the online server was found out of reach (_offline): the online init that
     finds it so (its init_timeout spent retrying, or the connection refused) is the last one tried, and
     this run starts offline in its place. A run that is refused (no API key, a bad one) is not."""
@@ -328,7 +328,7 @@ class TrialLogger:
         if problems:
             problems = list(dict.fromkeys(problems))  # four processes stopped alike make one phrase
             warn_once(why or (causes[0] if causes else problems[0]),
-                       f"W&B: {'; '.join(problems)}; {UNAFFECTED}")
+                      f"W&B: {'; '.join(problems)}; {UNAFFECTED}")
         self.seconds += time.perf_counter() - began
 
 

@@ -1,9 +1,9 @@
 """The W&B processes (TrialLogger and the sweep's run, runners/outputs/wandb/logger.py and summary.py): each
 a spawned interpreter of its own with a pipe, fed its runs by a thread of its own, so that the sweep never
 waits for W&B, and the only processes that import wandb. Each runs with wandb's folders under the runs'
-folder (<logger.dir>/wandb) through wandb's own variables, where the user's shell sets none of them, and
-its temporary files in a folder there that goes with it (wandb_environment): a sweep writes nothing of
-W&B's in the home folder or TMPDIR. Standard library only: outputs never use the engine's worker processes
+folder (<logger.dir>/wandb) through wandb's own variables, where the user's shell sets none of them
+(wandb_folders), and its TMPDIR a folder there that goes with it: a sweep writes nothing of W&B's in the
+home folder or TMPDIR. Standard library only: outputs never use the engine's worker processes
 (runners/README.md)."""
 from __future__ import annotations
 
