@@ -60,15 +60,17 @@ def sweep(work: Path, backend: str, overrides: list[str]) -> dict:
 def one_run_each(count: int) -> None:
     """Seconds a run of `count` offline runs written one after another in this process, as a trial run
     (runners/outputs/wandb/logger.py: TRIAL_RUN_SETTINGS) and with the sweep's run's settings, in turn."""
-    from triton_sweep.outputs.wandb.logger import _fill_trial_run, _init_run
+    from triton_sweep.outputs.wandb.logger import _fill_trial_run, init_run
+    from triton_sweep.outputs.wandb.processes import wandb_folders
 
     seconds = {True: [], False: []}
     with tempfile.TemporaryDirectory() as work:
+        os.environ.update(wandb_folders(Path(work) / "wandb"))  # as the logging processes set them
         conf = {"project": "bench", "entity": None, "dir": work, "mode": "offline"}
         for i in range(2 * count):
             trial = i % 2 == 0
             began = time.perf_counter()
-            run = _init_run(conf, "bench", "kernel", f"run {i}", {"BLOCK_SIZE": i}, trial=trial)
+            run = init_run(conf, "bench", "kernel", f"run {i}", {"BLOCK_SIZE": i}, trial=trial)
             _fill_trial_run(run, {"p50_us": float(i)})
             seconds[trial].append(time.perf_counter() - began)
     for trial, label in ((True, "trial run (lean)"), (False, "with the sweep's run's settings")):

@@ -89,7 +89,7 @@ class LoggerConf:
     auto_trials: int = 256  # logger.runs=auto: the most trials a job logs a run each for
     project: str = "triton-sweep"  # the W&B project
     entity: Optional[str] = None  # the W&B user or team; None: the account's default
-    dir: str = "outputs"  # W&B writes <dir>/wandb/
+    dir: str = "${oc.env:WANDB_DIR,outputs}"  # W&B writes <dir>/wandb/; WANDB_DIR where the shell sets it
 
 
 @dataclass

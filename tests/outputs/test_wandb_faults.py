@@ -16,6 +16,7 @@ import pandas as pd
 import pytest
 
 from triton_sweep.outputs.wandb import logger as wandb_logger
+from triton_sweep.outputs.wandb.summary import log_sweep_summary
 from triton_sweep.store.result_store import ResultStore
 from tests.conftest import run_sweep, sweep_rows, user_env
 
@@ -151,7 +152,7 @@ def _log_a_sweep(conf: dict) -> None:
             "k", f"trial {i}", {"kernel": "k", "shape": [4], "BLOCK_SIZE": 4}, {"status": "ok", "p50_us": 1.0}
         )
     logger.close()
-    wandb_logger.log_sweep_summary(conf, "faults", frame, [])
+    log_sweep_summary(conf, "faults", frame, [])
 
 
 def test_an_unwritable_wandb_dir(tmp_path, capfd, fresh_logger_state):

@@ -11,6 +11,10 @@ from pathlib import Path
 import pytest
 
 from triton_sweep.outputs.wandb import logger as wandb_logger
+from triton_sweep.outputs.wandb.processes import WANDB_FOLDERS, wandb_folders
+from triton_sweep.outputs.wandb.summary import write_summary_run
+from triton_sweep.outputs.wandb.trial_runs import TrialRuns
+from triton_sweep.model.trial import Trial
 from triton_sweep.store.result_store import ResultStore
 from triton_sweep.outputs.wandb.tables import best_keys, chart_tables, summary_table
 from tests.conftest import run_sweep
@@ -172,7 +176,8 @@ def test_runs_of_explicit_auto_and_multirun(capsys):
 
 
 def test_a_table_past_the_row_limit_goes_to_the_artifact(tmp_path, monkeypatch):
-    """wandb.Table keeps MAX_ROWS rows when logged; past it the whole table goes into the artifact."""
+    """wandb.Table keeps MAX_ROWS rows when logged; past it the whole table goes into the artifact. The
+    run written in this process (what the summary process runs), with wandb's folders as it sets them."""
     import wandb
 
     store = ResultStore(tmp_path / "s.sqlite")
@@ -180,10 +185,13 @@ def test_a_table_past_the_row_limit_goes_to_the_artifact(tmp_path, monkeypatch):
     frame = store.load(sweep_id="big")
     store.close()
     monkeypatch.setattr(wandb.Table, "MAX_ROWS", 5)
-    monkeypatch.setattr(wandb_logger, "_problems", {})
+    for name in WANDB_FOLDERS:
+        monkeypatch.delenv(name, raising=False)
+    for name, folder in wandb_folders(tmp_path / "wandb").items():
+        monkeypatch.setenv(name, folder)
     conf = {"mode": "offline", "project": "p", "entity": None, "dir": str(tmp_path), "runs": "sweep"}
-    assert wandb_logger.log_sweep_summary(conf, "big", frame, [], dims={"softmax": ("rows", "cols")},
-                                          runs="sweep")
+    dims = {"softmax": ("rows", "cols")}
+    assert write_summary_run(conf, "big", frame, [], [], dims, "sweep", None) is None
     # read at once: written means whole on disk (read_run refuses a file without its exit record)
     (path,) = glob.glob(f"{tmp_path}/wandb/offline-run-*/run-*.wandb")
     summary = read_run(path)["summary"]
@@ -191,5 +199,48 @@ def test_a_table_past_the_row_limit_goes_to_the_artifact(tmp_path, monkeypatch):
     (entry,) = [entry for record in read_records(path) if record.WhichOneof("record_type") == "artifact"
                 and record.artifact.type == "triton-configs" for entry in record.artifact.manifest.contents]
     assert entry.path == "trials.table.json"  # staged by wandb until `wandb sync` uploads it
+    assert Path(entry.local_path).parent == tmp_path / "wandb" / "data" / "artifacts" / "staging"
     table = json.loads(Path(entry.local_path).read_text())
     assert len(table["data"]) == len(frame) > 5
+
+
+def _trial(block: int, provider: str = "triton", shape: tuple = (4096,)) -> Trial:
+    config = {"BLOCK_SIZE": block} if provider == "triton" else {}
+    return Trial("vector_add", provider, shape, "float16", config)
+
+
+def test_a_trial_makes_one_run_with_its_re_timing_in_it():
+    """TrialRuns: a row that may be re-timed is held (an ok baseline, a config among the top_k screened so
+    far), one pushed out of the top_k goes at once, a re-timing goes with its screening; the rows a group's
+    re-timing left held go when the next group's comes, the rest at the job's end."""
+    sent = []
+    runs = TrialRuns(3, lambda kernel, name, config, summary: sent.append((name, summary)))
+
+    def row(trial: Trial, p50, phase: str = "screen", status: str = "ok") -> None:
+        label = trial.label + (" (finalist)" if phase == "final" else "")
+        runs.add(trial, label, {"phase": phase}, {"status": status, "p50_us": p50}, phase)
+
+    a, b, c, d, failed, baseline = _trial(1), _trial(2), _trial(3), _trial(4), _trial(5), _trial(0, "torch")
+    elsewhere = _trial(1, shape=(8,))
+    for trial, p50 in ((a, 4.0), (baseline, 9.0), (b, 2.0), (c, 3.0), (elsewhere, 1.0)):
+        row(trial, p50)
+    assert sent == []  # each may be re-timed
+    row(failed, None, status="incorrect")
+    row(d, 1.0)  # d, b, c the fastest three: a is never a finalist
+    assert [name for name, _ in sent] == [failed.label, a.label]
+    for trial, p50 in ((d, 1.5), (b, 2.5), (baseline, 9.5)):  # c, held, is not re-timed
+        row(trial, p50, "final")
+    assert [name for name, _ in sent[2:]] == [f"{t.label} (finalist)" for t in (d, b, baseline)]
+    assert sent[2][1] == {"status": "ok", "p50_us": 1.5, "screen/status": "ok", "screen/p50_us": 1.0}
+    row(elsewhere, 1.1, "final")  # the next group's re-timing: c's run goes, as screened, before it
+    assert [name for name, _ in sent[5:]] == [c.label, f"{elsewhere.label} (finalist)"]
+    assert sent[5][1] == {"status": "ok", "p50_us": 3.0}
+    runs.close()
+    assert len(sent) == 7 == len({name.removesuffix(" (finalist)") for name, _ in sent})  # one run a trial
+
+
+def test_no_finalists_nothing_held():
+    sent = []
+    runs = TrialRuns(1, lambda kernel, name, config, summary: sent.append(name))
+    runs.add(_trial(1), "a", {}, {"status": "ok", "p50_us": 1.0}, "screen")
+    assert sent == ["a"]

@@ -1,8 +1,9 @@
 """Weights & Biases: the sweep's run at its end (every trial in a table, charts, the best config of every
-shape as summary keys), written once the export and the plots exist, and, where
-`logger.runs` says so, a run per trial while the sweep runs (runners/outputs/wandb/logger.py does the
-writing, and says how W&B is kept from ever costing a result). Its settings are the config's `logger`
-group (`logger.mode=offline|online|disabled`, `logger.runs=trial|sweep|auto`)."""
+shape as summary keys), written once the export and the plots exist, and, where `logger.runs` says so, a
+run per trial while the sweep runs, a finalist's re-timing in its trial's run (trial_runs.py). Every run is
+written by a process of its own (processes.py; logger.py says how W&B is kept from ever costing a result),
+with wandb's folders in the runs' folder, <logger.dir>/wandb. Its settings are the config's `logger` group
+(`logger.mode=offline|online|disabled`, `logger.runs=trial|sweep|auto`)."""
 from __future__ import annotations
 
 import json
@@ -23,6 +24,8 @@ class Wandb(Output):
         super().__init__(logger=logger)
         self.conf = logger
         self.trials = None  # the trial runs' logger, on the sweep's side
+        self.trial_runs = None  # which rows make each trial's run, and when it is sent (TrialRuns)
+        self.summary_process = None  # the sweep's run's logging process, started with the job (start)
         self._checking: Optional[threading.Thread] = None  # begin's check of W&B, which start waits for
         self.runs = None  # "trial" or "sweep", decided at the job's start (logger.runs)
         self.closed = False
@@ -46,7 +49,9 @@ class Wandb(Output):
             self._checking.start()
 
     def start(self, cfg, sweep_id: str, dims: tuple) -> None:
-        from triton_sweep.outputs.wandb.logger import TrialLogger, runs_of, warn_if_unusable
+        from triton_sweep.outputs.wandb.logger import TrialLogger, known_problem, runs_of, warn_if_unusable
+        from triton_sweep.outputs.wandb.summary import start_process
+        from triton_sweep.outputs.wandb.trial_runs import TrialRuns
 
         self.dims, self.timing = dims, OmegaConf.to_container(cfg.timing, resolve=True)
         if not self.wanted:
@@ -56,16 +61,22 @@ class Wandb(Output):
         self.runs = runs_of(self.conf, self.planned, self.multirun)
         if self.runs == "trial":
             self.trials = TrialLogger(self.conf, sweep_id)
+            self.trial_runs = TrialRuns(OmegaConf.select(cfg, "finalists.top_k", default=0), self.trials.log)
         else:
             warn_if_unusable(self.conf)  # before the first trial, as the trial runs' logger does
+        # The job writes the sweep's run itself (not a multirun's job, nor a background finish): its
+        # process starts now, so that its interpreter and wandb's import cost the finish nothing.
+        if not self.multirun and not cfg.get("finish_in_background") and known_problem(self.conf) is None:
+            self.summary_process = start_process(self.conf)
 
     def row(self, trial, row: dict, label: str) -> None:
-        if row["status"] == "pruned" or self.trials is None:
+        if row["status"] == "pruned" or self.trial_runs is None:
             return
         # The trial's resolved config as W&B shows it: flat keys for parallel-coordinates panels.
         config = {**{name: row[name] for name in WANDB_CONFIG}, "shape": list(trial.shape),
                   **dict(zip(self.dims, trial.shape)), **trial.config, "timing": self.timing}
-        self.trials.log(trial.kernel, label, config, {name: row.get(name) for name in WANDB_SUMMARY})
+        summary = {name: row.get(name) for name in WANDB_SUMMARY}
+        self.trial_runs.add(trial, label, config, summary, row["phase"])
 
     def close(self) -> None:
         from triton_sweep.outputs.wandb.logger import known_problem
@@ -74,6 +85,7 @@ class Wandb(Output):
             return
         self.closed = True
         if self.trials is not None:
+            self.trial_runs.close()  # the runs held for a re-timing that did not come
             self.trials.close()
         if self.trials is not None and self.trials.enabled and known_problem(self.conf) is None:
             self._sync_hint()
@@ -93,9 +105,12 @@ class Wandb(Output):
                 "dims": list(self.dims), "timing": self.timing, "offline": unreachable(self.conf)}
 
     def write(self, done: Finished, handover: Optional[dict] = None) -> list[Path]:
-        from triton_sweep.outputs.wandb.logger import log_sweep_summary
+        from triton_sweep.outputs.wandb.summary import log_sweep_summary
 
+        process, self.summary_process = self.summary_process, None
         if not (handover or {}).get("summary", self.wanted):
+            if process is not None:
+                process.stop()
             return []
         from triton_sweep.export.settings import kernel_dims
 
@@ -113,7 +128,7 @@ class Wandb(Output):
         timing = handover.get("timing") or (None if done.cfg is None  # the background finish: no config
                                             else OmegaConf.to_container(done.cfg.timing, resolve=True))
         written = log_sweep_summary(self.conf, done.sweep_id, done.frame, exports, images, dims, runs, timing,
-                                    handover.get("offline"))
+                                    handover.get("offline"), process)
         if written and runs == "sweep":  # with trial runs the hint came at the job's end
             self._sync_hint()
         return []

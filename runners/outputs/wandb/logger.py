@@ -1,19 +1,18 @@
-"""Weights & Biases: the sweep's run (group = sweep id, job_type = sweep_summary) and, where logger.runs
-says so, one run per trial (group = sweep id, job_type = kernel).
+"""Weights & Biases: the trial runs (group = sweep id, job_type = kernel), and what every run shares: how
+it starts and finishes (init_run), and how W&B is kept from ever costing or holding a result.
 
-logger.runs: `trial` logs both; `sweep` the sweep's run alone, which holds every trial in its table (one
-run where thousands would crowd W&B's workspace and `wandb sync`); `auto` (the default) trial runs for a
-job of its own of at most logger.auto_trials trials (runs_of). Trial runs are written by child processes
-(TrialLogger), so that a slow log call never delays a timed launch; mode=offline (the default) needs no
-account and no network. Each trial run's config has flat keys per meta-parameter and shape dimension, so
-W&B's panels work without setup; runners/outputs/wandb/tables.py says what the sweep's run holds.
-W&B is never allowed to cost or hold a result: a failing import, an unwritable logger.dir, runs that cannot
-start or upload end in ONE warning line naming the cause, the results as without W&B (wandb_problem);
-online, init_timeout and finish_timeout bound what a server out of reach costs (_init_run)."""
+logger.runs: `trial` a run per trial and the sweep's run (summary.py); `sweep` the sweep's run alone, which
+holds every trial in its table (one run where thousands would crowd W&B's workspace and `wandb sync`);
+`auto` (the default) trial runs for a job of its own of at most logger.auto_trials trials (runs_of). Trial
+runs are written by TrialLogger's processes (processes.py), so that a slow log call never delays a timed
+launch; mode=offline (the default) needs no account and no network. Each trial run's config has flat keys
+per meta-parameter and shape dimension, so W&B's panels work without setup. A failing import, an
+unwritable logger.dir, runs that cannot start or upload end in ONE warning line naming the cause, the
+results as without W&B (wandb_problem); online, init_timeout and finish_timeout bound what a server out of
+reach costs (init_run)."""
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -21,13 +20,11 @@ import time
 from pathlib import Path
 from typing import Iterable, Optional
 
-import pandas as pd
-
 from triton_sweep.outputs.wandb.processes import LoggingProcess
 
 CLOSE_TIMEOUT_S = 600  # a sweep's last runs may still be uploading in online mode
 # Online, what one run may wait for the server (wandb's defaults: 90 s to start, no bound to finish): a
-# server out of reach costs a logging process, or the sweep's run, at most these once (see _init_run). The
+# server out of reach costs a logging process, or the sweep's run, at most these once (see init_run). The
 # sweep's run may upload a large table: its finish is given longer.
 INIT_TIMEOUT_S = 10.0
 FINISH_TIMEOUT_S = 5.0
@@ -48,13 +45,13 @@ _warned: set[str] = set()
 _offline: dict[tuple, str] = {}
 
 
-def _cause(error: BaseException) -> str:
+def cause_of(error: BaseException) -> str:
     """'Type: first line of the message', short enough for one warning line."""
     lines = str(error).strip().splitlines()
     return f"{type(error).__name__}: {lines[0][:200] if lines else ''}".rstrip(": ")
 
 
-def _warn_once(cause: str, text: str) -> None:
+def warn_once(cause: str, text: str) -> None:
     """Print one warning line, once per cause in this process (a multirun's jobs share the process)."""
     if cause not in _warned:
         _warned.add(cause)
@@ -84,7 +81,7 @@ def wandb_problem(conf: dict) -> Optional[str]:
                 with tempfile.TemporaryFile(dir=directory):
                     pass
             except OSError as error:
-                problem = f"logger.dir: {directory} is not writable ({_cause(error)})"
+                problem = f"logger.dir: {directory} is not writable ({cause_of(error)})"
         _problems[key] = problem
     return _problems[key]
 
@@ -132,8 +129,8 @@ TRIAL_RUN_SETTINGS = {"x_disable_stats": True, "x_disable_machine_info": True, "
                       "console": "off", "x_save_requirements": False}
 
 
-def _init_run(conf: dict, sweep_id: str, job_type: str, name: str, config: Optional[dict] = None,
-              trial: bool = False):
+def init_run(conf: dict, sweep_id: str, job_type: str, name: str, config: Optional[dict] = None,
+             trial: bool = False):
     """A run, offline where the online server was found out of reach (_offline): the online init that
     finds it so (its init_timeout spent retrying, or the connection refused) is the last one tried, and
     this run starts offline in its place. A run that is refused (no API key, a bad one) is not."""
@@ -146,7 +143,7 @@ def _init_run(conf: dict, sweep_id: str, job_type: str, name: str, config: Optio
         except wandb.errors.AuthenticationError:
             raise
         except wandb.errors.CommError as error:
-            _offline[key] = f"the server was unreachable ({_cause(error)})"
+            _offline[key] = f"the server was unreachable ({cause_of(error)})"
     return _start_run(conf, sweep_id, job_type, name, config, trial,
                       "offline" if key in _offline else conf["mode"])
 
@@ -160,7 +157,7 @@ def _start_run(conf: dict, sweep_id: str, job_type: str, name: str, config: Opti
     os.environ.setdefault("WANDB_ERROR_REPORTING", "false")
     known = getattr(wandb.Settings, "model_fields", {})
     lean = {key: value for key, value in TRIAL_RUN_SETTINGS.items() if key in known} if trial else {}
-    if mode == "online":  # past its bound, finish raises TimeoutError: the upload hangs (_timed_out)
+    if mode == "online":  # past its bound, finish raises TimeoutError: the upload hangs (timed_out)
         bounds = {"init_timeout": INIT_TIMEOUT_S, "finish_timeout_raises": True,
                   "finish_timeout": FINISH_TIMEOUT_S if trial else SWEEP_FINISH_TIMEOUT_S}
         lean.update({key: value for key, value in bounds.items() if key in known})
@@ -173,7 +170,7 @@ def _start_run(conf: dict, sweep_id: str, job_type: str, name: str, config: Opti
     )
 
 
-def _timed_out(run, conf: dict, seconds: float = FINISH_TIMEOUT_S) -> str:
+def timed_out(run, conf: dict, seconds: float = FINISH_TIMEOUT_S) -> str:
     """A run whose finish raised TimeoutError: its upload did not end within `seconds` (wandb keeps
     the rest on disk). The runs after it are written offline; returns its directory, to `wandb sync`."""
     why = f"an upload did not finish within {seconds:g} s"
@@ -181,7 +178,7 @@ def _timed_out(run, conf: dict, seconds: float = FINISH_TIMEOUT_S) -> str:
     return str(run.settings.sync_dir)
 
 
-def _offline_words(conf: dict, why: str, runs: str, unsynced: Iterable[str] = ()) -> str:
+def offline_words(conf: dict, why: str, runs: str, unsynced: Iterable[str] = ()) -> str:
     """What the warning line says of runs written offline because the server was out of reach."""
     where = " ".join([f"{conf['dir']}/wandb/offline-run-*", *unsynced])
     return f"{why}; {runs} written offline instead; upload later with: wandb sync {where}"
@@ -215,24 +212,24 @@ def _log_trials(conn, conf: dict, sweep_id: str, unreached: Optional[str] = None
             continue
         job_type, name, config, summary = item
         try:  # anything inside wandb can fail here; the row is in the store whatever happens
-            run = _init_run(conf, sweep_id, job_type, name, config, trial=True)
+            run = init_run(conf, sweep_id, job_type, name, config, trial=True)
         except Exception as error:
-            failed, cause, stopped = failed + 1, cause or _cause(error), True
+            failed, cause, stopped = failed + 1, cause or cause_of(error), True
             continue
         offline += conf["mode"] == "online" and key in _offline
         try:
             _fill_trial_run(run, summary)
             in_a_row = 0
-        except TimeoutError:  # its finish, online: written but for its upload (_timed_out)
-            unsynced.append(_timed_out(run, conf))
+        except TimeoutError:  # its finish, online: written but for its upload (timed_out)
+            unsynced.append(timed_out(run, conf))
         except Exception as error:
-            failed, cause, in_a_row = failed + 1, cause or _cause(error), in_a_row + 1
+            failed, cause, in_a_row = failed + 1, cause or cause_of(error), in_a_row + 1
             stopped = in_a_row >= GIVE_UP_AFTER
-    _close_run_files()
+    close_run_files()
     conn.send((failed, cause, stopped, _offline.get(key), offline, unsynced))
 
 
-def _close_run_files() -> None:
+def close_run_files() -> None:
     """Wait for wandb's service to close this process's run files. It writes and closes a run's file
     after run.finish() has returned: read at once, a finished run's file held no record, or 4096 of its
     21,749 bytes (a CPU-only host); `wandb sync` right after the command would find it so. Teardown
@@ -268,8 +265,8 @@ class TrialLogger:
             return
         count = max(1, min(LOGGING_PROCESSES, (os.cpu_count() or 2) // 2))  # leave cores to the sweep
         args = (conf, sweep_id, unreachable(conf))
-        self._processes = [LoggingProcess(f"W&B logging process {i}", _log_trials, args)
-                           for i in range(count)]
+        self._processes = [LoggingProcess(f"W&B logging process {i}", _log_trials, args,
+                                          Path(conf["dir"]) / "wandb") for i in range(count)]
         for process in self._processes:
             process.start()
 
@@ -303,7 +300,7 @@ class TrialLogger:
                 answered = process.conn.poll(max(0.0, deadline - time.perf_counter()))
                 if answered:
                     count, cause, stopped, why, written, left = process.conn.recv()
-                    if why:  # its server out of reach: the sweep's run goes offline too (_init_run)
+                    if why:  # its server out of reach: the sweep's run goes offline too (init_run)
                         _offline.setdefault((self._conf["mode"], self._conf["dir"]), why)
                         offline, unsynced = offline + written, unsynced + left
             except (EOFError, OSError):
@@ -318,20 +315,20 @@ class TrialLogger:
             process.stop()  # kills what is still alive
             failed += count + len(process.unsent)
             gave_up |= stopped
-            causes += [c for c in [cause, *map(_cause, process.unsent[:1])] if c and c not in causes]
+            causes += [c for c in [cause, *map(cause_of, process.unsent[:1])] if c and c not in causes]
         if failed:
             problems.insert(0, f"{failed} of {self.runs} trial runs not written ({'; '.join(causes)})")
         why = unreachable(self._conf)
         if why:
             runs = f"{offline} of {self.runs} trial runs" + ("" if gave_up else " and the sweep's run")
-            problems.insert(0, _offline_words(self._conf, why, f"{runs} are", unsynced))
+            problems.insert(0, offline_words(self._conf, why, f"{runs} are", unsynced))
         if gave_up:  # the summary run would only fail the same way, and online wait for a timeout first
             _problems[(self._conf["mode"], self._conf["dir"])] = causes[0]
             problems.append("the summary run is skipped")
         if problems:
             problems = list(dict.fromkeys(problems))  # four processes stopped alike make one phrase
-            _warn_once(why or (causes[0] if causes else problems[0]),
-                       f"W&B: {'; '.join(problems)}; {UNAFFECTED}")
+            warn_once(why or (causes[0] if causes else problems[0]),
+                      f"W&B: {'; '.join(problems)}; {UNAFFECTED}")
         self.seconds += time.perf_counter() - began
 
 
@@ -359,7 +356,7 @@ def warn_if_unusable(conf: dict) -> bool:
     sweep's run."""
     problem = wandb_problem(conf)
     if problem:
-        _warn_once(problem, f"W&B logging is off for this sweep: {problem}; {UNAFFECTED}")
+        warn_once(problem, f"W&B logging is off for this sweep: {problem}; {UNAFFECTED}")
     return problem is not None
 
 
@@ -369,75 +366,7 @@ def unreachable(conf: dict) -> Optional[str]:
     return _offline.get((conf["mode"], conf["dir"]))
 
 
-def log_sweep_summary(conf: dict, sweep_id: str, frame: pd.DataFrame, files: list,
-                      images: Iterable[Path] = (), dims: Optional[dict] = None, runs: str = "trial",
-                      timing: Optional[dict] = None, offline: Optional[str] = None) -> bool:
-    """The sweep's run: a wandb.Table of all trials, charts built from it, the best config of every shape
-    as summary keys, the plots as images and the exported files as an Artifact. Returns whether it was
-    written. A failure is one warning line, never an error. `offline`: why it is written offline where
-    another process found the server out of reach (the background finish: unreachable's answer there)."""
-    if conf["mode"] == "disabled" or warn_if_unusable(conf):
-        return False
-    if offline:
-        _offline.setdefault((conf["mode"], conf["dir"]), offline)
-    try:
-        said = _write_summary_run(conf, sweep_id, frame, files, list(images), dims, runs, timing)
-    except Exception as error:  # anything inside wandb: its install, its service, the upload
-        cause = _cause(error)
-        _warn_once(cause, f"W&B: the run of sweep {sweep_id} was not written ({cause}); {UNAFFECTED}")
-        return False
-    if said:
-        _warn_once(said, f"W&B: {said}; {UNAFFECTED}")
-    return True
-
-
-def _write_summary_run(conf: dict, sweep_id: str, frame: pd.DataFrame, files: list, images: list,
-                       dims: Optional[dict], runs: str, timing: Optional[dict]) -> Optional[str]:
-    """Write the sweep's run; what the warning line is to say where the server was out of reach."""
-    import wandb
-
-    from triton_sweep.outputs.wandb.tables import best_keys, chart_tables, summary_table, sweep_config
-
-    table = summary_table(frame, dims)
-    known = unreachable(conf)
-    run = _init_run(conf, sweep_id, "sweep_summary", f"{sweep_id} summary",
-                    sweep_config(frame, sweep_id, runs, timing))
-    said, unsynced = None, None
-    if unreachable(conf) and not known:  # found out by this run's init (logger.runs=sweep)
-        said = _offline_words(conf, unreachable(conf), "the sweep's run is")
-    try:
-        whole = wandb.Table(dataframe=table)
-        # A logged table keeps wandb.Table.MAX_ROWS rows (10,000); an artifact's holds 20 times more.
-        in_artifact = len(table) > wandb.Table.MAX_ROWS
-        if not in_artifact:
-            run.log({"trials": whole})
-        left_out = {}
-        for name, (kind, data, fields, title) in chart_tables(table).items():
-            if len(data) > wandb.Table.MAX_ROWS:  # W&B would cut it silently: say how much is left out
-                left_out[f"charts/{name}/rows_left_out"] = len(data) - wandb.Table.MAX_ROWS
-                data = data.head(wandb.Table.MAX_ROWS)
-            plain = data.astype(object).where(data.notna(), None)
-            chart = getattr(wandb.plot, kind)(wandb.Table(dataframe=plain), *fields.values(), title=title)
-            run.log({f"charts/{name}": chart})
-        run.summary.update({"n_trials": len(frame), "n_ok": int((frame["status"] == "ok").sum()),
-                            "trials_in_artifact": in_artifact, **left_out, **best_keys(frame)})
-        if images:
-            run.log({f"plots/{Path(path).stem}": wandb.Image(str(path)) for path in images})
-        if files or in_artifact:
-            artifact = wandb.Artifact(re.sub(r"[^A-Za-z0-9_.-]", "_", f"triton-configs-{sweep_id}"),
-                                      type="triton-configs")
-            for path in files:
-                artifact.add_file(str(path))
-            if in_artifact:
-                artifact.add(whole, "trials")
-            run.log_artifact(artifact)
-    finally:
-        try:
-            run.finish()
-        except TimeoutError:
-            unsynced = _timed_out(run, conf, SWEEP_FINISH_TIMEOUT_S)
-        _close_run_files()  # written means on disk, whole, when this returns
-    if unsynced:
-        said = (f"{unreachable(conf)}; the sweep's run is kept whole on disk: upload the rest later with: "
-                f"wandb sync {unsynced}")
-    return said
+def go_offline(conf: dict, why: str) -> None:
+    """Write this process's later online runs of this logger config offline: the server was found out of
+    reach (`why`), here or by another process."""
+    _offline.setdefault((conf["mode"], conf["dir"]), why)

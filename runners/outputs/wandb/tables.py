@@ -31,7 +31,7 @@ def summary_table(frame: pd.DataFrame, dims: Optional[dict] = None) -> pd.DataFr
     per shape dim (`dims`: kernel -> its dim names), and shape_label, so the table's panels can group and
     plot by them."""
     # samples stay in the store
-    table = frame.drop(columns=list(SAMPLE_COLUMNS)).assign(pct_of_best=pct_of_best(frame))
+    table = frame.drop(columns=list(SAMPLE_COLUMNS), errors="ignore").assign(pct_of_best=pct_of_best(frame))
     table["shape_label"] = [shape_label(shape) for shape in frame["shape"]]
     configs = [json.loads(c) for c in frame["config"]]
     for name in dict.fromkeys(k for config in configs for k in config):
