@@ -57,7 +57,9 @@ class KernelConf:
     # multiple_of: m rounding its sizes to multiples of m, or a list of sizes and forms (their union)
     # (runners/model/space.py, grid_shapes).
     grid: Dict[str, Any] = field(default_factory=dict)
-    baselines: Any = None  # None: all the kernel declares; [] none; or a list of names
+    # None: all the kernel declares (with backend=interpret, but its torch.compile ones, whose interpreter
+    # timings mean nothing: name them to have them); [] none; or a list of names
+    baselines: Any = None
     # How many times a program called each of `shapes`, in order (python -m triton_sweep.capture writes them):
     # the export's covering set then minimises the call-weighted loss. None: every shape alike.
     calls: Any = None
