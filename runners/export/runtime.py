@@ -131,10 +131,10 @@ def gpu_name(gpu=None, device=None):
         raise ExportLookupError(f"{KERNEL}: cannot tell which GPU this is without torch; pass gpu=... "
                                 f"or set {GPU_ENV} (measured: {', '.join(COVER)})") from error
     if not torch.cuda.is_available():
-        hint = (" (in the Triton interpreter: this export has no section of its timings, which "
-                "triton-sweep-export --interpreter writes)" if interpreting() else "")
-        raise ExportLookupError(f"{KERNEL}: no CUDA device to name{hint}; pass gpu=... or set {GPU_ENV} "
-                                f"(measured: {', '.join(COVER)})")
+        hint = ("; in the Triton interpreter, an export with the interpreter's own section "
+                "(triton-sweep-export --interpreter)" if interpreting() else "")
+        raise ExportLookupError(f"{KERNEL}: no CUDA device to name; pass gpu=... or set {GPU_ENV} "
+                                f"(measured: {', '.join(COVER)}){hint}")
     return torch.cuda.get_device_name(device)
 
 
