@@ -1,12 +1,12 @@
 """Every setting of an export, resolved and checked in one place: the tolerance, merge, whether interpreter
 rows are exported (export.interpreter, --interpreter), the key (the kernel's argument that gives each dim:
 `export.key.<kernel>` of the sweep's config, `--key` of the command, else the kernel's own
-KernelSpec.export_key), the dims (a kernel not built in: from its spec, or
---dims), the kernel's constraints (the `check` the leave-one-out estimate plays), and the call counts that
-weigh the covering set (kernel.calls of a sweep file of python -m triton_sweep.capture). The end of a sweep
-(`from_sweep`) and `python -m triton_sweep.export` (`from_command`) resolve them here, from the same primary
-config (conf/config.yaml's export section), so that both write the same files; a sweep checks them
-before anything is launched (`check_sweep`).
+KernelSpec.export_key), the dims (a kernel not built in: from its spec, or --dims), the kernel's
+constraints (the `check` the leave-one-out estimate plays), and the call counts that weigh the covering set
+(kernel.calls of a sweep file of python -m triton_sweep.capture). The end of a sweep (`from_sweep`) and
+`python -m triton_sweep.export` (`from_command`) resolve them here, from the same primary config
+(conf/config.yaml's export section), so that both write the same files; a sweep checks them before
+anything is launched (`check_sweep`).
 """
 from __future__ import annotations
 
@@ -49,10 +49,10 @@ def resolve(export_conf, kernel: str, name: Optional[str] = None, spec_path: Opt
     """export_kernel's settings from an export section, and the KernelSpec the export has: kernel.name
     `name`'s (with `spec_path`, its kernel.spec) where it is the exported kernel or external, else the
     built-in kernel's (None if not built in). The settings: the section's tolerance, merge and
-    interpreter, the key it
-    gives the kernel (export.key.<kernel>), else the one the kernel declares (KernelSpec.export_key); the
-    kernel's constraints (where the spec is the kernel's); an external kernel, its dims from its spec;
-    and the calls of `sweep_kernel` (a sweep's kernel section) where its kernel is the one exported."""
+    interpreter, the key it gives the kernel (export.key.<kernel>), else the one the kernel declares
+    (KernelSpec.export_key); the kernel's constraints (where the spec is the kernel's); an external
+    kernel, its dims from its spec; and the calls of `sweep_kernel` (a sweep's kernel section) where its
+    kernel is the one exported."""
     from omegaconf import OmegaConf
 
     from triton_sweep.model.spec_sources import builtin_spec, load_spec
