@@ -9,7 +9,9 @@
 4. Shapes that broke, or that lose more than the export's tolerance and are SLOW (or unjudgeable), are
    re-screened over the kernel's default space; the section is rewritten from those rows (`--check`: no).
 Exit 0 when every shape is SAME or FAST; 1 when one was SLOW beyond the tolerance or broke; 2 on bad
-input, and where another process ran kernels on the GPU meanwhile (`gpu_shared`), judging nothing."""
+input, and where another process ran kernels on the GPU meanwhile (`gpu_shared`), judging nothing.
+`--backend interpret` re-validates the interpreter's section of an export (triton-sweep-export
+--interpreter) in the Triton interpreter, to try the flow on a CPU."""
 from __future__ import annotations
 
 import argparse
@@ -188,7 +190,8 @@ def main(argv=None) -> int:
     parser.add_argument("--check", action="store_true", help="report only: no re-screen, no new section")
     parser.add_argument("--out-dir", help="where the export is written (default: beside EXPORT)")
     parser.add_argument("--backend", choices=("cuda", "interpret"), default="cuda",
-                        help="interpret: the Triton interpreter (tests; its timings are never exported)")
+                        help="interpret: the Triton interpreter, for an export's interpreter section "
+                             "(triton-sweep-export --interpreter): to try the flow on a CPU")
     parser.add_argument("--all", dest="list_all", action="store_true", help="list every shape")
     args = parser.parse_args(argv)
     try:
@@ -295,8 +298,8 @@ def _write(args, data: dict, kernel: str, rows: pd.DataFrame, tolerance: float) 
     out_dir = Path(args.out_dir) if args.out_dir else Path(args.export).parent
     try:
         paths = export_kernel(rows, kernel, out_dir, source=args.store,
-                              **from_export(data, tolerance, args.spec))
-    except ExportError as error:  # interpreter rows, or nothing ok: the existing file is left as it is
+                              **from_export(data, tolerance, args.spec, args.backend == "interpret"))
+    except ExportError as error:  # nothing ok: the existing file is left as it is
         print(f"no new section written: {error}")
         return
     for path in paths:

@@ -5,11 +5,12 @@ command's) with a hook on its Triton launches (runners/capture/launch_hook/trito
 Then it maps each launch to a kernel spec (the built-in kernels by their @triton.jit functions, another
 package's by `--spec`; a launch no spec maps is listed with the reason, never dropped), writes a sweep
 file per kernel (`<out>_<kernel>.yaml`: the captured shapes, `--bucket pow2` rounding up the dims that
-vary, their call counts as `kernel.calls`, the dtypes) and `<out>_launches.json`; with `--replay` also a
-sweep file per function no spec maps (runners/capture/replay.py). It prints the workload (calls and, on a
-GPU, the share of kernel time per kernel, shape and dtype) and the hook's own time. The program runs in a
-session of its own: a signal sent to the capture goes on to its process group, and a stopped capture
-writes nothing."""
+vary, their call counts as `kernel.calls`, the dtypes, and where the kernel's default space has no config
+for some of them, its BLOCK meta-parameters widened down as kernel.space) and `<out>_launches.json`; with
+`--replay` also a sweep file per function no spec maps (runners/capture/replay.py). It prints the workload
+(calls and, on a GPU, the share of kernel time per kernel, shape and dtype) and the hook's own time. The
+program runs in a session of its own: a signal sent to the capture goes on to its process group, and a
+stopped capture writes nothing."""
 from __future__ import annotations
 
 import argparse
@@ -20,7 +21,7 @@ import tempfile
 from pathlib import Path
 
 from triton_sweep import version
-from triton_sweep.capture.launches import VARYING, bucketed, map_launches, unrunnable
+from triton_sweep.capture.launches import VARYING, bucketed, map_launches, unrunnable, widened_space
 from triton_sweep.capture.program import read_launches, run_program
 from triton_sweep.capture.sweep_files import replay_file, sweep_file
 from triton_sweep.capture.workload import kernel_seconds, workload_table
@@ -105,15 +106,20 @@ def report(args, command: list[str], specs: dict, spec_paths: dict, functions: d
         return
     for kernel, entries in sorted(mapped.items()):
         path = Path(f"{out}_{kernel}.yaml")
+        space, left = widened_space(specs[kernel], entries)
         path.write_text(sweep_file(specs[kernel], spec_paths.get(kernel), entries, command, args.bucket,
-                                   path.stem))
+                                   path.stem, space=space))
         print(f"sweep file: {path} ({len(entries)} shape(s) x dtype(s))")
-        left = unrunnable(specs[kernel], entries)
+        if space:
+            widened = ", ".join(f"{name} from {values[0]}" for name, values in space.items())
+            stranded = len(unrunnable(specs[kernel], entries))
+            print(f"note: {kernel}: at {stranded} of its {len(entries)} shapes no config of its default "
+                  f"space can run: {path.name} widens kernel.space ({widened})")
         if left:
             named = ", ".join(f"{'x'.join(map(str, shape))} {dtype}" for shape, dtype in left[:4])
-            print(f"note: {kernel}: at {len(left)} of its {len(entries)} shapes no config of its default "
-                  f"space can run ({named}{', ...' if len(left) > 4 else ''}): widen kernel.space in "
-                  f"{path.name}")
+            print(f"note: {kernel}: at {len(left)} of its {len(entries)} shapes no config of "
+                  f"{'the widened' if space else 'its default'} space can run ({named}"
+                  f"{', ...' if len(left) > 4 else ''}): widen kernel.space in {path.name}")
     seconds = {} if args.no_time else kernel_seconds(specs, mapped)
     print("\n".join(workload_table(mapped, seconds)))
     if not seconds:

@@ -2,7 +2,7 @@
 @triton.jit function and the spec gives it a shape (kernels/spec.py launch_shape, else the integer
 arguments of its export key) at one of its dtypes; a launch no spec maps is kept with the reason. Then the
 dims that vary from call to call rounded up to powers of two (--bucket pow2), and the shapes where no
-config of a spec's default space can run."""
+config of a spec's default space can run, for which its BLOCK meta-parameters are widened down."""
 from __future__ import annotations
 
 import inspect
@@ -136,11 +136,44 @@ def bucketed(entries: dict, bucket: Optional[str], dims: tuple, named: Optional[
     return merged
 
 
-def unrunnable(spec, entries: dict) -> list[tuple]:
-    """The (shape, dtype) of the entries where no config of the spec's default space passes its
+def unrunnable(spec, entries: dict, space: Optional[dict] = None) -> list[tuple]:
+    """The (shape, dtype) of the entries where no config of `space` (the spec's default space) passes its
     constraints: a sweep of the captured file would prune every trial there."""
     from triton_sweep.model.space import space_configs
 
-    configs = space_configs(spec.space)
+    configs = space_configs(spec.space if space is None else space)
     return [(shape, dtype) for shape, dtype in entries
             if all(spec.constraints(shape, dtype, config) is not None for config in configs)]
+
+
+# The smallest block a captured space is widened to: the smallest tile tl.dot takes.
+BLOCK_FLOOR = 16
+
+
+def widened_space(spec, entries: dict) -> tuple[dict, list[tuple]]:
+    """Where no config of the spec's default space can run at some captured (shape, dtype) (a program's
+    shapes smaller than the space was made for), its BLOCK meta-parameters (powers of two) widened down,
+    a power of two at a time to BLOCK_FLOOR, one parameter a step: the widening that leaves the fewest
+    such shapes, then the fewest values added, until none is left or no widening helps. Returns the
+    widened parameters (name -> every value, for kernel.space) and the (shape, dtype)s still left."""
+    from triton_sweep.kernels.spec import is_power_of_two
+
+    space = {name: list(values) for name, values in spec.space.items()}
+    left = unrunnable(spec, entries, space)
+    while left:
+        best = None
+        for name, values in space.items():
+            if not name.startswith("BLOCK") or not all(is_power_of_two(v) for v in values):
+                continue
+            lower, value = [], min(values) // 2
+            while value >= BLOCK_FLOOR:
+                lower.insert(0, value)
+                still = len(unrunnable(spec, dict.fromkeys(left), {**space, name: lower + values}))
+                if still < len(left) and (best is None or (still, len(lower)) < best[0]):
+                    best = ((still, len(lower)), name, list(lower))
+                value //= 2
+        if best is None:
+            break
+        space[best[1]] = best[2] + space[best[1]]
+        left = unrunnable(spec, entries, space)
+    return {name: values for name, values in space.items() if values != list(spec.space[name])}, left

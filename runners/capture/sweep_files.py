@@ -9,9 +9,10 @@ from typing import Optional
 
 
 def sweep_file(spec, spec_path: Optional[str], entries: dict, command: list[str], bucket: Optional[str],
-               name: str, notes: tuple = ()) -> str:
+               name: str, notes: tuple = (), space: Optional[dict] = None) -> str:
     """The sweep file of one kernel: its captured shapes, their calls (summed over dtypes), the dtypes;
-    `notes`, comment lines of its own (a replayed kernel's)."""
+    `notes`, comment lines of its own (a replayed kernel's); `space`, kernel.space entries that replace
+    the kernel's defaults (launches.widened_space)."""
     calls: dict[tuple, int] = {}
     for (shape, _), entry in entries.items():
         calls[shape] = calls.get(shape, 0) + entry["calls"]
@@ -33,8 +34,12 @@ def sweep_file(spec, spec_path: Optional[str], entries: dict, command: list[str]
         lines.append(f"  spec: {json.dumps(spec_path)}")
     lines += [f"  shapes: {json.dumps([list(s) for s in shapes])}",
               f"  calls: {json.dumps([calls[s] for s in shapes])}",
-              f"  dtypes: {json.dumps(dtypes)}", ""]
-    return "\n".join(lines)
+              f"  dtypes: {json.dumps(dtypes)}"]
+    if space:
+        lines += ["  # widened down from the kernel's default space, which has no config its constraints",
+                  "  # keep at some of these shapes (smaller than it was made for)",
+                  f"  space: {json.dumps(space)}"]
+    return "\n".join(lines + [""])
 
 
 def replay_file(out: Path, function: str, command: list[str]) -> Optional[Path]:

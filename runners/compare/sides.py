@@ -47,7 +47,8 @@ def export_frame(data: dict, keep: Optional[list] = None) -> tuple[pd.DataFrame,
                                                          if name in section},
             "trial_key": trial.key, "sweep_id": ",".join(section.get("sweep_ids", [])), "kernel": kernel,
             "provider": provider, "shape": json.dumps(list(shape)), "dtype": dtype,
-            "config": json.dumps(config), "status": "ok", "phase": EXPORT_PHASE, "backend": "cuda",
+            "config": json.dumps(config), "status": "ok", "phase": EXPORT_PHASE,
+            "backend": section.get("backend", "cuda"),  # "interpret": an export --interpreter's section
             "gpu_name": gpu, "p50_us": figures.get("p50_us"), "repetitions": figures.get("repetitions"),
             "rep_noise": figures.get("rep_noise"), "rep_p50s_us": figures.get("rep_p50s_us"),
             "p50_precision": figures.get("p50_precision"), "chosen": False})

@@ -2,7 +2,8 @@
 (imports only triton), written at the end of a sweep (runners/outputs/export_files.py) and by
 `python -m triton_sweep.export`. One package, one module a step of the walk from a store to the files:
 - settings.py: every setting resolved and checked (key, tolerance, dims, the kernel's constraints, calls);
-- rows.py: what is exported (ok GPU rows of the kernel, newest environment, newest row a trial);
+- rows.py: what is exported (ok GPU rows of the kernel, the interpreter's when asked, newest environment,
+  newest row a trial);
 - cover.py: the covering set and its alternates per (GPU, dtype), and the winners;
 - generalization.py: the leave-one-out estimate of how the export holds between its measured shapes,
   printed in one line a (GPU, dtype) and stored as "leave_one_out";
@@ -27,12 +28,13 @@ from triton_sweep.export.settings import checked
 def export_kernel(frame: pd.DataFrame, kernel: str, out_dir: str | Path, *, tolerance: float = 0.03,
                   key: dict | None = None, dims: tuple | None = None, merge: bool = True,
                   key_field: str = "--key", calls: Optional[dict] = None, rule=None,
-                  source: str = "the store") -> list[Path]:
+                  source: str = "the store", interpreter: bool = False) -> list[Path]:
     """Write the kernel's export from the store's rows (module doc); `rule`: the kernel's constraints,
     (shape, dtype, config) -> reason or None, which the leave-one-out estimate plays as `check`;
-    `source`: the store, as errors name it."""
+    `source`: the store, as errors name it; `interpreter`: export interpreter rows too, as the
+    interpreter's section (refused otherwise)."""
     checked_rows(frame[frame["kernel"] == kernel], source)  # before anything reads them
-    by_gpu, rank = exported_rows(frame, kernel)
+    by_gpu, rank = exported_rows(frame, kernel, interpreter)
     dims, key = checked(kernel, rank, tolerance, key, dims, key_field)
     lists = {gpu: covered(of.rows, tolerance, of.baselines, calls) for gpu, of in by_gpu.items()}
     sections = gpu_sections(kernel, by_gpu, lists, tolerance, dims, key, rule)

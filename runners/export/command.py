@@ -1,10 +1,11 @@
 """Export the tuned configs of a store: `triton-sweep-export --kernel softmax [--key n_cols=cols]
-[--tolerance 0.03] [--sweep-id ID]` writes `<kernel>_configs.json` and `<kernel>_configs.py`
+[--tolerance 0.03] [--sweep-id ID] [--interpreter]` writes `<kernel>_configs.json` and `<kernel>_configs.py`
 (runners/export/ says what they hold and how the configs are chosen).
 
 The command takes its settings from the sweep's own config (conf/config.yaml's export section: the
 built-in kernels' keys, the tolerance, merge), so that it writes the files the end of a sweep writes;
---key, --tolerance and --no-merge override them (runners/export/settings.py resolves them all).
+--key, --tolerance, --no-merge and --interpreter override them (runners/export/settings.py resolves them
+all).
 An external kernel's export takes its dims and key from its KernelSpec with `--spec pkg.module:SPEC` (or
 --dims and --key).
 """
@@ -43,6 +44,9 @@ def main(argv=None) -> int:
                              "(its kernel.shapes and kernel.calls)")
     parser.add_argument("--no-merge", action="store_true",
                         help="rewrite the files from this export alone (default: keep other GPUs' sections)")
+    parser.add_argument("--interpreter", action="store_true",
+                        help="export interpreter timings (backend=interpret) too, as the interpreter's "
+                             "section: to try the flow on a CPU, never a GPU's configs (export.interpreter)")
     args = parser.parse_args(argv)
     if not Path(args.store).exists():
         print(f"error: --store: {args.store} does not exist; run a sweep first", file=sys.stderr)
@@ -69,7 +73,7 @@ def main(argv=None) -> int:
     for kernel in kernels:
         try:
             settings = from_command(kernel, args.spec, args.key, args.tolerance, not args.no_merge, dims,
-                                    args.calls)
+                                    args.calls, args.interpreter)
             for path in export_kernel(frame, kernel, args.out_dir, source=args.store, **settings):
                 print(path)
         except (ExportError, ConfigError) as error:  # ConfigError: a --spec that cannot be loaded

@@ -17,7 +17,7 @@ import json
 import keyword
 import math
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Literal, Optional
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 from pydantic import ValidationError, model_validator
@@ -109,6 +109,7 @@ class Provenance(Model):
 
 
 class Section(Provenance):
+    backend: Optional[Literal["interpret"]] = None  # the interpreter's timings (export --interpreter)
     sweep_ids: list[Text]
     exported_at: Text
     trials: Size

@@ -28,6 +28,7 @@ from triton_sweep.export.render import LAUNCH_OPTIONS
 PROVENANCE = ("timing_method", "driver_version", "cuda_version", "torch_version", "triton_version",
               "kernel_hash")
 
+INTERPRET = "interpret"  # the backend of interpreter rows, and the `backend` of their section
 PATHS = ("autotune", "config_for")  # the two ways a module picks a config, as the line names them
 
 
@@ -373,7 +374,8 @@ def summary_line(result: dict, dims: tuple, kernel: Optional[str] = None) -> str
 
 def gpu_section(rows: pd.DataFrame, covered: dict, tolerance: float, dims: Optional[tuple] = None,
                 key_dims: Optional[list] = None, rule=None, statuses: Optional[dict] = None) -> dict:
-    """One GPU's section: provenance and, of every dtype of its rows, the covering set (`covered`: dtype
+    """One GPU's section: provenance (`backend: interpret` for the interpreter's rows, exported only when
+    asked) and, of every dtype of its rows, the covering set (`covered`: dtype
     -> (Measured, covering set), cover.covered's); given the dims and the export key's dims, each dtype's
     leave-one-out estimate too (estimate), with the kernel's constraints `rule` as its check and
     `statuses` ((dtype, canonical config, shape) -> status, every status) to score the picks that were
@@ -388,8 +390,10 @@ def gpu_section(rows: pd.DataFrame, covered: dict, tolerance: float, dims: Optio
             estimated["leave_one_out"] = estimate(measured, tolerance, dims, key_dims,
                                                   Lookup(rule, dtype, of_dtype))
         dtypes[dtype] = {**cover, **estimated}  # the covering set's keys first
+    interpreted = newest.get("backend") == INTERPRET  # labelled: never taken for a GPU's section
     return {
         **{name: (None if pd.isna(newest[name]) else str(newest[name])) for name in PROVENANCE},
+        **({"backend": INTERPRET} if interpreted else {}),
         "sweep_ids": sorted(rows["sweep_id"].unique().tolist()),
         "exported_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "trials": int(len(rows)),

@@ -5,7 +5,7 @@ runtime.py's, so that this file is importable and checkable on its own; the runn
 """
 from triton_sweep.export.runtime import (ALIGNED_APART, BEST_BY_SHAPE, DIMS, KERNEL, KEY, ExportLookupError,
                                          _choice, _cover, _dtype_name, _named, _prune, _sizes, _warn_if_far,
-                                         _where, gpu_name)
+                                         _where, gpu_name, interpreting)
 
 # The rules the code below the marker follows: the end of every generated module's docstring (render.py).
 LOOKUP_RULES = """Lookups, for a call's sizes (the kernel's arguments named in KEY, or the dims of DIMS):
@@ -45,15 +45,18 @@ LOOKUP_RULES = """Lookups, for a call's sizes (the kernel's arguments named in K
 - do_bench, for @triton.autotune(do_bench=...), times as the sweep did (the L2 evicted by a read, the
   median of CUDA-event times), so that autotune ranks near-tied configs in the sweep's order: Triton's
   own benchmarker zeroes a buffer to flush the L2, and the dirty lines it leaves are written back during
-  a 4-40 us kernel, enough to reorder configs a few % apart.
+  a 4-40 us kernel, enough to reorder configs a few % apart. In the Triton interpreter
+  (TRITON_INTERPRET=1) it takes the median wall time of calls on the host.
 - Both warn (ExportRangeWarning, once per GPU, dtype and sizes) where the call lies outside the measured
   range of a dim it gives, or farther from every measured shape than the grid's own spacing: the config
   is then extrapolated, and only a sweep at those sizes says how good it is. Also once per GPU, dtype,
   dim and kind, where a size is of a kind (a multiple of 16 or not) that no measured size of its dim is.
-- The GPU: the `gpu` argument, else the environment variable in GPU_ENV, else the name of the CUDA
-  device of the call's first tensor argument (torch.cuda.get_device_name), else of the current device.
-  A GPU that was never measured is an error (ExportLookupError naming the measured ones): another GPU's
-  configs are used only when asked for by name.
+- The GPU: the `gpu` argument, else the environment variable in GPU_ENV, else INTERPRETER where kernels
+  run in the Triton interpreter (TRITON_INTERPRET=1) and the module has the interpreter's section (its
+  timings, exported with --interpreter to try the flow on a CPU), else the name of the CUDA device of
+  the call's first tensor argument (torch.cuda.get_device_name), else of the current device. A GPU that
+  was never measured is an error (ExportLookupError naming the measured ones): another GPU's configs
+  are used only when asked for by name, the interpreter's only in the interpreter or by name.
 - The Triton version: the `triton_version` argument, else the environment variable in TRITON_ENV (each
   must name a version measured on that GPU), else the running Triton's section; where it was not
   measured, the nearest older version's, else the nearest newer's, with an ExportVersionWarning naming
@@ -67,15 +70,44 @@ LOOKUP_RULES = """Lookups, for a call's sizes (the kernel's arguments named in K
 _flush_buffers = {}
 
 
+def _quantiles(times, quantiles):
+    """The median of `times` (sorted, ms), or the `quantiles` asked, interpolated linearly between the order
+    statistics."""
+    def quantile(q):
+        position = q * (len(times) - 1)
+        low = int(position)
+        high = min(low + 1, len(times) - 1)
+        return times[low] + (times[high] - times[low]) * (position - low)
+
+    return [quantile(q) for q in quantiles] if quantiles else quantile(0.5)
+
+
+def _wall_bench(fn, quantiles, rep):
+    """do_bench in the Triton interpreter, which runs kernels on the host: each call's wall time, about
+    `rep` ms of calls (3 at least) after a first one."""
+    import time
+
+    fn()
+    times = []
+    began = time.perf_counter()
+    while len(times) < 3 or time.perf_counter() - began < rep / 1e3:
+        start = time.perf_counter()
+        fn()
+        times.append(1e3 * (time.perf_counter() - start))
+    return _quantiles(sorted(times), quantiles)
+
+
 def do_bench(fn, quantiles=None, warmup=25, rep=100, **_):
     """A timer for @triton.autotune(..., do_bench=do_bench) that ranks configs as the sweep did (module
     doc): `fn` run for about `warmup` ms, then timed alone about `rep` ms long (10 times at least), each
     call after a read of a buffer twice the L2 (a read leaves no dirty lines to write back), enqueued
     64 at a time behind a spin that holds the GPU (else the host, tens of us a call, falls behind a short
     kernel and the events time the launch); the median in ms, or the `quantiles` asked (autotune asks
-    for (0.5, 0.2, 0.8) and ranks by the first)."""
+    for (0.5, 0.2, 0.8) and ranks by the first). In the Triton interpreter: the wall clock of each call."""
     import time
 
+    if interpreting():
+        return _wall_bench(fn, quantiles, rep)
     import torch
 
     device = torch.cuda.current_device()
@@ -113,15 +145,7 @@ def do_bench(fn, quantiles=None, warmup=25, rep=100, **_):
             fn()
             ends[i].record()
     torch.cuda.synchronize()
-    times = sorted(s.elapsed_time(e) for s, e in zip(starts, ends))
-
-    def quantile(q):  # linear interpolation between the order statistics
-        position = q * (len(times) - 1)
-        low = int(position)
-        high = min(low + 1, len(times) - 1)
-        return times[low] + (times[high] - times[low]) * (position - low)
-
-    return [quantile(q) for q in quantiles] if quantiles else quantile(0.5)
+    return _quantiles(sorted(s.elapsed_time(e) for s, e in zip(starts, ends)), quantiles)
 
 
 def prune_configs(configs, named_args, **kwargs):

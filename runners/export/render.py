@@ -33,11 +33,14 @@ def _provenance(gpu: str, version: str, section: dict) -> str:
     text = {name: _printable(section.get(name) or "not recorded")
             for name in ("driver_version", "cuda_version", "torch_version", "kernel_hash", "exported_at")}
     timed = section.get("timing_method") or "CUDA events (before timing_method was recorded)"
-    return (f"- {_printable(gpu)}, Triton {_printable(version)}: driver {text['driver_version']}, CUDA "
-            f"{text['cuda_version']},\n  torch {text['torch_version']}, kernel source {text['kernel_hash']};"
-            f"\n  timed by {_printable(timed)};\n  {section['trials']} ok trials of sweeps "
-            f"{_printable(', '.join(section['sweep_ids']))}; within {100 * section['tolerance']:g}%; "
-            f"exported {text['exported_at']}")
+    where = f"driver {text['driver_version']}, CUDA {text['cuda_version']},"
+    if section.get("backend") == "interpret":
+        where = ("INTERPRETER TIMINGS (export --interpreter), to try the flow on a CPU:\n  used only under "
+                 "TRITON_INTERPRET=1; they say nothing of a GPU;")
+    return (f"- {_printable(gpu)}, Triton {_printable(version)}: {where}\n  torch {text['torch_version']}, "
+            f"kernel source {text['kernel_hash']};\n  timed by {_printable(timed)};\n  {section['trials']} "
+            f"ok trials of sweeps {_printable(', '.join(section['sweep_ids']))}; within "
+            f"{100 * section['tolerance']:g}%; exported {text['exported_at']}")
 
 
 def _config_source(config: dict) -> str:

@@ -1,10 +1,12 @@
 """What an export holds: its rows. Only ok trials of the kernel itself (not baselines) timed on a GPU
-are exported; interpreter timings are refused. Per GPU, the rows measured with its newest kernel source
-and versions (a version that was not recorded, NULL, compares equal to itself), the newest row of each
-trial; beside them the baselines measured in that environment, and every status of our trials there (the
-leave-one-out estimate scores a pick that was not ok at a shape). Each row's figures travel with the
-config: its p50 and, where it was timed in repetitions, their medians and spread, else its one median's
-precision, which triton_sweep.compare and triton_sweep.revalidate judge a later measurement against.
+are exported; interpreter timings are refused unless asked for (--interpreter, export.interpreter: to try
+the flow on a CPU; they form a section of their own, the interpreter's). Per GPU, the rows measured with
+its newest kernel source and versions (a version that was not recorded, NULL, compares equal to itself),
+the newest row of each trial; beside them the baselines measured in that environment, and every status of
+our trials there (the leave-one-out estimate scores a pick that was not ok at a shape). Each row's figures
+travel with the config: its p50 and, where it was timed in repetitions, their medians and spread, else its
+one median's precision, which triton_sweep.compare and triton_sweep.revalidate judge a later measurement
+against.
 
 A store may hold rows of someone else's (merged in): every row of the kernel is checked before the export
 reads it (fileformat.checked_rows, against the file format's types).
@@ -24,6 +26,7 @@ from triton_sweep.export.settings import ExportError
 
 # Rows exported together share the resume environment; backend and GPU name are already fixed here.
 EXPORT_ENV = [name for name in ENV_KEY if name not in ("backend", "gpu_name")]
+BACKENDS_WITH_INTERPRETER = ("cuda", "interpret")  # what --interpreter exports
 
 
 def newest_per_trial(rows: pd.DataFrame) -> pd.DataFrame:
@@ -44,17 +47,19 @@ def _same_env(group: pd.DataFrame) -> pd.Series:
     return same
 
 
-def select_rows(frame: pd.DataFrame, kernel: str) -> dict[str, pd.DataFrame]:
-    """gpu_name -> the exportable rows measured on it."""
+def select_rows(frame: pd.DataFrame, kernel: str, interpreter: bool = False) -> dict[str, pd.DataFrame]:
+    """gpu_name -> the exportable rows measured on it; `interpreter`: the interpreter's rows too, under its
+    own name (measure/device.py's INTERPRETER_DEVICE_NAME), which a GPU never takes."""
     rows = frame[(frame["kernel"] == kernel) & (frame["provider"] == TRITON_PROVIDER)
                  & (frame["status"] == "ok") & frame["p50_us"].notna()]
     if rows.empty:
         raise ExportError(f"no ok trials of kernel {kernel!r} to export")
-    gpu_rows = rows[rows["backend"] == "cuda"]
+    gpu_rows = rows[rows["backend"].isin(BACKENDS_WITH_INTERPRETER if interpreter else ("cuda",))]
     if gpu_rows.empty:
         raise ExportError(
             f"refusing to export {kernel!r}: its ok trials are interpreter timings (backend=interpret), "
-            "which say nothing about a GPU; run the sweep on a GPU"
+            "which say nothing about a GPU; run the sweep on a GPU, or export them to try the flow on a CPU "
+            "with triton-sweep-export --interpreter (export.interpreter=true)"
         )
     return {gpu: newest_per_trial(group[_same_env(group)]) for gpu, group in gpu_rows.groupby("gpu_name")}
 
@@ -69,10 +74,11 @@ class OfGpu:
     statuses: dict
 
 
-def exported_rows(frame: pd.DataFrame, kernel: str) -> tuple[dict[str, OfGpu], int]:
+def exported_rows(frame: pd.DataFrame, kernel: str,
+                  interpreter: bool = False) -> tuple[dict[str, OfGpu], int]:
     """The kernel's rows of the store (checked: fileformat.checked_rows), loaded once: gpu_name -> what it
-    exports; and the rank of their shapes."""
-    by_gpu = select_rows(frame, kernel)
+    exports (`interpreter`: select_rows's); and the rank of their shapes."""
+    by_gpu = select_rows(frame, kernel, interpreter)
     rank = len(parse_shape(next(iter(by_gpu.values()))["shape"].iloc[0]))
     return {gpu: OfGpu(rows, baseline_rows(frame, rows), trial_statuses(frame, rows))
             for gpu, rows in by_gpu.items()}, rank

@@ -39,6 +39,10 @@ ALIGNED_APART = set()
 # a measured shape around the call (module doc). 2x: on an H200 layernorm's best at 4096x12000 ran at
 # half the best speed at 13004 columns, and 1.5x kept too few (BENCHMARKS.md, issue 20).
 SPREAD = 2.0
+# The section of interpreter timings (triton-sweep-export --interpreter), to try the flow on a CPU: used
+# only where kernels run in the Triton interpreter (TRITON_INTERPRET=1), never on a GPU, whose speed it
+# says nothing of.
+INTERPRETER = "Triton interpreter (CPU)"
 # Triton compiles a kernel apart for an integer argument divisible by 16 (a row length, a stride): a row's
 # start is then known aligned and its loads can be wide, so the best config can differ between sizes that
 # are multiples of 16 and sizes that are not (module doc: ALIGNED_APART).
@@ -101,9 +105,17 @@ def _section(gpu, version=None):
     return picked
 
 
+def interpreting():
+    """Whether kernels run in the Triton interpreter (TRITON_INTERPRET set as Triton reads it)."""
+    import os
+
+    return os.environ.get("TRITON_INTERPRET", "").strip().lower() in ("1", "true", "on", "yes")
+
+
 def gpu_name(gpu=None, device=None):
-    """The GPU whose configs apply: `gpu`, else $TRITON_EXPORT_GPU, else torch's name of `device` (None:
-    the current CUDA device)."""
+    """The GPU whose configs apply: `gpu`, else $TRITON_EXPORT_GPU, else INTERPRETER where kernels run in
+    the interpreter and the module has its section, else torch's name of `device` (None: the current CUDA
+    device)."""
     if gpu is not None:
         return gpu
     import os
@@ -111,14 +123,18 @@ def gpu_name(gpu=None, device=None):
     name = os.environ.get(GPU_ENV)
     if name:
         return name
+    if INTERPRETER in COVER and interpreting():
+        return INTERPRETER
     try:
         import torch
     except ImportError as error:
         raise ExportLookupError(f"{KERNEL}: cannot tell which GPU this is without torch; pass gpu=... "
                                 f"or set {GPU_ENV} (measured: {', '.join(COVER)})") from error
     if not torch.cuda.is_available():
+        hint = ("; in the Triton interpreter, an export with the interpreter's own section "
+                "(triton-sweep-export --interpreter)" if interpreting() else "")
         raise ExportLookupError(f"{KERNEL}: no CUDA device to name; pass gpu=... or set {GPU_ENV} "
-                                f"(measured: {', '.join(COVER)})")
+                                f"(measured: {', '.join(COVER)}){hint}")
     return torch.cuda.get_device_name(device)
 
 

@@ -1,11 +1,12 @@
-"""Every setting of an export, resolved and checked in one place: the tolerance, merge, the key (the
-kernel's argument that gives each dim: `export.key.<kernel>` of the sweep's config, `--key` of the
-command, else the kernel's own KernelSpec.export_key), the dims (a kernel not built in: from its spec, or
---dims), the kernel's constraints (the `check` the leave-one-out estimate plays), and the call counts that
-weigh the covering set (kernel.calls of a sweep file of python -m triton_sweep.capture). The end of a sweep
-(`from_sweep`) and `python -m triton_sweep.export` (`from_command`) resolve them here, from the same primary
-config (conf/config.yaml's export section), so that both write the same files; a sweep checks them
-before anything is launched (`check_sweep`).
+"""Every setting of an export, resolved and checked in one place: the tolerance, merge, whether interpreter
+rows are exported (export.interpreter, --interpreter), the key (the kernel's argument that gives each dim:
+`export.key.<kernel>` of the sweep's config, `--key` of the command, else the kernel's own
+KernelSpec.export_key), the dims (a kernel not built in: from its spec, or --dims), the kernel's
+constraints (the `check` the leave-one-out estimate plays), and the call counts that weigh the covering set
+(kernel.calls of a sweep file of python -m triton_sweep.capture). The end of a sweep (`from_sweep`) and
+`python -m triton_sweep.export` (`from_command`) resolve them here, from the same primary config
+(conf/config.yaml's export section), so that both write the same files; a sweep checks them before
+anything is launched (`check_sweep`).
 """
 from __future__ import annotations
 
@@ -47,10 +48,11 @@ def resolve(export_conf, kernel: str, name: Optional[str] = None, spec_path: Opt
             sweep_kernel=None) -> tuple[dict, object]:
     """export_kernel's settings from an export section, and the KernelSpec the export has: kernel.name
     `name`'s (with `spec_path`, its kernel.spec) where it is the exported kernel or external, else the
-    built-in kernel's (None if not built in). The settings: the section's tolerance and merge, the key it
-    gives the kernel (export.key.<kernel>), else the one the kernel declares (KernelSpec.export_key); the
-    kernel's constraints (where the spec is the kernel's); an external kernel, its dims from its spec;
-    and the calls of `sweep_kernel` (a sweep's kernel section) where its kernel is the one exported."""
+    built-in kernel's (None if not built in). The settings: the section's tolerance, merge and
+    interpreter, the key it gives the kernel (export.key.<kernel>), else the one the kernel declares
+    (KernelSpec.export_key); the kernel's constraints (where the spec is the kernel's); an external
+    kernel, its dims from its spec; and the calls of `sweep_kernel` (a sweep's kernel section) where its
+    kernel is the one exported."""
     from omegaconf import OmegaConf
 
     from triton_sweep.model.spec_sources import builtin_spec, load_spec
@@ -58,6 +60,7 @@ def resolve(export_conf, kernel: str, name: Optional[str] = None, spec_path: Opt
 
     key = export_conf.key.get(kernel)
     settings = {"tolerance": export_conf.tolerance, "merge": export_conf.merge,
+                "interpreter": export_conf.interpreter,
                 "key_field": f"export.key.{kernel}" if key else f"{kernel}'s KernelSpec.export_key"}
     own = load_spec(name, spec_path) if name else None
     loaded = own if own is not None and (spec_path or own.name == kernel) else builtin_spec(kernel)
@@ -81,16 +84,17 @@ def from_sweep(cfg, kernel: str) -> dict:
 
 def from_command(kernel: str, spec_path: Optional[str] = None, key: Optional[list[str]] = None,
                  tolerance: Optional[float] = None, merge: bool = True, dims: Optional[tuple] = None,
-                 calls: Optional[str] = None) -> dict:
+                 calls: Optional[str] = None, interpreter: bool = False) -> dict:
     """export_kernel's settings for `python -m triton_sweep.export`: what the end of a sweep exports with (the
     primary config's export section), then the command's options over it (--key, --tolerance,
-    --no-merge, --dims, --calls)."""
+    --no-merge, --dims, --calls, --interpreter)."""
     settings, loaded = resolve(sweep_export_conf(), kernel, "external" if spec_path else None, spec_path)
     if key:
         settings.update(key=parse_key(key), key_field="--key")
     if tolerance is not None:
         settings["tolerance"] = tolerance
     settings["merge"] = settings["merge"] and merge
+    settings["interpreter"] = settings["interpreter"] or interpreter
     if dims:
         settings["dims"] = dims
     if calls:
@@ -98,12 +102,14 @@ def from_command(kernel: str, spec_path: Optional[str] = None, key: Optional[lis
     return settings
 
 
-def from_export(data: dict, tolerance: float, spec_path: Optional[str] = None) -> dict:
+def from_export(data: dict, tolerance: float, spec_path: Optional[str] = None,
+                interpreter: bool = False) -> dict:
     """export_kernel's settings for a new section of an existing export (triton_sweep.revalidate): its key,
-    dims and the section's tolerance, merged into it, and the kernel's constraints."""
+    dims and the section's tolerance, merged into it, and the kernel's constraints; `interpreter`: the
+    section re-validated is the interpreter's (it was exported with --interpreter)."""
     spec = _of(data["kernel"], _loaded(data["kernel"], spec_path))
     return {"tolerance": tolerance, "key": data["key"], "dims": tuple(data["dims"]), "merge": True,
-            "rule": spec.constraints if spec is not None else None}
+            "rule": spec.constraints if spec is not None else None, "interpreter": interpreter}
 
 
 def check_sweep(cfg, spec) -> None:

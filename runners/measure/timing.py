@@ -147,7 +147,8 @@ def stop_reasons(rule: StopRule, samples: list[list[float]], elapsed_s: float,
 
 
 class InterpreterTimer:
-    """Wall-clock timing of the Triton interpreter on the CPU. These rows are never exported."""
+    """Wall-clock timing of the Triton interpreter on the CPU. These rows are exported only when asked
+    (triton-sweep-export --interpreter), as the interpreter's."""
 
     method = METHOD_WALL
 

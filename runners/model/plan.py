@@ -18,7 +18,7 @@ from triton_sweep.model.trial import TRITON_PROVIDER, ConfigError
 NO_GPU_MESSAGE = (
     "backend=cuda but no CUDA GPU is visible (torch.cuda.is_available() is False). To run the whole "
     "pipeline on the CPU through the Triton interpreter, add backend=interpret (use small shapes; its "
-    "timings are marked as interpreter timings and never exported)."
+    "timings are marked as interpreter timings, exported only with triton-sweep-export --interpreter)."
 )
 
 

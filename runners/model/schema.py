@@ -28,7 +28,7 @@ class Backend(str, Enum):
     """str-valued, so `cfg.backend == "cuda"` holds and it pickles and prints as its name."""
 
     cuda = "cuda"  # compiled for and timed on the GPU
-    interpret = "interpret"  # the Triton interpreter on the CPU; timings never exported
+    interpret = "interpret"  # the Triton interpreter on the CPU; timings exported only when asked
 
 
 class LoggerMode(str, Enum):
@@ -57,7 +57,9 @@ class KernelConf:
     # multiple_of: m rounding its sizes to multiples of m, or a list of sizes and forms (their union)
     # (runners/model/space.py, grid_shapes).
     grid: Dict[str, Any] = field(default_factory=dict)
-    baselines: Any = None  # None: all the kernel declares; [] none; or a list of names
+    # None: all the kernel declares (with backend=interpret, but its torch.compile ones, whose interpreter
+    # timings mean nothing: name them to have them); [] none; or a list of names
+    baselines: Any = None
     # How many times a program called each of `shapes`, in order (python -m triton_sweep.capture writes them):
     # the export's covering set then minimises the call-weighted loss. None: every shape alike.
     calls: Any = None
@@ -154,6 +156,9 @@ class ExportConf:
     # function reads the call's sizes from these arguments. Replaces the kernel's own KernelSpec.export_key.
     key: Dict[str, Dict[str, str]] = field(default_factory=dict)
     merge: bool = True  # keep other GPUs' sections already in <export_dir>/<kernel>_configs.json
+    # True: export interpreter rows (backend=interpret) too, as the interpreter's section, to try the flow on
+    # a CPU (its lookups apply only under TRITON_INTERPRET=1); False: refused, they say nothing of a GPU.
+    interpreter: bool = False
 
 
 @dataclass
@@ -167,7 +172,8 @@ class SweepConf:
     export: ExportConf = field(default_factory=ExportConf)
     # name -> an output (conf/output/<name>.yaml: `_target_` and its settings), written in this order
     output: Dict[str, Any] = field(default_factory=dict)
-    backend: Backend = Backend.cuda  # cuda: timed on the GPU; interpret: the Triton interpreter, not exported
+    # cuda: timed on the GPU; interpret: the Triton interpreter, exported only when asked (export.interpreter)
+    backend: Backend = Backend.cuda
     # Trial workers: None = one per visible GPU (CUDA_VISIBLE_DEVICES) of the first GPU's model;
     # with backend=interpret, the number of interpreter processes (None = 1).
     gpu_workers: Optional[int] = None

@@ -197,6 +197,21 @@ def _runnable(shapes: list, dtypes: list[str], space: dict, spec: KernelSpec) ->
     return runnable
 
 
+def _default_baselines(spec: KernelSpec, backend: str) -> list[str]:
+    """The baselines of kernel.baselines=null: all the kernel declares, but, on the interpreter, those
+    whose first call compiles (torch.compile: kernels/spec.py), left out in one line. There they time
+    inductor's CPU code against the interpreter (no figure of a GPU, swinging from microseconds to
+    milliseconds) and take most of a small sweep's time; named in kernel.baselines, they run."""
+    names = list(spec.baselines)
+    if backend != "interpret":
+        return names
+    compiled = [name for name in names if getattr(spec.baselines[name], "compiles", False)]
+    if compiled:
+        print(f"kernel.baselines: {', '.join(compiled)} (torch.compile) left out on the interpreter, where "
+              f"its timings mean nothing; kernel.baselines=[{','.join(names)}] times it")
+    return [name for name in names if name not in compiled]
+
+
 def plan_trials(spec: KernelSpec, kernel_conf: dict, backend: str) -> list[Trial]:
     """Every trial of the job in a stable order: shapes, then dtypes, then the space grid, baselines last.
 
@@ -216,7 +231,10 @@ def plan_trials(spec: KernelSpec, kernel_conf: dict, backend: str) -> list[Trial
     space = parse_space(dict(kernel_conf.get("space") or {}), spec)
     shapes += _runnable(gridded, dtypes, space, spec)
     baselines = kernel_conf.get("baselines")
-    baselines = list(spec.baselines) if baselines is None else [str(b) for b in _as_list(baselines)]
+    if baselines is None:
+        baselines = _default_baselines(spec, backend)
+    else:
+        baselines = [str(b) for b in _as_list(baselines)]
     for name in baselines:
         if name not in spec.baselines:
             raise ConfigError(f"kernel.baselines: {name!r} is not a baseline of {spec.name}; "

@@ -2,8 +2,9 @@
 the built-in kernels (checked against the workload the program draws), an external kernel mapped by its
 import path, launches of no spec listed, an autotuner's own benchmark launches kept apart, the exit
 status passed through; a stop (SIGTERM, Ctrl-C, SIGHUP) ends the program and its child and writes nothing,
-a SIGKILL of the capture ends the program; the sweep file it writes runs; kernel.calls weighs the export's
-covering set."""
+a SIGKILL of the capture ends the program; the sweep file it writes runs, its space widened down where the
+kernel's default one has no config for the captured shapes (every shape of the README's demo has one);
+kernel.calls weighs the export's covering set."""
 import contextlib
 import json
 import os
@@ -20,7 +21,8 @@ import torch
 from omegaconf import OmegaConf
 
 from triton_sweep.kernels.examples.transformer_steps import SMALL, workload
-from triton_sweep.capture.launches import bucketed, launch_shape, unrunnable
+from triton_sweep.capture.launches import bucketed, launch_shape, unrunnable, widened_space
+from triton_sweep.capture.sweep_files import sweep_file
 from triton_sweep.model.trial import ConfigError
 from triton_sweep.model.spec_sources import load_spec
 from triton_sweep.model.space import parse_calls, plan_trials
@@ -60,6 +62,8 @@ def test_the_example_program_captured_and_mapped(tmp_path):
         assert _sweep_calls(tmp_path / f"app_{kernel}.yaml") == counts, kernel
         conf = OmegaConf.load(tmp_path / f"app_{kernel}.yaml")
         assert list(conf.kernel.dtypes) == ["float32"] and conf.defaults[0] == {"override /kernel": kernel}
+    for kernel in expected:  # each shape with a config to run, the space widened where it needs
+        assert _runnable_shapes(tmp_path / f"app_{kernel}.yaml") == set(expected[kernel]), kernel
     assert f"captured {6 * STEPS} Triton launches of 3 function(s)" in result.stdout
     assert "not mapped" not in result.stdout
     launches = json.loads((tmp_path / "app_launches.json").read_text())
@@ -82,10 +86,49 @@ def test_bucketing_rounds_the_dims_that_vary_per_call():
     assert {shape for shape, _ in named} == {(rows, 128) for rows in (3, 5, 6, 7, 9, 17)} | {(4, 32)}
 
 
-def test_shapes_no_config_of_the_default_space_can_run():
+def _runnable_shapes(path: Path) -> set:
+    """The shapes of a sweep file where some config of its space passes the kernel's constraints."""
+    conf = OmegaConf.to_container(OmegaConf.load(path))
+    spec = load_spec(conf["defaults"][0]["override /kernel"], None)
+    return {t.shape for t in plan_trials(spec, conf["kernel"], "interpret")
+            if t.provider == "triton" and not t.pruned_reason}
+
+
+def test_shapes_no_config_of_the_default_space_can_run_widen_its_blocks():
     softmax = load_spec("softmax", None)  # BLOCK_SIZE from 128, which must be < 4x the row
     entries = {((8, 16), "float16"): {}, ((8, 64), "float16"): {}, ((8, 100000), "float16"): {}}
     assert unrunnable(softmax, entries) == [((8, 16), "float16"), ((8, 100000), "float16")]
+    # 16 columns: a block of 32 (< 4x the row, one warp's threads); 100000 columns: no block holds them
+    space, left = widened_space(softmax, entries)
+    assert space == {"BLOCK_SIZE": [32, 64, *softmax.space["BLOCK_SIZE"]]}
+    assert left == [((8, 100000), "float16")]
+    # matmul at a decode batch of 4 and 32 columns: each tile dim widened, one step at a time
+    matmul = load_spec("matmul", None)
+    space, left = widened_space(matmul, {((4, 32, 128), "float16"): {}, ((4, 96, 32), "float16"): {}})
+    assert space == {"BLOCK_M": [32, 64, 128], "BLOCK_N": [64, 128, 256]} and left == []
+    assert widened_space(matmul, {((4096, 4096, 4096), "float16"): {}}) == ({}, [])
+
+
+def test_the_readme_capture_demo_writes_sweep_files_with_a_config_at_every_shape(tmp_path):
+    """The README's demo (--small, its 200 steps, --bucket pow2) as the capture maps it: every shape of
+    every sweep file has a config the interpreter can run, the space widened where the kernel's default
+    one has none (the program's launches are drawn by workload(), run in
+    test_the_example_program_captured_and_mapped)."""
+    d, calls = SMALL["d_model"], {"layernorm": Counter(), "matmul": Counter(), "softmax": Counter()}
+    for tokens, rows, context in workload(200, SMALL, seed=0):
+        calls["layernorm"][(tokens, d)] += 2
+        for n, k in ((3 * d, d), (4 * d, d), (d, 4 * d)):
+            calls["matmul"][(tokens, n, k)] += 1
+        calls["softmax"][(rows, context)] += 1
+    for kernel, counts in calls.items():
+        spec = load_spec(kernel, None)
+        entries = bucketed({(shape, "float16"): {"calls": n, "configs": {}} for shape, n in counts.items()},
+                           "pow2", spec.dims)
+        space, left = widened_space(spec, entries)
+        assert left == [], kernel
+        path = tmp_path / f"example_{kernel}.yaml"
+        path.write_text(sweep_file(spec, None, entries, ["app"], "pow2", path.stem, space=space))
+        assert _runnable_shapes(path) == {shape for shape, _ in entries}, kernel
 
 
 def test_launch_shapes_from_the_export_key_and_the_spec():
@@ -166,8 +209,8 @@ def test_a_captured_sweep_file_runs_from_the_user_s_directory(tmp_path):
     result = run_command(["triton_sweep.capture", "--out", "sweeps/app", "--", *program], cwd=home,
                          env=user_env(TRITON_INTERPRET="1"))
     assert result.returncode == 0, result.stdout + result.stderr
-    swept = run_sweep(tmp_path / "run", "+sweep=app_layernorm", "kernel.space.BLOCK_SIZE=[32,64]",
-                      "kernel.space.num_warps=[1]", "kernel.space.num_stages=[1]", "kernel.baselines=[]")
+    swept = run_sweep(tmp_path / "run", "+sweep=app_layernorm", "kernel.space.num_warps=[2]",
+                      "kernel.baselines=[]")  # the file's own space, BLOCK_SIZE widened down to 32
     assert f"+sweep=app_layernorm: {home / 'sweeps' / 'app_layernorm.yaml'}" in swept.stdout
     store = ResultStore(tmp_path / "run" / "results.sqlite")
     frame = store.load()

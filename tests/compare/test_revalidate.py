@@ -2,9 +2,10 @@
 rule, only the shapes that got slower than the tolerance or broke re-screened, the exit status; and the
 re-screen decision itself.
 
-The export re-validated here is made from an interpreter sweep by the export's own functions (a real
-export refuses interpreter timings), with its recorded figures scaled to stand for a change: the
-re-validation measures again on the same (interpreter) machine."""
+The export re-validated here is made from an interpreter sweep by the export's own functions, with its
+recorded figures scaled to stand for a change: the re-validation measures again on the same (interpreter)
+machine, and writes the interpreter's section (tests/export/test_interpreter_flow.py re-validates what
+triton-sweep-export --interpreter wrote)."""
 import json
 import re
 import shutil
@@ -75,7 +76,7 @@ def _revalidate(path, tmp_path, *args, spec: str = STEADY):
 def test_shapes_recorded_as_faster_than_they_run_are_re_screened_the_others_kept(tuned, tmp_path):
     # 900 recorded at a quarter of its time: it now looks 4x as slow (SLOW beyond 3%); 300 recorded at 3x
     # its time: it now looks faster (FAST): kept.
-    # Without --check the shape is re-screened; the interpreter's rows are never exported.
+    # Without --check the shape is re-screened, and the interpreter's section written anew from the rows.
     path = _export(tuned, tmp_path, {300: 3.0, 900: 0.25})
     status, out = _revalidate(path, tmp_path)
     assert status == 1, out
@@ -84,7 +85,10 @@ def test_shapes_recorded_as_faster_than_they_run_are_re_screened_the_others_kept
     assert "SLOW" in lines["900"] and lines["900"].endswith("| re-screen |")
     assert "1 to re-screen" in out
     assert "re-screened 1 float32 shape(s)" in out
-    assert "no new section written: refusing to export 'vector_add'" in out
+    assert f"exported: {path}" in out
+    (section,) = json.loads(path.read_text())["gpus"][INTERPRETER_DEVICE_NAME].values()
+    assert section["backend"] == "interpret"
+    assert any(sweep.endswith("-screen-float32") for sweep in section["sweep_ids"])
 
 
 def test_an_export_that_still_holds_passes(tuned, tmp_path):

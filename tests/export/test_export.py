@@ -12,7 +12,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -140,25 +139,14 @@ def test_module_imports_only_triton_in_a_fresh_interpreter(store_path, tmp_path)
     assert result.stdout.split() == ["3", "{'BLOCK_SIZE':", "256}", "4", "4", "[]"]
 
 
-def _cpu_bench(fn, quantiles=None, **kwargs):
-    """A do_bench for the interpreter (autotune's default needs a GPU driver): median wall time, ms."""
-    times = []
-    for _ in range(3):
-        began = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - began) * 1e3)
-    return sorted(times)[1]
-
-
 def test_exported_prune_drives_triton_autotune(store_path, tmp_path, monkeypatch):
     out = _export(store_path, tmp_path, "--kernel", "softmax", "--key", "n_cols=cols")
     module = _load(out / "softmax_configs.py")
     monkeypatch.setenv("TRITON_EXPORT_GPU", "NVIDIA H200")
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    autotune_options = {} if device == "cuda" else {"do_bench": _cpu_bench}
-    tuned = triton.autotune(configs=module["CONFIGS"], key=["n_cols"],
-                            prune_configs_by={"early_config_prune": module["prune_configs"]},
-                            **autotune_options)(softmax._softmax_kernel)
+    prune = {"early_config_prune": module["prune_configs"]}
+    tuned = triton.autotune(configs=module["CONFIGS"], key=["n_cols"], do_bench=module["do_bench"],
+                            prune_configs_by=prune)(softmax._softmax_kernel)
     # CONFIGS holds BLOCK 256, the fastest at 8x200, which would write only 256 of 300 columns: the
     # prune keeps what was ok at 8x300, (512, 4) alone.
     x = torch.randn(8, 300, device=device, dtype=torch.float16)
@@ -174,7 +162,9 @@ def test_interpreter_rows_are_refused(tmp_path, capsys):
     _add(store, 1, (8, 100), 128, 2, 10.0, backend="interpret", gpu_name="Triton interpreter (CPU)")
     store.close()
     assert export_main(["--store", str(path), "--kernel", "softmax", "--out-dir", str(tmp_path / "x")]) == 2
-    assert "refusing to export 'softmax': its ok trials are interpreter timings" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "refusing to export 'softmax': its ok trials are interpreter timings" in err
+    assert "triton-sweep-export --interpreter" in err
     assert not (tmp_path / "x").exists()
 
 
@@ -320,26 +310,19 @@ def _readme_example() -> str:
 
 def test_readme_example_runs(default_config, tmp_path):
     """The README's code, as a user pastes it, against the default sweep's export; on the CPU the
-    interpreter runs it, autotune timed by the wall clock and the tensors on the CPU."""
+    interpreter runs it, on CPU tensors, the module's do_bench timing autotune by the wall clock."""
     _write_default_sweep(tmp_path / "results.sqlite", default_config)
     store = ResultStore(tmp_path / "results.sqlite")
     frame = store.load(sweep_id="readme")
     store.close()
     export_kernel(frame, "softmax", tmp_path / "exports", **from_sweep(default_config, "softmax"))
     code = _readme_example()
-    harness = "import torch\n"
-    if not torch.cuda.is_available():
-        code = code.replace('device="cuda"', 'device="cpu"')
-        harness += ("import functools, time, triton\n"
-                    "def _wall(fn, quantiles=None, **kw):\n"
-                    "    began = time.perf_counter(); fn(); return (time.perf_counter() - began) * 1e3\n"
-                    "triton.autotune = functools.partial(triton.autotune, do_bench=_wall)\n")
     check = ("\nreference = torch.softmax(x.double(), dim=1)\n"
              "assert not out.isnan().any() and (out.double() - reference).abs().max() < 1e-3\n"
              "print('README OK', config)\n")
     env = {**os.environ, "PYTHONPATH": str(tmp_path / "exports"), "TRITON_EXPORT_GPU": "NVIDIA H200",
            "TRITON_INTERPRET": "0" if torch.cuda.is_available() else "1"}
-    result = subprocess.run([sys.executable, "-c", harness + code + check], capture_output=True, text=True,
+    result = subprocess.run([sys.executable, "-c", code + check], capture_output=True, text=True,
                             cwd=tmp_path, env=env, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "README OK" in result.stdout

@@ -42,6 +42,20 @@ def test_lists_expand_and_duplicates_collapse():
     assert len({t.key for t in trials}) == len(trials)
 
 
+def test_the_interpreter_leaves_the_torch_compile_baseline_out_unless_named(capsys):
+    """On the interpreter, torch.compile's timings (inductor's CPU code) say nothing and its compile takes
+    most of a small sweep: kernel.baselines=null leaves it out, in one line naming how to have it."""
+    spec = load_spec("softmax", None)
+    providers = lambda trials: [t.provider for t in trials if t.provider != "triton"]
+    assert providers(plan_trials(spec, SOFTMAX, "interpret")) == ["eager", "torch"]
+    assert capsys.readouterr().out == (
+        "kernel.baselines: compile (torch.compile) left out on the interpreter, where its timings mean "
+        "nothing; kernel.baselines=[eager,torch,compile] times it\n")
+    named = plan_trials(spec, {**SOFTMAX, "baselines": ["torch", "compile"]}, "interpret")
+    assert providers(named) == ["torch", "compile"] and capsys.readouterr().out == ""
+    assert providers(plan_trials(spec, SOFTMAX, "cuda")) == ["eager", "torch", "compile"]
+
+
 def test_a_shape_of_a_2d_kernel_may_be_given_alone():
     spec = load_spec("softmax", None)
     one = plan_trials(spec, {**SOFTMAX, "shapes": [4, 1000]}, "cuda")  # one job of -m kernel.shapes=...

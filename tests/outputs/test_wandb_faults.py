@@ -311,9 +311,10 @@ def test_an_unreachable_server_sends_the_runs_offline(tmp_path, without_wandb, s
     assert warnings[0].endswith("not affected")
     rows, disabled_s = without_wandb
     frame = sweep_rows(tmp_path, "unreachable")
-    assert len(frame) == len(rows) == 8 and set(frame["status"]) == set(rows["status"]) == {"ok"}
+    # 6 configs and the torch baseline (on the interpreter, kernel.baselines=null leaves torch.compile out)
+    assert len(frame) == len(rows) == 7 and set(frame["status"]) == set(rows["status"]) == {"ok"}
     assert len(pd.read_parquet(tmp_path / "run" / "results.parquet")) == len(frame)
-    trial_runs = len(frame) if runs == "auto" else 0  # auto: 8 trials, at most logger.auto_trials
+    trial_runs = len(frame) if runs == "auto" else 0  # auto: 7 trials, at most logger.auto_trials
     if trial_runs:
         assert f"{trial_runs} of {trial_runs} trial runs and the sweep's run are written" in warnings[0]
     assert len(list((tmp_path / "wandb").glob("offline-run-*"))) == trial_runs + 1
