@@ -1,17 +1,15 @@
 """Re-validate an export on this machine and re-tune only what got slower:
 
-    python -m triton_sweep.revalidate outputs/exports/softmax_configs.json [--check] [--spec pkg.mod:SPEC]
+    triton-sweep-revalidate outputs/exports/softmax_configs.json [--check] [--spec pkg.mod:SPEC]
 
 1. The export's section for this GPU and the running Triton (else the nearest measured version) is read.
-2. Each config it ships is re-timed where it was recorded, with each shape's winner and the baselines
-   beside it, in repetitions and round-robin as the recorded figures were taken.
+2. Each config it ships is re-timed where it was recorded, with the shape's winner and the baselines, in
+   repetitions and round-robin as the recorded figures were taken.
 3. Per shape, compare's rule judges new against recorded: SAME, FAST, SLOW, or broken (no longer passes).
 4. Shapes that broke, or that lose more than the export's tolerance and are SLOW (or unjudgeable), are
    re-screened over the kernel's default space; the section is rewritten from those rows (`--check`: no).
-Exit 0 when every shape is SAME or FAST; 1 when one was SLOW beyond the tolerance or broke; 2 on bad
-input, and where another process ran kernels on the GPU meanwhile (`gpu_shared`), judging nothing.
-`--backend interpret` re-validates the interpreter's section of an export (triton-sweep-export
---interpreter) in the Triton interpreter, to try the flow on a CPU."""
+Exit 0 when every shape is SAME or FAST; 1 when one was SLOW beyond the tolerance or broke; 2 on bad input
+and where another process ran kernels on the GPU meanwhile. `--backend interpret`: the interpreter's own."""
 from __future__ import annotations
 
 import argparse

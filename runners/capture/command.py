@@ -3,14 +3,12 @@
 command's) with a hook on its Triton launches (runners/capture/launch_hook/triton_launch_hook.py).
 
 Then it maps each launch to a kernel spec (the built-in kernels by their @triton.jit functions, another
-package's by `--spec`; a launch no spec maps is listed with the reason, never dropped), writes a sweep
+package's by `--spec`; a launch no spec maps is listed with the reason, never dropped) and writes a sweep
 file per kernel (`<out>_<kernel>.yaml`: the captured shapes, `--bucket pow2` rounding up the dims that
-vary, their call counts as `kernel.calls`, the dtypes, and where the kernel's default space has no config
-for some of them, its BLOCK meta-parameters widened down as kernel.space) and `<out>_launches.json`; with
-`--replay` also a sweep file per function no spec maps (runners/capture/replay.py). It prints the workload
-(calls and, on a GPU, the share of kernel time per kernel, shape and dtype) and the hook's own time. The
-program runs in a session of its own: a signal sent to the capture goes on to its process group, and a
-stopped capture writes nothing."""
+vary, their call counts, the dtypes, the BLOCKs widened down where no default config fits a shape) and
+`<out>_launches.json`; `--replay` one per function no spec maps (runners/capture/replay.py). It prints
+the workload and the hook's own time. The program runs in a session of its own: a signal sent to the
+capture goes on to its process group, and a stopped capture writes nothing."""
 from __future__ import annotations
 
 import argparse

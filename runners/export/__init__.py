@@ -1,12 +1,10 @@
 """The export of tuned configs: `<kernel>_configs.json` (the data of record) and `<kernel>_configs.py`
 (imports only triton), written at the end of a sweep (runners/outputs/export_files.py) and by
-`python -m triton_sweep.export`. One package, one module a step of the walk from a store to the files:
+`triton-sweep-export`. One package, one module a step of the walk from a store to the files:
 - settings.py: every setting resolved and checked (key, tolerance, dims, the kernel's constraints, calls);
-- rows.py: what is exported (ok GPU rows of the kernel, the interpreter's when asked, newest environment,
-  newest row a trial);
+- rows.py: what is exported (ok GPU rows of the kernel, the interpreter's when asked, newest environment);
 - cover.py: the covering set and its alternates per (GPU, dtype), and the winners;
-- generalization.py: the leave-one-out estimate of how the export holds between its measured shapes,
-  printed in one line a (GPU, dtype) and stored as "leave_one_out";
+- generalization.py: the leave-one-out estimate of how the export holds between its measured shapes;
 - fileformat.py: the JSON (format 3: gpus -> Triton version -> section), read, merged and written;
 - render.py: the generated module, its data as literals then the lookup code verbatim;
 - runtime.py, then lookup.py: the lookup code every generated module carries (the prune, config_for).

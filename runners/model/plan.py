@@ -37,14 +37,8 @@ def stop_rules(cfg: DictConfig):
     return tuple(made)
 
 
-def check_early(cfg: DictConfig) -> None:
-    """The checks that need neither torch nor the kernel's module: the stopping rules, the compile and
-    search settings and, for a built-in kernel, its shapes, dtypes, space and baselines against what its
-    module's literals declare (kernels/__init__.py: outline). The job runs them before it starts anything,
-    so that a refusal comes in about a second; validate() repeats them with the spec itself."""
-    from triton_sweep.kernels import builtin, outline
-    from triton_sweep.model.space import plan_trials
-
+def check_settings(cfg: DictConfig) -> None:
+    """The settings every job checks before it plans: stopping rules, compile, search and logger."""
     stop_rules(cfg)
     if cfg.compile.timeout_s <= 0 or (cfg.compile.workers is not None and cfg.compile.workers < 0):
         raise ConfigError("compile: workers must be >= 0 (or null: one per CPU core) and timeout_s > 0")
@@ -52,6 +46,17 @@ def check_early(cfg: DictConfig) -> None:
         raise ConfigError(f"search.budget_s: {cfg.search.budget_s} must be > 0 (or null: no limit)")
     if cfg.logger.auto_trials < 0:
         raise ConfigError(f"logger.auto_trials: {cfg.logger.auto_trials} must be >= 0")
+
+
+def check_early(cfg: DictConfig) -> None:
+    """The checks that need neither torch nor the kernel's module: the settings and, for a built-in
+    kernel, its shapes, dtypes, space and baselines against what its module's literals declare
+    (kernels/__init__.py: outline). The sweep runs them before it starts anything, so that a refusal
+    comes in about a second; validate() checks the same with the spec itself."""
+    from triton_sweep.kernels import builtin, outline
+    from triton_sweep.model.space import plan_trials
+
+    check_settings(cfg)
     spec = outline(cfg.kernel.name) if cfg.kernel.spec is None and cfg.kernel.name in builtin() else None
     if spec is not None:
         kernel = OmegaConf.to_container(cfg.kernel, resolve=True)
@@ -96,7 +101,7 @@ def validate(cfg: DictConfig, trials: Optional[list] = None) -> Plan:
     from triton_sweep.model.spec_sources import load_spec
     from triton_sweep.model.space import plan_trials
 
-    check_early(cfg)
+    check_settings(cfg)
     if cfg.backend == "interpret":
         os.environ["TRITON_INTERPRET"] = "1"  # before any kernel module is imported
     spec = load_spec(cfg.kernel.name, cfg.kernel.spec)
