@@ -1,5 +1,6 @@
 """CPU tests run kernels through the Triton interpreter; GPU tests are marked `gpu` and skipped
 without CUDA."""
+import hashlib
 import os
 import random
 import sqlite3
@@ -29,12 +30,26 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip_gpu)
 
 
+def tests_import_root() -> Path:
+    """A folder holding only a link to tests/: on the import path, the tests' kernels import by their path
+    (tests.fixtures.*) while the tool imports as installed, never from the checkout's root (its
+    hydra_plugins/ there once hid what an editable install's user met)."""
+    checkout = hashlib.sha1(str(REPO).encode()).hexdigest()[:10]
+    root = Path(tempfile.gettempdir()) / f"triton-sweep-tests-{os.getuid()}-{checkout}"
+    root.mkdir(exist_ok=True)
+    try:
+        (root / "tests").symlink_to(REPO / "tests", target_is_directory=True)
+    except FileExistsError:
+        pass
+    return root
+
+
 def user_env(**extra: str) -> dict:
     """The environment of a user's shell for a command the tests start: this one's, less what the
     developers' machines set and users' shells do not (PYTHONUNBUFFERED, PYTHONDONTWRITEBYTECODE), with the
-    checkout on the import path (a user's kernels by import path: tests.*) and W&B quiet."""
+    tests on the import path (a user's kernels by import path: tests.*) and W&B quiet."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE")}
-    python_path = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    python_path = os.pathsep.join(filter(None, [str(tests_import_root()), env.get("PYTHONPATH")]))
     return {**env, "WANDB_SILENT": "true", "PYTHONPATH": python_path, **extra}
 
 

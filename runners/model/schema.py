@@ -213,8 +213,19 @@ KERNEL_CONF = CONF_DIR / "kernel"
 
 def register_configs() -> None:
     """The schema, and `kernel=<name>` for every built-in kernel without a conf/kernel/<name>.yaml: its
-    shapes and dtypes are then its KernelSpec's defaults (a YAML, where there is one, sets others)."""
+    shapes and dtypes are then its KernelSpec's defaults (a YAML, where there is one, sets others). And
+    the user's sweeps/ and conf/ (hydra_plugins/triton_sweep_home), where Hydra's scan of hydra_plugins
+    missed them: it lists folders only, not an editable install's import hook."""
+    from hydra.core.plugins import Plugins
+    from hydra.plugins.search_path_plugin import SearchPathPlugin
+    from hydra_plugins.triton_sweep_home import SweepFolder, UserRepository
+
     from triton_sweep.kernels import builtin, dim_names, space_names  # read from kernels/*.py, none imported
+
+    plugins = Plugins.instance()
+    if not any(c.__module__ == UserRepository.__module__ for c in plugins.discover(SearchPathPlugin)):
+        plugins.register(SweepFolder)
+        plugins.register(UserRepository)
 
     store = ConfigStore.instance()
     store.store(name="sweep_schema", node=SweepConf)

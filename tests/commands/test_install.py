@@ -1,8 +1,9 @@
 """The tool installed the way users install it: a wheel built from a copy of the checkout, installed
 into a folder of its own (ahead of everything on the import path, the checkout not on it), its console
-scripts run from an empty directory — a built-in kernel's sweep, a sweep file of that directory's
-sweeps/ sweeping a kernel of that directory by import path, an export of a GPU store and a compare —
-each from the installed copy; and the user's own config group (conf/kernel/) found there."""
+scripts run from a user's repository with packages of its own named kernels, runners, conf and tests:
+a built-in kernel's sweep, a sweep file of that directory's sweeps/ sweeping its kernels.mine by import
+path, an export of a GPU store and a compare, each from the installed copy; and the user's own config group
+(conf/kernel/) found there."""
 import shutil
 import subprocess
 import sys
@@ -23,7 +24,7 @@ def _left_out(folder, names):
     top = Path(folder) == REPO
     return [n for n in names if (top and n in TOP_LEFT_OUT) or n == "__pycache__" or n.endswith(".egg-info")]
 # The user's own config group option (conf/kernel/), and a sweep file of theirs (sweeps/) that picks it.
-MY_KERNEL = "name: external\nspec: mykernels:SPEC\nshapes: [[33, 70]]\ndtypes: [float32]\n"
+MY_KERNEL = "name: external\nspec: kernels.mine:SPEC\nshapes: [[33, 70]]\ndtypes: [float32]\n"
 MY_SWEEP = """\
 # @package _global_
 defaults:
@@ -83,13 +84,17 @@ def test_console_scripts_give_help_and_version(installed):
 def test_sweeps_exports_and_compares_from_the_user_s_own_directory(installed):
     target, _, home, run = installed
     common = ["backend=interpret", "logger.mode=disabled", "output=[parquet,table]", *FAST_TIMING]
+    # The user's repository has packages of the names the tool's folders have; their kernel is kernels.mine.
+    for package in ("kernels", "runners", "conf", "tests"):
+        (home / package).mkdir()
+        (home / package / "__init__.py").write_text("builtin = None  # not the tool's\n")
     out = run("triton-sweep", *common, "kernel=vector_add", "kernel.shapes=[[1000]]",
               "kernel.space.BLOCK_SIZE=[256]", "kernel.space.num_warps=[2]", "sweep_id=builtin")
     assert "sweep builtin: vector_add" in out
-    (home / "mykernels.py").write_text((REPO / "tests" / "fixtures" / "external_kernel.py").read_text())
+    shutil.copy(REPO / "tests" / "fixtures" / "external_kernel.py", home / "kernels" / "mine.py")
     (home / "sweeps").mkdir()
     (home / "sweeps" / "mine.yaml").write_text(MY_SWEEP)
-    (home / "conf" / "kernel").mkdir(parents=True)
+    (home / "conf" / "kernel").mkdir()
     (home / "conf" / "kernel" / "mykernel.yaml").write_text(MY_KERNEL)
     out = run("triton-sweep", *common, "+sweep=mine", "sweep_id=mine")
     assert f"+sweep=mine: {home / 'sweeps' / 'mine.yaml'}" in out and "sweep mine: scale_rows" in out

@@ -168,7 +168,7 @@ def test_results_and_the_finish_breakdown_do_not_depend_on_the_plots(tmp_path, m
     fake = tmp_path / "fake" / "matplotlib"
     fake.mkdir(parents=True)
     (fake / "__init__.py").write_text(FAKE_MATPLOTLIB)
-    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "fake"))  # run_sweep puts the repository before it
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "fake"))  # run_sweep puts the tests before it
     result = run_sweep(tmp_path, "kernel=vector_add", "kernel.shapes=[1000]",
                        "kernel.space.BLOCK_SIZE=[256,512]", "kernel.space.num_warps=[1]",
                        "kernel.baselines=[torch]", "sweep_id=noplots", "verbose=true", check=False,

@@ -49,7 +49,7 @@ def _fake_wandb(tmp_path, source: str, monkeypatch) -> None:
     package = tmp_path / "fake" / "wandb"
     package.mkdir(parents=True)
     (package / "__init__.py").write_text(source)
-    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "fake"))  # run_sweep puts the repository before it
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "fake"))  # run_sweep puts the tests before it
 
 
 def _assert_results_untouched(tmp_path, result, *causes: str) -> None:
