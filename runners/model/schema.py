@@ -214,8 +214,8 @@ KERNEL_CONF = CONF_DIR / "kernel"
 def register_configs() -> None:
     """The schema, and `kernel=<name>` for every built-in kernel without a conf/kernel/<name>.yaml: its
     shapes and dtypes are then its KernelSpec's defaults (a YAML, where there is one, sets others). And
-    the user's sweeps/ and conf/ (hydra_plugins/triton_sweep_home), where Hydra's scan of hydra_plugins
-    missed them: it lists folders only, not an editable install's import hook."""
+    the tool's Hydra plugins (hydra_plugins/: the user's sweeps/ and conf/, the launchers), where Hydra's
+    scan of hydra_plugins missed them: it lists folders, not an editable install's import hook."""
     from hydra.core.plugins import Plugins
     from hydra.plugins.search_path_plugin import SearchPathPlugin
     from hydra_plugins.triton_sweep_home import SweepFolder, UserRepository
@@ -224,9 +224,10 @@ def register_configs() -> None:
 
     plugins = Plugins.instance()
     if not any(c.__module__ == UserRepository.__module__ for c in plugins.discover(SearchPathPlugin)):
-        plugins.register(SweepFolder)
-        plugins.register(UserRepository)
+        from hydra_plugins.triton_sweep_launcher.launchers import LocalLauncher, SlurmLauncher
 
+        for plugin in (SweepFolder, UserRepository, LocalLauncher, SlurmLauncher):
+            plugins.register(plugin)
     store = ConfigStore.instance()
     store.store(name="sweep_schema", node=SweepConf)
     for name in builtin():
