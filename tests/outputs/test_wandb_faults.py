@@ -290,8 +290,7 @@ def server(request):
         connection.close()
 
 
-@pytest.mark.parametrize("server, runs", [("refused", "auto"), ("silent", "auto"), ("silent", "sweep")],
-                         indirect=["server"])
+@pytest.mark.parametrize("server, runs", [("refused", "sweep"), ("silent", "auto")], indirect=["server"])
 def test_an_unreachable_server_sends_the_runs_offline(tmp_path, without_wandb, server, runs, request):
     """logger.mode=online, the server out of reach: the sweep's results as without W&B, every run (a run
     per trial and the sweep's, or the sweep's alone) written offline after one bounded wait (wandb's
