@@ -236,7 +236,7 @@ def revalidate(args, data: dict, gpu: str, version: str, section: dict, how: str
     except (ConfigError, StoreError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    print(f"re-timed {len(trials)} trials in {time.perf_counter() - began:.1f} s ({gpu_s:.1f} s of GPU time)")
+    print(f"re-timed {len(trials)} trials in {time.perf_counter() - began:.1f} s ({_device_time(gpu_s, args)})")
     result = matching.compare(base, new, between_runs.Rule(), gate_all=True)
     if result["shared"]["NEW"]:  # a shape judged SLOW there may be the other process's work, and re-tuned
         print(f"error: {result['shared']['NEW']} re-timed rows were measured while another process ran "
@@ -265,6 +265,10 @@ def revalidate(args, data: dict, gpu: str, version: str, section: dict, how: str
     return 1 if stale else 0
 
 
+def _device_time(seconds: float, args) -> str:
+    return f"{seconds:.1f} s of {'interpreter' if args.backend == 'interpret' else 'GPU'} time"
+
+
 def _rescreen(args, kernel: str, stale: list[dict], new: pd.DataFrame, rows: pd.DataFrame):
     """The kernel's default space at the stale shapes; the rows the new section is made from: these at
     the stale shapes, the re-timed ones elsewhere."""
@@ -284,7 +288,7 @@ def _rescreen(args, kernel: str, stale: list[dict], new: pd.DataFrame, rows: pd.
             print(f"error: {error}", file=sys.stderr)
             return None
         print(f"re-screened {len(shapes)} {dtype} shape(s) in {time.perf_counter() - began:.1f} s "
-              f"({gpu_s:.1f} s of GPU time)")
+              f"({_device_time(gpu_s, args)})")
         frames.append(screened)
     stale_keys = {(s["dtype"], s["shape"]) for s in stale}
     kept = rows[[(d, sh) not in stale_keys for d, sh in zip(rows["dtype"], rows["shape"])]]
