@@ -236,7 +236,8 @@ def revalidate(args, data: dict, gpu: str, version: str, section: dict, how: str
     except (ConfigError, StoreError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    print(f"re-timed {len(trials)} trials in {time.perf_counter() - began:.1f} s ({_device_time(gpu_s, args)})")
+    print(f"re-timed {len(trials)} trials in {time.perf_counter() - began:.1f} s "
+          f"({_device_time(gpu_s, args)})")
     result = matching.compare(base, new, between_runs.Rule(), gate_all=True)
     if result["shared"]["NEW"]:  # a shape judged SLOW there may be the other process's work, and re-tuned
         print(f"error: {result['shared']['NEW']} re-timed rows were measured while another process ran "
