@@ -1,7 +1,8 @@
 """The console scripts (pyproject.toml's project.scripts): each runs the entry of its `python -m
 triton_sweep.<name>` form, with the working directory first on the import path as `python -m` puts it there,
-so that a kernel of the user's repository is found by its import path (kernel.spec=mykernels:SPEC); the
-commands that start workers start their home server first, as their `python -m` form does."""
+so that a kernel of the user's repository is found by its import path (kernel.spec=mykernels:SPEC);
+revalidate starts its home server first, as its `python -m` form does (the sweep once its input is
+checked)."""
 from __future__ import annotations
 
 import functools
@@ -28,7 +29,7 @@ def _run(name: str, home: bool = False):
         sys.exit(130)
 
 
-sweep = functools.partial(_run, "sweep", home=True)
+sweep = functools.partial(_run, "sweep")
 export = functools.partial(_run, "export")
 compare = functools.partial(_run, "compare")
 capture = functools.partial(_run, "capture")

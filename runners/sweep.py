@@ -5,9 +5,8 @@ conf/: hydra_plugins/triton_sweep_home), runs one job (runners/engine/job.py) in
 write with the outputs the config selects (runners/outputs/), and reports a bad input, a YAML
 error, an unread `+` field or a damaged store in one line naming it (exit 2). At a multirun's end
 SweepEndCallback merges the jobs' own stores into the store of record (runners/merge.py) and writes the
-outputs once for all of them. It first forks the home server its workers are forked from
-(runners/engine/fork_server.py), which imports torch and Triton while Hydra composes the config; so only
-light modules are imported at the top here."""
+outputs once for all of them. Once the input is checked, the command imports torch and Triton and forks
+the home server its workers are forked from (runners/engine/fork_server.py), with them imported once."""
 from __future__ import annotations
 
 import contextlib
@@ -20,11 +19,6 @@ import sys
 import traceback
 from pathlib import Path
 from typing import Optional
-
-if __name__ == "__main__":  # first: the home server imports torch and Triton while this process goes on
-    from triton_sweep.engine.fork_server import start_home_server
-
-    start_home_server(("torch", "triton", "scipy.stats"))
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -173,6 +167,9 @@ def run_job(cfg: DictConfig, sweep_id: str, output_dir: Path, finish: bool) -> d
         from triton_sweep.store.reader import StoreReader
 
         return dry_run(cfg, sweep_id, StoreReader, outputs.check)
+    from triton_sweep.engine.fork_server import start_wanted_home_server
+
+    start_wanted_home_server()
     job = Job(cfg, sweep_id, output_dir, store_path, prior, ResultStore, outputs, before_job_s)
     return job.run(finish)
 
@@ -353,9 +350,12 @@ def cli() -> None:
 
     from triton_sweep.model.schema import register_configs
 
+    from triton_sweep.engine.fork_server import want_home_server
+
     if sys.argv[1:] == ["--version"]:
         print(f"{version()} (Hydra {hydra.__version__})")
         return
+    want_home_server(("torch", "triton", "scipy.stats"))  # the command's; a launcher's job process has none
     check_nesting(sys.argv[1:])
     check_yaml_files(sys.argv[1:])
     register_configs()

@@ -125,14 +125,36 @@ class ForkServer(WorkerProcess):
         super().stop()
         self._gone = True
 
+
+_wanted: tuple[str, ...] = ()  # the preload of the home server this command wants (want_home_server)
+
+
+def want_home_server(preload: tuple[str, ...]) -> None:
+    """Called by a command's entry (not by a launcher's job process, which imports this module afresh).
+    With cores to spare, the home server starts now and imports `preload` while the command goes on; on
+    2 cores or fewer, once the command has checked its input (start_wanted_home_server), from this
+    process with `preload` imported here first: imported once, not twice at once (1.5-2 s of CPU)."""
+    global _wanted
+    _wanted = tuple(preload)
+    if (os.cpu_count() or 1) > 2:
+        start_home_server(_wanted)
+
+
+def start_wanted_home_server() -> None:
+    """The home server this command wants, where it has not started yet (want_home_server)."""
+    if _wanted and process.home_server() is None:
+        import_ahead(_wanted)
+        start_home_server(_wanted)
+
+
 def start_home_server(preload: tuple[str, ...]) -> None:
-    """Fork this command's home server, which imports `preload` (torch and Triton) while the command
-    composes its config: every worker the command starts later (not the compile pool's, forked from a
-    fork server of their own; those that need Triton in the other mode of TRITON_INTERPRET than this
-    environment's) is forked from it with those imported, instead of spawned into an interpreter that
-    imports them again (seconds: BENCHMARKS.md, O6).
-    Called first, while this process holds no CUDA and runs one thread; the server never touches CUDA,
-    and ends with this process (its pipe ends)."""
+    """Fork this command's home server, which imports `preload` (torch and Triton, unless this process
+    has: want_home_server): every worker the command starts later (not the compile pool's,
+    forked from a fork server of their own; those that need Triton in the other mode of TRITON_INTERPRET
+    than this environment's) is forked from it with those imported, instead of spawned into an
+    interpreter that imports them again (seconds: BENCHMARKS.md, O6).
+    Called while this process holds no CUDA and runs one thread; the server never touches CUDA, and ends
+    with this process (its pipe ends)."""
     if process.home_server() is not None:  # one a command
         return
     # how it imports Triton (the values Triton takes for true)
