@@ -34,6 +34,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from triton_sweep import version
 from triton_sweep.engine.hydra_jobs import runs_jobs_apart
+from triton_sweep.model.files import write_atomic
 from triton_sweep.model.schema import CONF_DIR
 
 NESTING_LIMIT = 32  # levels of lists and mappings in an override or a config file; Hydra recurses per level
@@ -310,7 +311,7 @@ def main(cfg: DictConfig) -> Optional[dict]:
                        else f"{type(error).__name__}: {error}")
     # The other jobs go on; the end-of-sweep callback still writes the sweep's results, reports this
     # job and exits 1.
-    (output_dir / "summary.json").write_text(json.dumps({"sweep_id": sweep_id, "error": failure}))
+    write_atomic(output_dir / "summary.json", json.dumps({"sweep_id": sweep_id, "error": failure}))
     return None
 
 

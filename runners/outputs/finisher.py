@@ -10,13 +10,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+from triton_sweep.model.files import write_atomic
 from triton_sweep.outputs.output import Finished, made, target
 
 
 def start(done: Finished, outputs: list) -> int:
     """Start the process that writes `outputs` for the sweep `done` describes; returns its pid."""
     spec = done.output_dir / "finish.json"
-    spec.write_text(json.dumps({
+    write_atomic(spec, json.dumps({
         "store": done.store, "sweep_id": done.sweep_id, "out_dir": str(done.output_dir),
         "files": {name: [str(p) for p in paths] for name, paths in done.files.items()},
         "outputs": [{"name": o.name, "target": target(o), "settings": o.settings, "handover": o.handover()}
