@@ -239,8 +239,13 @@ class SweepEndCallback(Callback):
 @contextlib.contextmanager
 def logged(path: Path):
     """What this process prints while in the block also goes to `path` (the job's log, Hydra's
-    job_logging file: sweep.log), so that the file holds what the terminal showed; yields the file."""
-    with open(path, "a", buffering=1) as log:
+    job_logging file: sweep.log), so that the file holds what the terminal showed; yields the file. A link
+    at `path` is refused (exit 2), never written through."""
+    if path.is_symlink():
+        print(f"error: {path} is a link: the sweep's log is never written through one", file=sys.stderr)
+        sys.exit(2)
+    no_follow = lambda name, flags: os.open(name, flags | os.O_NOFOLLOW, 0o666)  # noqa: E731
+    with open(path, "a", buffering=1, opener=no_follow) as log:
         class Copy:  # sys.stdout, each write copied to the log
             def write(self, text: str) -> int:
                 log.write(text)
