@@ -6,6 +6,7 @@ finish.log in the sweep's run directory."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -22,7 +23,10 @@ def start(done: Finished, outputs: list) -> int:
         "files": {name: [str(p) for p in paths] for name, paths in done.files.items()},
         "outputs": [{"name": o.name, "target": target(o), "settings": o.settings, "handover": o.handover()}
                     for o in outputs]}))
-    with open(done.output_dir / "finish.log", "ab") as log:
+    log_path = done.output_dir / "finish.log"
+    if log_path.is_symlink():  # a link planted there is replaced, never written through
+        log_path.unlink()
+    with open(log_path, "ab", opener=lambda name, flags: os.open(name, flags | os.O_NOFOLLOW, 0o666)) as log:
         process = subprocess.Popen([sys.executable, "-m", "triton_sweep.outputs.finisher", str(spec)],
                                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                    start_new_session=True)  # out of reach of a Ctrl-C meant for the sweep
