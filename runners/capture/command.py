@@ -107,7 +107,7 @@ def report(args, command: list[str], specs: dict, spec_paths: dict, functions: d
         path = Path(f"{out}_{kernel}.yaml")
         space, left = widened_space(specs[kernel], entries)
         write_atomic(path, sweep_file(specs[kernel], spec_paths.get(kernel), entries, command, args.bucket,
-                                   path.stem, space=space))
+                                      path.stem, space=space))
         print(f"sweep file: {path} ({len(entries)} shape(s) x dtype(s))")
         if space:
             widened = ", ".join(f"{name} from {values[0]}" for name, values in space.items())
