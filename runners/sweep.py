@@ -28,6 +28,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from triton_sweep import version
 from triton_sweep.engine.hydra_jobs import runs_jobs_apart
+from triton_sweep.model.files import write_atomic
 from triton_sweep.model.schema import CONF_DIR
 
 NESTING_LIMIT = 32  # levels of lists and mappings in an override or a config file; Hydra recurses per level
@@ -235,8 +236,13 @@ class SweepEndCallback(Callback):
 @contextlib.contextmanager
 def logged(path: Path):
     """What this process prints while in the block also goes to `path` (the job's log, Hydra's
-    job_logging file: sweep.log), so that the file holds what the terminal showed; yields the file."""
-    with open(path, "a", buffering=1) as log:
+    job_logging file: sweep.log), so that the file holds what the terminal showed; yields the file. A link
+    at `path` is refused (exit 2), never written through."""
+    if path.is_symlink():
+        print(f"error: {path} is a link: the sweep's log is never written through one", file=sys.stderr)
+        sys.exit(2)
+    no_follow = lambda name, flags: os.open(name, flags | os.O_NOFOLLOW, 0o666)  # noqa: E731
+    with open(path, "a", buffering=1, opener=no_follow) as log:
         class Copy:  # sys.stdout, each write copied to the log
             def write(self, text: str) -> int:
                 log.write(text)
@@ -307,7 +313,7 @@ def main(cfg: DictConfig) -> Optional[dict]:
                        else f"{type(error).__name__}: {error}")
     # The other jobs go on; the end-of-sweep callback still writes the sweep's results, reports this
     # job and exits 1.
-    (output_dir / "summary.json").write_text(json.dumps({"sweep_id": sweep_id, "error": failure}))
+    write_atomic(output_dir / "summary.json", json.dumps({"sweep_id": sweep_id, "error": failure}))
     return None
 
 

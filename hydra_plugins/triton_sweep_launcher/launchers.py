@@ -12,7 +12,6 @@ Hydra imports this module at every start: it imports nothing heavy (triton_sweep
 helpers)."""
 from __future__ import annotations
 
-import json
 import logging
 import os
 import sys
@@ -25,7 +24,8 @@ from hydra_plugins.hydra_submitit_launcher import submitit_launcher
 from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
 from omegaconf import DictConfig, open_dict
 
-from triton_sweep.engine.hydra_jobs import GPU_LOCKS, LauncherConfigError, check_params, host_gpus, take_gpus
+from triton_sweep.engine.hydra_jobs import (GPU_LOCKS, LauncherConfigError, check_params, host_gpus,
+                                            take_gpus, write_failed_summary)
 
 log = logging.getLogger(__name__)
 
@@ -91,8 +91,7 @@ class _WaitsForEveryJob:
         message = (f"the job died before it finished ({type(error).__name__}: {first_lines}); "
                    f"its output: {job.paths.stdout} and {job.paths.stderr}")
         job_dir = self._job_dir(number, overrides, job.job_id)
-        job_dir.mkdir(parents=True, exist_ok=True)
-        (job_dir / "summary.json").write_text(json.dumps({"job": number, "error": message}))
+        write_failed_summary(job_dir, number, message)
         print(f"error: job #{number} ({' '.join(filter_overrides(overrides))}): {message}", file=sys.stderr)
         return JobReturn(overrides=overrides, status=JobStatus.COMPLETED, _return_value=None)
 

@@ -23,6 +23,7 @@ from triton_sweep.capture.launches import VARYING, bucketed, map_launches, unrun
 from triton_sweep.capture.program import read_launches, run_program
 from triton_sweep.capture.sweep_files import replay_file, sweep_file
 from triton_sweep.capture.workload import kernel_seconds, workload_table
+from triton_sweep.model.files import write_atomic
 
 
 def load_specs(spec_paths: list[str]) -> tuple[dict, dict]:
@@ -83,7 +84,7 @@ def report(args, command: list[str], specs: dict, spec_paths: dict, functions: d
     launches = sum(l["calls"] for f in functions.values() for l in f.values())
     print(f"captured {launches} Triton launches of {len(functions)} function(s) in {wall_s:.1f} s; the hook "
           f"took {hook_seconds:.3f} s of it ({100 * hook_seconds / max(wall_s, 1e-9):.2f}%)")
-    Path(f"{out}_launches.json").write_text(json.dumps(
+    write_atomic(f"{out}_launches.json", json.dumps(
         {"command": command, "wall_s": wall_s, "hook_seconds": hook_seconds, "functions": functions},
         indent=1))
     mapped, unmapped = map_launches(functions, list(specs.values()))
@@ -105,8 +106,8 @@ def report(args, command: list[str], specs: dict, spec_paths: dict, functions: d
     for kernel, entries in sorted(mapped.items()):
         path = Path(f"{out}_{kernel}.yaml")
         space, left = widened_space(specs[kernel], entries)
-        path.write_text(sweep_file(specs[kernel], spec_paths.get(kernel), entries, command, args.bucket,
-                                   path.stem, space=space))
+        write_atomic(path, sweep_file(specs[kernel], spec_paths.get(kernel), entries, command, args.bucket,
+                                      path.stem, space=space))
         print(f"sweep file: {path} ({len(entries)} shape(s) x dtype(s))")
         if space:
             widened = ", ".join(f"{name} from {values[0]}" for name, values in space.items())

@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 from typing import Optional
 
+from triton_sweep.model.files import write_atomic
+
 
 def sweep_file(spec, spec_path: Optional[str], entries: dict, command: list[str], bucket: Optional[str],
                name: str, notes: tuple = (), space: Optional[dict] = None) -> str:
@@ -64,7 +66,7 @@ def replay_file(out: Path, function: str, command: list[str]) -> Optional[Path]:
              "against the program's own config (runners/capture/replay.py).",
              "TFLOPS: append ;flops=<expression of the dims> to kernel.spec.")
     entries = {key: {"calls": count} for key, count in calls.items()}
-    path.write_text(sweep_file(spec, PREFIX + target, entries, command, None, name, notes))
+    write_atomic(path, sweep_file(spec, PREFIX + target, entries, command, None, name, notes))
     print(f"replay: {function}: sweep file {path} ({len(calls)} shape(s) x dtype(s))")
     for why in sorted({why for why, _ in replay.left_out}):
         calls_left = sum(c for w, c in replay.left_out if w == why)

@@ -13,12 +13,15 @@ what is here). Nothing heavy is imported: Hydra imports the plugin module at eve
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import re
 import time
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
+
+from triton_sweep.model.files import write_atomic
 
 BASIC_LAUNCHER = "hydra._internal.core_plugins.basic_launcher.BasicLauncher"
 GPU_LOCKS = ".gpu_locks"  # in the sweep directory: one lock file per GPU of the host
@@ -30,6 +33,12 @@ def runs_jobs_apart(hydra_conf: DictConfig) -> bool:
     """Whether the multirun's launcher runs its jobs in processes of their own, perhaps on other
     machines: every launcher but Hydra's basic one, which runs them one after another in this process."""
     return OmegaConf.select(hydra_conf, "launcher._target_", default=BASIC_LAUNCHER) != BASIC_LAUNCHER
+
+
+def write_failed_summary(job_dir: Path, number: int, message: str) -> None:
+    """The summary.json of job `number` that failed with `message` (the launcher's, for a job that died)."""
+    job_dir.mkdir(parents=True, exist_ok=True)
+    write_atomic(job_dir / "summary.json", json.dumps({"job": number, "error": message}))
 
 
 class LauncherConfigError(ValueError):

@@ -7,6 +7,7 @@ import json
 import time
 from typing import Optional
 
+from triton_sweep.model.files import write_atomic
 from triton_sweep.model.trial import TRITON_PROVIDER, counted
 
 
@@ -134,5 +135,5 @@ def report(job, summary: dict) -> dict:
         print(f"finish {where}"
               + (f"; before the job {job.before_job_s:.1f} s (Python, imports, Hydra's composition)"
                  if job.before_job_s is not None else ""))
-    (job.output_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    write_atomic(job.output_dir / "summary.json", json.dumps(summary, indent=2))
     return summary

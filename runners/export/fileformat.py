@@ -4,7 +4,7 @@ Triton version replaces the one exported before; the other sections are kept fro
 (`--no-merge` / export.merge=false: rewrite from this export alone), so that a repository keeps working
 configs for each version it meets. Files of format 2 (one section a GPU) still load: `upgraded` files each
 section under its Triton version. write_export writes the merged JSON, then the .py generated from
-it (render.py).
+it (render.py), each whole (runners/model/files.py).
 
 An export's JSON may come from someone else (a vendored file, another GPU's section merged in): every file
 read, and every file about to be written, is checked against the format's model below (pydantic, strict:
@@ -22,6 +22,7 @@ from typing import Annotated, Literal, Optional
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 from pydantic import ValidationError, model_validator
 
+from triton_sweep.model.files import write_atomic
 from triton_sweep.model.trial import NUM_WARPS_ALLOWED
 from triton_sweep.export.render import render_module
 from triton_sweep.export.settings import ExportError
@@ -250,7 +251,7 @@ def write_export(kernel: str, new: dict[str, dict], out_dir: str | Path, dims: t
     text = json.dumps(data, indent=1)
     validated(json.loads(text), f"{json_path} as it would be written")  # nothing written otherwise
     out_dir.mkdir(parents=True, exist_ok=True)
-    json_path.write_text(text)
+    write_atomic(json_path, text)
     py_path = out_dir / f"{kernel}_configs.py"
-    py_path.write_text(render_module(json.loads(text), json_path.name))  # from the JSON as written
+    write_atomic(py_path, render_module(json.loads(text), json_path.name))  # from the JSON as written
     return [py_path, json_path]

@@ -6,22 +6,27 @@ finish.log in the sweep's run directory."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
+from triton_sweep.model.files import write_atomic
 from triton_sweep.outputs.output import Finished, made, target
 
 
 def start(done: Finished, outputs: list) -> int:
     """Start the process that writes `outputs` for the sweep `done` describes; returns its pid."""
     spec = done.output_dir / "finish.json"
-    spec.write_text(json.dumps({
+    write_atomic(spec, json.dumps({
         "store": done.store, "sweep_id": done.sweep_id, "out_dir": str(done.output_dir),
         "files": {name: [str(p) for p in paths] for name, paths in done.files.items()},
         "outputs": [{"name": o.name, "target": target(o), "settings": o.settings, "handover": o.handover()}
                     for o in outputs]}))
-    with open(done.output_dir / "finish.log", "ab") as log:
+    log_path = done.output_dir / "finish.log"
+    if log_path.is_symlink():  # a link planted there is replaced, never written through
+        log_path.unlink()
+    with open(log_path, "ab", opener=lambda name, flags: os.open(name, flags | os.O_NOFOLLOW, 0o666)) as log:
         process = subprocess.Popen([sys.executable, "-m", "triton_sweep.outputs.finisher", str(spec)],
                                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                    start_new_session=True)  # out of reach of a Ctrl-C meant for the sweep

@@ -1,10 +1,12 @@
 """results.parquet in the sweep's run directory: every row of the sweep, samples as lists."""
 from __future__ import annotations
 
+import io
 from pathlib import Path
 from typing import Optional
 
 from triton_sweep.model.columns import SAMPLE_COLUMNS
+from triton_sweep.model.files import write_atomic
 from triton_sweep.outputs.output import Finished, Output, shown
 
 
@@ -21,5 +23,6 @@ def write_parquet(frame, path: str | Path) -> Path:
     table = frame.copy()
     for name in SAMPLE_COLUMNS:
         table[name] = [None if s is None else s.tolist() for s in table[name]]
-    table.to_parquet(path, index=False)
-    return path
+    buffer = io.BytesIO()
+    table.to_parquet(buffer, index=False)
+    return write_atomic(path, buffer.getvalue())

@@ -4,7 +4,7 @@ import path, launches of no spec listed, an autotuner's own benchmark launches k
 status passed through; a stop (SIGTERM, Ctrl-C, SIGHUP) ends the program and its child and writes nothing,
 a SIGKILL of the capture ends the program; the sweep file it writes runs, its space widened down where the
 kernel's default one has no config for the captured shapes (every shape of the README's demo has one);
-kernel.calls weighs the export's covering set."""
+kernel.calls weighs the export's covering set; a link at a file it writes is replaced, never followed."""
 import contextlib
 import json
 import os
@@ -46,6 +46,9 @@ def _sweep_calls(path: Path) -> Counter:
 
 
 def test_the_example_program_captured_and_mapped(tmp_path):
+    (tmp_path / "outside").write_text("precious")
+    for name in ("app_softmax.yaml", "app_launches.json"):  # links at its targets: replaced, not followed
+        (tmp_path / name).symlink_to(tmp_path / "outside")
     result = capture(tmp_path, program=[sys.executable, "-m",
                                         "triton_sweep.kernels.examples.transformer_steps", "--small",
                                         "--steps", str(STEPS), "--dtype", "float32"])
@@ -67,6 +70,8 @@ def test_the_example_program_captured_and_mapped(tmp_path):
     assert f"captured {6 * STEPS} Triton launches of 3 function(s)" in result.stdout
     assert "not mapped" not in result.stdout
     launches = json.loads((tmp_path / "app_launches.json").read_text())
+    assert (tmp_path / "outside").read_text() == "precious"
+    assert not any((tmp_path / name).is_symlink() for name in ("app_softmax.yaml", "app_launches.json"))
     assert set(launches["functions"]) == {"triton_sweep.kernels.layernorm._layernorm_kernel",
                                           "triton_sweep.kernels.matmul._matmul_kernel",
                                           "triton_sweep.kernels.softmax._softmax_kernel"}

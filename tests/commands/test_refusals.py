@@ -1,7 +1,7 @@
 """A newcomer's mistakes end in one line naming the field, exit 2, before torch is imported, leaving no run
 folder: Hydra's composition errors, a kernel's fields read from its module's literals, nesting past the
 bound; Ctrl-C ends in one line, exit 130, rows kept; `--help` is the tool's own; sweep.log holds what the
-sweep printed."""
+sweep printed, and a link planted at it is refused (at summary.json or results.parquet: replaced)."""
 import os
 import signal
 import sqlite3
@@ -89,9 +89,27 @@ def test_ctrl_c_is_one_line_exit_130_and_keeps_the_rows(tmp_path):
 
 
 def test_sweep_log_holds_what_the_sweep_printed(tmp_path):
+    (tmp_path / "run").mkdir()
+    (tmp_path / "outside").write_text("precious")
+    for name in ("summary.json", "results.parquet"):  # links at the run's files: replaced, never followed
+        (tmp_path / "run" / name).symlink_to(tmp_path / "outside")
     result = run_sweep(tmp_path, "kernel=vector_add", "kernel.shapes=[[1000]]",
                        "kernel.space.BLOCK_SIZE=[256,512]", "kernel.baselines=[torch]")
     log = (tmp_path / "run" / "sweep.log").read_text()
     table = [line for line in result.stdout.splitlines() if line.startswith("vector_add ")]
     assert table and all(line in log for line in table)  # the end table
     assert "trials planned" in log and "results:" in log
+    assert (tmp_path / "outside").read_text() == "precious"
+    assert not any((tmp_path / "run" / name).is_symlink() for name in ("summary.json", "results.parquet"))
+
+
+def test_a_link_at_sweep_log_is_refused_in_one_line_never_written_through(tmp_path):
+    (tmp_path / "run").mkdir()
+    (tmp_path / "outside.log").write_text("precious")
+    (tmp_path / "run" / "sweep.log").symlink_to(tmp_path / "outside.log")
+    result = run_sweep(tmp_path, "kernel=vector_add", "kernel.shapes=[[1000]]", check=False)
+    assert result.returncode == 2, result.stdout + result.stderr
+    link = tmp_path / "run" / "sweep.log"
+    error = f"error: {link} is a link: the sweep's log is never written through one"
+    assert result.stderr.strip().splitlines() == [error]
+    assert (tmp_path / "outside.log").read_text() == "precious"

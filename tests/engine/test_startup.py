@@ -230,7 +230,11 @@ def test_two_commands_in_a_row_in_a_plain_shell_leave_no_process_and_no_cache_of
 
 def test_finish_in_background_leaves_the_plots_to_a_process_that_writes_them_after_the_command(tmp_path):
     """finish_in_background=true: the command returns once its own results are written; a process in a
-    session of its own writes the plots after it, and says so in finish.log."""
+    session of its own writes the plots after it, and says so in finish.log (a link planted there is
+    replaced)."""
+    (tmp_path / "run").mkdir()
+    (tmp_path / "outside").write_text("precious")
+    (tmp_path / "run" / "finish.log").symlink_to(tmp_path / "outside")
     result = run_sweep(tmp_path, "kernel=vector_add", "kernel.shapes=[1000]",
                        "kernel.space.BLOCK_SIZE=[256,512]", "kernel.space.num_warps=[1]",
                        "kernel.baselines=[torch]", "sweep_id=left", "finish_in_background=true",
@@ -246,6 +250,7 @@ def test_finish_in_background_leaves_the_plots_to_a_process_that_writes_them_aft
     # (one meta-parameter varies: no heatmap)
     assert sorted(p.name for p in run.glob("*.png")) == ["roofline.png", "speedup_vector_add.png"]
     assert "plots: " in (run / "finish.log").read_text()
+    assert not (run / "finish.log").is_symlink() and (tmp_path / "outside").read_text() == "precious"
 
 
 def test_the_benchmark_small_list_is_what_our_sweep_plans_at_four_shapes():

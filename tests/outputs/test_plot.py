@@ -1,6 +1,7 @@
 """triton_sweep.outputs.plots.figures and the triton_sweep.plot command from synthetic stores: the PNGs
-exist and are real images, the ceilings, the choice of the heatmap's axes, and the sweeps a plot cannot be
-drawn for (skipped with a reason, never a traceback)."""
+exist and are real images (a link at one's path replaced, not written through), the ceilings, the choice
+of the heatmap's axes, and the sweeps a plot cannot be drawn for (skipped with a reason, never a
+traceback)."""
 
 import subprocess
 import sys
@@ -39,12 +40,17 @@ def _assert_image(path):
 
 def test_every_plot_of_a_full_sweep_is_a_readable_image(tmp_path, capsys):
     _store(tmp_path).close()
+    (tmp_path / "plots").mkdir()
+    (tmp_path / "outside.png").write_text("precious")
+    (tmp_path / "plots" / "roofline.png").symlink_to(tmp_path / "outside.png")  # replaced, not followed
     status, out, err = _plot(capsys, tmp_path)
     names = ["roofline.png", "heatmap_softmax.png", "speedup_softmax.png"]
     assert status == 0 and err == "" and "skipped" not in out
     assert out.split() == [str(tmp_path / "plots" / name) for name in names]
     for name in names:
+        assert not (tmp_path / "plots" / name).is_symlink()
         _assert_image(tmp_path / "plots" / name)
+    assert (tmp_path / "outside.png").read_text() == "precious"
 
 
 def test_ceilings_come_from_the_store_else_from_the_rows(tmp_path):

@@ -122,7 +122,10 @@ def test_parquet_per_sweep(tmp_path):
     store = ResultStore(tmp_path / "r.sqlite")
     store.append(_row(1))
     store.append(_row(2, status="incorrect", p50_us=None, samples_us=None, message="2 of 32 wrong"))
+    (tmp_path / "outside").write_text("precious")
+    (tmp_path / "s1.parquet").symlink_to(tmp_path / "outside")  # replaced, never written through
     path = write_parquet(store.load(sweep_id="s1"), tmp_path / "s1.parquet")
+    assert not path.is_symlink() and (tmp_path / "outside").read_text() == "precious"
     back = pd.read_parquet(path)
     assert list(back["status"]) == ["ok", "incorrect"]
     assert list(back["samples_us"][0]) == pytest.approx([11.0, 11.0])

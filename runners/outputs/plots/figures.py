@@ -12,6 +12,7 @@ skipped with a line saying why. Drawn on matplotlib's Agg canvas through `Figure
 state), matplotlib imported when a plot is drawn."""
 from __future__ import annotations
 
+import io
 import json
 import math
 from pathlib import Path
@@ -19,6 +20,7 @@ from typing import Callable, Optional
 
 import pandas as pd
 
+from triton_sweep.model.files import write_atomic
 from triton_sweep.model.finalists import winner
 from triton_sweep.model.trial import TRITON_PROVIDER
 from triton_sweep.outputs.output import DEFAULT_STORE, shown
@@ -95,6 +97,13 @@ def _figure(width: float, height: float):
     return Figure(figsize=(width, height), dpi=DPI, layout="constrained")
 
 
+def _save(fig, path: Path) -> None:
+    """The figure as a PNG at path, written whole (runners/model/files.py)."""
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png")
+    write_atomic(path, buffer.getvalue())
+
+
 def roofline(frame: pd.DataFrame, peaks: dict, path: Path, title: str) -> Optional[str]:
     """Draw the roofline to path; returns why it was skipped, or None."""
     import numpy as np
@@ -150,7 +159,7 @@ def roofline(frame: pd.DataFrame, peaks: dict, path: Path, title: str) -> Option
     note = "ceilings measured: " + ", ".join(ceiling_text) if ceiling_text else "no measured ceilings"
     ax.set_title(f"{title}\n{note}\ngrey: every ok config of ours", fontsize=10)
     ax.legend(fontsize=7, loc="upper left", ncol=1 + len(ax.get_legend_handles_labels()[1]) // 14)
-    fig.savefig(path)
+    _save(fig, path)
     return None
 
 
@@ -257,7 +266,7 @@ def heatmap(frame: pd.DataFrame, kernel: str, path: Path, x: Optional[str] = Non
     fig.colorbar(image, ax=axes[:len(panels)].tolist(), label="% of the best p50 (100 = fastest)")
     fig.suptitle(f"{kernel}: % of the best p50 by {x} and {y} (each cell: the best over the other "
                  "meta-parameters; red: the winner; -: pruned or failed)", fontsize=10)
-    fig.savefig(path)
+    _save(fig, path)
     return None
 
 
@@ -303,7 +312,7 @@ def summary_heatmap(panels: list, kernel: str, path: Path, x: str, y: str) -> No
     fig.colorbar(image, ax=axes.tolist(), label="% of the best p50 (100 = fastest)")
     fig.suptitle(f"{kernel}: % of the best p50 at each shape by {y} and {x}\n(each cell: the best over the "
                  "other meta-parameters; red: the winner; blank: pruned or failed)", fontsize=10)
-    fig.savefig(path)
+    _save(fig, path)
 
 
 def speedup(frame: pd.DataFrame, kernel: str, path: Path) -> Optional[str]:
@@ -331,7 +340,7 @@ def speedup(frame: pd.DataFrame, kernel: str, path: Path) -> Optional[str]:
     ax.set_ylabel("end-to-end speedup (> 1: ours faster)")
     ax.set_title(f"{kernel}: speedup of the best config over each baseline", fontsize=10)
     ax.legend(fontsize=8)
-    fig.savefig(path)
+    _save(fig, path)
     return None
 
 
