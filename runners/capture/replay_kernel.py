@@ -63,7 +63,8 @@ def trusted_file(record, launches: Path, allow: tuple = ()) -> tuple[Path, list[
         place = Path(record[field]).resolve() if record[field] else None
         if place and not any(place.is_relative_to(allowed) for allowed in places):
             folder = place.parent if field == "file" else place
-            raise refused(f"its {field} {record[field]} ({place}) is outside the working directory, the "
+            said = record[field] if str(place) == record[field] else f"{record[field]} ({place})"
+            raise refused(f"its {field} {said} is outside the working directory, the "
                           f"import path and the installed packages: a replay imports from none other "
                           f"(to allow it, append ;allow={folder} to kernel.spec)")
     return file, [str(Path(record["path0"]).resolve())] * bool(record["path0"]) + [str(file.parent)]

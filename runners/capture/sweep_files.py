@@ -46,6 +46,7 @@ def replay_file(out: Path, function: str, command: list[str]) -> Optional[Path]:
     """The sweep file that replays the launches of a function no spec maps, or a line saying why it
     cannot be replayed (the capture goes on with the others)."""
     from triton_sweep.capture.replay import PREFIX, Replay
+    from triton_sweep.capture.replay_kernel import trusted_file
     from triton_sweep.model.trial import ConfigError
 
     target = f"{out}_launches.json#{function}"
@@ -66,6 +67,10 @@ def replay_file(out: Path, function: str, command: list[str]) -> Optional[Path]:
     entries = {key: {"calls": count} for key, count in calls.items()}
     path.write_text(sweep_file(spec, PREFIX + target, entries, command, None, name, notes))
     print(f"replay: {function}: sweep file {path} ({len(calls)} shape(s) x dtype(s))")
+    try:  # where a sweep run here would refuse to import the program (replay_kernel.trusted_file)
+        trusted_file(replay.records[0], Path(f"{out}_launches.json"))
+    except ConfigError as error:
+        print(f"  note: a sweep run here refuses it: its {str(error).split(': its ', 1)[-1]}")
     for why in sorted({why for why, _ in replay.left_out}):
         calls_left = sum(c for w, c in replay.left_out if w == why)
         print(f"  not replayed: {calls_left} call(s) of {function}: {why}")

@@ -64,6 +64,10 @@ def test_the_capture_writes_a_sweep_file_per_replayable_kernel_and_says_why_not(
     text = (folder / "conf" / "sweep" / "app_axpy_inplace.yaml").read_text()
     assert f'spec: "replay:{folder}/app_launches.json#__main__.axpy_inplace"' in text
     assert "shapes: [[300], [100]]" in text and "calls: [2, 1]" in text  # n varies: the dim; calls counted
+    # the program is in tests/fixtures/, outside the capture's folder: a sweep run there must allow it
+    assert (f"  note: a sweep run here refuses it: its file {PROGRAM} is outside the working directory, "
+            f"the import path and the installed packages: a replay imports from none other (to allow it, "
+            f"append ;allow={PROGRAM.parent} to kernel.spec)") in printed
 
 
 def test_a_kernel_writing_in_place_is_restored_before_each_checked_call(captured, tmp_path):
@@ -304,6 +308,9 @@ def test_a_sweep_refuses_a_kernel_from_elsewhere_unless_its_folder_is_allowed(ca
     allowed = run_sweep(tmp_path / "allowed", "kernel=external",
                         f"kernel.spec='{target};allow={evil.parent}'", *ONE_OPTION)
     assert f"axpy_inplace: its kernel is imported from {evil}" in allowed.stdout and marker.exists()
+    planned = run_sweep(tmp_path / "planned", "kernel=external",
+                        f"kernel.spec='{target};allow={evil.parent}'", "dry_run=true")
+    assert f"axpy_inplace: its kernel is imported from {evil}" in planned.stdout
     rows = ResultStore(tmp_path / "allowed" / "results.sqlite").load()
     assert set(rows.loc[rows["provider"] == "triton", "status"]) == {"ok"}
 
