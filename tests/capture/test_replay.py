@@ -170,6 +170,13 @@ def test_a_target_that_cannot_load_names_the_field(tmp_path):
     path.write_text(json.dumps({"functions": {}}))
     with pytest.raises(ConfigError, match="has no launch of m.k"):
         Replay(path, "m.k", None)
+    for text, why in (("[1", "is not a launches file"), ("[]", "is not a launches file"),
+                      ('{"functions": []}', "its functions are not objects of launches"),
+                      ('{"functions": {"m.k": {"a": {"calls": "2", "replay": {}}}}}', "a launch is not"),
+                      ('{"functions": {"m.k": {"a": {"calls": 2, "replay": []}}}}', "a launch is not")):
+        path.write_text(text)
+        with pytest.raises(ConfigError, match=f"kernel.spec: {re.escape(str(path))}:? {why}"):
+            Replay(path, "m.k", None)
 
 
 def test_integer_outputs_are_compared_exactly():
