@@ -60,6 +60,8 @@ class KernelSpec:
       is the program's own config): it then gets the inputs as made, not upcast.
     - `sources`: texts that define the kernel besides its launcher's module (a replayed kernel: the
       program's module and its launch records), hashed into every row's kernel_hash.
+    - `imported_from`: the file the kernel's code is imported from where the sweep says it on its first
+      lines (a replayed kernel's: the program's file).
     - `default_shapes`, `default_dtypes`: what `python -m triton_sweep.sweep kernel=<name>` sweeps when
       kernel.shapes / kernel.dtypes are not given.
     """
@@ -85,6 +87,7 @@ class KernelSpec:
     prepare_output: Optional[Callable[[tuple, object], None]] = None
     reference_in_float64: bool = True
     sources: tuple[str, ...] = ()
+    imported_from: str = ""
 
 
 def is_power_of_two(value: int) -> bool:

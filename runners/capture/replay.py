@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import ast
 import json
+import math
+import operator
 from pathlib import Path
 from typing import Optional
 
@@ -19,7 +21,7 @@ import torch
 
 from triton_sweep.kernels.spec import KernelSpec, seeded_randn
 from triton_sweep.model.trial import ConfigError
-from triton_sweep.capture.replay_kernel import LoadedKernel, load_kernel, source_text
+from triton_sweep.capture.replay_kernel import LoadedKernel, load_kernel, source_text, trusted_file
 from triton_sweep.capture.replay_records import (LAUNCH_DIM, launched_config, recorded_grid, replay_dtype,
                                                  signature, size_at, value_at, varying_dims, why_not)
 from triton_sweep.measure.check import copy_storage, poison
@@ -30,15 +32,23 @@ NUM_WARPS = (1, 2, 4, 8, 16, 32)
 NUM_STAGES = (1, 2, 3, 4)
 
 
-def parse_target(target: str) -> tuple[Path, str, Optional[str]]:
-    """"replay:FILE#FUNCTION[;flops=EXPR]" -> (file, function, FLOP expression or None)."""
-    body = target[len(PREFIX):]
-    body, _, flops = body.partition(";flops=")
+def parse_target(target: str) -> tuple[Path, str, Optional[str], tuple[str, ...]]:
+    """"replay:FILE#FUNCTION[;flops=EXPR][;allow=DIR]..." -> (file, function, FLOP expression or None,
+    the folders allowed besides the working directory's tree and the import path)."""
+    body, *options = target[len(PREFIX):].split(";")
     path, _, function = body.partition("#")
     if not path or not function:
         raise ConfigError(f"kernel.spec: {target!r} must look like replay:FILE#FUNCTION (the capture's "
                           "<out>_launches.json and a function's module.qualname)")
-    return Path(path), function, flops or None
+    flops, allow = None, []
+    for option in options:
+        name, _, value = option.partition("=")
+        if name not in ("flops", "allow") or not value:
+            raise ConfigError(f"kernel.spec: {target!r}: {option!r} is not ;flops=EXPR or ;allow=DIR")
+        if name == "allow" and not Path(value).is_dir():
+            raise ConfigError(f"kernel.spec: allow={value}: no such folder")
+        flops, allow = (value, allow) if name == "flops" else (flops, allow + [value])
+    return Path(path), function, flops, tuple(allow)
 
 
 class Replay:
@@ -69,16 +79,21 @@ class Replay:
       recorded as such.
     - throughput: bytes moved are the tensor arguments' sizes, each once (a bound: a tensor read and
       written counts once, one read twice too); FLOPs 0 unless the target gives a model of the dims:
-      "replay:FILE#FUNCTION;flops=2*M*N*K".
+      "replay:FILE#FUNCTION;flops=2*M*N*K" (evaluated at every launch when the spec is made: its
+      terms and powers bounded by FLOPS_BOUND).
+    - imported from: the records' file, only where replay_kernel.trusted_file allows (`allow`: folders
+      the user names besides; None, the capture's own records: not checked).
     """
 
-    def __init__(self, path: Path, function: str, flops: Optional[str]):
-        if not path.is_file():
-            raise ConfigError(f"kernel.spec: {path} does not exist (triton-sweep-capture --replay writes it)")
-        functions = json.loads(path.read_text()).get("functions", {})
+    def __init__(self, path: Path, function: str, flops: Optional[str], allow: Optional[tuple] = ()):
+        functions = _functions(path)
         if function not in functions:
             raise ConfigError(f"kernel.spec: {path} has no launch of {function} (it has: "
                               f"{', '.join(sorted(functions)) or 'none'})")
+        _check_launches(path, functions[function])
+        self.file = None if allow is None else {
+            trusted_file(launch["replay"], path, allow)[0] for launch in functions[function].values()
+            if launch.get("replay")}
         launches = [launch for launch in functions[function].values()
                     if launch.get("replay") and launch["calls"]]
         unrecorded = sum(launch["calls"] for launch in functions[function].values()
@@ -95,10 +110,12 @@ class Replay:
         if not self.records:
             why = why_not(recorded[0]) if recorded else "no launch record (capture with --replay)"
             raise ConfigError(f"kernel.spec: {function} cannot be replayed: {why}")  # capture: "not replayed"
-        self.function, self.path = function, path
+        self.function, self.path, self.allow = function, path, allow or ()
         self.name = kernel_name(function, functions)
-        self.flops_model = _flops_model(flops) if flops else None
         self.dims = varying_dims(self.records)
+        self.flops_model = _flops_model(flops, self.dims) if flops else None
+        for index, record in enumerate(self.records):
+            self.flops(self.shape_of(record, index))  # at the spec, never in a trial: refused here
         self.by_key = {(self.shape_of(record, index), replay_dtype(record)): index
                        for index, record in enumerate(self.records)}
         # the arguments' signature -> its launch: found at every call, timed ones too
@@ -114,7 +131,7 @@ class Replay:
     def kernel(self) -> "LoadedKernel":
         """The @triton.jit function, imported on first use (the capture writes sweep files without)."""
         if self.loaded is None:
-            self.loaded = load_kernel(self.records[0])
+            self.loaded = load_kernel(self.records[0], self.path, self.allow)
         return self.loaded
 
     def calls(self) -> dict:
@@ -282,7 +299,8 @@ class Replay:
             constraints=self.constraints, prepare_output=self.prepare_output, reference_in_float64=False,
             export_key={dim: dim for dim in self.dims if dim != LAUNCH_DIM and "_shape" not in dim},
             default_shapes=tuple(shapes), default_dtypes=dtypes,
-            sources=(source_text(self.records[0]["file"]), json.dumps(self.records, sort_keys=True)))
+            sources=(source_text(self.records[0]["file"]), json.dumps(self.records, sort_keys=True)),
+            imported_from=", ".join(sorted(map(str, self.file or ()))))
 
 
 def kernel_name(function: str, functions) -> str:
@@ -298,7 +316,7 @@ def kernel_name(function: str, functions) -> str:
 
 
 def replay_spec(target: str) -> KernelSpec:
-    """The KernelSpec of a "replay:FILE#FUNCTION[;flops=EXPR]" target."""
+    """The KernelSpec of a "replay:FILE#FUNCTION[;flops=EXPR][;allow=DIR]" target."""
     return Replay(*parse_target(target)).spec()
 
 
@@ -331,19 +349,70 @@ def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
     return bool(torch.equal(a, b))
 
 
-_ARITHMETIC = (ast.Expression, ast.BinOp, ast.UnaryOp, ast.Name, ast.Load, ast.Constant, ast.Add, ast.Sub,
-               ast.Mult, ast.Div, ast.FloorDiv, ast.Pow, ast.Mod, ast.USub, ast.UAdd)
+def _functions(path: Path) -> dict:
+    """The launches file's functions: name -> {key: launch}, each launch an object with its calls."""
+    if not path.is_file():
+        raise ConfigError(f"kernel.spec: {path} does not exist (triton-sweep-capture --replay writes it)")
+    try:
+        functions = json.loads(path.read_text()).get("functions", {})
+    except (ValueError, AttributeError) as error:
+        raise ConfigError(f"kernel.spec: {path} is not a launches file ({error})") from None
+    if not isinstance(functions, dict) or not all(isinstance(f, dict) for f in functions.values()):
+        raise ConfigError(f"kernel.spec: {path}: its functions are not objects of launches")
+    return functions
 
 
-def _flops_model(expression: str):
-    """A FLOP model of the dims: an arithmetic expression of their names and numbers only."""
+def _check_launches(path: Path, launches: dict) -> None:
+    for launch in launches.values():
+        if not (isinstance(launch, dict) and type(launch.get("calls")) is int
+                and isinstance(launch.get("replay"), (dict, type(None)))):
+            raise ConfigError(f"kernel.spec: {path}: a launch is not an object with calls and replay")
+
+
+FLOPS_BOUND = 1e30  # the largest term of a FLOP model: a power beyond it is refused, never computed
+_OPERATORS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
+              ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow}
+
+
+def _flops_model(expression: str, dims: list):
+    """A FLOP model of the dims: an arithmetic expression of their names and numbers only, evaluated by
+    _evaluated (every term within FLOPS_BOUND)."""
+    def refused(why: str) -> ConfigError:
+        return ConfigError(f"kernel.spec: flops={expression!r}: {why}")
+
     try:
         tree = ast.parse(expression, mode="eval")
-    except SyntaxError as error:
-        raise ConfigError(f"kernel.spec: flops={expression!r} is not an expression: {error}") from error
+    except (SyntaxError, ValueError) as error:
+        raise refused(f"not an expression: {error}") from None
     for node in ast.walk(tree):
-        if not isinstance(node, _ARITHMETIC):
-            raise ConfigError(f"kernel.spec: flops={expression!r}: only numbers, the dims and + - * / // ** %"
-                              f" (found {type(node).__name__})")
-    code = compile(tree, "<flops>", "eval")
-    return lambda dims: eval(code, {"__builtins__": {}}, dims)
+        if isinstance(node, ast.Name) and node.id not in dims:
+            raise refused(f"{node.id} is not a dim (the dims: {', '.join(dims)})")
+        if not (isinstance(node, (ast.Expression, ast.BinOp, ast.Name, ast.Load, *_OPERATORS))
+                or isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd))
+                or isinstance(node, ast.Constant) and type(node.value) in (int, float)
+                or isinstance(node, (ast.USub, ast.UAdd))):
+            raise refused(f"only numbers, the dims and + - * / // ** % (found {type(node).__name__})")
+    return lambda values: _evaluated(tree.body, values, refused)
+
+
+def _evaluated(node, values: dict, refused):
+    """The value of an arithmetic node, refused (a ConfigError) where a term would pass FLOPS_BOUND."""
+    if isinstance(node, ast.Constant):
+        value = node.value
+    elif isinstance(node, ast.Name):
+        value = values[node.id]
+    elif isinstance(node, ast.UnaryOp):
+        value = _evaluated(node.operand, values, refused)
+        value = -value if isinstance(node.op, ast.USub) else value
+    else:
+        left, right = _evaluated(node.left, values, refused), _evaluated(node.right, values, refused)
+        if isinstance(node.op, ast.Pow) and (abs(right) > 64 or abs(left) > 1 and right > 0
+                                             and right * math.log10(abs(left)) > math.log10(FLOPS_BOUND)):
+            raise refused(f"{left}**{right} is beyond {FLOPS_BOUND:g} (a power's exponent at most 64)")
+        try:
+            value = _OPERATORS[type(node.op)](left, right)
+        except (ArithmeticError, ValueError) as error:
+            raise refused(f"{type(error).__name__}: {error}") from None
+    if not isinstance(value, (int, float)) or not abs(value) <= FLOPS_BOUND:
+        raise refused(f"a term is {value!r}, beyond {FLOPS_BOUND:g} or not a real number")
+    return value

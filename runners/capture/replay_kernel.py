@@ -1,13 +1,18 @@
 """The program's own kernel, for a replay (runners/capture/replay.py): its @triton.jit function and the
 @triton.heuristics around it, imported from the module a launch record names (a script loaded from its
 file under another name, so its `if __name__ == "__main__":` part does not run), and the text of that
-file for the kernel's hash."""
+file for the kernel's hash. A launches file may come from someone else: its records' file and path0 are
+imported from only inside the working directory's tree, the import path the sweep started with
+(installed packages, PYTHONPATH) or a folder the user names (kernel.spec's ;allow=DIR); others refused."""
 from __future__ import annotations
 
 import functools
 import importlib
+import importlib.machinery
 import importlib.util
+import site
 import sys
+import sysconfig
 from pathlib import Path
 from typing import Optional
 
@@ -21,21 +26,84 @@ class LoadedKernel:
         self.jit, self.heuristics = jit, heuristics
 
 
-def load_kernel(record: dict) -> LoadedKernel:
+_START_PATH = tuple(entry for entry in sys.path if entry)  # before any replay adds to it
+
+
+def allowed_places(allow: tuple = ()) -> list[Path]:
+    """The folders a replay imports from: the working directory's tree, the import path the process
+    started with and the installed packages' folders, and the folders `allow` names."""
+    paths = sysconfig.get_paths()
+    installed = [paths[key] for key in ("stdlib", "platstdlib", "purelib", "platlib")]
+    installed += site.getsitepackages()
+    places = [Path.cwd(), *map(Path, _START_PATH + tuple(installed)), *(Path(a).resolve() for a in allow)]
+    return [place.resolve() for place in places]
+
+
+def trusted_file(record, launches: Path, allow: tuple = ()) -> tuple[Path, list[str]]:
+    """The record's file, resolved (links followed), and the folders to put on the import path for it:
+    none where its module is found there by the import path, else path0 and the file's folder, both in
+    allowed_places. Its fields checked for their types first; refused, a ConfigError naming the launches
+    file, the place and the knob."""
+    def refused(why: str) -> ConfigError:
+        return ConfigError(f"kernel.spec: {launches}: {why}")
+
+    if not isinstance(record, dict):
+        raise refused(f"a launch record is a {type(record).__name__}, not an object")
+    for field in ("module", "file", "qualname", "path0"):
+        value = record.get(field)
+        if not (isinstance(value, str) and value) and not (field == "path0" and value is None):
+            raise refused(f"a launch record's {field} is {value!r}, not a path or name")
+    if not all(part.isidentifier() for part in record["module"].split(".")):
+        raise refused(f"a launch record's module {record['module']!r} is not a module name")
+    file = Path(record["file"]).resolve()
+    if record["module"] != "__main__" and _found_at(record["module"]) == file:
+        return file, []
+    places = allowed_places(allow)
+    for field in ("file", "path0"):
+        place = Path(record[field]).resolve() if record[field] else None
+        if place and not any(place.is_relative_to(allowed) for allowed in places):
+            folder = place.parent if field == "file" else place
+            said = record[field] if str(place) == record[field] else f"{record[field]} ({place})"
+            raise refused(f"its {field} {said} is outside the working directory, the "
+                          f"import path and the installed packages: a replay imports from none other "
+                          f"(to allow it, append ;allow={folder} to kernel.spec)")
+    return file, [str(Path(record["path0"]).resolve())] * bool(record["path0"]) + [str(file.parent)]
+
+
+def _found_at(module: str) -> Optional[Path]:
+    """The file the import path finds a module at, resolved; found without importing it or its
+    packages (their finders asked, none of their code run); None where it finds none."""
+    parts, locations, spec = module.split("."), None, None
+    for depth in range(len(parts)):
+        name = ".".join(parts[:depth + 1])
+        finders = sys.meta_path if locations is None else [importlib.machinery.PathFinder]
+        try:
+            spec = next(filter(None, (finder.find_spec(name, locations) for finder in finders
+                                      if hasattr(finder, "find_spec"))), None)
+        except (ImportError, ValueError):
+            return None
+        if spec is None or (depth < len(parts) - 1 and not spec.submodule_search_locations):
+            return None
+        locations = spec.submodule_search_locations
+    return Path(spec.origin).resolve() if spec.origin and spec.has_location else None
+
+
+def load_kernel(record: dict, launches: Path, allow: tuple = ()) -> LoadedKernel:
     """The @triton.jit function of the record, from its module (a program's own script, or a module that
     its name finds elsewhere than the file the program ran, is loaded from that file under another name,
     so that a script's `if __name__ == "__main__":` part does not run), with the @triton.heuristics
-    around it. A module whose top level fails or exits is a named error, never the sweep's end."""
-    for entry in (record.get("path0"), str(Path(record["file"]).parent)):
-        if entry and entry not in sys.path:
+    around it; only from a place trusted_file allows. A module whose top level fails or exits is a
+    named error, never the sweep's end."""
+    file, entries = trusted_file(record, launches, allow)
+    for entry in entries:
+        if entry not in sys.path:
             sys.path.append(entry)
     module_name = record["module"]
     argv = sys.argv
     try:
         sys.argv = [record["file"]]  # a script that parses its arguments at import sees none
-        module = None if module_name == "__main__" else importlib.import_module(module_name)
-        if module is None or not _same_file(getattr(module, "__file__", None), record["file"]):
-            module = _module_from_file(record["file"])
+        by_name = module_name != "__main__" and _found_at(module_name) == file
+        module = importlib.import_module(module_name) if by_name else _module_from_file(str(file))
     except BaseException as error:  # SystemExit from a script's argparse too
         raise ConfigError(f"kernel.spec: cannot import {module_name} ({record['file']}) to replay "
                           f"{record['qualname']}: {type(error).__name__}: {error} (a script's program "
@@ -61,10 +129,6 @@ def source_text(path: str) -> str:
         return Path(path).read_text()
     except OSError:
         return ""
-
-
-def _same_file(a: Optional[str], b: str) -> bool:
-    return bool(a) and Path(a).resolve() == Path(b).resolve()
 
 
 @functools.lru_cache(maxsize=None)

@@ -48,11 +48,12 @@ def replay_file(out: Path, function: str, command: list[str]) -> Optional[Path]:
     """The sweep file that replays the launches of a function no spec maps, or a line saying why it
     cannot be replayed (the capture goes on with the others)."""
     from triton_sweep.capture.replay import PREFIX, Replay
+    from triton_sweep.capture.replay_kernel import trusted_file
     from triton_sweep.model.trial import ConfigError
 
     target = f"{out}_launches.json#{function}"
     try:
-        replay = Replay(Path(f"{out}_launches.json"), function, None)
+        replay = Replay(Path(f"{out}_launches.json"), function, None, allow=None)  # the program just run
         spec, calls = replay.spec(), replay.calls()
     except ConfigError as error:
         print(f"not replayed: {str(error).removeprefix('kernel.spec: ')}")
@@ -68,6 +69,10 @@ def replay_file(out: Path, function: str, command: list[str]) -> Optional[Path]:
     entries = {key: {"calls": count} for key, count in calls.items()}
     write_atomic(path, sweep_file(spec, PREFIX + target, entries, command, None, name, notes))
     print(f"replay: {function}: sweep file {path} ({len(calls)} shape(s) x dtype(s))")
+    try:  # where a sweep run here would refuse to import the program (replay_kernel.trusted_file)
+        trusted_file(replay.records[0], Path(f"{out}_launches.json"))
+    except ConfigError as error:
+        print(f"  note: a sweep run here refuses it: its {str(error).split(': its ', 1)[-1]}")
     for why in sorted({why for why, _ in replay.left_out}):
         calls_left = sum(c for w, c in replay.left_out if w == why)
         print(f"  not replayed: {calls_left} call(s) of {function}: {why}")

@@ -173,6 +173,7 @@ def dry_run(cfg: DictConfig, sweep_id: str, open_reader: Callable,
     check_outputs(cfg, spec): the outputs' own checks of their settings, as before a run."""
     import torch
 
+    from triton_sweep.engine.startup import imported_line
     from triton_sweep.model.plan import validate
 
     plan = validate(cfg)
@@ -193,7 +194,7 @@ def dry_run(cfg: DictConfig, sweep_id: str, open_reader: Callable,
           f"({counted(configs, 'config')}, {counted(len(plan.trials) - configs, 'baseline')}; "
           f"{type(search).__name__} search"
           + (f", at most {search.budget} a (shape, dtype)" if search.budget else "")
-          + f") on {device_said(cfg, env)}; nothing is launched or written")
+          + f") on {device_said(cfg, env)}; nothing is launched or written" + imported_line(plan.spec))
     if cfg.backend == "cuda" and not torch.cuda.is_available():
         print("note: no CUDA GPU is visible here: a run here would stop (backend=interpret runs on the CPU)")
     if not search.decides_up_front:

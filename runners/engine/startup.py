@@ -75,7 +75,12 @@ def plan_line(cfg: DictConfig, sweep_id: str, plan, sides: int) -> str:
             + f", {counted(len(plan.trials) - configs, 'baseline')}; {type(plan.search).__name__} search); "
             f"starting {plan.workers} {cfg.backend.value} worker(s) and {plan.compilers} compile worker(s)"
             + (", and a worker for the torch.compile baselines" if sides else "")
-            + (f" on each of {sides} GPUs" if sides > 1 else ""))
+            + (f" on each of {sides} GPUs" if sides > 1 else "") + imported_line(plan.spec))
+
+
+def imported_line(spec) -> str:
+    """The line that says where a kernel's code is imported from, where its spec says (a replay's)."""
+    return f"\n{spec.name}: its kernel is imported from {spec.imported_from}" if spec.imported_from else ""
 
 
 def start_workers(cfg: DictConfig, workers: int, compilers: int, rule, first_batch: list[Trial],

@@ -4,7 +4,10 @@ replay and says why it cannot replay the one defined inside a function; each swe
 against the program's own: a kernel writing in place (restored before each checked call), one reading
 an index tensor (its recorded values), one under @triton.autotune (its configs, the others pruned)."""
 import json
+import os
+import re
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -39,9 +42,15 @@ def captured(tmp_path_factory):
 
 
 def swept(captured, tmp_path, name: str, *overrides: str):
-    """The rows of a sweep of the captured file app_<name>.yaml."""
+    """The rows of a sweep of the captured file app_<name>.yaml, which says where its kernel is imported
+    from: the program's folder (tests/fixtures/), allowed (the sweep runs in a folder of its own)."""
     folder, _ = captured
-    run_sweep(tmp_path, f"hydra.searchpath=[file://{folder / 'conf'}]", f"+sweep=app_{name}", *overrides)
+    sweep = folder / "conf" / "sweep" / f"app_{name}.yaml"
+    line = next(line for line in sweep.read_text().splitlines() if "spec:" in line)
+    spec = json.loads(line.split(": ", 1)[1])
+    result = run_sweep(tmp_path, f"hydra.searchpath=[file://{folder / 'conf'}]", f"+sweep=app_{name}",
+                       f"kernel.spec='{spec};allow={PROGRAM.parent}'", *overrides)
+    assert f"its kernel is imported from {PROGRAM.parent}/" in result.stdout
     frame = ResultStore(tmp_path / "results.sqlite").load()
     return frame.assign(config=frame["config"].map(json.loads))
 
@@ -55,6 +64,10 @@ def test_the_capture_writes_a_sweep_file_per_replayable_kernel_and_says_why_not(
     text = (folder / "conf" / "sweep" / "app_axpy_inplace.yaml").read_text()
     assert f'spec: "replay:{folder}/app_launches.json#__main__.axpy_inplace"' in text
     assert "shapes: [[300], [100]]" in text and "calls: [2, 1]" in text  # n varies: the dim; calls counted
+    # the program is in tests/fixtures/, outside the capture's folder: a sweep run there must allow it
+    assert (f"  note: a sweep run here refuses it: its file {PROGRAM} is outside the working directory, "
+            f"the import path and the installed packages: a replay imports from none other (to allow it, "
+            f"append ;allow={PROGRAM.parent} to kernel.spec)") in printed
 
 
 def test_a_kernel_writing_in_place_is_restored_before_each_checked_call(captured, tmp_path):
@@ -157,6 +170,13 @@ def test_a_target_that_cannot_load_names_the_field(tmp_path):
     path.write_text(json.dumps({"functions": {}}))
     with pytest.raises(ConfigError, match="has no launch of m.k"):
         Replay(path, "m.k", None)
+    for text, why in (("[1", "is not a launches file"), ("[]", "is not a launches file"),
+                      ('{"functions": []}', "its functions are not objects of launches"),
+                      ('{"functions": {"m.k": {"a": {"calls": "2", "replay": {}}}}}', "a launch is not"),
+                      ('{"functions": {"m.k": {"a": {"calls": 2, "replay": []}}}}', "a launch is not")):
+        path.write_text(text)
+        with pytest.raises(ConfigError, match=f"kernel.spec: {re.escape(str(path))}:? {why}"):
+            Replay(path, "m.k", None)
 
 
 def test_integer_outputs_are_compared_exactly():
@@ -168,12 +188,21 @@ def test_integer_outputs_are_compared_exactly():
 
 def test_a_flop_model_given_in_the_target_counts_the_dims(captured):
     folder, _ = captured
-    assert parse_target("replay:a/b.json#m.k;flops=2*n") == (Path("a/b.json"), "m.k", "2*n")
+    assert parse_target("replay:a/b.json#m.k;flops=2*n") == (Path("a/b.json"), "m.k", "2*n", ())
+    assert parse_target(f"replay:b.json#m.k;allow={folder};flops=n") == (Path("b.json"), "m.k", "n",
+                                                                         (str(folder),))
     replay = Replay(folder / "app_launches.json", "__main__.axpy_inplace", "2*n")
     assert replay.flops((300,)) == 600.0 and replay.spec().export_key == {"n": "n"}
     assert Replay(folder / "app_launches.json", "__main__.axpy_inplace", None).flops((300,)) == 0.0
+    model = Replay(folder / "app_launches.json", "__main__.axpy_inplace", "(n + 1) ** 2 // 3 % 7 - -n / 2")
+    assert model.flops((300,)) == (301 ** 2 // 3 % 7) + 150.0
     with pytest.raises(ConfigError, match=r"flops='__import__\(\"os\"\)': only numbers, the dims"):
         Replay(folder / "app_launches.json", "__main__.axpy_inplace", '__import__("os")')
+    for refused, why in (("9**9**9**9", r"9\*\*387420489 is beyond 1e\+30"), ("2**n", r"2\*\*100 is beyond"),
+                         ("n*1e30", r"a term is 1e\+32, beyond 1e\+30"), ("m*n", "m is not a dim"),
+                         ("n/0", "ZeroDivisionError"), ("(-n)**0.5", "not a real number")):
+        with pytest.raises(ConfigError, match=rf"kernel.spec: flops='{re.escape(refused)}': .*{why}"):
+            Replay(folder / "app_launches.json", "__main__.axpy_inplace", refused)  # at n=300 and n=100
 
 
 def test_what_a_replay_gets_wrong_most_easily(tmp_path):
@@ -217,7 +246,87 @@ def test_a_script_that_works_at_its_top_level_is_a_named_error(captured, tmp_pat
         launch["replay"]["file"] = str(script)
     path = tmp_path / "launches.json"
     path.write_text(json.dumps(launches).replace("__main__.axpy_inplace", "toplevel.axpy_inplace"))
-    replay = Replay(path, "toplevel.axpy_inplace", None)
+    replay = Replay(path, "toplevel.axpy_inplace", None, allow=(str(tmp_path),))
     replay.spec()  # the sweep's process makes the spec without importing the program
     with pytest.raises(ConfigError, match="cannot import __main__ .*SystemExit: 2"):
         replay.kernel  # the script wants an argument: it sees none, as a sweep's worker gives none
+
+
+def _pointed(captured, tmp_path: Path, **fields) -> Path:
+    """The capture's launches of axpy_inplace with each record's `fields` replaced (a launches file from
+    someone else), written to tmp_path/launches.json."""
+    folder, _ = captured
+    launches = json.loads((folder / "app_launches.json").read_text())
+    for launch in launches["functions"]["__main__.axpy_inplace"].values():
+        launch["replay"].update(fields)
+    path = tmp_path / "launches.json"
+    path.write_text(json.dumps(launches))
+    return path
+
+
+def _evil(tmp_path: Path) -> tuple[Path, Path]:
+    """(a module elsewhere that defines the program's kernels and writes a marker when imported, the
+    marker)."""
+    marker = tmp_path / "imported"
+    evil = tmp_path / "elsewhere" / "evilmod.py"
+    evil.parent.mkdir()
+    evil.write_text(f"open({str(marker)!r}, 'w').close()\n" + PROGRAM.read_text())
+    return evil, marker
+
+
+def test_a_launches_file_pointing_elsewhere_is_refused_and_nothing_is_imported(captured, tmp_path,
+                                                                              monkeypatch):
+    """A record's file or path0 outside the working directory's tree, the import path and the installed
+    packages (as given, through `..`, or through a link) is refused in one line naming the launches file,
+    the place and how to allow it; fields of other types too. The module is never imported."""
+    evil, marker = _evil(tmp_path)
+    monkeypatch.chdir((tmp_path / "work").mkdir() or tmp_path / "work")
+    (tmp_path / "work" / "link").symlink_to(evil.parent)
+    inside = tmp_path / "work" / "app.py"
+    inside.write_text(PROGRAM.read_text())
+    cases = [({"module": "evilmod", "file": str(evil)}, re.escape(f"its file {evil} ")),
+             ({"module": "__main__", "file": os.path.relpath(evil)}, re.escape(f"({evil}) is outside")),
+             ({"module": "__main__", "file": "link/../link/evilmod.py"}, "is outside"),
+             ({"module": "evilmod", "file": str(inside), "path0": str(evil.parent)}, "its path0"),
+             ({"module": "__main__", "file": 42}, "file is 42, not a path"),
+             ({"module": "os;x", "file": str(inside)}, "not a module name"),
+             ({"path0": ["x"]}, "path0 is \\['x'\\]")]
+    for fields, why in cases:
+        path = _pointed(captured, tmp_path, **fields)
+        with pytest.raises(ConfigError, match=rf"^kernel.spec: {re.escape(str(path))}: .*{why}") as refused:
+            Replay(path, "__main__.axpy_inplace", None).kernel
+        assert "\n" not in str(refused.value)
+    assert "allow=" in str(pytest.raises(ConfigError, Replay, _pointed(captured, tmp_path, file=str(evil)),
+                                         "__main__.axpy_inplace", None).value)
+    assert not marker.exists() and "evilmod" not in sys.modules
+
+
+def test_a_sweep_refuses_a_kernel_from_elsewhere_unless_its_folder_is_allowed(captured, tmp_path):
+    """End to end: refused in one line, exit 2, nothing imported; with ;allow=ITS_FOLDER the same file is
+    swept, and the sweep says which file its kernel is imported from."""
+    evil, marker = _evil(tmp_path)
+    path = _pointed(captured, tmp_path, module="evilmod", file=str(evil), path0=str(evil.parent))
+    target = f"replay:{path}#__main__.axpy_inplace"
+    refused = run_sweep(tmp_path / "refused", "kernel=external", f"kernel.spec='{target}'", *ONE_OPTION,
+                        check=False)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert refused.stderr.strip().count("\n") == 0 and f";allow={evil.parent}" in refused.stderr
+    assert str(path) in refused.stderr and not marker.exists()
+    allowed = run_sweep(tmp_path / "allowed", "kernel=external",
+                        f"kernel.spec='{target};allow={evil.parent}'", *ONE_OPTION)
+    assert f"axpy_inplace: its kernel is imported from {evil}" in allowed.stdout and marker.exists()
+    planned = run_sweep(tmp_path / "planned", "kernel=external",
+                        f"kernel.spec='{target};allow={evil.parent}'", "dry_run=true")
+    assert f"axpy_inplace: its kernel is imported from {evil}" in planned.stdout
+    rows = ResultStore(tmp_path / "allowed" / "results.sqlite").load()
+    assert set(rows.loc[rows["provider"] == "triton", "status"]) == {"ok"}
+
+
+def test_a_flop_model_beyond_its_bound_stops_the_sweep_before_any_trial(captured, tmp_path):
+    folder, _ = captured
+    began = time.monotonic()
+    result = run_sweep(tmp_path, "kernel=external", f"kernel.spec='replay:{folder}/app_launches.json"
+                       f"#__main__.axpy_inplace;allow={PROGRAM.parent};flops=9**9**9**9'", check=False)
+    assert result.returncode == 2 and time.monotonic() - began < 60, result.stdout + result.stderr
+    assert result.stderr.strip() == ("error: kernel.spec: flops='9**9**9**9': 9**387420489 is beyond 1e+30 "
+                                     "(a power's exponent at most 64)")
