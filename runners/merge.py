@@ -3,13 +3,13 @@
     python -m triton_sweep.merge A.sqlite B.sqlite ... --into outputs/results.sqlite
     triton-sweep-merge --recover outputs/results.sqlite --into outputs/recovered.sqlite
 
-SQLite must not be shared over a network filesystem, so the jobs of a multirun run apart
-(hydra/launcher=local, slurm, ray_gpus) each write a store of their own, and the multirun's end merges
-them into the store of record (triton_sweep.sweep.SweepEndCallback); this command does it by hand (after a
-multirun whose launcher died, or for several clusters' stores). A row the target already holds is
-skipped, every other row copied with its sweeps and the device ceilings, nothing overwritten
-(ResultStore.merge_from); it prints per source what it kept and skipped. A damaged store is refused in
-one line; `--recover` copies out the rows SQLite can still read, and says how many were lost."""
+SQLite must not be shared over a network filesystem, so the jobs of a multirun (hydra/launcher=local,
+slurm, ray_gpus) each write a store of their own, merged at its end into the store of record
+(triton_sweep.sweep.SweepEndCallback); this command does it by hand (a launcher died, several clusters).
+A row the target already holds is skipped, every other row copied with its sweeps and the device
+ceilings, nothing overwritten (ResultStore.merge_from); it prints per source what it kept and skipped. A
+damaged store is refused in one line; `--recover` copies out the rows SQLite can still read, and says how
+many were lost. A row no sweep writes (store/row_model.py) refuses the merge, exit 2, before any write."""
 from __future__ import annotations
 
 import argparse
@@ -19,9 +19,11 @@ from pathlib import Path
 from typing import Iterable
 
 from triton_sweep import version
-from triton_sweep.store.damage import DamagedStore, StoreError
+from triton_sweep.store.damage import DamagedStore, StoreError, reading
 from triton_sweep.store.merging import MergeCounts
 from triton_sweep.store.result_store import ResultStore
+from triton_sweep.store.row_model import MalformedRow, checked_rows
+from triton_sweep.store.sources import open_source, read_source
 
 JOB_STORE = "results.sqlite"  # a job's own store, in its job directory
 PRIOR_STORE = "prior.sqlite"  # the store of record when the multirun started, in its sweep directory
@@ -58,7 +60,8 @@ def merge_stores(sources: Iterable[str | Path], into: str | Path,
                 counts = store.merge_from(source, recover=recover)
             except (OSError, ValueError, sqlite3.DatabaseError) as error:
                 detail = error.detail if isinstance(error, DamagedStore) else error
-                print(f"error: {source}: not merged: {detail}", file=sys.stderr)
+                said = error if isinstance(error, MalformedRow) else f"{source}: not merged: {detail}"
+                print(f"error: {said}", file=sys.stderr)
                 failed.append(str(source))
                 continue
             print(describe(source, counts))
@@ -66,6 +69,25 @@ def merge_stores(sources: Iterable[str | Path], into: str | Path,
     finally:
         store.close()
     return results, failed
+
+
+def malformed(sources: Iterable[str | Path]) -> str | None:
+    """The first row of the sources that no sweep writes (store/row_model.py), named in one line; None
+    where there is none. A source that cannot be read is left to merge_stores, which names it."""
+    for source in map(Path, sources):
+        try:
+            src = open_source(source, immutable=False)
+            try:
+                with reading(source):
+                    rows = read_source(src, source, None, None)[0]
+            finally:
+                src.close()
+            checked_rows(rows, str(source))
+        except MalformedRow as error:
+            return str(error)
+        except (OSError, ValueError, sqlite3.DatabaseError):
+            continue
+    return None
 
 
 def job_stores(sweep_dir: str | Path, exclude: str | Path | None = None) -> list[Path]:
@@ -119,6 +141,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--recover", action="store_true",
                         help="the sources are damaged stores: copy the rows SQLite can still read")
     args = parser.parse_args(argv)
+    problem = None if args.recover else malformed(args.sources)
+    if problem:
+        print(f"error: {problem}; nothing was merged (merge the other stores without it)", file=sys.stderr)
+        return 2
     try:
         results, failed = merge_stores(args.sources, args.into, args.recover)
     except StoreError as error:  # the target: nothing was written to it

@@ -3,7 +3,7 @@
 Writes roofline.png, heatmap_<kernel>.png and speedup_<kernel>.png (runners/outputs/plots/figures.py says what
 each shows and how winners and baselines are chosen) into --out, default outputs/plots/<sweep id>. A plot
 with nothing to show is skipped with a line saying why. Exit status: 0 with a plot written, 1 without,
-2 on bad input (the message names the argument).
+2 on bad input (the message names the argument; a row no sweep writes, store/row_model.py, is named).
 """
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from triton_sweep.model.trial import ConfigError, checked_name
 from triton_sweep.outputs.plots.figures import PlotError, ceilings, render
 from triton_sweep.store.damage import StoreError
 from triton_sweep.store.result_store import ResultStore
+from triton_sweep.store.row_model import checked_rows
 
 
 def main(argv=None) -> int:
@@ -40,6 +41,7 @@ def main(argv=None) -> int:
     try:
         store = ResultStore(args.store)
         frame = store.load(sweep_id=args.sweep_id, kernel=args.kernel)
+        checked_rows(frame, args.store)  # a kernel's name names files: a row merged in may hold any
         peaks = ceilings(frame, store) if not frame.empty else {}
         known = sorted(store.load()["sweep_id"].unique()) if frame.empty else []
         store.close()

@@ -7,9 +7,9 @@ trial measured on both sides, and each side's winner of every (kernel, dtype, sh
 a verdict by runners/compare/between_runs.py's rule (runners/compare/GATE.md says it whole); the gate
 judges what is shipped: the winners and BASE's exported configs (`--gate all`: every trial).
 Exit status, with `--fail-on-slow X`: 1 when a judged row or a kernel's shift is SLOW by more than X, or a
-trial ok in BASE fails in NEW; 2 when it cannot judge (no verdict, noise not measured, a shift no measured
-spread judges), on bad input (a missing, NaN, infinite or zero p50 included) and on any fault of its own;
-else 0. `--list [STORE]` lists a store's sweeps instead, a line each (store/reader.py: one query)."""
+trial ok in BASE fails in NEW; 2 when it cannot judge (no verdict, noise not measured, a shift no spread
+judges, sides on different GPU models: --across-gpus reads those as information, exit 0), on bad input
+(a missing, NaN, infinite or zero p50) and on a fault of its own; else 0. `--list [STORE]` lists sweeps."""
 
 from __future__ import annotations
 
@@ -150,6 +150,9 @@ def arguments(argv) -> argparse.Namespace:
                         help="exit 1 when a judged row (against its kernel's shift) or a kernel's shift is "
                              "SLOW by more than this (e.g. 2%%), or a trial ok in BASE fails in NEW; exit 2 "
                              "when that cannot be judged")
+    parser.add_argument("--across-gpus", action="store_true",
+                        help="sides on different GPU models: compare them as information, exit 0 (without "
+                             "it, --fail-on-slow refuses them: exit 2)")
     parser.add_argument("--gate", choices=("shipped", "all"), default="shipped",
                         help="judge the winners and BASE's exported configs (default), or every trial")
     parser.add_argument("--tolerance", type=float,
@@ -186,7 +189,7 @@ def main(argv=None) -> int:
                          calibrated, stated)
         result["calibration"] = note
         text, status = report(result, base, new, rule, fail_on_slow is not None, args.changed_only,
-                              args.list_all)
+                              args.list_all, args.across_gpus)
     except CompareError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -240,7 +240,15 @@ def compare(base: pd.DataFrame, new: pd.DataFrame, rule: between_runs.Rule = bet
     return {"matched": sorted((entry(*m) for m in matched), key=lambda r: r["order"]),
             "winners": [entry(*w) for w in winners], "shifts": judgement.shifts,
             "status_changes": status_changes, "only": only, "env_diffs": env_diffs,
-            "classes": _noise_by_shape(pairs, judgement), "shared": shared}
+            "classes": _noise_by_shape(pairs, judgement), "shared": shared,
+            "gpu_models": None if by_gpu else _gpu_models(base, new)}
+
+
+def _gpu_models(base: pd.DataFrame, new: pd.DataFrame) -> Optional[tuple[str, str]]:
+    """BASE's and NEW's GPU models, named, where the sides share none and ran on GPUs of different
+    models (no rule judges a regression across them); else None."""
+    models = [sorted(set(side["gpu_name"].dropna().astype(str))) for side in (base, new)]
+    return None if models[0] == models[1] else tuple(", ".join(m) or "none named" for m in models)
 
 
 def _pairs(compared: list[tuple]) -> tuple[list[Pair], dict, dict]:

@@ -136,8 +136,9 @@ def _unjudged(gpu: str, calibrated: bool) -> str:
 
 
 def report(result: dict, base: Side, new: Side, rule: between_runs.Rule, gate: bool,
-           changed_only: bool = False, list_all: bool = False) -> tuple[str, int]:
-    """The printed report and the exit status (`gate`: --fail-on-slow, at rule.fail_on_slow)."""
+           changed_only: bool = False, list_all: bool = False, across_gpus: bool = False) -> tuple[str, int]:
+    """The printed report and the exit status (`gate`: --fail-on-slow, at rule.fail_on_slow;
+    `across_gpus`: sides on different GPU models compared as information, gate_verdict)."""
     lines = [f"BASE: {base.source}", f"NEW:  {new.source}", *filter(None, [result.get("calibration")]),
              "rule: NEW/BASE of the geometric means of the repetitions' medians; the shift of each kernel's "
              "provider on a GPU, the median over shapes, is what a second run of every row shares; a row is "
@@ -175,7 +176,7 @@ def report(result: dict, base: Side, new: Side, rule: between_runs.Rule, gate: b
     lines += _reach(result)
     if not gate:
         return "\n".join(lines), 0
-    line, status = gate_verdict(result, rule)
+    line, status = gate_verdict(result, rule, across_gpus)
     return "\n".join(lines + [line]), status
 
 
@@ -216,11 +217,12 @@ def broken(result: dict) -> list[dict]:
     return [c for c in result["status_changes"] if c["base"] == "ok" and c["new"] != "pruned"]
 
 
-def gate_verdict(result: dict, rule: between_runs.Rule) -> tuple[str, int]:
-    """The gate's line and exit status: 2 where rows were measured beside another process's kernels
-    (refusals: a SLOW there may be its work); else 1 when a judged row is SLOW against its shift by more
-    than the gate's share (rule.fail_on_slow), a shift is, or a trial ok in BASE fails in NEW; else 2
-    where it cannot judge (refusals); else 0."""
+def gate_verdict(result: dict, rule: between_runs.Rule, across_gpus: bool = False) -> tuple[str, int]:
+    """The gate's line and exit status: 2 where the sides ran on different GPU models (0 with
+    `across_gpus`: information, never a verdict), or where rows were measured beside another process's
+    kernels (refusals: a SLOW there may be its work); else 1 when a judged row is SLOW against its shift
+    by more than the gate's share (rule.fail_on_slow), a shift is, or a trial ok in BASE fails in NEW;
+    else 2 where it cannot judge (refusals); else 0."""
     limit = f"{100 * rule.fail_on_slow:g}%"
     failing = broken(result)
     reasons = refusals(result)
@@ -228,6 +230,13 @@ def gate_verdict(result: dict, rule: between_runs.Rule) -> tuple[str, int]:
     slow, failed = between_runs.failures(judged, result["shifts"], rule)
     shifts = [_name(domain) for domain in failed]
     head = f"gate --fail-on-slow {limit} on {len(judged)} judged rows (winners and shipped configs): "
+    if result.get("gpu_models"):
+        models = "BASE on {}, NEW on {}".format(*result["gpu_models"])
+        if across_gpus:
+            return head + f"NOT GATED: {models}; compared as information (--across-gpus), no verdict", 0
+        return head + (f"REFUSED: {models}: no rule tells a regression from the GPUs' own difference; "
+                       "compare sweeps of one GPU model, or give --across-gpus to read this as "
+                       "information (exit 0)"), 2
     if any(result["shared"].values()):
         return head + "REFUSED: " + "; ".join(reasons), 2
     if slow or shifts or failing:

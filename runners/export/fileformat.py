@@ -2,61 +2,30 @@
 and Triton versions (format 3: gpus -> Triton version -> section). The section of an export's GPU and
 Triton version replaces the one exported before; the other sections are kept from the existing JSON
 (`--no-merge` / export.merge=false: rewrite from this export alone), so that a repository keeps working
-configs for each version it meets. Files of format 2 (one section a GPU) still load: `upgraded` files each
-section under its Triton version. write_export writes the merged JSON, then the .py generated from
-it (render.py), each whole (runners/model/files.py).
+configs for each version it meets. Files of format 2 (one section a GPU) still load (`upgraded`).
+write_export writes the merged JSON, then the .py generated from it (render.py), each whole (model/files.py).
 
 An export's JSON may come from someone else (a vendored file, another GPU's section merged in): every file
-read, and every file about to be written, is checked against the format's model below (pydantic, strict:
-names are Python names, sizes and launch options ints, figures finite floats, text strings) before any of
-it reaches generated code, a kernel launch or a path; so is every row of a store an export reads.
+read, and every file about to be written, is checked against the format's model below (pydantic, strict,
+of store/row_model.py's types: names are Python names, sizes and launch options ints, figures finite
+floats, text strings) before any of it reaches generated code, a kernel launch or a path; so is every row
+of a store an export reads (row_model.StoredRow).
 """
 from __future__ import annotations
 
 import json
-import keyword
-import math
 from pathlib import Path
 from typing import Annotated, Literal, Optional
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
-from pydantic import ValidationError, model_validator
+from pydantic import BaseModel, Field, StrictBool, StrictInt, ValidationError, model_validator
 
-from triton_sweep.model.files import write_atomic
-from triton_sweep.model.trial import NUM_WARPS_ALLOWED
 from triton_sweep.export.render import render_module
 from triton_sweep.export.settings import ExportError
+from triton_sweep.model.files import write_atomic
+from triton_sweep.store import row_model
+from triton_sweep.store.row_model import Config, Figure, Latency, Model, Name, Provenance, Shape, Size, Text
 
 FORMAT = 3  # of the JSON; 2 had one section a GPU, 1 one file a GPU with the configs ok at every shape
-
-
-def _python_name(text: str) -> str:
-    if not text.isidentifier() or keyword.iskeyword(text):
-        raise ValueError(f"{text!r} is not a Python name")
-    return text
-
-
-def _launch_options(config: dict) -> dict:
-    if config.get("num_warps", 4) not in NUM_WARPS_ALLOWED:
-        raise ValueError(f"num_warps {config['num_warps']} is not one of {NUM_WARPS_ALLOWED}")
-    if not 1 <= config.get("num_stages", 1) <= 16:
-        raise ValueError(f"num_stages {config['num_stages']} is not in 1..16")
-    return config
-
-
-Name = Annotated[StrictStr, AfterValidator(_python_name)]
-Text = Annotated[StrictStr, Field(max_length=1000)]
-Size = Annotated[StrictInt, Field(ge=0, lt=2 ** 62)]
-Figure = Annotated[float, Field(allow_inf_nan=False)]
-Latency = Annotated[float, Field(gt=0, allow_inf_nan=False)]
-Shape = list[Size]
-# A triton.Config: meta-parameters (BLOCK sizes, ...) and launch options, all ints.
-Config = Annotated[dict[Name, Annotated[StrictInt, Field(gt=-2 ** 31, lt=2 ** 31)]],
-                   AfterValidator(_launch_options)]
-
-
-class Model(BaseModel):
-    model_config = ConfigDict(strict=True, extra="allow")  # fields not checked here reach no code
 
 
 class Figures(Model):
@@ -98,17 +67,6 @@ class OfDtype(Model):
     weighted_loss: Optional[Figure] = None
 
 
-class Provenance(Model):
-    """Where and how rows were measured: the fields a section and a store's row both carry."""
-
-    triton_version: Text
-    torch_version: Optional[Text] = None
-    driver_version: Optional[Text] = None
-    cuda_version: Optional[Text] = None
-    kernel_hash: Optional[Text] = None
-    timing_method: Optional[Text] = None
-
-
 class Section(Provenance):
     backend: Optional[Literal["interpret"]] = None  # the interpreter's timings (export --interpreter)
     sweep_ids: list[Text]
@@ -139,44 +97,17 @@ def validated(data, where: str, model: type[BaseModel] = ExportFile):
     try:
         model.model_validate(data)
     except ValidationError as error:
-        first = error.errors()[0]
-        field = ".".join(map(str, first["loc"])) or "the whole"
-        got = repr(first.get("input"))
-        raise ExportError(f"{where}: {field}: {first['msg']} (it holds {got[:80]}"
-                          f"{'...' if len(got) > 80 else ''})") from None
+        raise ExportError(f"{where}: {row_model.first_error(error)}") from None
     return data
-
-
-class StoredRow(Provenance):
-    """The fields of a store's row that an export reads, shape and config parsed from their JSON."""
-
-    id: StrictInt
-    sweep_id: Text
-    kernel: Name
-    provider: Text
-    status: Text
-    dtype: Name
-    shape: Shape
-    config: Config
-    p50_us: Optional[Latency] = None
-    gbps: Optional[Figure] = None
-    gpu_name: Text
-    backend: Text
 
 
 def checked_rows(rows, source: str) -> None:
     """ExportError naming the store (`source`), the row, its sweep and the field, for the first row of
-    `rows` (a DataFrame of a store's rows) whose fields are not what a sweep writes."""
-    for row in rows[[name for name in StoredRow.model_fields if name in rows]].to_dict("records"):
-        row = {name: None if isinstance(value, float) and math.isnan(value) else value
-               for name, value in row.items()}
-        where = f"{source}: row {row['id']} of sweep {row['sweep_id']!r}"
-        for name in ("shape", "config"):
-            try:
-                row[name] = json.loads(row[name])
-            except (TypeError, ValueError):
-                raise ExportError(f"{where}: {name}: not JSON (it holds {str(row[name])[:80]!r})") from None
-        validated(row, where, StoredRow)
+    `rows` (a DataFrame of a store's rows) whose fields are not what a sweep writes (store/row_model.py)."""
+    try:
+        row_model.checked_rows(rows, source)
+    except row_model.MalformedRow as error:
+        raise ExportError(str(error)) from None
 
 
 def _version_of(section: dict) -> str:

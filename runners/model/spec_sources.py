@@ -17,7 +17,7 @@ from typing import Optional
 
 from triton_sweep.kernels import builtin
 from triton_sweep.kernels.spec import KernelSpec
-from triton_sweep.model.trial import ConfigError
+from triton_sweep.model.trial import ConfigError, checked_name
 
 
 # prefix of kernel.spec -> "pkg.module:ATTR" of its loader (target -> KernelSpec)
@@ -44,6 +44,7 @@ def load_spec(name: str, spec_path: Optional[str]) -> KernelSpec:
     if not isinstance(spec, KernelSpec):
         raise ConfigError(f"kernel.spec: {target!r} is not a triton_sweep.kernels.spec.KernelSpec "
                           f"(got {type(spec).__name__})")
+    checked_name(spec.name, f"kernel.spec: {target}'s name")  # it names files: plots, exports
     return spec
 
 

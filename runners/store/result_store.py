@@ -130,10 +130,22 @@ class ResultStore:
             frame = pd.DataFrame.from_records(cursor.fetchall(), columns=[d[0] for d in cursor.description],
                                               coerce_float=True)
             for name in SAMPLE_COLUMNS:
-                frame[name] = [None if b is None else np.frombuffer(b, dtype=np.float32) for b in frame[name]]
+                frame[name] = [None if b is None else self._samples(i, name, b)
+                               for i, b in zip(frame["id"], frame[name])]
             for name in BOOLEAN_COLUMNS:
                 frame[name] = frame[name].map(lambda v: None if pd.isna(v) else bool(v))
             return frame
+
+    def _samples(self, row_id: int, name: str, blob: bytes):
+        """A samples blob as its float32 array; MalformedRow naming the row where it holds no whole ones."""
+        import numpy as np
+
+        if len(blob) % 4:
+            from triton_sweep.store.row_model import MalformedRow
+
+            raise MalformedRow(f"{self.path}: row {row_id}: {name}: a blob of {len(blob)} bytes, not whole "
+                               "float32 samples (a row no sweep writes)")
+        return np.frombuffer(blob, dtype=np.float32)
 
     def peaks(self, env: dict) -> Optional[dict]:
         where = " AND ".join(f"{name} IS ?" for name in PEAK_KEY)
@@ -179,7 +191,8 @@ class ResultStore:
         report and export take the largest). env: only the rows of this environment (ENV_KEY) and the
         ceilings of its device (PEAK_KEY); trial_keys: only these trials. immutable: the source is a file
         nobody writes while it is read (a snapshot), read without locks. recover: the source is damaged;
-        copy the rows, memberships and ceilings SQLite can still read (counts.unreadable: rows lost)."""
+        copy the rows, memberships and ceilings SQLite can still read (counts.unreadable: rows lost). A row
+        no sweep writes (store/row_model.py) refuses the merge, MalformedRow naming it, before any write."""
         source = Path(source)
         if source.resolve() == self.path.resolve():
             raise ValueError(f"{source}: a store cannot be merged into itself")
@@ -194,6 +207,9 @@ class ResultStore:
                                                                                  trial_keys)
             finally:
                 src.close()
+            from triton_sweep.store.row_model import checked_rows  # pydantic: not at a sweep's start
+
+            checked_rows(rows, str(source))  # before anything is written
         with self._transaction():
             merge_rows(self._db, rows, sweeps_of, peaks, counts)
         return counts

@@ -3,7 +3,6 @@ or one environment's rows; or, from a damaged one (merge --recover), the rows, m
 SQLite can still read, from a copy of it, keeping only the rows a sweep could have written."""
 from __future__ import annotations
 
-import json
 import shutil
 import sqlite3
 import tempfile
@@ -11,7 +10,6 @@ from pathlib import Path
 from typing import Optional
 from urllib.parse import quote
 
-from triton_sweep.measure.check import STATUSES
 from triton_sweep.model.columns import COLUMN_NAMES, ENV_KEY, SAMPLE_COLUMNS
 from triton_sweep.store.damage import SQLITE_MAGIC, DamagedStore, damage_of
 from triton_sweep.store.schema import PEAK_COLUMNS, PEAK_KEY
@@ -84,24 +82,20 @@ def _read_rows(src: sqlite3.Connection, select: str, first: int, last: int, lost
     return _read_rows(src, select, first, middle, lost) + _read_rows(src, select, middle + 1, last, lost)
 
 
-def _plausible(row: dict) -> bool:
+def _plausible(row: dict, row_id: int) -> bool:
     """Whether a row read from a damaged store is one a sweep wrote (a page that SQLite read whole may
-    still hold another page's bytes): its keys are text without NULs, its shape and config JSON, its
-    status one a trial ends in, its sample arrays whole float32s."""
+    still hold another page's bytes): its keys are text without NULs, and it holds to row_model's checks."""
+    from triton_sweep.store.row_model import MalformedRow, checked_row
+
     required = ("trial_key", "sweep_id", "kernel", "provider", "dtype", "status", "backend", "gpu_name",
                 "torch_version", "triton_version", "kernel_hash", "timestamp")
     if not all(isinstance(row[name], str) and row[name] and "\x00" not in row[name] for name in required):
         return False
-    if row["status"] not in STATUSES or row["phase"] not in (None, "screen", "final"):
-        return False
     try:
-        shape, config = json.loads(row["shape"]), json.loads(row["config"])
-    except (TypeError, ValueError):
+        checked_row({**row, "id": row_id}, "")
+    except MalformedRow:
         return False
-    if not isinstance(shape, list) or not isinstance(config, dict):
-        return False
-    return all(row[name] is None or (isinstance(row[name], bytes) and len(row[name]) % 4 == 0)
-               for name in SAMPLE_COLUMNS)
+    return True
 
 
 def _last_rowid(src: sqlite3.Connection, table: str, fallback: int) -> int:
@@ -178,7 +172,7 @@ def _recover_copy(copy: Path, path: Path):
         for row_id, values in by_id.items():
             row = dict.fromkeys(COLUMN_NAMES)
             row.update(values)
-            if _plausible(row):
+            if _plausible(row, row_id):
                 rows.append((row_id, row))
             else:
                 unreadable += 1

@@ -249,7 +249,32 @@ def test_another_gpu_model_is_matched_by_trial_and_its_shift_is_not_judged(store
                           _calibrated(path))
     assert "gpu_name: Synthetic GPU -> Other GPU" in out
     assert "softmax on Synthetic GPU -> Other GPU (judged): NEW/BASE 1.0" in out and "NOT JUDGED" in out
-    assert status == 2 and "REFUSED" in out and "different GPU models" in out
+    assert status == 2 and "REFUSED: BASE on Synthetic GPU, NEW on Other GPU" in out
+    assert "--across-gpus" in out.splitlines()[-1]
+
+
+def test_sides_on_different_gpu_models_never_fail_the_gate_and_are_information_when_asked(tmp_path, capsys):
+    """BASE on one GPU model, NEW on another with one shape 8% slower: its rows are SLOW against the
+    shift, yet no rule tells that from the GPUs' own difference. --fail-on-slow refuses (exit 2, naming
+    both GPUs and --across-gpus), --across-gpus reads it as information (exit 0), and without a gate the
+    exit is 0; never 1."""
+    path = tmp_path / "results.sqlite"
+    store = ResultStore(path)
+    rng = np.random.default_rng(3)
+    three = ((4096, 1024), (4096, 2048), (4096, 4096))
+    noisy_run(store, "h200", rng, shapes=three, gpu_name="NVIDIA H200")
+    noisy_run(store, "h100", rng, shapes=three, slower=1.08, slowed_shapes={(4096, 4096)},
+              gpu_name="NVIDIA H100 80GB HBM3")
+    store.close()
+    sides = [f"--store={path}", "h200", "h100", "--machine-spread", "0.5%"]
+    status, out, _ = _run(capsys, *sides, "--fail-on-slow", "2%")
+    gate = out.splitlines()[-1]
+    assert status == 2 and "REFUSED: BASE on NVIDIA H200, NEW on NVIDIA H100 80GB HBM3" in gate
+    assert "--across-gpus" in gate
+    assert "SLOW" in _verdicts(out)[("triton", "4096x4096", "BLOCK_SIZE=4096 num_warps=4 num_stages=1")][-1]
+    status, out, _ = _run(capsys, *sides, "--fail-on-slow", "2%", "--across-gpus")
+    assert status == 0 and "NOT GATED: BASE on NVIDIA H200, NEW on NVIDIA H100 80GB HBM3" in out
+    assert _run(capsys, *sides)[0] == 0
 
 
 def test_the_gate_refuses_a_shift_no_measured_spread_judges_unless_one_is_stated(stores, capsys):

@@ -11,6 +11,7 @@ import pytest
 
 from triton_sweep.export.command import main as export_main
 from triton_sweep.export.render import lookup_code
+from triton_sweep.model.trial import ConfigError, checked_name
 from triton_sweep.store.result_store import ResultStore
 
 GPU_ENV = {"backend": "cuda", "gpu_name": "NVIDIA H200", "driver_version": "580.159.04",
@@ -97,6 +98,13 @@ def _one_error_line(text: str, *words) -> None:
     assert all(word in lines[0] for word in words), (lines[0], words)
 
 
+def _folder_name(text: str) -> bool:
+    try:
+        return bool(checked_name(text, "sweep_id"))
+    except ConfigError:
+        return False
+
+
 def test_hostile_text_in_a_store_gives_inert_modules_that_keep_it_exactly(tmp_path, capsys):
     marker = tmp_path / "RAN"
     modules, expected = [], {}
@@ -104,6 +112,10 @@ def test_hostile_text_in_a_store_gives_inert_modules_that_keep_it_exactly(tmp_pa
         value = text.format(marker=marker)
         out = tmp_path / f"out{n}"
         store = _store(tmp_path / f"store{n}.sqlite", **{field: value})
+        if field == "sweep_id" and not _folder_name(value):  # it names folders: refused, as by a sweep
+            assert export_main(["--store", str(store), "--kernel", "softmax", "--out-dir", str(out)]) == 2
+            _one_error_line(capsys.readouterr().err, "row 1 of sweep", "sweep_id: ", "cannot name a folder")
+            continue
         # The hostile row is one of three: with a field of the environment changed, it is a section (or
         # an environment) of its own, exported beside the others' or in their place.
         assert export_main(["--store", str(store), "--kernel", "softmax", "--out-dir", str(out)]) == 0, field
@@ -215,3 +227,24 @@ def test_hostile_text_in_an_existing_json_is_kept_exactly_in_an_inert_module(tmp
     capsys.readouterr()
     assert _import_all(modules, tmp_path) == expected
     assert not marker.exists()
+
+
+@pytest.mark.parametrize("changes, words", [({"kernel": "../../softmax"}, "kernel: "),
+                                            ({"samples_us": b"\x01\x02\x03"}, "samples_us: a blob of 3")])
+def test_a_kernel_name_that_is_a_path_or_a_broken_samples_blob_is_refused(tmp_path, capsys, monkeypatch,
+                                                                          changes, words):
+    """Rows merged in from someone else's store, exported with every kernel (no --kernel): exit 2, one
+    line naming the first row and the field, nothing written anywhere."""
+    store = _store(tmp_path / "results.sqlite")
+    db = __import__("sqlite3").connect(store)
+    for column, value in changes.items():
+        db.execute(f"UPDATE trials SET {column} = ?", (value,))  # every row: the kernel has no sound one
+    db.commit()
+    db.close()
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path / "a" / "b")
+    assert export_main(["--store", str(store)]) == 2
+    out = capsys.readouterr()
+    (line,) = out.err.splitlines()
+    assert str(store) in line and "row 1" in line and words in line and out.out == ""
+    assert [p for p in tmp_path.rglob("*") if p.is_file() and not p.name.startswith("results.sqlite")] == []

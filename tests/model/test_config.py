@@ -276,3 +276,19 @@ def test_export_sweeps_screen_a_grid_dense_along_the_export_key(sweep, kernel):
     points = {tuple(t.shape[i] for i in key_dims) for t in trials}
     assert len(points) >= 6 and all(len({p[j] for p in points}) >= 2 for j in range(len(key_dims)))
     assert {"float16", "bfloat16"} <= {t.dtype for t in trials}
+
+
+def test_a_kernel_spec_whose_name_cannot_name_a_file_is_refused_naming_it(monkeypatch):
+    """A kernel's name names files (plots/heatmap_<kernel>.png, exports/<kernel>_configs.json): one that
+    holds / or .. is refused where it enters, with the check sweep ids have."""
+    import dataclasses
+    import types
+
+    from triton_sweep.model.spec_sources import load_spec
+    from triton_sweep.model.trial import ConfigError
+
+    module = types.ModuleType("evil_spec")
+    module.SPEC = dataclasses.replace(load_spec("softmax", None), name="../../evil")
+    monkeypatch.setitem(__import__("sys").modules, "evil_spec", module)
+    with pytest.raises(ConfigError, match=r"kernel.spec: evil_spec:SPEC's name: '../../evil' cannot name"):
+        load_spec("external", "evil_spec:SPEC")

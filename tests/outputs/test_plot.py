@@ -222,3 +222,27 @@ def test_the_font_cache_built_at_the_first_plot_is_not_said_among_the_sweep_s_li
     assert result.returncode == 0, result.stderr
     assert list(cache.glob("fontlist-*.json"))  # built here
     assert "fontManager" not in result.stderr + result.stdout and "INFO" not in result.stderr
+
+
+@pytest.mark.parametrize("damage", ["kernel", "samples_us"])
+def test_a_row_merged_in_that_no_sweep_writes_is_named_and_nothing_is_drawn(tmp_path, capsys, monkeypatch,
+                                                                             damage):
+    """A kernel named ../../evil (it would name heatmap_../../evil.png, outside outputs/), or a samples
+    blob of odd length: exit 2, one line naming the row and field, no PNG anywhere."""
+    store = _store(tmp_path, **({"kernel": "../../evil"} if damage == "kernel" else {}))
+    store.close()
+    if damage == "samples_us":
+        import sqlite3
+
+        db = sqlite3.connect(tmp_path / "r.sqlite")
+        db.execute("UPDATE trials SET samples_us = x'0102030405' WHERE id = 3")
+        db.commit()
+        db.close()
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path / "a" / "b")
+    status = plot.main([f"--store={tmp_path}/r.sqlite", "--sweep-id=s"])  # default --out: outputs/plots/s
+    out = capsys.readouterr()
+    (line,) = out.err.splitlines()
+    assert status == 2 and out.out == "" and f"row {1 if damage == 'kernel' else 3}" in line
+    assert f"{damage}:" in line and "a row no sweep writes" in line
+    assert not list(tmp_path.rglob("*.png"))

@@ -151,3 +151,48 @@ def test_a_store_is_not_merged_into_itself(tmp_path):
     with pytest.raises(ValueError, match="into itself"):
         store.merge_from(tmp_path / "a.sqlite")
     store.close()
+
+
+@pytest.mark.parametrize("column, value, field", [
+    ("samples_us", b"\x01\x02\x03\x04\x05", "samples_us: a blob of 5 bytes"),
+    ("config", "{BLOCK_SIZE: 256", "config: not JSON"),
+    ("shape", "4096]", "shape: not JSON"),
+    ("kernel", "../../vector_add", "kernel:"),
+    ("sweep_id", "s1/..", "sweep_id:"),
+    ("status", "fine", "status:"),
+])
+def test_a_row_no_sweep_writes_refuses_the_merge_before_anything_is_written(tmp_path, capsys, column,
+                                                                              value, field):
+    """A store of someone else's: its second row malformed. The merge names the store, the row and the
+    field in one line, exit 2, and the target is left as it was, though the first source is sound."""
+    _store(tmp_path / "good.sqlite", _row("k1", "10:00", 5.0)).close()
+    _store(tmp_path / "theirs.sqlite", _row("k2", "10:00", 5.0), _row("k3", "10:01", 6.0)).close()
+    db = sqlite3.connect(tmp_path / "theirs.sqlite")
+    db.execute(f"UPDATE trials SET {column} = ? WHERE id = 2", (value,))
+    db.commit()
+    db.close()
+    target = tmp_path / "merged.sqlite"
+    _store(target, _row("k0", "09:00", 4.0)).close()
+    before = target.read_bytes()
+    code = merge.main([str(tmp_path / "good.sqlite"), str(tmp_path / "theirs.sqlite"), "--into", str(target)])
+    captured = capsys.readouterr()
+    assert code == 2 and captured.out == ""
+    (line,) = captured.err.splitlines()
+    assert "theirs.sqlite: row 2 of sweep" in line and field in line and "nothing was merged" in line
+    assert target.read_bytes() == before and _ids_by_key(target) == {"k0": [1]}
+
+
+def test_a_malformed_job_store_of_a_multirun_is_named_and_the_others_merged(tmp_path, capsys):
+    """merge_stores (the multirun's end): a job store holding a row no sweep writes is not merged, in one
+    line naming the row, and the other job stores are."""
+    _store(tmp_path / "good.sqlite", _row("k1", "10:00", 5.0)).close()
+    _store(tmp_path / "bad.sqlite", _row("k2", "10:00", 5.0)).close()
+    db = sqlite3.connect(tmp_path / "bad.sqlite")
+    db.execute("UPDATE trials SET shape = 'x' WHERE id = 1")
+    db.commit()
+    db.close()
+    _, failed = merge.merge_stores([tmp_path / "bad.sqlite", tmp_path / "good.sqlite"], tmp_path / "m.sqlite")
+    assert failed == [str(tmp_path / "bad.sqlite")]
+    said = "bad.sqlite: row 1 of sweep 's1' (a row no sweep writes): shape: not JSON"
+    assert said in capsys.readouterr().err
+    assert _ids_by_key(tmp_path / "m.sqlite") == {"k1": [1]}

@@ -1,0 +1,123 @@
+"""What a store's row holds, checked (pydantic, strict) wherever rows of someone else's may arrive: a
+merge checks every row it copies (ResultStore.merge_from, before anything is written), the export and
+the plots every row they read. Names are Python names (a kernel's names files: heatmap_<kernel>.png,
+<kernel>_configs.json), a sweep id a folder name (model/trial.py's checked_name), sizes and launch
+options ints, figures finite floats, shape and config their JSON, the status one a trial ends in, and
+each samples blob whole float32s. The export's file format (export/fileformat.py) is built of these types.
+"""
+from __future__ import annotations
+
+import json
+import keyword
+import math
+from typing import Annotated, Literal, Optional
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError
+
+from triton_sweep.measure.check import STATUSES
+from triton_sweep.model.columns import SAMPLE_COLUMNS
+from triton_sweep.model.trial import NUM_WARPS_ALLOWED, checked_name
+from triton_sweep.store.damage import StoreError
+
+
+def _python_name(text: str) -> str:
+    if not text.isidentifier() or keyword.iskeyword(text):
+        raise ValueError(f"{text!r} is not a Python name")
+    return text
+
+
+def _launch_options(config: dict) -> dict:
+    if config.get("num_warps", 4) not in NUM_WARPS_ALLOWED:
+        raise ValueError(f"num_warps {config['num_warps']} is not one of {NUM_WARPS_ALLOWED}")
+    if not 1 <= config.get("num_stages", 1) <= 16:
+        raise ValueError(f"num_stages {config['num_stages']} is not in 1..16")
+    return config
+
+
+Name = Annotated[StrictStr, AfterValidator(_python_name)]
+Text = Annotated[StrictStr, Field(max_length=1000)]
+FolderName = Annotated[Text, AfterValidator(lambda text: checked_name(text, "a folder's name"))]
+Size = Annotated[StrictInt, Field(ge=0, lt=2 ** 62)]
+Figure = Annotated[float, Field(allow_inf_nan=False)]
+Latency = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+Shape = list[Size]
+# A triton.Config: meta-parameters (BLOCK sizes, ...) and launch options, all ints.
+Config = Annotated[dict[Name, Annotated[StrictInt, Field(gt=-2 ** 31, lt=2 ** 31)]],
+                   AfterValidator(_launch_options)]
+
+
+class Model(BaseModel):
+    model_config = ConfigDict(strict=True, extra="allow")  # fields not checked here reach no code
+
+
+class Provenance(Model):
+    """Where and how rows were measured: the fields an export's section and a store's row both carry."""
+
+    triton_version: Text
+    torch_version: Optional[Text] = None
+    driver_version: Optional[Text] = None
+    cuda_version: Optional[Text] = None
+    kernel_hash: Optional[Text] = None
+    timing_method: Optional[Text] = None
+
+
+class StoredRow(Provenance):
+    """The fields of a store's row that a merge, the export and the plots read, shape and config parsed
+    from their JSON."""
+
+    id: StrictInt
+    sweep_id: FolderName
+    kernel: Name
+    provider: Text
+    status: Literal[STATUSES]
+    phase: Optional[Literal["screen", "final"]] = None
+    dtype: Name
+    shape: Shape
+    config: Config
+    p50_us: Optional[Latency] = None
+    gbps: Optional[Figure] = None
+    gpu_name: Text
+    backend: Text
+
+
+class MalformedRow(StoreError):
+    """A store's row that no sweep writes; the message names the store, the row and the field."""
+
+
+def first_error(error: ValidationError) -> str:
+    """The first field a validation refused, what is wrong with it and what it holds, in one line."""
+    first = error.errors()[0]
+    field = ".".join(map(str, first["loc"])) or "the whole"
+    got = repr(first.get("input"))
+    return f"{field}: {first['msg']} (it holds {got[:80]}{'...' if len(got) > 80 else ''})"
+
+
+def checked_row(row: dict, where: str) -> None:
+    """MalformedRow naming `where` (the store and row) and the field, unless `row` (as stored: shape and
+    config JSON text, samples bytes or their float32 arrays) holds what a sweep writes."""
+    row = {name: None if isinstance(value, float) and math.isnan(value) else value
+           for name, value in row.items()}
+    for name in ("shape", "config"):
+        try:
+            row[name] = json.loads(row[name])
+        except (TypeError, ValueError, RecursionError):
+            raise MalformedRow(f"{where}: {name}: not JSON (it holds {str(row[name])[:80]!r})") from None
+    for name in SAMPLE_COLUMNS:
+        if isinstance(row.get(name), bytes) and len(row[name]) % 4:
+            raise MalformedRow(f"{where}: {name}: a blob of {len(row[name])} bytes, not whole float32 "
+                               "samples")
+    try:
+        StoredRow.model_validate(row)
+    except ValidationError as error:
+        raise MalformedRow(f"{where}: {first_error(error)}") from None
+
+
+def checked_rows(rows, source: str) -> None:
+    """checked_row on each (id, row) of `rows` (a merge's source, runners/store/sources.py), or on each
+    row of a DataFrame of a store's rows; `source`: the store, as the message names it."""
+    if hasattr(rows, "to_dict"):
+        fields = [name for name in StoredRow.model_fields if name in rows]
+        rows = ((row["id"], row) for row in rows[fields].to_dict("records"))
+    for row_id, row in rows:
+        checked_row({**row, "id": row_id},
+                    f"{source}: row {row_id} of sweep {row.get('sweep_id')!r} (a row no sweep writes)")
