@@ -79,6 +79,8 @@ def calibrate(runs: list[dict], source: str = "") -> dict:
             by_run = [[run[k].figure for k in keys] for run in runs]
             columns[(domain, group)] = (np.median(logs - logs.mean(axis=0), axis=1),
                                         _figure_noise([f for figures in by_run for f in figures]), by_run)
+    # each column's median round by round in each run (estimators.round_series), computed once
+    rounds = {where: [round_series(figures) for figures in column[2]] for where, column in columns.items()}
     sharing: dict[tuple, list] = {}
     for where, key in control_of.items():
         if columns[where][1] is not None:
@@ -91,12 +93,13 @@ def calibrate(runs: list[dict], source: str = "") -> dict:
                           float(np.mean([noise for _, noise, _ in own])), source)
         table, noises = [], []
         for group in groups:
-            rest = [columns[w] for w in sharing.get(control_of.get((domain, group)), []) if w[0] != domain]
-            if rest:
-                column, noise, by_run = columns[(domain, group)]
+            others = [w for w in sharing.get(control_of.get((domain, group)), []) if w[0] != domain]
+            if others:
+                rest = [columns[w] for w in others]
+                column, noise, _ = columns[(domain, group)]
                 table.append(column - np.median([c for c, _, _ in rest], axis=0))
-                paired = [round_noise(round_series(by_run[r]),
-                                      median_series([round_series(c[2][r]) for c in rest]))
+                own_rounds = rounds[(domain, group)]
+                paired = [round_noise(own_rounds[r], median_series([rounds[w][r] for w in others]))
                           for r in range(len(runs))]
                 noises.append(float(np.mean(paired)) if None not in paired
                               else noise + median_variance([n for _, n, _ in rest]))
