@@ -1,8 +1,6 @@
 """The console scripts (pyproject.toml's project.scripts): each runs the entry of its `python -m
 triton_sweep.<name>` form, with the working directory first on the import path as `python -m` puts it there,
-so that a kernel of the user's repository is found by its import path (kernel.spec=mykernels:SPEC);
-revalidate starts its home server first, as its `python -m` form does (the sweep once its input is
-checked)."""
+so that a kernel of the user's repository is found by its import path (kernel.spec=mykernels:SPEC)."""
 from __future__ import annotations
 
 import functools
@@ -11,14 +9,10 @@ import os
 import sys
 
 
-def _run(name: str, home: bool = False):
+def _run(name: str):
     sys.stdout.reconfigure(line_buffering=True)  # each line as it is printed, also into a pipe
     if os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())
-    if home:
-        from triton_sweep.engine.fork_server import start_home_server
-
-        start_home_server(("torch", "triton", "scipy.stats"))
     # a command that is a room of its own (runners/export/) keeps its entry in the room's command.py
     room = name in ("export", "compare", "capture")
     module = importlib.import_module(f"triton_sweep.{name}.command" if room else f"triton_sweep.{name}")
@@ -35,4 +29,4 @@ compare = functools.partial(_run, "compare")
 capture = functools.partial(_run, "capture")
 plot = functools.partial(_run, "plot")
 merge = functools.partial(_run, "merge")
-revalidate = functools.partial(_run, "revalidate", home=True)
+revalidate = functools.partial(_run, "revalidate")

@@ -21,11 +21,6 @@ import time
 from pathlib import Path
 from typing import Optional
 
-if __name__ == "__main__":  # first: the home server imports torch and Triton while this process goes on
-    from triton_sweep.engine.fork_server import start_home_server
-
-    start_home_server(("torch", "triton", "scipy.stats"))
-
 import pandas as pd
 
 from triton_sweep import version as tool_version
@@ -106,10 +101,12 @@ def shipped_trials(kernel: str, section: dict) -> list[Trial]:
 def run_sweep(cfg, sweep_id: str, store: str, trials: Optional[list] = None) -> tuple[pd.DataFrame, float]:
     """A sweep (runners/engine/job.py) of these trials (or of the config's grid), its outputs off; its
     rows and the seconds its GPU worked (trials and finalists)."""
+    from triton_sweep.engine.fork_server import start_wanted_home_server
     from triton_sweep.engine.job import Job
     from triton_sweep.outputs import Outputs
     from triton_sweep.store.result_store import ResultStore
 
+    start_wanted_home_server()
     output_dir = Path(store).parent / "revalidate" / sweep_id
     output_dir.mkdir(parents=True, exist_ok=True)
     job = Job(cfg, sweep_id, output_dir, store, None, ResultStore, Outputs({}), trials=trials)
@@ -310,5 +307,14 @@ def _write(args, data: dict, kernel: str, rows: pd.DataFrame, tolerance: float) 
 
 
 
+def cli() -> int:
+    """The command (`triton-sweep-revalidate`, `python -m triton_sweep.revalidate`): main() with the home
+    server its sweeps' workers are forked from (runners/engine/fork_server.py)."""
+    from triton_sweep.engine.fork_server import want_home_server
+
+    want_home_server()
+    return main()
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(cli())

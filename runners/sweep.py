@@ -361,7 +361,7 @@ def cli() -> None:
     if sys.argv[1:] == ["--version"]:
         print(f"{version()} (Hydra {hydra.__version__})")
         return
-    want_home_server(("torch", "triton", "scipy.stats"))  # the command's; a launcher's job process has none
+    want_home_server()  # the command's; a launcher's job process has none
     check_nesting(sys.argv[1:])
     check_yaml_files(sys.argv[1:])
     register_configs()

@@ -126,10 +126,11 @@ class ForkServer(WorkerProcess):
         self._gone = True
 
 
+HOME_PRELOAD = ("torch", "triton", "scipy.stats")  # what a command's trial workers import
 _wanted: tuple[str, ...] = ()  # the preload of the home server this command wants (want_home_server)
 
 
-def want_home_server(preload: tuple[str, ...]) -> None:
+def want_home_server(preload: tuple[str, ...] = HOME_PRELOAD) -> None:
     """Called by a command's entry (not by a launcher's job process, which imports this module afresh).
     With cores to spare, the home server starts now and imports `preload` while the command goes on; on
     2 cores or fewer, once the command has checked its input (start_wanted_home_server), from this
