@@ -25,6 +25,7 @@ from triton_sweep.compare.report import report
 from triton_sweep.compare.sides import CompareError, Side, export_frame, shipped_keys, versions_against
 from triton_sweep.export.fileformat import read_export, sections
 from triton_sweep.export.settings import ExportError, sweep_export_conf
+from triton_sweep.model.trial import aligned
 from triton_sweep.store.damage import StoreError
 from triton_sweep.store.reader import StoreReader
 from triton_sweep.store.result_store import ResultStore
@@ -115,10 +116,7 @@ def list_sweeps(path: str) -> int:
                         s["last"][:16].replace("T", " "), str(s["rows"]), str(s["ok"]),
                         str(s["rows"] - s["finalists"] - s["ok"] - s["pruned"]), str(s["pruned"]),
                         str(s["finalists"])) for s in sweeps]
-    widths = [max(len(line[i]) for line in lines) for i in range(len(heads))]
-    for line in lines:
-        print("  ".join(c.rjust(w) if i >= 5 else c.ljust(w) for i, (c, w) in enumerate(zip(line, widths)))
-              .rstrip())
+    print("\n".join(aligned(lines, left=5)))
     print(f"{len(sweeps)} sweep(s) in {path}, newest last; triton-sweep-compare BASE NEW --store {path} "
           "compares two of them")
     return 0

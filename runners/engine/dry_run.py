@@ -16,7 +16,7 @@ from typing import Callable, Optional
 from omegaconf import DictConfig
 
 from triton_sweep.model.columns import ENV_KEY
-from triton_sweep.model.trial import TRITON_PROVIDER, counted
+from triton_sweep.model.trial import TRITON_PROVIDER, aligned, counted
 
 # Seconds a trial takes where the store holds no earlier row of the kernel on the device: a guess, said
 # so. cuda: half a second of compile a config, 0.04-0.11 s of timing at the default preset (BENCHMARKS.md,
@@ -106,9 +106,7 @@ def table_lines(groups: list[dict], up_front: bool) -> list[str]:
     rows = [("x".join(map(str, g["shape"])), g["dtype"], str(g["configs"]), str(g["pruned"]),
              most + str(g["to_run"]), most + str(g["kept"]), most + str(g["to_measure"]),
              f"{g['baselines']} ({g['baselines_kept']})") for g in groups]
-    widths = [max(len(row[i]) for row in [heads, *rows]) for i in range(len(heads))]
-    return ["  ".join(cell.ljust(width) if i < 2 else cell.rjust(width)
-                      for i, (cell, width) in enumerate(zip(row, widths))) for row in [heads, *rows]]
+    return aligned([heads, *rows], left=2)
 
 
 # How the resume key's parts are said, where a dry run cannot match on all of them.

@@ -25,6 +25,13 @@ def counted(count: int, noun: str) -> str:
     return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
+def aligned(rows: list[tuple[str, ...]], left: int) -> list[str]:
+    """Rows of text as columns two spaces apart: the first `left` left-aligned, the others right-aligned."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return ["  ".join(cell.ljust(width) if i < left else cell.rjust(width)
+                      for i, (cell, width) in enumerate(zip(row, widths))).rstrip() for row in rows]
+
+
 def checked_name(value: str, field: str) -> str:
     """A name that becomes one component of a path (a sweep id: outputs/plots/<sweep id>): ConfigError
     naming `field` unless it is one, printable, and neither '.' nor '..'."""
