@@ -61,6 +61,8 @@ def not_a_field(name: str, known, why: str = "") -> str:
     """The line for a dotted name the sweep's config does not declare, with the near one and the known."""
     parent, _, leaf = name.rpartition(".")
     near = difflib.get_close_matches(leaf, known, n=1)
+    if not known:  # an open mapping (an external kernel's kernel.space): its keys come with a `+`
+        return f"{name}: not a field of the sweep's config{why}; {parent} has none yet: +{name}=... adds one"
     return (f"{name}: not a field of the sweep's config{why}"
             + (f" (did you mean {parent + '.' if parent else ''}{near[0]}?)" if near else "")
             + f"; {parent or 'the config'} has: {', '.join(sorted(known))}")
