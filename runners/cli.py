@@ -18,9 +18,9 @@ def _run(name: str):
     module = importlib.import_module(f"triton_sweep.{name}.command" if room else f"triton_sweep.{name}")
     try:
         return module.cli() if hasattr(module, "cli") else module.main()
-    except KeyboardInterrupt:  # Ctrl-C: one line, not a traceback; 130 as a shell reports it
+    except KeyboardInterrupt as stop:  # Ctrl-C: one line, not a traceback; 130 as a shell reports it
         print(f"triton-sweep-{name}: interrupted", file=sys.stderr)
-        sys.exit(130)
+        sys.exit(128 + getattr(stop, "signum", 2))  # SIGTERM where the command stops on it: 143
 
 
 sweep = functools.partial(_run, "sweep")

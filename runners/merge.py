@@ -118,6 +118,17 @@ def gather(sweep_dir: str | Path, into: str | Path) -> list[str]:
     return failed
 
 
+STARTED: list = []  # (sweep directory, store of record) of each multirun this process started, jobs apart
+
+
+def gather_stopped() -> None:
+    """A multirun was stopped (its launcher stopped its jobs and waited for them): the rows its jobs stored
+    go into the store of record, as at its end, where the same command run again finds them."""
+    for sweep_dir, store in STARTED:
+        gather(sweep_dir, store)
+        (Path(sweep_dir) / PRIOR_STORE).unlink(missing_ok=True)
+
+
 def write_prior(store_path: str | Path, sweep_dir: str | Path) -> Path | None:
     """Copy the store of record into the sweep directory for the jobs to resume from; None without one.
 

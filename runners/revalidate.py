@@ -311,8 +311,10 @@ def cli() -> int:
     """The command (`triton-sweep-revalidate`, `python -m triton_sweep.revalidate`): main() with the home
     server its sweeps' workers are forked from (runners/engine/fork_server.py)."""
     from triton_sweep.engine.fork_server import want_home_server
+    from triton_sweep.engine.hydra_jobs import stop_on_signals
 
     want_home_server()
+    stop_on_signals()  # SIGTERM stops its sweeps' workers as Ctrl-C does
     return main()
 
 

@@ -27,7 +27,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from triton_sweep import version
-from triton_sweep.engine.hydra_jobs import runs_jobs_apart
+from triton_sweep.engine.hydra_jobs import runs_jobs_apart, stop_on_signals
 from triton_sweep.model.files import write_atomic
 from triton_sweep.model.schema import CONF_DIR
 
@@ -187,7 +187,7 @@ class SweepEndCallback(Callback):
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
         from triton_sweep.model.trial import ConfigError, checked_name
-        from triton_sweep.merge import gather, write_prior
+        from triton_sweep.merge import STARTED, gather, write_prior
         from triton_sweep.store.damage import DamagedStore, StoreError, damage_of
 
         try:  # every job would stop on these: none is started
@@ -204,6 +204,7 @@ class SweepEndCallback(Callback):
             return
         sweep_dir = Path(config.hydra.sweep.dir)
         gather(sweep_dir, config.store)
+        STARTED.append((sweep_dir, str(config.store)))  # merged by cli() if the multirun is stopped
         prior = write_prior(config.store, sweep_dir)
         if prior is not None:
             print(f"the jobs resume from {prior}, a copy of {config.store}")
@@ -261,7 +262,8 @@ def logged(path: Path):
 
 
 def refuse(message: str, log=None) -> None:
-    """An error line on stderr, and in the job's log where there is one."""
+    """An error line on stderr, after what was printed before it, and in the job's log where there is one."""
+    sys.stdout.flush()
     print(f"error: {message}", file=sys.stderr)
     if log is not None:
         log.write(f"error: {message}\n")
@@ -364,6 +366,7 @@ def cli() -> None:
         print(f"{version()} (Hydra {hydra.__version__})")
         return
     want_home_server()  # the command's; a launcher's job process has none
+    stop_on_signals()  # SIGTERM stops the sweep as Ctrl-C does: workers and jobs stopped, rows kept
     check_nesting(sys.argv[1:])
     check_yaml_files(sys.argv[1:])
     register_configs()
@@ -376,10 +379,13 @@ def cli() -> None:
             raise
         refuse(composition_error(error))
         sys.exit(2)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as stop:
+        from triton_sweep.merge import gather_stopped
+
+        gather_stopped()
         refuse("interrupted: every row measured so far is in the store; the same command resumes, "
                "measuring only what is missing")
-        sys.exit(130)
+        sys.exit(128 + getattr(stop, "signum", 2))  # as a shell reports a command its signal ended
 
 
 if __name__ == "__main__":

@@ -7,14 +7,16 @@
 - local: each job takes `gpus_per_node` of the GPUs this host shows (CUDA_VISIBLE_DEVICES, else every
   GPU) for itself, and waits while none is free; two jobs never share a GPU. (submitit's local
   executor gives every job the same GPUs, 0..gpus_per_node-1.)
+- SIGINT or SIGTERM to the command stops every job (each stops its workers) and waits for them.
 - The parameters are checked when the launcher is made, before anything is submitted.
-Hydra imports this module at every start: it imports nothing heavy (triton_sweep.engine.hydra_jobs has the
-helpers)."""
+Hydra imports this module at every start: it imports nothing heavy (engine/hydra_jobs.py has the helpers)."""
 from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
+import time
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
@@ -25,9 +27,10 @@ from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
 from omegaconf import DictConfig, open_dict
 
 from triton_sweep.engine.hydra_jobs import (GPU_LOCKS, LauncherConfigError, check_params, host_gpus,
-                                            take_gpus, write_failed_summary)
+                                            stop_on_signals, take_gpus, write_failed_summary)
 
 log = logging.getLogger(__name__)
+STOP_WAIT_S = 60  # how long a stopped multirun waits for its jobs to stop their workers and end
 
 
 class _WaitsForEveryJob:
@@ -74,15 +77,53 @@ class _WaitsForEveryJob:
             log.info(f"\t#{number} : {' '.join(filter_overrides(overrides))}")
         n = len(numbers)
         # One call per job: self(overrides, "hydra.sweep.dir", number, a placeholder id, Hydra's singletons).
-        jobs = executor.map_array(self, [list(o) for o in job_overrides], ["hydra.sweep.dir"] * n, numbers,
-                                  [f"job_id_for_{i}" for i in numbers], [Singleton.get_state()] * n)
+        # The processes submitted ignore SIGINT until a job takes it (__call__): a Ctrl-C at the terminal
+        # reaches them all, and submitit's local controller would kill its job 1 s later, mid-clean-up.
+        ctrl_c = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            jobs = executor.map_array(self, [list(o) for o in job_overrides], ["hydra.sweep.dir"] * n,
+                                      numbers, [f"job_id_for_{i}" for i in numbers],
+                                      [Singleton.get_state()] * n)
+        finally:
+            signal.signal(signal.SIGINT, ctrl_c)
         returns = []
-        for number, overrides, job in zip(numbers, job_overrides, jobs):  # every job, whatever the others did
-            try:
-                returns.append(job.results()[0])
-            except UncompletedJobError as error:  # FailedJobError too: it died or was killed before returning
-                returns.append(self._died(number, list(overrides), job, error))
+        try:
+            for number, overrides, job in zip(numbers, job_overrides, jobs):  # every job, whatever others did
+                try:
+                    returns.append(job.results()[0])
+                except UncompletedJobError as error:  # FailedJobError too: it died or was killed first
+                    returns.append(self._died(number, list(overrides), job, error))
+        except KeyboardInterrupt:
+            self._stop_all(jobs)
+            raise
         return returns
+
+    def __call__(self, sweep_overrides: list, job_dir_key: str, job_num: int, job_id: str,
+                 singleton_state: dict) -> JobReturn:
+        stop_on_signals()  # in the job's process: SIGINT or SIGTERM stops its workers, then the job
+        self._before_job(job_num)
+        return super().__call__(sweep_overrides, job_dir_key, job_num, job_id, singleton_state)
+
+    def _before_job(self, job_num: int) -> None:
+        """What a launcher prepares in the job's process before the job runs."""
+
+    def _stop(self, job) -> None:
+        job.cancel(check=False)  # SLURM: scancel, which sends the job SIGTERM
+
+    def _stop_all(self, jobs: list) -> None:
+        """Stop every job and wait for them to end; the command then merges the rows they stored
+        (runners/sweep.py: cli), as the multirun's end would have."""
+        print(f"stopping {len(jobs)} job(s)...", file=sys.stderr, flush=True)
+        for job in jobs:
+            if not job.done():
+                self._stop(job)
+        deadline = time.monotonic() + STOP_WAIT_S
+        while not all(job.done() for job in jobs) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        for job in jobs:
+            if not job.done():
+                print(f"error: job {job.job_id} has not ended {STOP_WAIT_S} s after it was stopped",
+                      file=sys.stderr)
 
     def _died(self, number: int, overrides: list, job, error: Exception) -> JobReturn:
         """Write the job's summary.json as a job that failed does, so the multirun's end reports it and
@@ -118,15 +159,21 @@ class LocalLauncher(_WaitsForEveryJob, submitit_launcher.LocalLauncher):
             log.info("no GPU visible on this host: the jobs run without one (backend=interpret)")
         self.lock_dir = str(sweep_dir / GPU_LOCKS)
 
-    def __call__(self, sweep_overrides: list, job_dir_key: str, job_num: int, job_id: str,
-                 singleton_state: dict) -> JobReturn:
+    def _stop(self, job) -> None:
+        # SIGTERM to the job's controller (its pid is the job id), which sends it on to the job and waits
+        # (submitit's cancel sends SIGINT, after which the controller kills the job within a second)
+        try:
+            os.kill(int(job.job_id), signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+
+    def _before_job(self, job_num: int) -> None:
         # In the job's process, before anything there touches CUDA: the GPUs it holds, and only those.
         per_job = self.params.get("gpus_per_node") or 0
         taken = take_gpus(self.gpus, per_job, Path(self.lock_dir)) if self.gpus and per_job else []
         os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(taken)
         print(f"job #{job_num}: GPU(s) {', '.join(taken) or 'none'} of this host (CUDA_VISIBLE_DEVICES)",
               flush=True)
-        return super().__call__(sweep_overrides, job_dir_key, job_num, job_id, singleton_state)
 
 
 class SlurmLauncher(_WaitsForEveryJob, submitit_launcher.SlurmLauncher):

@@ -16,6 +16,7 @@ import fcntl
 import json
 import os
 import re
+import signal
 import time
 from pathlib import Path
 
@@ -33,6 +34,26 @@ def runs_jobs_apart(hydra_conf: DictConfig) -> bool:
     """Whether the multirun's launcher runs its jobs in processes of their own, perhaps on other
     machines: every launcher but Hydra's basic one, which runs them one after another in this process."""
     return OmegaConf.select(hydra_conf, "launcher._target_", default=BASIC_LAUNCHER) != BASIC_LAUNCHER
+
+
+class Stopped(KeyboardInterrupt):
+    """SIGINT or SIGTERM: the command (or a launcher's job) stops as on Ctrl-C, its clean-up running."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def stop_on_signals() -> None:
+    """SIGINT and SIGTERM raise Stopped in this process, once: a second one while its clean-up runs (the
+    workers stopped, a multirun's jobs stopped and their rows merged) is ignored, never cutting it short."""
+    def stop(signum, frame):
+        for number in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(number, signal.SIG_IGN)
+        raise Stopped(signum)
+
+    for number in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(number, stop)
 
 
 def write_failed_summary(job_dir: Path, number: int, message: str) -> None:

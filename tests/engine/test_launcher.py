@@ -1,7 +1,7 @@
 """Multiruns whose jobs run apart (hydra/launcher=local, slurm; runners/engine/hydra_jobs.py): the presets
 compose with their fields checked, the README's recipe is the preset's, and on the interpreter a 3-job
 submitit multirun ends with one merged store holding the rows one job would give, also after one of
-its jobs was killed mid-way and the multirun was run again.
+its jobs was killed mid-way and the multirun was run again, and when SIGTERM stopped the command.
 
 What the CPU cannot show: the export of these rows (interpreter timings are refused, and the tests check
 that refusal after the merge; tests/store/test_merge.py exports GPU-like rows of two GPU models from a merged
@@ -249,3 +249,36 @@ def test_a_job_killed_mid_way_loses_nothing_and_the_multirun_run_again_resumes(t
     store = ResultStore(tmp_path / "results.sqlite")
     assert len(store.load(sweep_id="again")) == 2 * PER_JOB  # the rerun's sweep covers the reused rows
     store.close()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_sigterm_to_the_command_stops_every_job_and_worker_and_keeps_the_rows(tmp_path):
+    slow = ["timing.min_time_s=0.3", "timing.max_time_s=0.3"]
+    two = ["hydra/launcher=local", "kernel.shapes=300,700", *SPACE]
+    process = run_sweep(tmp_path, *two, *slow, multirun=True, background=True)
+    stores = [tmp_path / "multirun" / str(job) / "results.sqlite" for job in (0, 1)]
+    deadline = time.time() + 240
+    while min(map(_count, stores)) < 2 and time.time() < deadline and process.poll() is None:
+        time.sleep(0.05)
+    below = _descendants(process.pid)  # submitit's controllers, the jobs, their workers and fork servers
+    assert len(below) >= 4
+    os.kill(process.pid, signal.SIGTERM)  # to the command alone, not to its process group
+    output, _ = process.communicate(timeout=120)
+    assert process.returncode == 143, output
+    assert "Traceback" not in output, output
+    assert output.rstrip().splitlines()[-1].startswith("error: interrupted"), output
+    assert not [pid for pid in below if _alive(pid)]  # nothing outlives the command
+    before = _trials(tmp_path / "results.sqlite")  # every job's rows, merged into the store of record
+    assert len(before) == sum(map(_count, stores)) and 4 <= len(before) < 2 * PER_JOB
+
+    result = run_sweep(tmp_path, *two, *slow, f"hydra.sweep.dir={tmp_path}/again", multirun=True)
+    after = _trials(tmp_path / "results.sqlite")
+    assert set(after["trial_key"]) == _planned_keys("300,700") and after["trial_key"].is_unique
+    measured = re.search(r"merged into \S+: kept (\d+) rows", result.stdout)
+    assert int(measured.group(1)) == 2 * PER_JOB - len(before)  # the rerun measured only what was missing
