@@ -45,6 +45,32 @@ def sweep_id_of(cfg: DictConfig) -> str:
     return Path(directory).name
 
 
+WRITER = ".writer"  # in a run (or multirun) folder: the lock its sweep holds while it runs
+
+
+def claim_folder(folder: Path) -> Optional[str]:
+    """One writer a run folder: None, or the refusal of a second sweep into it while the first runs (two
+    that start in the same second get the same timestamped folder, and would share its files)."""
+    from triton_sweep.model.files import claim
+    from triton_sweep.outputs.output import shown
+
+    other = claim(folder / WRITER)
+    return other and (f"{shown(folder)} is being written by another sweep (pid {other}), started in the same "
+                      "second: run this one again, or give it a hydra.run.dir of its own")
+
+
+def claim_sweep_id(store: str, sweep_id: str) -> None:
+    """One writer a sweep id of a store: ConfigError while another sweep writes it (the two would choose
+    two finalists of one group in one sweep)."""
+    from triton_sweep.model.files import claim
+    from triton_sweep.model.trial import ConfigError
+
+    other = claim(Path(store).parent / ".locks" / f"{Path(store).name}.{sweep_id}")
+    if other:
+        raise ConfigError(f"sweep_id={sweep_id}: another sweep (pid {other}) is writing it into {store}; "
+                          "wait for it to end, or give this one a sweep_id of its own")
+
+
 def check_fields(cfg: DictConfig) -> None:
     """ConfigError naming a field the schema does not declare (added with `+`) and the sweep would ignore."""
     from triton_sweep.model.schema import unknown_field
@@ -200,9 +226,21 @@ class SweepEndCallback(Callback):
         except (ConfigError, StoreError) as error:
             print(f"error: {error}", file=sys.stderr)
             sys.exit(2)
-        if config.dry_run or not runs_jobs_apart(config.hydra):
+        if config.dry_run:
             return
         sweep_dir = Path(config.hydra.sweep.dir)
+        busy = claim_folder(sweep_dir)  # held by this process, whose jobs share the sweep's id
+        if busy is None:
+            try:
+                claim_sweep_id(str(config.store), str(config.sweep_id or sweep_dir.name))
+            except ConfigError as error:
+                busy = str(error)
+                remove_run_folder(sweep_dir)  # its own: nothing written yet
+        if busy:
+            refuse(busy)
+            sys.exit(2)
+        if not runs_jobs_apart(config.hydra):
+            return
         gather(sweep_dir, config.store)
         STARTED.append((sweep_dir, str(config.store)))  # merged by cli() if the multirun is stopped
         prior = write_prior(config.store, sweep_dir)
@@ -274,7 +312,7 @@ def remove_run_folder(output_dir: Path, log_name: str = "sweep.log") -> None:
     folders above it in the working directory that this leaves empty (outputs/runs/): nothing is left."""
     here, resolved = Path.cwd().resolve(), output_dir.resolve()
     if (resolved == here or output_dir.is_symlink() or not output_dir.is_dir()
-            or {p.name for p in output_dir.iterdir()} - {".hydra", log_name, "multirun.yaml"}):
+            or {p.name for p in output_dir.iterdir()} - {".hydra", log_name, "multirun.yaml", WRITER}):
         return
     shutil.rmtree(resolved)
     for folder in resolved.parents:
@@ -290,9 +328,16 @@ def main(cfg: DictConfig) -> Optional[dict]:
     output_dir = Path(hydra_conf.runtime.output_dir)
     log_path = output_dir / f"{hydra_conf.job.name}.log"
     sweep_id = cfg.sweep_id
+    alone = not multirun and not cfg.dry_run  # a multirun's jobs share its sweep id: its start claims it
+    busy = claim_folder(output_dir) if alone else None
+    if busy:
+        refuse(busy)
+        sys.exit(2)
     with logged(log_path) as log:
         try:
             sweep_id = sweep_id_of(cfg)
+            if alone:
+                claim_sweep_id(str(cfg.store), sweep_id)
             done = run_job(cfg, sweep_id, output_dir, finish=not multirun)
             if cfg.dry_run:
                 log.close()

@@ -1,13 +1,18 @@
 """Writing a file whole: every file a command writes (the export's .json and .py, the plots, results.parquet,
 summary.json, capture's files) goes to a temporary file in its folder, synced, then renamed onto its
 path. A kill at any moment leaves the old file or the new one, never a part; a link at the path is
-replaced by the file, never written through. Here, in the model, so that every room may use it."""
+replaced by the file, never written through. And holding a lock file for the rest of a process (claim).
+Here, in the model, so that every room may use it."""
 from __future__ import annotations
 
+import fcntl
 import os
 import secrets
 import stat
 from pathlib import Path
+from typing import Optional
+
+_claimed: list = []  # the lock files this process holds: released when it ends, however it ends
 
 
 def write_atomic(path: str | Path, data: bytes | str) -> Path:
@@ -40,3 +45,22 @@ def write_atomic(path: str | Path, data: bytes | str) -> Path:
     finally:
         os.close(folder)
     return path
+
+
+def claim(path: str | Path) -> Optional[str]:
+    """Hold an exclusive lock on `path` (created, never through a link) until this process ends; None,
+    or what the process holding it wrote there (its pid) when another holds it. A POSIX lock: the
+    process's own, never held on by the children it forks (its workers), which may outlive it a while."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    descriptor = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o666)
+    try:
+        fcntl.lockf(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:  # EACCES or EAGAIN: held
+        holder = os.pread(descriptor, 64, 0).decode(errors="replace").strip()
+        os.close(descriptor)
+        return holder or "?"
+    os.ftruncate(descriptor, 0)
+    os.pwrite(descriptor, str(os.getpid()).encode(), 0)
+    _claimed.append(descriptor)
+    return None

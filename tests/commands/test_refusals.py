@@ -1,7 +1,8 @@
 """A newcomer's mistakes end in one line naming the field, exit 2, before torch is imported, leaving no run
 folder: Hydra's composition errors, a kernel's fields read from its module's literals, nesting past the
 bound; Ctrl-C ends in one line, exit 130, rows kept; `--help` is the tool's own; sweep.log holds what the
-sweep printed, and a link planted at it is refused (at summary.json or results.parquet: replaced)."""
+sweep printed, and a link planted at it is refused (at summary.json or results.parquet: replaced); a
+second sweep into a sweep id or a run folder being written is refused."""
 import os
 import signal
 import sqlite3
@@ -97,6 +98,32 @@ def test_ctrl_c_is_one_line_exit_130_and_keeps_the_rows(tmp_path):
     assert process.returncode == 130, out
     assert "Traceback" not in out and out.rstrip().splitlines()[-1].startswith("error: interrupted"), out
     assert stored_trials(store) >= 1
+
+
+def test_one_writer_a_sweep_id_and_a_run_folder(tmp_path):
+    first = run_sweep(tmp_path, "kernel=vector_add", "kernel.shapes=[[1000],[2000],[3000]]",
+                      "kernel.space.num_warps=[1,2,4]", "sweep_id=same", background=True)
+    try:
+        lock = tmp_path / ".locks" / "results.sqlite.same"
+        deadline = time.time() + 120
+        while not (lock.exists() and lock.read_text()) and time.time() < deadline and first.poll() is None:
+            time.sleep(0.1)
+        same_id = f"sweep_id=same: another sweep (pid {first.pid}) is writing it into "
+        cases = ((False, ["sweep_id=same", f"hydra.run.dir={tmp_path}/other"], same_id),
+                 (True, ["sweep_id=same"], same_id),
+                 (False, ["sweep_id=another"], f"is being written by another sweep (pid {first.pid})"))
+        for multirun, args, said in cases:
+            second = run_sweep(tmp_path, "kernel=vector_add", "kernel.shapes=[[1000]]", *args, check=False,
+                               multirun=multirun)
+            assert second.returncode == 2 and first.poll() is None, second.stderr
+            assert said in second.stderr and len(second.stderr.splitlines()) == 1, second.stderr
+        assert not (tmp_path / "other").exists() and not (tmp_path / "multirun").exists()
+    finally:
+        os.killpg(first.pid, signal.SIGKILL)
+        first.communicate()
+    # the first has ended: its sweep id is free
+    assert run_sweep(tmp_path, "kernel=vector_add", "kernel.shapes=[[1000]]", "sweep_id=same",
+                     "kernel.space.num_warps=[4]", "kernel.baselines=[]").returncode == 0
 
 
 def test_sweep_log_holds_what_the_sweep_printed(tmp_path):
