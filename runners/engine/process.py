@@ -53,6 +53,7 @@ def child_main(conn, new_session: bool, environment: dict, main: Union[Callable,
     os.environ.clear()
     os.environ.update(environment)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the command's: it stops its workers
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not the command's handler (hydra_jobs.stop_on_signals)
     if new_session:
         os.setsid()  # its own process group: a timeout kills it with every child it started (ptxas)
     try:
