@@ -59,18 +59,6 @@ def claim_folder(folder: Path) -> Optional[str]:
                       "second: run this one again, or give it a hydra.run.dir of its own")
 
 
-def claim_sweep_id(store: str, sweep_id: str) -> None:
-    """One writer a sweep id of a store: ConfigError while another sweep writes it (the two would choose
-    two finalists of one group in one sweep)."""
-    from triton_sweep.model.files import claim
-    from triton_sweep.model.trial import ConfigError
-
-    other = claim(Path(store).parent / ".locks" / f"{Path(store).name}.{sweep_id}")
-    if other:
-        raise ConfigError(f"sweep_id={sweep_id}: another sweep (pid {other}) is writing it into {store}; "
-                          "wait for it to end, or give this one a sweep_id of its own")
-
-
 def check_fields(cfg: DictConfig) -> None:
     """ConfigError naming a field the schema does not declare (added with `+`) and the sweep would ignore."""
     from triton_sweep.model.schema import unknown_field
@@ -214,6 +202,7 @@ class SweepEndCallback(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
         from triton_sweep.model.trial import ConfigError, checked_name
         from triton_sweep.merge import STARTED, gather, write_prior
+        from triton_sweep.model.files import claim_sweep_id
         from triton_sweep.store.damage import DamagedStore, StoreError, damage_of
 
         try:  # every job would stop on these: none is started
@@ -329,15 +318,13 @@ def main(cfg: DictConfig) -> Optional[dict]:
     log_path = output_dir / f"{hydra_conf.job.name}.log"
     sweep_id = cfg.sweep_id
     alone = not multirun and not cfg.dry_run  # a multirun's jobs share its sweep id: its start claims it
-    busy = claim_folder(output_dir) if alone else None
+    busy = claim_folder(output_dir) if alone else None  # its sweep id: claimed by the job (engine/job.py)
     if busy:
         refuse(busy)
         sys.exit(2)
     with logged(log_path) as log:
         try:
             sweep_id = sweep_id_of(cfg)
-            if alone:
-                claim_sweep_id(str(cfg.store), sweep_id)
             done = run_job(cfg, sweep_id, output_dir, finish=not multirun)
             if cfg.dry_run:
                 log.close()

@@ -64,3 +64,14 @@ def claim(path: str | Path) -> Optional[str]:
     os.pwrite(descriptor, str(os.getpid()).encode(), 0)
     _claimed.append(descriptor)
     return None
+
+
+def claim_sweep_id(store: str | Path, sweep_id: str) -> None:
+    """One writer a sweep id of a store: ConfigError while another sweep writes it (the two would share
+    one summary and choose two finalists of one group). The lock file: .locks/ beside the store."""
+    from triton_sweep.model.trial import ConfigError
+
+    other = claim(Path(store).parent / ".locks" / f"{Path(store).name}.{sweep_id}")
+    if other:
+        raise ConfigError(f"sweep_id={sweep_id}: another sweep (pid {other}) is writing it into {store}; "
+                          "wait for it to end, or give this one a sweep_id of its own")
