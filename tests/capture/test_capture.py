@@ -307,7 +307,8 @@ def sleeper(tmp_path):
     (tmp_path / "tmp").mkdir()
     capture = run_command(["triton_sweep.capture", "--out", tmp_path / "app", "--", sys.executable, "app.py"],
                           cwd=tmp_path, env=user_env(TRITON_INTERPRET="1", TMPDIR=str(tmp_path / "tmp")),
-                          background=True)
+                          background=True,  # Ctrl-C as a shell leaves it, whatever this test process ignores
+                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     pids = []
     try:
         _within(lambda: (tmp_path / "pids").exists() or capture.poll() is not None)
