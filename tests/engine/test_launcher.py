@@ -1,7 +1,8 @@
 """Multiruns whose jobs run apart (hydra/launcher=local, slurm; runners/engine/hydra_jobs.py): the presets
 compose with their fields checked, the README's recipe is the preset's, and on the interpreter a 3-job
 submitit multirun ends with one merged store holding the rows one job would give, also after one of
-its jobs was killed mid-way and the multirun was run again, and when SIGTERM stopped the command.
+its jobs was killed mid-way; SIGTERM to the command stops every job and worker, and the same command run
+again measures only what is missing.
 
 What the CPU cannot show: the export of these rows (interpreter timings are refused, and the tests check
 that refusal after the merge; tests/store/test_merge.py exports GPU-like rows of two GPU models from a merged
@@ -210,7 +211,7 @@ def _count(path: Path) -> int:
         return 0
 
 
-def test_a_job_killed_mid_way_loses_nothing_and_the_multirun_run_again_resumes(tmp_path):
+def test_a_job_killed_mid_way_loses_nothing(tmp_path):
     # each trial samples for 0.3 s: after job 1's second row, its five others (1.5 s) are the time to kill it
     slow = ["timing.min_time_s=0.3", "timing.max_time_s=0.3"]
     two = ["hydra/launcher=local", "kernel.shapes=300,700", *SPACE]  # job 1 is killed
@@ -235,20 +236,7 @@ def test_a_job_killed_mid_way_loses_nothing_and_the_multirun_run_again_resumes(t
     partial = before[before["shape"] == "[700]"]
     assert 2 <= len(partial) < PER_JOB, "job 1 was to be killed mid-way"
     assert len(before) == PER_JOB + len(partial)  # the other job's rows and the dead job's, merged
-
-    # The same command again (a new sweep directory, as a timestamped one would be): it resumes.
-    result = run_sweep(tmp_path, *two, *slow, f"hydra.sweep.dir={tmp_path}/again", multirun=True)
-    after = _trials(tmp_path / "results.sqlite")
-    assert set(after["trial_key"]) == _planned_keys("300,700")
-    assert after["trial_key"].is_unique and len(after) == 2 * PER_JOB  # every trial once: no duplicate row
-    kept = after.set_index("id").loc[before["id"]]
-    assert list(kept["p50_us"]) == list(before["p50_us"])  # rows measured before are untouched
-    measured = PER_JOB - len(partial)  # job 1 measured only what it had not
-    assert f"kept {measured} rows (vector_add {measured}), skipped {len(partial)}" in result.stdout
-    assert result.stdout.count(f"kept 0 rows, skipped {PER_JOB}") == 1  # job 0 measured nothing
-    store = ResultStore(tmp_path / "results.sqlite")
-    assert len(store.load(sweep_id="again")) == 2 * PER_JOB  # the rerun's sweep covers the reused rows
-    store.close()
+    # (the same command run again resumes from them: the SIGTERM test below)
 
 
 def _alive(pid: int) -> bool:
@@ -277,8 +265,15 @@ def test_sigterm_to_the_command_stops_every_job_and_worker_and_keeps_the_rows(tm
     before = _trials(tmp_path / "results.sqlite")  # every job's rows, merged into the store of record
     assert len(before) == sum(map(_count, stores)) and 4 <= len(before) < 2 * PER_JOB
 
+    # The same command again (a new sweep directory, as a timestamped one would be): it resumes.
     result = run_sweep(tmp_path, *two, *slow, f"hydra.sweep.dir={tmp_path}/again", multirun=True)
     after = _trials(tmp_path / "results.sqlite")
-    assert set(after["trial_key"]) == _planned_keys("300,700") and after["trial_key"].is_unique
+    assert set(after["trial_key"]) == _planned_keys("300,700")
+    assert after["trial_key"].is_unique and len(after) == 2 * PER_JOB  # every trial once: no duplicate row
+    kept = after.set_index("id").loc[before["id"]]
+    assert list(kept["p50_us"]) == list(before["p50_us"])  # rows measured before are untouched
     measured = re.search(r"merged into \S+: kept (\d+) rows", result.stdout)
     assert int(measured.group(1)) == 2 * PER_JOB - len(before)  # the rerun measured only what was missing
+    store = ResultStore(tmp_path / "results.sqlite")
+    assert len(store.load(sweep_id="again")) == 2 * PER_JOB  # the rerun's sweep covers the reused rows
+    store.close()
