@@ -2,14 +2,14 @@
 rule may assume:
 
     python -m triton_sweep.benchmarks.bench_between_runs [--comparisons 1000] [--seed 2026] [--jobs N]
+        [--cells grid broken fleet audit]
 
-A run is drawn as a GPU gives it: per shape, `repetitions` placements of its inputs that every row of the
-shape shares, each repetition median with its own sampling noise; per run, an offset every row shares and
-one per shape. Every comparison draws its own calibration of 6 such runs; BASE and NEW are then judged by
-between_runs.judge: unchanged (the share failing the gate at 2% and 0%), one shape of ours slowed 5%,
-every shape slowed 3% (the shares caught). Tables: Cell grids of run and per-shape noise and repetition
-spread; cells that break what the first keep equal (BROKEN); a fleet's machine effects the calibration
-did not see (FLEET), with and without baselines; then the p50 variance of pooled samples (p50_variance)."""
+A run as a GPU gives it: per shape, `repetitions` placements every row of the shape shares, each median
+with its own sampling noise; per run, an offset every row shares and one per shape. Every comparison
+draws its own calibration of 6 runs; BASE and NEW are judged by between_runs.judge: unchanged (the share
+failing the gate at 2% and 0%), one shape of ours slowed 5%, every shape slowed 3% (the shares caught).
+Cells: a grid of noises; what breaks its equal sides (BROKEN); a fleet's machine effects the calibration
+did not see (FLEET), with and without baselines; where an independent audit broke the rule (AUDIT)."""
 from __future__ import annotations
 
 import argparse
@@ -59,6 +59,10 @@ class Cell:
     quiet: tuple = (1.0, 1.0)  # the calibration's run and per-shape spreads are the judged runs' over these
     tails: str = "normal"  # a run's shift: normal, t3 (Student's t, 3 d.o.f., sd `run`), or bimodal:P
     # (+2% with probability P, else 0)
+    control_share: float = 1.0  # NEW's machine moves the baselines by this share of what it moves ours by
+    new_baselines: float = 0.0  # NEW's baselines moved by this (ln) at every shape, ours not: an upgrade
+    own: float = 0.0  # the share of per_shape's variance that is each provider's own, not the shape's
+    slowed_controls: float = 0.0  # where ours is slowed, the baselines at those shapes too, by this (ln)
 
     @property
     def judged(self) -> int:
@@ -102,12 +106,28 @@ FLEET = {  # what a fleet breaks: a machine effect the calibration did not see
 }
 
 
-def fleet_cells() -> list[tuple[str, Cell]]:
+AUDIT = {  # where an independent audit's model of runs broke the gate (issue 74): the baselines not moving
+    # quite as ours, an upgrade that moved them, noise of a provider's own, a regression that moved them too
+    "NEW's machine: memory-bound +2%, the baselines 0.75 as much": {"memory": (0.5,), "new_memory": 0.02,
+                                                                    "control_share": 0.75},
+    "NEW's machine: memory-bound +3%, the baselines 0.9 as much": {"memory": (0.5,), "new_memory": 0.03,
+                                                                   "control_share": 0.9},
+    "memory-bound +2.5% on NEW, a torch upgrade: baselines 0.5% faster": {
+        "memory": (0.5,), "new_memory": 0.025, "new_baselines": math.log(0.995)},
+    "memory-bound +2.5% on NEW, a torch upgrade: baselines 1% faster": {
+        "memory": (0.5,), "new_memory": 0.025, "new_baselines": math.log(0.99)},
+    "calibrated 3x quieter, half of each shape's own part the provider's own": {"quiet": (3.0, 3.0),
+                                                                               "own": 0.5},
+    "the slowed shapes' baselines +4% too": {"slowed_controls": math.log(1.04)},
+}
+
+
+def fleet_cells(conditions: dict = FLEET) -> list[tuple[str, Cell]]:
     """The FLEET conditions on runs that differ by 1% as a whole and 0.5% per shape, at both sizes, with
     baselines at every shape (the controls), then without (an export sweep's default)."""
     return [(f"{name}{'' if baselines else ', no baselines'}",
              Cell(0.01, 0.005, 0.006, shapes, judged, baselines=baselines, **changes))
-            for baselines in (BASELINES, 0) for name, changes in FLEET.items()
+            for baselines in (BASELINES, 0) for name, changes in conditions.items()
             for shapes, judged in ((4, 1), (10, 4))]
 
 
@@ -140,10 +160,20 @@ def draw_run(cell: Cell, rng: np.random.Generator, slowed: tuple = (0, 0.0), new
         kinds = [MEMORY if a < round(memory_share * cell.shapes) else COMPUTE for a in range(shapes)]
         memory = np.array([kind == MEMORY for kind in kinds], dtype=float)[:, None, None]
         scale = cell.size_scale[0] + (cell.size_scale[1] - cell.size_scale[0]) * size
-        offsets = _run_shift(cell, rng, run_sd) * scale + rng.normal(0.0, shape_sd, (shapes, 1, 1))
+        shared_sd, own_sd = shape_sd * math.sqrt(1 - cell.own), shape_sd * math.sqrt(cell.own)
+        offsets = _run_shift(cell, rng, run_sd) * scale + rng.normal(0.0, shared_sd, (shapes, 1, 1))
+        baseline = (j >= FINALISTS).astype(float)
+        if own_sd:  # each provider's own part: ours (every finalist) one, each baseline one
+            provider = np.where(j < FINALISTS, 0, j - FINALISTS + 1)
+            offsets = offsets + rng.normal(0.0, own_sd, (shapes, 1 + cell.baselines, 1))[:, provider[0, :, 0]]
         if new:
-            offsets = offsets + cell.new_memory * memory + cell.new_size * size
+            effect = cell.new_memory * memory + cell.new_size * size
+            shares = 1 - baseline * (1 - cell.control_share)  # ours 1, the baselines control_share
+            offsets = offsets + effect * shares + cell.new_baselines * baseline
         placements = rng.normal(0.0, spread, (shapes, 1, repetitions))
+        slowed_shapes = g < (shapes if shapes_slowed is None else shapes_slowed)
+        if by and cell.slowed_controls:  # a slowdown that moved the baselines at its shapes too
+            offsets = offsets + cell.slowed_controls * baseline * slowed_shapes * (k == 0)
         logs = (np.log(5.0 + 5 * g) + 0.02 * j + by * ours * (k == 0) + offsets + placements
                 + rng.normal(0.0, SAMPLING, (shapes, rows, repetitions)))
         spreads = logs.std(axis=2, ddof=1)
@@ -202,22 +232,31 @@ HEAD = ("judged rows | unchanged: gate fails at 2% | at 0% | one shape 5% slower
         "slower: caught |")
 
 
-def table(comparisons: int, seed: int, jobs: int) -> list[str]:
-    fleet = fleet_cells()
-    chosen = cells() + [cell for _, cell in BROKEN] + [cell for _, cell in fleet]
+def groups() -> dict[str, list[tuple[str, Cell]]]:
+    """The benchmark's cells by group, in the order their seeds follow."""
+    return {"grid": [("", cell) for cell in cells()], "broken": BROKEN, "fleet": fleet_cells(),
+            "audit": [(name, cell) for name, cell in fleet_cells(AUDIT) if cell.baselines]}
+
+
+def table(comparisons: int, seed: int, jobs: int, chosen: tuple = ("grid", "broken", "fleet", "audit")
+          ) -> list[str]:
+    """The rates of the chosen groups' cells; a cell's seed is its place among all cells, whichever run."""
+    numbered = [(group, i, name, cell) for i, (group, name, cell) in enumerate(
+        (group, name, cell) for group, named in groups().items() for name, cell in named) if group in chosen]
     with ProcessPoolExecutor(jobs) as pool:
-        seeds = [seed + i for i in range(len(chosen))]
-        rates = list(pool.map(cell_rates, chosen, [comparisons] * len(chosen), seeds))
-    lines = ["| between runs | repetition spread | " + HEAD, "|---|---|---|---|---|---|---|"]
-    for cell, cell_rate in zip(chosen, rates[:len(cells())]):
-        lines.append(f"| {cell.noise} | {100 * cell.spread:g}% | {cell.judged} | "
-                     + " | ".join(f"{100 * r:.1f}%" for r in cell_rate) + " |")
-    for named, rest in ((BROKEN, rates[len(cells()):]), (fleet, rates[len(cells()) + len(BROKEN):])):
-        lines += ["", "| what breaks | between runs | repetition spread | " + HEAD, "|---" * 8 + "|"]
-        for (name, cell), cell_rate in zip(named, rest):
-            lines.append(f"| {name} | {cell.noise} | {100 * cell.spread:g}% | {cell.judged} | "
-                         + " | ".join(f"{100 * r:.1f}%" for r in cell_rate) + " |")
-    return lines
+        rates = list(pool.map(cell_rates, [c for *_, c in numbered], [comparisons] * len(numbered),
+                              [seed + i for _, i, _, _ in numbered]))
+    lines = []
+    for group in chosen:
+        named = group != "grid"
+        lines += ["", ("| what breaks | " if named else "| ") + "between runs | repetition spread | " + HEAD,
+                  "|---" * (8 if named else 7) + "|"]
+        for (of, _, name, cell), cell_rate in zip(numbered, rates):
+            if of == group:
+                lines.append((f"| {name} | " if named else "| ") + f"{cell.noise} | "
+                             f"{100 * cell.spread:g}% | {cell.judged} | "
+                             + " | ".join(f"{100 * r:.1f}%" for r in cell_rate) + " |")
+    return lines[1:]
 
 
 def p50_variance(rng: np.random.Generator, draws: int = 4000, samples: int = 40) -> list[str]:
@@ -242,9 +281,11 @@ def main(argv=None) -> None:
     parser.add_argument("--comparisons", type=int, default=1000, help="per cell and scenario")
     parser.add_argument("--seed", type=int, default=2026)
     parser.add_argument("--jobs", type=int, default=os.cpu_count(), help="processes (cells run in parallel)")
+    parser.add_argument("--cells", nargs="+", choices=list(groups()), default=list(groups()),
+                        help="the groups of cells to run (a cell's seed is the same in any choice)")
     args = parser.parse_args(argv)
     began = time.perf_counter()
-    lines = table(args.comparisons, args.seed, args.jobs)
+    lines = table(args.comparisons, args.seed, args.jobs, tuple(args.cells))
     lines += [""] + p50_variance(np.random.default_rng(args.seed))
     print(f"\n{args.comparisons} comparisons per cell and scenario ({UNCHANGED_MORE}x unchanged), "
           f"seed {args.seed}, {time.perf_counter() - began:.0f} s\n")

@@ -367,13 +367,15 @@ def _cleared(verdict: str, difference: float, threshold: float) -> str:
 
 def failures(rows: list[dict], shifts: dict, rule: Rule) -> tuple[list[int], list[tuple]]:
     """The gate's fail rule, its one statement: of the judged rows `rows`, those SLOW against their shift
-    by more than rule.fail_on_slow (their indices), and the judged shifts SLOW by more than it (their
-    domains)."""
+    by more than rule.fail_on_slow (their indices), and the judged shifts SLOW by more than it, and by
+    more than it beyond their controls too where they have any (their domains): a machine that moves the
+    baselines nearly as much as ours, or an upgrade that moves them alone, is not our kernel's change."""
     slow = [i for i, row in enumerate(rows)
             if row["verdict"] == "SLOW" and row["vs_shift"] - 1 > rule.fail_on_slow]
     failed = [domain for domain, shift in shifts.items()
               if shift is not None and shift.judged and shift.verdict == "SLOW"
-              and math.expm1(shift.value) > rule.fail_on_slow]
+              and math.expm1(shift.value) > rule.fail_on_slow
+              and not math.expm1(shift.vs_controls) <= rule.fail_on_slow]  # NaN: no controls
     return slow, failed
 
 

@@ -78,9 +78,11 @@ def shift_lines(result: dict) -> list[str]:
             lines.append(f"{head}: NOT JUDGED: {_unjudged(domain[0][0], bool(result.get('calibration')))}")
             continue
         spread = shift.spread
-        machine = ("" if shift.verdict != between_runs.MACHINE else
-                   f" (the other providers at its shapes moved alike: {math.exp(shift.vs_controls):.3f} "
-                   "against theirs; the machine's, not the code's)")
+        against = f"{math.exp(shift.vs_controls):.3f} against the other providers at its shapes"
+        machine = "" if math.isnan(shift.vs_controls) else {
+            between_runs.MACHINE: f" ({against}: they moved alike; the machine's, not the code's)",
+            "SLOW": f" ({against}; the gate counts it where it is slower than them too)",
+        }.get(shift.verdict, "")
         lines.append(f"{head}, threshold ±{_percent(math.expm1(shift.threshold))}: {shift.verdict}"
                      f"{machine}; catches a slowdown of every row of +{_percent(math.expm1(shift.catches))} "
                      f"in 95% of runs (spread of runs: shift {_percent(spread.shift)}, per shape "
