@@ -212,7 +212,7 @@ def test_two_commands_in_a_row_in_a_plain_shell_leave_no_process_and_no_cache_of
     env = user_env(HOME=str(home), TRITON_INTERPRET="1", SWEEP_TEST_MARKER=tmp_path.name)
     for key in ("XDG_CACHE_HOME", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "WANDB_DIR"):
         env.pop(key, None)
-    readme = ["triton_sweep.sweep", "backend=interpret", "kernel.shapes=[[64,1000]]",
+    readme = ["triton_sweep.sweep", "backend=interpret", "kernel.shapes=[[4,1000]]",
               "kernel.space.BLOCK_SIZE=[1024]", "kernel.space.num_warps=[4]", "kernel.baselines=[torch]",
               *FAST_TIMING]
     for run in ("first", "second"):
