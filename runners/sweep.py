@@ -185,7 +185,10 @@ def run_job(cfg: DictConfig, sweep_id: str, output_dir: Path, finish: bool) -> d
 
         return dry_run(cfg, sweep_id, StoreReader, outputs.check)
     from triton_sweep.engine.fork_server import start_wanted_home_server
+    from triton_sweep.model.files import claim_sweep_id
 
+    if finish:  # a job of its own; a multirun's start claims its sweep id for all its jobs
+        claim_sweep_id(cfg.store, sweep_id)
     start_wanted_home_server()
     job = Job(cfg, sweep_id, output_dir, store_path, prior, ResultStore, outputs, before_job_s)
     return job.run(finish)
@@ -318,7 +321,7 @@ def main(cfg: DictConfig) -> Optional[dict]:
     log_path = output_dir / f"{hydra_conf.job.name}.log"
     sweep_id = cfg.sweep_id
     alone = not multirun and not cfg.dry_run  # a multirun's jobs share its sweep id: its start claims it
-    busy = claim_folder(output_dir) if alone else None  # its sweep id: claimed by the job (engine/job.py)
+    busy = claim_folder(output_dir) if alone else None  # its sweep id: claimed by run_job
     if busy:
         refuse(busy)
         sys.exit(2)

@@ -27,7 +27,6 @@ from omegaconf import DictConfig
 from triton_sweep.engine import job_report
 from triton_sweep.engine.process import ask_to_stop, stop_all
 from triton_sweep.model.columns import DEVICE_COLUMNS
-from triton_sweep.model.files import claim_sweep_id
 from triton_sweep.model.trial import TRITON_PROVIDER, Trial
 from triton_sweep.measure import check
 from triton_sweep.measure.neighbours import watch_gpus
@@ -159,8 +158,6 @@ class Job:
         # A damaged or unwritable store stops the job here, before the trial workers' work begins.
         self.store = self.open_store(self.store_path)
         cleanup.callback(self.store.close)
-        if self.single:  # a multirun's start claims its sweep id for every job (runners/sweep.py)
-            claim_sweep_id(self.store_path, self.sweep_id)
         plan = self.plan
         print(plan_line(cfg, self.sweep_id, plan, sides))
         self.batch = plan.search.ask()

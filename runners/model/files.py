@@ -71,7 +71,10 @@ def claim_sweep_id(store: str | Path, sweep_id: str) -> None:
     one summary and choose two finalists of one group). The lock file: .locks/ beside the store."""
     from triton_sweep.model.trial import ConfigError
 
-    other = claim(Path(store).parent / ".locks" / f"{Path(store).name}.{sweep_id}")
+    try:
+        other = claim(Path(store).parent / ".locks" / f"{Path(store).name}.{sweep_id}")
+    except OSError:  # no folder for it: nor for the store, whose opening refuses it in one line
+        return
     if other:
         raise ConfigError(f"sweep_id={sweep_id}: another sweep (pid {other}) is writing it into {store}; "
                           "wait for it to end, or give this one a sweep_id of its own")
