@@ -18,9 +18,11 @@ def _run(name: str):
     module = importlib.import_module(f"triton_sweep.{name}.command" if room else f"triton_sweep.{name}")
     try:
         return module.cli() if hasattr(module, "cli") else module.main()
-    except KeyboardInterrupt as stop:  # Ctrl-C: one line, not a traceback; 130 as a shell reports it
+    except KeyboardInterrupt:  # Ctrl-C: one line, not a traceback; 130 as a shell reports it
+        from triton_sweep.engine.hydra_jobs import stopped_status
+
         print(f"triton-sweep-{name}: interrupted", file=sys.stderr)
-        sys.exit(128 + getattr(stop, "signum", 2))  # SIGTERM where the command stops on it: 143
+        sys.exit(stopped_status())  # 143 for SIGTERM, where the command stops on it
 
 
 sweep = functools.partial(_run, "sweep")

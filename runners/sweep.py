@@ -27,7 +27,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from triton_sweep import version
-from triton_sweep.engine.hydra_jobs import runs_jobs_apart, stop_on_signals
+from triton_sweep.engine.hydra_jobs import runs_jobs_apart, stop_on_signals, stopped_status
 from triton_sweep.model.files import write_atomic
 from triton_sweep.model.schema import CONF_DIR
 
@@ -414,13 +414,13 @@ def cli() -> None:
             raise
         refuse(composition_error(error))
         sys.exit(2)
-    except KeyboardInterrupt as stop:
+    except KeyboardInterrupt:
         from triton_sweep.merge import gather_stopped
 
         gather_stopped()
         refuse("interrupted: every row measured so far is in the store; the same command resumes, "
                "measuring only what is missing")
-        sys.exit(128 + getattr(stop, "signum", 2))  # as a shell reports a command its signal ended
+        sys.exit(stopped_status())
 
 
 if __name__ == "__main__":

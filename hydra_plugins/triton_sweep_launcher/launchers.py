@@ -1,13 +1,13 @@
-"""The launcher classes of conf/hydra/launcher/local.yaml and slurm.yaml, on hydra-submitit-launcher's:
+"""The launcher classes of conf/hydra/launcher/local.yaml, slurm.yaml (on hydra-submitit-launcher's) and
+ray_gpus.yaml (on hydra-ray-launcher's, where the [ray] extra is installed):
 
 - Every job is waited for; a job that died (node lost, SLURM time limit, kill -9) is reported as a failed
-  job is (its summary.json holds the error), so the multirun still reaches its end: every job's rows
-  merged into the store of record, then exit 1 naming it. (The plugin's launcher raises at the first
-  job that died, while the others may still be running.)
+  job is (its summary.json holds the error), so the multirun still reaches its end and exits 1 naming
+  it, every job's rows merged. (The plugin's launcher raises at the first job that died.)
 - local: each job takes `gpus_per_node` of the GPUs this host shows (CUDA_VISIBLE_DEVICES, else every
-  GPU) for itself, and waits while none is free; two jobs never share a GPU. (submitit's local
-  executor gives every job the same GPUs, 0..gpus_per_node-1.)
-- SIGINT or SIGTERM to the command stops every job (each stops its workers) and waits for them.
+  GPU) for itself, and waits while none is free. (submitit's gives every job GPUs 0..gpus_per_node-1.)
+- SIGINT or SIGTERM to the command stops every job (each stops its workers) and waits for them; on Ray
+  too, whose init had taken SIGTERM for itself.
 - The parameters are checked when the launcher is made, before anything is submitted.
 Hydra imports this module at every start: it imports nothing heavy (engine/hydra_jobs.py has the helpers)."""
 from __future__ import annotations
@@ -178,3 +178,43 @@ class LocalLauncher(_WaitsForEveryJob, submitit_launcher.LocalLauncher):
 
 class SlurmLauncher(_WaitsForEveryJob, submitit_launcher.SlurmLauncher):
     """One SLURM job per job of the multirun, on the GPUs SLURM allocates it (CUDA_VISIBLE_DEVICES)."""
+
+
+try:
+    from hydra_plugins.hydra_ray_launcher.ray_launcher import RayLauncher as _RayPlugin
+except ImportError:  # the [ray] extra is not installed
+    _RayPlugin = None
+RayLauncher = None
+if _RayPlugin is not None:
+    class RayLauncher(_RayPlugin):  # noqa: F811
+        """hydra-ray-launcher's jobs as Ray tasks; SIGINT or SIGTERM cancels every task (a KeyboardInterrupt
+        in it: the job stops its workers) and waits for them, the command then merging their rows."""
+
+        def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
+            import ray
+            from hydra.core.utils import setup_globals
+            from hydra_plugins.hydra_ray_launcher._launcher_util import launch_job_on_ray, start_ray
+
+            assert self.config is not None and self.hydra_context is not None
+            setup_globals()
+            Path(str(self.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
+            start_ray(self.ray_cfg.init)
+            stop_on_signals()  # ray.init set Ray's SIGTERM handler in this process, which exits at once
+            tasks = []
+            for number, overrides in enumerate(job_overrides, initial_job_idx):
+                log.info(f"\t#{number} : {' '.join(filter_overrides(overrides))}")
+                config = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
+                with open_dict(config):
+                    config.hydra.job.id, config.hydra.job.num = f"job_id_for_{number}", number
+                tasks.append(launch_job_on_ray(self.hydra_context, self.ray_cfg.remote, config,
+                                               self.task_function, Singleton.get_state()))
+            try:
+                return ray.get(tasks)
+            except KeyboardInterrupt:
+                print(f"stopping {len(tasks)} job(s)...", file=sys.stderr, flush=True)
+                for task in tasks:
+                    ray.cancel(task)
+                if ray.wait(tasks, num_returns=len(tasks), timeout=STOP_WAIT_S)[1]:
+                    print(f"error: jobs have not ended {STOP_WAIT_S} s after they were stopped",
+                          file=sys.stderr)
+                raise

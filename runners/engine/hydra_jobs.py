@@ -44,16 +44,26 @@ class Stopped(KeyboardInterrupt):
         self.signum = signum
 
 
+_stopped_by: list = []  # the signal that stopped this process
+
+
 def stop_on_signals() -> None:
     """SIGINT and SIGTERM raise Stopped in this process, once: a second one while its clean-up runs (the
     workers stopped, a multirun's jobs stopped and their rows merged) is ignored, never cutting it short."""
     def stop(signum, frame):
         for number in (signal.SIGINT, signal.SIGTERM):
             signal.signal(number, signal.SIG_IGN)
+        _stopped_by.append(signum)
         raise Stopped(signum)
 
     for number in (signal.SIGINT, signal.SIGTERM):
         signal.signal(number, stop)
+
+
+def stopped_status() -> int:
+    """The exit status a shell gives a command its signal ended: 130 for Ctrl-C (also where a library
+    raised a KeyboardInterrupt of its own for it, as Ray's get does), 143 for SIGTERM."""
+    return 128 + (_stopped_by[0] if _stopped_by else signal.SIGINT)
 
 
 def write_failed_summary(job_dir: Path, number: int, message: str) -> None:

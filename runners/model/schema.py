@@ -224,10 +224,11 @@ def register_configs() -> None:
 
     plugins = Plugins.instance()
     if not any(c.__module__ == UserRepository.__module__ for c in plugins.discover(SearchPathPlugin)):
-        from hydra_plugins.triton_sweep_launcher.launchers import LocalLauncher, SlurmLauncher
+        from hydra_plugins.triton_sweep_launcher.launchers import LocalLauncher, RayLauncher, SlurmLauncher
 
-        for plugin in (SweepFolder, UserRepository, LocalLauncher, SlurmLauncher):
-            plugins.register(plugin)
+        for plugin in (SweepFolder, UserRepository, LocalLauncher, SlurmLauncher, RayLauncher):
+            if plugin is not None:  # RayLauncher: where the [ray] extra is installed
+                plugins.register(plugin)
     store = ConfigStore.instance()
     store.store(name="sweep_schema", node=SweepConf)
     for name in builtin():
