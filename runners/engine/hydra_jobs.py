@@ -36,25 +36,18 @@ def runs_jobs_apart(hydra_conf: DictConfig) -> bool:
     return OmegaConf.select(hydra_conf, "launcher._target_", default=BASIC_LAUNCHER) != BASIC_LAUNCHER
 
 
-class Stopped(KeyboardInterrupt):
-    """SIGINT or SIGTERM: the command (or a launcher's job) stops as on Ctrl-C, its clean-up running."""
-
-    def __init__(self, signum: int):
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
-
-
 _stopped_by: list = []  # the signal that stopped this process
 
 
 def stop_on_signals() -> None:
-    """SIGINT and SIGTERM raise Stopped in this process, once: a second one while its clean-up runs (the
-    workers stopped, a multirun's jobs stopped and their rows merged) is ignored, never cutting it short."""
+    """SIGINT and SIGTERM raise KeyboardInterrupt in this process, once, so the clean-up of Ctrl-C runs: a
+    second one while it runs (the workers stopped, a multirun's jobs stopped and their rows merged) is
+    ignored, never cutting it short."""
     def stop(signum, frame):
         for number in (signal.SIGINT, signal.SIGTERM):
             signal.signal(number, signal.SIG_IGN)
         _stopped_by.append(signum)
-        raise Stopped(signum)
+        raise KeyboardInterrupt(signal.Signals(signum).name)
 
     for number in (signal.SIGINT, signal.SIGTERM):
         signal.signal(number, stop)
