@@ -1,9 +1,10 @@
 """The program's own kernel, for a replay (runners/capture/replay.py): its @triton.jit function and the
-@triton.heuristics around it, imported from the module a launch record names (a script loaded from its
-file under another name, so its `if __name__ == "__main__":` part does not run), and the text of that
-file for the kernel's hash. A launches file may come from someone else: its records' file and path0 are
-imported from only inside the working directory's tree, the import path the sweep started with
-(installed packages, PYTHONPATH) or a folder the user names (kernel.spec's ;allow=DIR); others refused."""
+@triton.heuristics around it (found through any wrapper), imported from the module a launch record names
+(a script loaded from its file under another name, so its `if __name__ == "__main__":` part does not
+run), and the text of that file for the kernel's hash. A launches file may come from someone else: its
+records' file and path0 are imported from only inside the working directory's tree, the import path the
+sweep started with (installed packages, PYTHONPATH) or a folder the user names (kernel.spec's
+;allow=DIR); others refused."""
 from __future__ import annotations
 
 import functools
@@ -115,12 +116,31 @@ def load_kernel(record: dict, launches: Path, allow: tuple = ()) -> LoadedKernel
         obj = getattr(obj, part, None)
     if obj is None:
         raise ConfigError(f"kernel.spec: {module_name} has no {record['qualname']}")
+    return unwrapped(obj, f"{module_name}.{record['qualname']}")
+
+
+WRAPPERS_BOUND = 16  # wrappers followed inward before a chain of .fn is taken for a cycle
+
+
+def unwrapped(obj, name: str) -> LoadedKernel:
+    """The @triton.jit function inside whatever wraps it, known by its type, never its name: Triton's
+    Autotuner and Heuristics, their subclasses (a library's own autotuner) or any wrapper holding it as
+    `.fn`; the heuristics met on the way kept, outermost first. Its own `run` is what a replay calls, so
+    a wrapper's configs never come on top of the replay's (the program's configs are in its records)."""
+    from triton.runtime import Heuristics, JITFunction
+    from triton.runtime.interpreter import InterpretedFunction
+
     heuristics = []
-    while type(obj).__name__ in ("Autotuner", "Heuristics"):
-        if type(obj).__name__ == "Heuristics":
+    for _ in range(WRAPPERS_BOUND):
+        if isinstance(obj, (JITFunction, InterpretedFunction)):
+            return LoadedKernel(obj, heuristics)
+        if isinstance(obj, Heuristics):
             heuristics.extend(obj.values.items())
+        if getattr(obj, "fn", None) is None:
+            break
         obj = obj.fn
-    return LoadedKernel(obj, heuristics)
+    raise ConfigError(f"kernel.spec: {name} is a {type(obj).__name__}: no @triton.jit function found in "
+                      f"it (through .fn, {WRAPPERS_BOUND} wrappers deep at most)")
 
 
 def source_text(path: str) -> str:

@@ -223,7 +223,7 @@ def _patch(module):
 
         tuner._bench = _bench
         for cls in (tuner, module.Heuristics):
-            _remember_wrapper(cls)
+            _remember_wrapper(cls, (tuner, module.Heuristics))
         return
     cls = module.JITFunction if module.__name__ == "triton.runtime.jit" else module.InterpretedFunction
     init = cls.__init__
@@ -235,15 +235,15 @@ def _patch(module):
     cls.__init__ = __init__
 
 
-def _remember_wrapper(cls):
+def _remember_wrapper(cls, wrappers: tuple):
     """An @triton.autotune's configs and an @triton.heuristics's names, kept for the @triton.jit
-    function they wrap (for a replay's space)."""
+    function they wrap (for a replay's space); their subclasses' (a library's own autotuner) too."""
     init = cls.__init__
 
     def __init__(self, fn, *args, **kwargs):
         init(self, fn, *args, **kwargs)
         inner = fn
-        while type(inner).__name__ in ("Autotuner", "Heuristics"):
+        while isinstance(inner, wrappers):
             inner = inner.fn
         into = _wrappers.setdefault(id(inner), {})
         if hasattr(self, "configs"):
