@@ -1,4 +1,4 @@
-"""A trial's inputs: seeded (input_seed), made once per (shape, dtype) with their float64 references and
+"""A trial's inputs: seeded (input_seed), made once per (shape, dtype) with their references and
 accumulation bound (ShapeCache), for the gate and the timing of every config of that shape."""
 from __future__ import annotations
 
@@ -41,6 +41,8 @@ class ShapeCache:
             self.key = key
         if with_bound and self.bound is None and self.spec.accumulation_bound:
             self.bound = self.spec.accumulation_bound(*self.inputs)
+        elif with_bound and self.bound is None and not self.spec.reference_in_float64:
+            self.bound = check.reorder_bounds(self.inputs, self.references)  # its sums in one order of many
         return self.inputs, self.references, (self.bound if with_bound else None)
 
     def release(self) -> None:
