@@ -10,10 +10,7 @@ each launched BLOCK-like value (Replay says each rule); what cannot be replayed 
 with side effects outside its arguments is not detected: its arguments alone are checked."""
 from __future__ import annotations
 
-import ast
 import json
-import math
-import operator
 from pathlib import Path
 from typing import Optional
 
@@ -21,34 +18,37 @@ import torch
 
 from triton_sweep.kernels.spec import KernelSpec, seeded_randn
 from triton_sweep.model.trial import ConfigError
+from triton_sweep.capture.replay_expressions import expression
 from triton_sweep.capture.replay_kernel import LoadedKernel, load_kernel, source_text, trusted_file
-from triton_sweep.capture.replay_records import (LAUNCH_DIM, launched_config, recorded_grid, replay_dtype,
-                                                 signature, size_at, value_at, varying_dims, why_not)
+from triton_sweep.capture.replay_records import (LAUNCH_DIM, fixed_grid_refusal, grid_model, grid_names,
+                                                 grid_tuple, launched_config, recorded_grid, replay_dtype,
+                                                 replay_space, signature, size_at, varying_dims, why_not)
 from triton_sweep.measure.check import copy_storage, poison
 
 PREFIX = "replay:"  # a kernel.spec of this source (runners/model/spec_sources.py SOURCES)
 REPLAY_LAUNCHES = 64  # the hook's bound on launch records per function
-NUM_WARPS = (1, 2, 4, 8, 16, 32)
-NUM_STAGES = (1, 2, 3, 4)
 
 
-def parse_target(target: str) -> tuple[Path, str, Optional[str], tuple[str, ...]]:
-    """"replay:FILE#FUNCTION[;flops=EXPR][;allow=DIR]..." -> (file, function, FLOP expression or None,
-    the folders allowed besides the working directory's tree and the import path)."""
+def parse_target(target: str) -> tuple[Path, str, Optional[str], tuple[str, ...], Optional[str]]:
+    """"replay:FILE#FUNCTION[;flops=EXPR][;allow=DIR]...[;grid=EXPR]" -> (file, function, FLOP
+    expression or None, the folders allowed besides the working directory's tree and the import path,
+    grid expression or None)."""
     body, *options = target[len(PREFIX):].split(";")
     path, _, function = body.partition("#")
     if not path or not function:
         raise ConfigError(f"kernel.spec: {target!r} must look like replay:FILE#FUNCTION (the capture's "
                           "<out>_launches.json and a function's module.qualname)")
-    flops, allow = None, []
+    given: dict[str, list] = {"flops": [], "allow": [], "grid": []}
     for option in options:
         name, _, value = option.partition("=")
-        if name not in ("flops", "allow") or not value:
-            raise ConfigError(f"kernel.spec: {target!r}: {option!r} is not ;flops=EXPR or ;allow=DIR")
+        if name not in given or not value:
+            raise ConfigError(f"kernel.spec: {target!r}: {option!r} is not ;flops=EXPR, ;allow=DIR or "
+                              ";grid=EXPR")
         if name == "allow" and not Path(value).is_dir():
             raise ConfigError(f"kernel.spec: allow={value}: no such folder")
-        flops, allow = (value, allow) if name == "flops" else (flops, allow + [value])
-    return Path(path), function, flops, tuple(allow)
+        given[name].append(value)
+    last = {name: values[-1] if values else None for name, values in given.items()}
+    return Path(path), function, last["flops"], tuple(given["allow"]), last["grid"]
 
 
 class Replay:
@@ -73,19 +73,22 @@ class Replay:
       program's config writes is restored before every call, timed ones too (a count that drifted would
       send later calls off; its copy is in the time).
     - space: the configs of the program's @triton.autotune, else the powers of two around each launched
-      BLOCK-like meta-parameter (1/4x to 4x), num_warps 1-32 and num_stages 1-4; the grid of a config is the
-      program's own (a callable grid, evaluated for those configs when it was captured), else the recorded
-      grid. A config whose grid was not recorded is pruned; one that fails to compile or to match is
-      recorded as such.
+      BLOCK-like meta-parameter (1/4x to 4x), num_warps 1-32 and num_stages 1-4. The grid of a config is
+      the user's where the target gives one (;grid=EXPR, checked against every launch), else the
+      program's: a callable grid as evaluated for those configs when it was captured; a fixed grid (a
+      tuple, cdiv(n, 256) perhaps) only at the launched blocks or the program's autotune configs. A
+      config without a grid is pruned, saying why; one that fails to compile or to match is recorded as
+      such.
     - throughput: bytes moved are the tensor arguments' sizes, each once (a bound: a tensor read and
       written counts once, one read twice too); FLOPs 0 unless the target gives a model of the dims:
       "replay:FILE#FUNCTION;flops=2*M*N*K" (evaluated at every launch when the spec is made: its
-      terms and powers bounded by FLOPS_BOUND).
+      terms and powers bounded; replay_expressions.py).
     - imported from: the records' file, only where replay_kernel.trusted_file allows (`allow`: folders
       the user names besides; None, the capture's own records: not checked).
     """
 
-    def __init__(self, path: Path, function: str, flops: Optional[str], allow: Optional[tuple] = ()):
+    def __init__(self, path: Path, function: str, flops: Optional[str], allow: Optional[tuple] = (),
+                 grid: Optional[str] = None):
         functions = _functions(path)
         if function not in functions:
             raise ConfigError(f"kernel.spec: {path} has no launch of {function} (it has: "
@@ -113,7 +116,8 @@ class Replay:
         self.function, self.path, self.allow = function, path, allow or ()
         self.name = kernel_name(function, functions)
         self.dims = varying_dims(self.records)
-        self.flops_model = _flops_model(flops, self.dims) if flops else None
+        self.flops_model = expression("flops", flops, self.dims) if flops else None
+        self.grid_model = grid_model(grid, self.records, set(self.space())) if grid else None
         for index, record in enumerate(self.records):
             self.flops(self.shape_of(record, index))  # at the spec, never in a trial: refused here
         self.by_key = {(self.shape_of(record, index), replay_dtype(record)): index
@@ -146,26 +150,7 @@ class Replay:
         return self.by_key.get((tuple(shape), dtype))
 
     def space(self) -> dict:
-        """Every block's candidate values over the launches (or the autotune configs' values)."""
-        space: dict[str, set] = {}
-        for record in self.records:
-            if record["autotune"]:
-                for config in record["autotune"]:
-                    for name, value in config.items():
-                        space.setdefault(name, set()).add(value)
-                continue
-            table = record["grid"].get("table")
-            for position, block in enumerate(record["blocks"]):
-                if table:
-                    space.setdefault(block, set()).update(row[0][position] for row in table)
-                else:
-                    launched = value_at(record, block)
-                    space.setdefault(block, set()).update(max(1, int(launched * 2.0 ** k))
-                                                          for k in range(-2, 3))
-            launched = launched_config(record)
-            for name, values in (("num_warps", NUM_WARPS), ("num_stages", NUM_STAGES)):
-                space.setdefault(name, set()).update(values, [launched[name]] if name in launched else [])
-        return {name: sorted(values) for name, values in space.items()}
+        return replay_space(self.records)
 
     def constraints(self, shape, dtype: str, config) -> Optional[str]:
         index = self.index(shape, dtype)
@@ -176,10 +161,16 @@ class Replay:
             if dict(config) not in record["autotune"]:
                 return "not one of the program's @triton.autotune configs"
             return None
-        if recorded_grid(record, config) is None:
+        if self.grid_at(record, config) is None:
             blocks = ", ".join(f"{b}={config[b]}" for b in record["blocks"])
-            return f"the program's grid was not recorded at {blocks}"
+            return fixed_grid_refusal(record, config) or f"the program's grid was not recorded at {blocks}"
         return None
+
+    def grid_at(self, record: dict, config) -> Optional[tuple]:
+        """The launch grid at `config`: the user's (;grid=) where given, else the program's."""
+        if self.grid_model is None:
+            return recorded_grid(record, config)
+        return grid_tuple(self.grid_model({**grid_names(record), **config}))
 
     def make_inputs(self, shape, dtype, seed: int, device) -> tuple:
         index = self.index(shape, str(dtype).replace("torch.", ""))
@@ -236,7 +227,7 @@ class Replay:
             named[name] = heuristic(named)
         positional = [named[name] for name, _ in record["positional"]]
         keywords = {name: value for name, value in named.items() if name not in names[:len(positional)]}
-        grid = recorded_grid(record, config)
+        grid = self.grid_at(record, config)
         if grid is None:
             raise ValueError(f"the program's grid was not recorded for {dict(config)}")
         self.kernel.jit.run(*positional, grid=grid, warmup=False, **keywords)
@@ -367,52 +358,3 @@ def _check_launches(path: Path, launches: dict) -> None:
         if not (isinstance(launch, dict) and type(launch.get("calls")) is int
                 and isinstance(launch.get("replay"), (dict, type(None)))):
             raise ConfigError(f"kernel.spec: {path}: a launch is not an object with calls and replay")
-
-
-FLOPS_BOUND = 1e30  # the largest term of a FLOP model: a power beyond it is refused, never computed
-_OPERATORS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
-              ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow}
-
-
-def _flops_model(expression: str, dims: list):
-    """A FLOP model of the dims: an arithmetic expression of their names and numbers only, evaluated by
-    _evaluated (every term within FLOPS_BOUND)."""
-    def refused(why: str) -> ConfigError:
-        return ConfigError(f"kernel.spec: flops={expression!r}: {why}")
-
-    try:
-        tree = ast.parse(expression, mode="eval")
-    except (SyntaxError, ValueError) as error:
-        raise refused(f"not an expression: {error}") from None
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Name) and node.id not in dims:
-            raise refused(f"{node.id} is not a dim (the dims: {', '.join(dims)})")
-        if not (isinstance(node, (ast.Expression, ast.BinOp, ast.Name, ast.Load, *_OPERATORS))
-                or isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd))
-                or isinstance(node, ast.Constant) and type(node.value) in (int, float)
-                or isinstance(node, (ast.USub, ast.UAdd))):
-            raise refused(f"only numbers, the dims and + - * / // ** % (found {type(node).__name__})")
-    return lambda values: _evaluated(tree.body, values, refused)
-
-
-def _evaluated(node, values: dict, refused):
-    """The value of an arithmetic node, refused (a ConfigError) where a term would pass FLOPS_BOUND."""
-    if isinstance(node, ast.Constant):
-        value = node.value
-    elif isinstance(node, ast.Name):
-        value = values[node.id]
-    elif isinstance(node, ast.UnaryOp):
-        value = _evaluated(node.operand, values, refused)
-        value = -value if isinstance(node.op, ast.USub) else value
-    else:
-        left, right = _evaluated(node.left, values, refused), _evaluated(node.right, values, refused)
-        if isinstance(node.op, ast.Pow) and (abs(right) > 64 or abs(left) > 1 and right > 0
-                                             and right * math.log10(abs(left)) > math.log10(FLOPS_BOUND)):
-            raise refused(f"{left}**{right} is beyond {FLOPS_BOUND:g} (a power's exponent at most 64)")
-        try:
-            value = _OPERATORS[type(node.op)](left, right)
-        except (ArithmeticError, ValueError) as error:
-            raise refused(f"{type(error).__name__}: {error}") from None
-    if not isinstance(value, (int, float)) or not abs(value) <= FLOPS_BOUND:
-        raise refused(f"a term is {value!r}, beyond {FLOPS_BOUND:g} or not a real number")
-    return value
