@@ -95,13 +95,13 @@ def report(args, command: list[str], specs: dict, spec_paths: dict, functions: d
                   f"({', '.join(specs[kernel].dims)}); its shapes are kept as called")
     mapped = {kernel: bucketed(entries, args.bucket, specs[kernel].dims, args.bucket_dims)
               for kernel, entries in mapped.items()}
-    for function, calls, sets, why in unmapped:
-        if args.replay:
-            replay_file(out, function, command)
-        else:
-            print(f"not mapped: {function}: {calls} calls at {sets} argument set(s): {why}")
+    replayed = [replay_file(out, function, command) for function, _, _, _ in unmapped if args.replay]
+    for function, calls, sets, why in unmapped if not args.replay else ():
+        print(f"not mapped: {function}: {calls} calls at {sets} argument set(s): {why}")
     if not mapped:
-        print("no launch of a known kernel: no sweep file written")
+        if not any(replayed):
+            print("no sweep file written: no launch of a known kernel" + (
+                " or of one that can be replayed" if args.replay else " (--replay sweeps one with no spec)"))
         return
     for kernel, entries in sorted(mapped.items()):
         path = Path(f"{out}_{kernel}.yaml")

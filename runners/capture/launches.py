@@ -97,7 +97,7 @@ def map_launches(functions: dict, specs: list) -> tuple[dict, list]:
                 left["sets"] += 1
                 if not candidates:
                     why.add("no spec names this function (a kernel of another package: --spec "
-                            "pkg.module:SPEC)")
+                            "pkg.module:SPEC, or --replay to sweep it with no spec)")
                 elif not why:
                     why.add("no spec of its module gives a shape for these arguments (its "
                             "launch_shape, or the integer arguments of its export key)")
