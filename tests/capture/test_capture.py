@@ -161,7 +161,10 @@ def test_an_external_kernel_by_import_path_and_the_exit_status(tmp_path):
     result = capture(tmp_path, program=program)
     assert result.returncode == 3  # the program's own status
     assert ("not mapped: tests.fixtures.external_kernel._scale_rows_kernel: 3 calls at 2 argument set(s): "
-            "no spec names this function") in result.stdout
+            "no spec names this function (a kernel of another package: --spec pkg.module:SPEC, or --replay "
+            "to sweep it with no spec)") in result.stdout
+    assert result.stdout.splitlines()[-1] == ("no sweep file written: no launch of a known kernel (--replay "
+                                              "sweeps one with no spec)")
     assert not (tmp_path / "app_scale_rows.yaml").exists()
     result = capture(tmp_path, "--spec", "tests.fixtures.external_kernel:SPEC", program=program)
     assert result.returncode == 3 and "not mapped" not in result.stdout

@@ -41,15 +41,16 @@ def captured(tmp_path_factory):
     return _capture(tmp_path_factory.mktemp("replay"), PROGRAM)
 
 
-def swept(captured, tmp_path, name: str, *overrides: str):
+def swept(captured, tmp_path, name: str, *overrides: str, options: str = ""):
     """The rows of a sweep of the captured file app_<name>.yaml, which says where its kernel is imported
-    from: the program's folder (tests/fixtures/), allowed (the sweep runs in a folder of its own)."""
+    from: the program's folder (tests/fixtures/), allowed (the sweep runs in a folder of its own);
+    `options`, the target's others (;grid=...)."""
     folder, _ = captured
     sweep = folder / "conf" / "sweep" / f"app_{name}.yaml"
     line = next(line for line in sweep.read_text().splitlines() if "spec:" in line)
     spec = json.loads(line.split(": ", 1)[1])
     result = run_sweep(tmp_path, f"hydra.searchpath=[file://{folder / 'conf'}]", f"+sweep=app_{name}",
-                       f"kernel.spec='{spec};allow={PROGRAM.parent}'", *overrides)
+                       f"kernel.spec='{spec};allow={PROGRAM.parent}{options}'", *overrides)
     assert f"its kernel is imported from {PROGRAM.parent}/" in result.stdout
     frame = ResultStore(tmp_path / "results.sqlite").load()
     return frame.assign(config=frame["config"].map(json.loads))
@@ -130,9 +131,14 @@ def test_a_kernel_reading_an_index_tensor_replays_its_values(captured, tmp_path)
     recorded = [arg for name, arg in replay.records[0]["positional"] if name == "index_ptr"][0]
     inputs = replay.make_inputs((5,), torch.float32, 0, "cpu")
     assert inputs[2].tolist() == recorded["values"] and inputs[2].dtype == torch.int64
-    rows = swept(captured, tmp_path, "gather_rows", *ONE_OPTION)
+    # The program's grid is a fixed one (a row a program): its block is kept as launched...
+    assert replay.constraints((5,), "float32", {"BLOCK_COLS": 32, "num_warps": 1, "num_stages": 1}) is None
+    assert replay.constraints((5,), "float32", {"BLOCK_COLS": 64, "num_warps": 1, "num_stages": 1}) == (
+        "the program launched a fixed grid (5,) at BLOCK_COLS=32: a grid computed from its blocks would not "
+        "fit BLOCK_COLS=64 (kernel.spec's ;grid=EXPR gives the grid at every config)")
+    # ...unless the target gives the grid: then blocks under the 24 columns leave some elements unwritten.
+    rows = swept(captured, tmp_path, "gather_rows", *ONE_OPTION, options=";grid=out_ptr_shape0")
     status = {c["BLOCK_COLS"]: s for c, s in zip(rows["config"], rows["status"])}
-    # The grid is the program's fixed one (a row a program): blocks under the 24 columns leave some unwritten.
     assert status == {8: "incorrect", 16: "incorrect", 32: "ok", 64: "ok", 128: "ok"}
     assert rows.loc[rows["status"] == "incorrect", "message"].str.contains("never written").all()
 
@@ -188,18 +194,19 @@ def test_integer_outputs_are_compared_exactly():
 
 def test_a_flop_model_given_in_the_target_counts_the_dims(captured):
     folder, _ = captured
-    assert parse_target("replay:a/b.json#m.k;flops=2*n") == (Path("a/b.json"), "m.k", "2*n", ())
-    assert parse_target(f"replay:b.json#m.k;allow={folder};flops=n") == (Path("b.json"), "m.k", "n",
-                                                                         (str(folder),))
+    assert parse_target("replay:a/b.json#m.k;flops=2*n") == (Path("a/b.json"), "m.k", "2*n", (), None)
+    assert parse_target(f"replay:b.json#m.k;allow={folder};flops=n;grid=cdiv(n,B)") == (
+        Path("b.json"), "m.k", "n", (str(folder),), "cdiv(n,B)")
     replay = Replay(folder / "app_launches.json", "__main__.axpy_inplace", "2*n")
     assert replay.flops((300,)) == 600.0 and replay.spec().export_key == {"n": "n"}
     assert Replay(folder / "app_launches.json", "__main__.axpy_inplace", None).flops((300,)) == 0.0
     model = Replay(folder / "app_launches.json", "__main__.axpy_inplace", "(n + 1) ** 2 // 3 % 7 - -n / 2")
     assert model.flops((300,)) == (301 ** 2 // 3 % 7) + 150.0
-    with pytest.raises(ConfigError, match=r"flops='__import__\(\"os\"\)': only numbers, the dims"):
-        Replay(folder / "app_launches.json", "__main__.axpy_inplace", '__import__("os")')
+    for attack in ('__import__("os")', "n.real", "(lambda: 1)()", "[n][0]", "max(n, key=n)"):
+        with pytest.raises(ConfigError, match=r"flops=.*: (only numbers, the names|__import__ is not cdiv)"):
+            Replay(folder / "app_launches.json", "__main__.axpy_inplace", attack)
     for refused, why in (("9**9**9**9", r"9\*\*387420489 is beyond 1e\+30"), ("2**n", r"2\*\*100 is beyond"),
-                         ("n*1e30", r"a term is 1e\+32, beyond 1e\+30"), ("m*n", "m is not a dim"),
+                         ("n*1e30", r"a term is 1e\+32, beyond 1e\+30"), ("m*n", "m is not one of n"),
                          ("n/0", "ZeroDivisionError"), ("(-n)**0.5", "not a real number")):
         with pytest.raises(ConfigError, match=rf"kernel.spec: flops='{re.escape(refused)}': .*{why}"):
             Replay(folder / "app_launches.json", "__main__.axpy_inplace", refused)  # at n=300 and n=100
@@ -214,16 +221,21 @@ def test_what_a_replay_gets_wrong_most_easily(tmp_path):
     assert ("not replayed: __main__.reverse cannot be replayed: arguments src_ptr and dst_ptr overlap in "
             "memory") in printed
     statuses = {}
+    # Each launched with a fixed grid: double's block is kept as launched (cdiv(n, 64)); the others' grids
+    # are given by the target, so their blocks vary.
+    grids = {"add_bias": ";grid=x_ptr_shape0", "maybe_add": ";grid=cdiv(n, BLOCK)"}
     for name in ("double", "add_bias", "maybe_add", "count_positive"):
-        rows = swept((folder, printed), tmp_path / name, name, *ONE_OPTION, "finalists.top_k=2")
+        rows = swept((folder, printed), tmp_path / name, name, *ONE_OPTION, "finalists.top_k=2",
+                     options=grids.get(name, ""))
         for config, status, phase in zip(rows["config"], rows["status"], rows["phase"]):
             block = config.get("BLOCK", config.get("BLOCK_COLS"))
             statuses.setdefault(name, {}).setdefault(block, set()).add((status, phase))
     ok = {("ok", "screen"), ("ok", "final")}
-    assert {b: s <= ok for b, s in statuses["double"].items()} == {16: False, 32: False, 64: True, 128: True,
-                                                                    256: True}
+    assert {b: s <= ok for b, s in statuses["double"].items()} == {16: False, 32: False, 64: True, 128: False,
+                                                                    256: False}
+    assert {status for b, s in statuses["double"].items() if b != 64 for status, _ in s} == {"pruned"}
     assert {b for b, s in statuses["add_bias"].items() if s <= ok} == {64, 128, 256}  # 40 columns
-    assert {b for b, s in statuses["maybe_add"].items() if s <= ok} == {64, 128, 256}
+    assert {b for b, s in statuses["maybe_add"].items() if s <= ok} == {16, 32, 64, 128, 256}
     assert all(s <= ok for s in statuses["count_positive"].values())
     assert ("ok", "final") in set().union(*statuses["count_positive"].values())
 
