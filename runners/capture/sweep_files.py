@@ -63,9 +63,14 @@ def replay_file(out: Path, function: str, command: list[str]) -> Optional[Path]:
         return None
     name = f"{out.name}_{replay.name}"
     path = out.parent / f"{name}.yaml"
+    fixed = sorted({block for record in replay.records if "fixed" in record["grid"] and not record["autotune"]
+                    for block in record["blocks"]})
     notes = (f"Replayed ({function}, dims {', '.join(replay.dims)}): no spec; each launch is checked "
              "against the program's own config (runners/capture/replay.py).",
              "TFLOPS: append ;flops=<expression of the dims> to kernel.spec.")
+    if fixed:
+        notes += (f"Launched with a fixed grid: {', '.join(fixed)} kept as launched; to vary, append "
+                  f";grid=<the grid, e.g. cdiv(n, {fixed[0]})> to kernel.spec.",)
     entries = {key: {"calls": count} for key, count in calls.items()}
     write_atomic(path, sweep_file(spec, PREFIX + target, entries, command, None, name, notes))
     print(f"replay: {function}: sweep file {path} ({len(calls)} shape(s) x dtype(s))")

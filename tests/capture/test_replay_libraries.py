@@ -44,6 +44,8 @@ def test_the_capture_writes_a_sweep_file_for_each_kernel_and_says_so(wrapped):
     assert sorted(p.name for p in (folder / "conf" / "sweep").iterdir()) == [
         "app_row_sum.yaml", "app_segment_sum.yaml", "app_softmax_backward.yaml"]
     assert "no sweep file written" not in printed and "no launch of a known kernel" not in printed
+    assert ("# Launched with a fixed grid: BLOCK kept as launched; to vary, append ;grid=<the grid, e.g. "
+            "cdiv(n, BLOCK)> to kernel.spec.") in (folder / "conf" / "sweep" / "app_row_sum.yaml").read_text()
 
 
 def test_a_library_autotuner_and_its_heuristics_replay_over_the_librarys_configs(wrapped, tmp_path):
