@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Optional
 
 import torch
+import triton.language as tl
 
 from triton_sweep.kernels.spec import KernelSpec, seeded_randn
 from triton_sweep.model.trial import ConfigError
@@ -201,7 +202,7 @@ class Replay:
         by value."""
         return self.by_signature.get(tuple(
             (tuple(x.shape), tuple(x.stride()), str(x.dtype).replace("torch.", ""))
-            if isinstance(x, torch.Tensor) else x for x in inputs))
+            if isinstance(x, torch.Tensor) else str(x) if type(x) is tl.dtype else x for x in inputs))
 
     def launch(self, inputs: tuple, out, config) -> None:
         index = self._index_of(inputs)
@@ -313,6 +314,8 @@ def replay_spec(target: str) -> KernelSpec:
 
 def _rebuilt(arg: dict, seed: int, device):
     """An argument made anew: a tensor of the recorded layout with fresh data, else the value."""
+    if arg["kind"] == "tl_dtype":
+        return tl.dtype(arg["value"])
     if arg["kind"] != "tensor":
         return arg["value"]
     dtype = getattr(torch, arg["dtype"])

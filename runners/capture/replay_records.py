@@ -43,7 +43,7 @@ def why_not(record: dict) -> Optional[str]:
                 return (f"argument {name} is an integer tensor of {arg['extent']} elements, over the "
                         "recorded bound (its values, indices perhaps, are not known)")
             tensors += arg["nbytes"]
-        elif kind not in ("int", "float", "bool", "none", "str"):
+        elif kind not in ("int", "float", "bool", "none", "str", "tl_dtype"):
             return f"argument {name} is a {kind}"
     overlap = _overlapping(record)
     if overlap:

@@ -94,12 +94,16 @@ def _is_constexpr(parameter) -> bool:
 
 def _described(value) -> dict:
     """An argument as a replay rebuilds it: a tensor by its layout (and an integer tensor's values, up
-    to VALUES_BOUND elements), a number, bool, None or string as it is; anything else by its type."""
+    to VALUES_BOUND elements), a number, bool, None, string or Triton dtype as it is; anything else by its
+    type."""
     if value is None or isinstance(value, (bool, int, float, str)):
         kind = "none" if value is None else type(value).__name__
         return {"kind": kind, "value": value}
     if hasattr(value, "__index__") and not hasattr(value, "data_ptr"):
         return {"kind": "int", "value": int(value)}
+    language = sys.modules.get("triton.language")
+    if language is not None and type(value) is language.dtype:  # a constexpr: compute_type=tl.bfloat16
+        return {"kind": "tl_dtype", "value": str(value)}
     if not hasattr(value, "data_ptr"):
         kind = "descriptor" if hasattr(value, "base") else type(value).__name__
         return {"kind": kind, "value": None}
