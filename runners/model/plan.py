@@ -64,7 +64,7 @@ def check_early(cfg: DictConfig) -> None:
             kernel["shapes"] = [[1] * len(spec.dims)]
         if spec.baselines is None:
             kernel["baselines"] = []
-        plan_trials(spec, kernel, cfg.backend.value)
+        plan_trials(spec, kernel, cfg.backend.value, cfg.max_trials)
 
 
 @dataclass
@@ -106,7 +106,8 @@ def validate(cfg: DictConfig, trials: Optional[list] = None) -> Plan:
         os.environ["TRITON_INTERPRET"] = "1"  # before any kernel module is imported
     spec = load_spec(cfg.kernel.name, cfg.kernel.spec)
     if trials is None:
-        trials = plan_trials(spec, OmegaConf.to_container(cfg.kernel, resolve=True), cfg.backend.value)
+        trials = plan_trials(spec, OmegaConf.to_container(cfg.kernel, resolve=True), cfg.backend.value,
+                             cfg.max_trials)
     search = load_strategy(cfg.search, trials)
     workers = _workers(cfg)
     to_compile = sum(1 for t in trials if t.provider == TRITON_PROVIDER and not t.pruned_reason)

@@ -18,6 +18,8 @@ from typing import Any, Dict, Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
+from triton_sweep.model.space import MAX_TRIALS
+
 from triton_sweep.measure.stop_rule import StopRule, StopRuleError
 
 # The Hydra config: runners/conf, a link to the checkout's conf/, the folder itself in an installed copy.
@@ -177,6 +179,9 @@ class SweepConf:
     # Trial workers: None = one per visible GPU (CUDA_VISIBLE_DEVICES) of the first GPU's model;
     # with backend=interpret, the number of interpreter processes (None = 1).
     gpu_workers: Optional[int] = None
+    # A job plans at most this many trials (shapes x dtypes x (configs + baselines), pruned ones included);
+    # more is refused in one line before any is built (runners/model/space.py: plan_trials)
+    max_trials: int = MAX_TRIALS
     seed: int = 0  # the inputs' seed: every config of a shape gets the same inputs
     force: bool = False  # measure again trials the store already holds for this GPU and versions
     sweep_id: Optional[str] = None  # None: the Hydra run/sweep directory's name

@@ -16,6 +16,7 @@ DTYPES = ("float16", "bfloat16", "float32")
 # num_warps beyond 32 exceeds the 1024 threads of a CUDA block.
 # The interpreter runs every program in Python: past this many elements one trial takes minutes.
 INTERPRET_MAX_ELEMENTS = 1 << 20
+MAX_TRIALS = 250_000  # a job's planned trials: SweepConf.max_trials's default (conf/config.yaml)
 
 
 def _as_list(value: Any) -> list:
@@ -121,9 +122,10 @@ def grid_values(value: Any, where: str) -> list[int]:
     return sorted(set(values))
 
 
-def grid_shapes(grid: dict, spec: KernelSpec) -> list[tuple[int, ...]]:
+def grid_shapes(grid: dict, spec: KernelSpec, max_trials: int = MAX_TRIALS) -> list[tuple[int, ...]]:
     """The shapes of `kernel.grid`: every dim's sizes crossed, in the order of the kernel's dims. Dims
-    left out (None) give no grid; a grid names every dim or none."""
+    left out (None) give no grid; a grid names every dim or none; one of more shapes than max_trials is
+    refused before they are made."""
     given = {dim: value for dim, value in (grid or {}).items() if value is not None}
     if not given:
         return []
@@ -135,6 +137,9 @@ def grid_shapes(grid: dict, spec: KernelSpec) -> list[tuple[int, ...]]:
         raise ConfigError(f"kernel.grid.{missing[0]}: give sizes for every dim of {spec.name} "
                           f"({', '.join(spec.dims)}; given: {', '.join(given)})")
     sizes = [grid_values(given[dim], f"kernel.grid.{dim}") for dim in spec.dims]
+    if math.prod(map(len, sizes)) > max_trials:
+        raise ConfigError(f"max_trials: kernel.grid crosses {math.prod(map(len, sizes)):,} shapes, over "
+                          f"max_trials={max_trials:,}: narrow kernel.grid, or raise max_trials")
     return list(itertools.product(*sizes))
 
 
@@ -183,18 +188,26 @@ def space_configs(space: dict) -> list[dict]:
     return [dict(zip(names, values)) for values in itertools.product(*(space[n] for n in names))]
 
 
-def _runnable(shapes: list, dtypes: list[str], space: dict, spec: KernelSpec) -> list[tuple[int, ...]]:
-    """The grid's shapes where some config of the space can run (the kernel's constraints), the others
-    named in one line: a grid crosses sizes blindly, and a shape no config can run adds nothing."""
-    configs = space_configs(space)
-    runnable = [s for s in shapes if any(spec.constraints(s, d, c) is None for d in dtypes for c in configs)]
-    dropped = [s for s in shapes if s not in runnable]
+def _dropped(gridded: list, runnable: list) -> None:
+    """The grid's shapes where no config of the space can run (the kernel's constraints) named in one
+    line: a grid crosses sizes blindly, and a shape no config can run adds nothing."""
+    kept = set(runnable)
+    dropped = [s for s in gridded if s not in kept]
     if dropped:
         named = ", ".join("x".join(map(str, s)) for s in dropped[:10]) + (" ..." if len(dropped) > 10 else "")
         print(f"kernel.grid: {len(dropped)} shape(s) no config of the space can run, left out: {named}")
-    if shapes and not runnable:
+    if gridded and not runnable:
         raise ConfigError("kernel.grid: no config of the space can run at any of its shapes")
-    return runnable
+
+
+def _baselines(spec: KernelSpec, given: Any, backend: str) -> list[str]:
+    """kernel.baselines checked: None gives the kernel's defaults (_default_baselines)."""
+    baselines = _default_baselines(spec, backend) if given is None else [str(b) for b in _as_list(given)]
+    for name in baselines:
+        if name not in spec.baselines:
+            raise ConfigError(f"kernel.baselines: {name!r} is not a baseline of {spec.name}; "
+                              f"known: {sorted(spec.baselines)}")
+    return baselines
 
 
 def _default_baselines(spec: KernelSpec, backend: str) -> list[str]:
@@ -212,12 +225,25 @@ def _default_baselines(spec: KernelSpec, backend: str) -> list[str]:
     return [name for name in names if name not in compiled]
 
 
-def plan_trials(spec: KernelSpec, kernel_conf: dict, backend: str) -> list[Trial]:
+def _within_cap(shapes: int, dtypes: int, space: dict, baselines: int, max_trials: int) -> None:
+    """ConfigError, in one line, where the job would plan more than max_trials trials (counted, not built)."""
+    configs = math.prod(len(set(values)) for values in space.values())
+    count = shapes * dtypes * (configs + baselines)
+    if count > max_trials:
+        extra = f" and {baselines} baseline(s)" if baselines else ""
+        raise ConfigError(f"max_trials: the job plans {count:,} trials ({shapes:,} shape(s) x {dtypes} "
+                          f"dtype(s) x {configs:,} config(s){extra}), over max_trials={max_trials:,}: narrow "
+                          "kernel.shapes, kernel.grid or kernel.space, or raise max_trials")
+
+
+def plan_trials(spec: KernelSpec, kernel_conf: dict, backend: str,
+                max_trials: int = MAX_TRIALS) -> list[Trial]:
     """Every trial of the job in a stable order: shapes, then dtypes, then the space grid, baselines last.
 
-    Raises ConfigError for bad input; configs the kernel cannot run at a shape come back pruned.
+    Raises ConfigError for bad input, and for a plan of more than max_trials trials before any is built;
+    configs the kernel cannot run at a shape come back pruned.
     """
-    gridded = grid_shapes(kernel_conf.get("grid"), spec)
+    gridded = grid_shapes(kernel_conf.get("grid"), spec, max_trials)
     shapes = kernel_conf.get("shapes")
     parse_calls(kernel_conf.get("calls"), shapes, len(spec.dims))  # checked before any launch
     if shapes is None and not gridded:
@@ -229,32 +255,26 @@ def plan_trials(spec: KernelSpec, kernel_conf: dict, backend: str) -> list[Trial
     dtypes = kernel_conf.get("dtypes")
     dtypes = parse_dtypes(list(spec.default_dtypes) if dtypes is None else dtypes, spec.dtypes)
     space = parse_space(dict(kernel_conf.get("space") or {}), spec)
-    shapes += _runnable(gridded, dtypes, space, spec)
-    baselines = kernel_conf.get("baselines")
-    if baselines is None:
-        baselines = _default_baselines(spec, backend)
-    else:
-        baselines = [str(b) for b in _as_list(baselines)]
-    for name in baselines:
-        if name not in spec.baselines:
-            raise ConfigError(f"kernel.baselines: {name!r} is not a baseline of {spec.name}; "
-                              f"known: {sorted(spec.baselines)}")
-    if backend == "interpret":
-        for shape in shapes:
-            if math.prod(shape) > INTERPRET_MAX_ELEMENTS:
-                raise ConfigError(
-                    f"kernel.shapes: {list(shape)} has more than {INTERPRET_MAX_ELEMENTS} elements; "
-                    "backend=interpret runs every program in Python, use small shapes"
-                )
-
-    shapes = list(dict.fromkeys(shapes))  # a value listed twice is one trial, measured once
+    baselines = _baselines(spec, kernel_conf.get("baselines"), backend)
+    # counted with every shape of the grid, before the ones no config can run are found and dropped
+    _within_cap(len(shapes) + len(gridded), len(set(dtypes)), space, len(baselines), max_trials)
+    listed, on_grid = set(shapes), set(gridded)
+    shapes = list(dict.fromkeys(shapes + gridded))  # a value listed twice is one trial, measured once
     dtypes = list(dict.fromkeys(dtypes))
     configs = space_configs({name: list(dict.fromkeys(values)) for name, values in space.items()})
-    trials = []
-    for shape, dtype in itertools.product(shapes, dtypes):
-        for config in configs:
-            reason = spec.constraints(shape, dtype, config)
-            trials.append(Trial(spec.name, TRITON_PROVIDER, shape, dtype, dict(config), reason))
-        for name in baselines:
-            trials.append(Trial(spec.name, name, shape, dtype, {}))
+    trials, runnable = [], []
+    for shape in shapes:  # each config's constraints evaluated once, a grid's shapes that none runs dropped
+        planned = [Trial(spec.name, TRITON_PROVIDER, shape, dtype, dict(config),
+                         spec.constraints(shape, dtype, config)) for dtype in dtypes for config in configs]
+        runs = not all(trial.pruned_reason for trial in planned)
+        runnable += [shape] * (runs and shape in on_grid)
+        if not runs and shape not in listed:
+            continue
+        if backend == "interpret" and math.prod(shape) > INTERPRET_MAX_ELEMENTS:
+            raise ConfigError(f"kernel.shapes: {list(shape)} has more than {INTERPRET_MAX_ELEMENTS} "
+                              "elements; backend=interpret runs every program in Python, use small shapes")
+        for index, dtype in enumerate(dtypes):
+            trials += planned[index * len(configs):(index + 1) * len(configs)]
+            trials += [Trial(spec.name, name, shape, dtype, {}) for name in baselines]
+    _dropped(gridded, runnable)
     return trials

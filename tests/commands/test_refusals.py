@@ -40,6 +40,10 @@ DEEP = "[" * 3000 + "1" + "]" * 3000
     (["kernel=vector_add", "kernel.baselines=[nope]"], ["kernel.baselines: 'nope' is not a baseline"]),
     (["kernel=attention", "kernel.shapes=[[1,2]]"], ["kernel.shapes[0]: [1, 2] must be 4 integer(s)"]),
     (["kernel=vector_add", "timing.max_time_s=-1"], ["timing.max_time_s"]),
+    (["kernel=vector_add", "kernel.grid.n={range:[1,2000000,1]}"],
+     ["max_trials: kernel.grid crosses 2,000,000 shapes, over max_trials=250,000", "raise max_trials"]),
+    (["kernel=softmax", "kernel.shapes=[[8,1024],[8,2048]]", "max_trials=20"],
+     ["max_trials: the job plans", "(2 shape(s) x 3 dtype(s) x", "over max_trials=20", "raise max_trials"]),
 ])
 def test_a_refusal_is_one_line_before_torch_and_leaves_no_run_folder(tmp_path, args, words):
     (tmp_path / "sweeps").mkdir()

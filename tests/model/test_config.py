@@ -193,6 +193,23 @@ def test_a_grid_crosses_its_dims_into_the_shapes(cols, expected):
     assert shapes == [(rows, c) for rows in (8, 16) for c in expected]
 
 
+def test_a_plan_past_max_trials_is_refused_before_any_trial_is_built():
+    from triton_sweep.model.spec_sources import load_spec
+    from triton_sweep.model.space import plan_trials
+    from triton_sweep.model.trial import ConfigError
+
+    kernel = OmegaConf.to_container(compose("config", overrides=[
+        "kernel=softmax", "kernel.shapes=[[8,1024],[8,2048]]", "kernel.grid.rows=[4]",
+        "kernel.grid.cols=[512,100000]"]), resolve=True)["kernel"]
+    spec = load_spec("softmax", None)
+    planned = len(plan_trials(spec, kernel, "interpret"))  # the grid's 4x100000 dropped: nothing runs it
+    counted = planned // 3 * 4  # the cap counts every shape of the grid, before dropping
+    assert len(plan_trials(spec, kernel, "interpret", max_trials=counted)) == planned
+    with pytest.raises(ConfigError, match=rf"^max_trials: the job plans {counted} trials \(4 shape\(s\) x 1 "
+                                          rf"dtype\(s\) x .*, over max_trials={counted - 1}: narrow"):
+        plan_trials(spec, kernel, "interpret", max_trials=counted - 1)
+
+
 def test_a_grid_adds_to_the_listed_shapes_and_drops_what_nothing_can_run(capsys):
     shapes = _planned_shapes(["kernel=softmax", "kernel.shapes=[[4,100]]", "kernel.grid.rows=[8]",
                               "kernel.grid.cols={pow2:[1024,8192]}", "kernel.space.BLOCK_SIZE=[1024,2048]"])
