@@ -24,10 +24,11 @@ from triton_sweep.capture.replay_kernel import LoadedKernel, load_kernel, source
 from triton_sweep.capture.replay_records import (LAUNCH_DIM, fixed_grid_refusal, grid_model, grid_names,
                                                  grid_tuple, launched_config, recorded_grid, replay_dtype,
                                                  replay_space, signature, size_at, varying_dims, why_not)
-from triton_sweep.measure.check import copy_storage, poison
+from triton_sweep.measure.check import copy_storage, is_sticky_cuda_error, poison, reorder_bounds
 
 PREFIX = "replay:"  # a kernel.spec of this source (runners/model/spec_sources.py SOURCES)
 REPLAY_LAUNCHES = 64  # the hook's bound on launch records per function
+ORDER_SPREAD = 4  # times how far the program's own config moves with the order of its sums (num_warps)
 
 
 def parse_target(target: str) -> tuple[Path, str, Optional[str], tuple[str, ...], Optional[str]]:
@@ -255,6 +256,30 @@ class Replay:
         self.counters[index] = [p for p in written if not tensors[p].is_floating_point()]
         return tuple(y.double() if y.is_floating_point() else y for y in after)
 
+    def accumulation_bound(self, *pristine) -> tuple:
+        """Per output, what a config that sums in another order may differ by from the program's own: the
+        larger of check.reorder_bounds (fp32's roundoff at the values' scale) and ORDER_SPREAD times how far
+        the program's config moves at half and twice its num_warps (its sums in other orders, the same
+        arithmetic): a kernel that sums in bf16 moves by bf16's units, and so may any of its configs."""
+        record = self.records[self._index_of(pristine)]
+        config = launched_config(record)
+        own = self._run_copies(record, pristine, config)
+        bounds = list(reorder_bounds(pristine, tuple(y.double() if y.is_floating_point() else y
+                                                     for y in own)))
+        warps = config.get("num_warps", 4)
+        for other in sorted({max(1, warps // 2), min(32, warps * 2)} - {warps}):
+            try:
+                moved = self._run_copies(record, pristine, {**config, "num_warps": other})
+            except Exception as error:  # an order that does not build here: the other, or fp32's rule alone
+                if is_sticky_cuda_error(error):
+                    raise
+                continue
+            for position, (a, b) in enumerate(zip(own, moved)):
+                if bounds[position] is not None and a.numel():
+                    apart = float((a.double() - b.double()).abs().nan_to_num(0.0, 0.0, 0.0).max())
+                    bounds[position] = max(bounds[position], ORDER_SPREAD * apart)
+        return tuple(bounds)
+
     def _run_copies(self, record: dict, pristine: tuple, config: dict, poison: Optional[int] = None) -> list:
         copies, position = [], 0
         for x in pristine:
@@ -289,6 +314,7 @@ class Replay:
             output_like=self.output_like, launch=self.launch, reference=self.reference,
             flops=self.flops, bytes_moved=self.bytes_moved, space=self.space(),
             constraints=self.constraints, prepare_output=self.prepare_output, reference_in_float64=False,
+            accumulation_bound=self.accumulation_bound,
             export_key={dim: dim for dim in self.dims if dim != LAUNCH_DIM and "_shape" not in dim},
             default_shapes=tuple(shapes), default_dtypes=dtypes,
             sources=(source_text(self.records[0]["file"]), json.dumps(self.records, sort_keys=True)),

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from triton_sweep.capture.replay import Replay
+from triton_sweep.capture.replay import ORDER_SPREAD, Replay
 from triton_sweep.capture.replay_kernel import unwrapped
 from triton_sweep.measure import check
 from triton_sweep.measure.check import compare_outputs, reorder_bounds
@@ -119,9 +119,30 @@ def test_a_config_that_only_reorders_a_reduction_is_correct_and_a_wrong_one_is_n
     assert "(sums in another order)" in scaled[128] and "elements outside" in scaled[128]
 
 
+def test_a_kernel_whose_own_sums_move_with_num_warps_is_allowed_that_much(wrapped, monkeypatch):
+    """On a GPU the program's config at half and twice its num_warps sums in other orders (a kernel that
+    sums in bf16 moves by bf16's units); the interpreter has no warps, so here its outputs are moved by
+    hand: the bound is ORDER_SPREAD times the move where that passes fp32's rule."""
+    replay = _replay(wrapped, "softmax_backward")
+    inputs = replay.make_inputs((192,), torch.float32, 0, "cpu")
+    static = reorder_bounds(inputs, replay.reference(*inputs))
+    run = replay._run_copies
+
+    def warps_move_the_sums(record, pristine, config, poison=None):
+        outputs = run(record, pristine, config, poison)
+        outputs[0].add_(0.5 * (config.get("num_warps", 4) != 4))  # dx: another order's result
+        return outputs
+
+    monkeypatch.setattr(replay, "_run_copies", warps_move_the_sums)
+    bound = replay.accumulation_bound(*inputs)
+    assert static[0] < 2 and bound[0] == pytest.approx(ORDER_SPREAD * 0.5, rel=1e-3)
+    assert bound[1:] == static[1:]  # y and dy: not moved
+
+
 def test_the_gate_of_every_trial_allows_the_reordering_of_a_reference_in_the_kernels_own_arithmetic(wrapped):
-    """The worker's inputs cache gives the gate reorder_bounds for such a spec (reference_in_float64 False),
-    an accumulation bound elsewhere; a float64 reference never gets it."""
+    """The worker's inputs cache gives the gate the spec's accumulation bound (a replay's: its own sums in
+    other orders, above), reorder_bounds for a spec of a reference in its own arithmetic without one; a
+    float64 reference never gets it."""
     replay = _replay(wrapped, "softmax_backward")
     trial = SimpleNamespace(kernel=replay.name, shape=(192,), dtype="float32")
     inputs, references, bound = ShapeCache(replay.spec(), 0, torch.device("cpu")).get(trial, with_bound=True)

@@ -129,19 +129,24 @@ def _blocks(named: dict, constexprs: set, made: set) -> list[str]:
 
 def _grid_table(grid, named: dict, blocks: list[str], configs: list) -> dict:
     """A callable grid evaluated at the launch's meta-parameters, at the powers of two around each block
-    (1/4x to 4x; fewer where there are many blocks) and at each autotune config: a table."""
+    (1/4x to 4x; fewer where there are many blocks) and at each autotune config: a table keyed by the
+    blocks and every other meta-parameter an autotune config sets (BS, which the grid may read too)."""
     import itertools
 
+    options = ("num_warps", "num_stages", "num_ctas", "maxnreg")
+    keys = blocks + sorted({k for config in configs for k in config
+                            if k not in blocks and k not in options and k in named})
     reach = (-2, -1, 0, 1, 2) if len(blocks) <= 3 else (-1, 0, 1) if len(blocks) <= 5 else (0,)
     values = [sorted({max(1, int(named[b] * 2.0 ** k)) for k in reach}) for b in blocks]
-    combos = set(itertools.product(*values))
-    combos |= {tuple(config.get(b, named[b]) for b in blocks) for config in configs}
+    launched = tuple(named[k] for k in keys[len(blocks):])
+    combos = {combo + launched for combo in itertools.product(*values)}
+    combos |= {tuple(config.get(k, named[k]) for k in keys) for config in configs}
     table = []
     for combo in sorted(combos):
-        evaluated = grid({**named, **dict(zip(blocks, combo))})
+        evaluated = grid({**named, **dict(zip(keys, combo))})
         table.append([list(combo), [int(g) for g in (evaluated if isinstance(evaluated, tuple)
                                                           else tuple(evaluated))]])
-    return {"blocks": blocks, "table": table}
+    return {"blocks": keys, "table": table}
 
 
 def _launch_record(jit_function, args: tuple, kwargs: dict, grid) -> dict:
