@@ -243,14 +243,14 @@ class Replay:
             raise ValueError(f"{self.function}: inputs of no recorded launch")
         record = self.records[index]
         config = launched_config(record)
-        after = self._run_copies(record, pristine, config)
+        after = _after_call(self._call, record, pristine, config)
         tensors = [x for x in pristine if isinstance(x, torch.Tensor)]
         written = [position for position, (x, y) in enumerate(zip(tensors, after)) if not _same(x, y)]
         only_written = {}
         for position in written:
             if not tensors[position].is_floating_point():
                 continue  # never poisoned: an integer it reads may be an offset (a counter, an index)
-            poisoned = self._run_copies(record, pristine, config, poison=position)
+            poisoned = _after_call(self._call, record, pristine, config, poison=position)
             only_written[position] = all(_same(a, b) for a, b in zip(after, poisoned))
         self.written[index] = only_written
         self.counters[index] = [p for p in written if not tensors[p].is_floating_point()]
@@ -263,13 +263,13 @@ class Replay:
         arithmetic): a kernel that sums in bf16 moves by bf16's units, and so may any of its configs."""
         record = self.records[self._index_of(pristine)]
         config = launched_config(record)
-        own = self._run_copies(record, pristine, config)
+        own = _after_call(self._call, record, pristine, config)
         bounds = list(reorder_bounds(pristine, tuple(y.double() if y.is_floating_point() else y
                                                      for y in own)))
         warps = config.get("num_warps", 4)
         for other in sorted({max(1, warps // 2), min(32, warps * 2)} - {warps}):
             try:
-                moved = self._run_copies(record, pristine, {**config, "num_warps": other})
+                moved = _after_call(self._call, record, pristine, {**config, "num_warps": other})
             except Exception as error:  # an order that does not build here: the other, or fp32's rule alone
                 if is_sticky_cuda_error(error):
                     raise
@@ -279,23 +279,6 @@ class Replay:
                     apart = float((a.double() - b.double()).abs().nan_to_num(0.0, 0.0, 0.0).max())
                     bounds[position] = max(bounds[position], ORDER_SPREAD * apart)
         return tuple(bounds)
-
-    def _run_copies(self, record: dict, pristine: tuple, config: dict, poison: Optional[int] = None) -> list:
-        copies, position = [], 0
-        for x in pristine:
-            if isinstance(x, torch.Tensor):
-                copy = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device)
-                copy_storage(copy, x)
-                if position == poison:
-                    copy.fill_(float("nan"))
-                position += 1
-                copies.append(copy)
-            else:
-                copies.append(x)
-        self._call(record, copies, config)
-        if torch.cuda.is_available() and any(isinstance(x, torch.Tensor) and x.is_cuda for x in copies):
-            torch.cuda.synchronize()
-        return [x for x in copies if isinstance(x, torch.Tensor)]
 
     def bytes_moved(self, shape, dtype) -> float:
         index = self.index(shape, str(dtype).replace("torch.", ""))
@@ -336,6 +319,26 @@ def kernel_name(function: str, functions) -> str:
 def replay_spec(target: str) -> KernelSpec:
     """The KernelSpec of a "replay:FILE#FUNCTION[;flops=EXPR][;allow=DIR]" target."""
     return Replay(*parse_target(target)).spec()
+
+
+def _after_call(call, record: dict, pristine: tuple, config: dict, poison: Optional[int] = None) -> list:
+    """The tensor arguments after `call` (Replay._call) at `config` on copies of `pristine` (the one at
+    position `poison` among the tensors filled with NaN first)."""
+    copies, position = [], 0
+    for x in pristine:
+        if isinstance(x, torch.Tensor):
+            copy = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device)
+            copy_storage(copy, x)
+            if position == poison:
+                copy.fill_(float("nan"))
+            position += 1
+            copies.append(copy)
+        else:
+            copies.append(x)
+    call(record, copies, config)
+    if torch.cuda.is_available() and any(isinstance(x, torch.Tensor) and x.is_cuda for x in copies):
+        torch.cuda.synchronize()
+    return [x for x in copies if isinstance(x, torch.Tensor)]
 
 
 def _rebuilt(arg: dict, seed: int, device):
