@@ -21,7 +21,7 @@ from typing import Callable, Optional
 import pandas as pd
 
 from triton_sweep.model.files import write_atomic
-from triton_sweep.model.finalists import winner
+from triton_sweep.model.finalists import winners
 from triton_sweep.model.trial import TRITON_PROVIDER
 from triton_sweep.outputs.output import DEFAULT_STORE, shown
 from triton_sweep.outputs.table.report import speedups
@@ -54,14 +54,25 @@ def _newest(rows: pd.DataFrame) -> pd.DataFrame:
 
 
 def _groups(frame: pd.DataFrame):
-    """(kernel, dtype, shape) -> (our ok rows, the baselines' rows to use, our winner's row or None)."""
+    """(kernel, dtype, shape) -> (each ok config of ours once: _newest, the baselines' rows to use, our
+    winner's row or None); the newest rows picked once for the whole frame, not per group."""
     ok = frame[frame["status"] == "ok"]
-    for key, group in ok.groupby(["kernel", "dtype", "shape"], sort=False):
-        ours = group[group["provider"] == TRITON_PROVIDER]
-        baselines = _newest(group[group["provider"] != TRITON_PROVIDER])
-        baselines = baselines.groupby("provider", sort=False).tail(1)  # one row per baseline
-        best = ours.loc[winner(ours)] if not ours.empty else None
-        yield key, ours, baselines, best
+    keys = ["kernel", "dtype", "shape"]
+    shown = dict(tuple(_newest(ok).groupby(keys, sort=False)))
+    ours = ok[ok["provider"] == TRITON_PROVIDER]
+    won = {(kernel, dtype, shape): index for (kernel, dtype), rows in ours.groupby(["kernel", "dtype"])
+           for shape, index in winners(rows).items()}  # one pass a (kernel, dtype), not one a shape
+    for key in ok.groupby(keys, sort=False).groups:
+        rows = shown[key]
+        baselines = rows[rows["provider"] != TRITON_PROVIDER].groupby("provider", sort=False).tail(1)
+        best = ok.loc[won[key]] if key in won else None
+        yield key, rows[rows["provider"] == TRITON_PROVIDER], baselines, best
+
+
+def _configs(texts: pd.Series) -> list[dict]:
+    """Each row's config, each distinct JSON text parsed once (a sweep has far fewer configs than rows)."""
+    parsed = {text: json.loads(text) for text in texts.unique()}
+    return [parsed[text] for text in texts]
 
 
 def ceilings(frame: pd.DataFrame, store: Optional[ResultStore]) -> dict:
@@ -141,7 +152,6 @@ def roofline(frame: pd.DataFrame, peaks: dict, path: Path, title: str) -> Option
     for i, ((kernel, dtype, shape), ours, baselines, best) in enumerate(groups):
         colour = colours(i % 10)
         name = f"{kernel} {dtype} {shape_label(shape)}"
-        ours = _newest(ours)
         ours = ours[(ours["gbps"] > 0) & (ours["tflops"] > 0)]
         ax.scatter(intensity(ours), ours["tflops"], s=12, color="grey", alpha=0.4, lw=0)
         if best is not None and best["gbps"] > 0 and best["tflops"] > 0:
@@ -186,7 +196,7 @@ def meta_axes(ours: pd.DataFrame, x: Optional[str], y: Optional[str], kernel: st
     """The two meta-parameters of the heatmap: as asked, else the two with the most distinct values.
     PlotError for an unknown name, NothingToShow when there is no second one (saying, through
     `name_axes`, how to draw it with one that does not vary)."""
-    configs = [json.loads(c) for c in ours["config"]]
+    configs = _configs(ours["config"])
     distinct = {}
     for config in configs:
         for name, value in config.items():
@@ -229,7 +239,7 @@ def heatmap(frame: pd.DataFrame, kernel: str, path: Path, x: Optional[str] = Non
         x, y = meta_axes(rows, x, y, kernel, name_axes)
     except NothingToShow as reason:
         return str(reason)
-    configs = [json.loads(c) for c in rows["config"]]
+    configs = _configs(rows["config"])
     x_values = sorted({c.get(x) for c in configs} - {None})
     y_values = sorted({c.get(y) for c in configs} - {None})
     panels = [(key, ours, best) for key, ours, _, best in _groups(frame)
@@ -245,7 +255,7 @@ def heatmap(frame: pd.DataFrame, kernel: str, path: Path, x: Optional[str] = Non
     image = None
     cells = [(y_value, x_value) for y_value in y_values for x_value in x_values]
     for ax, ((_, dtype, shape), ours, best) in zip(axes, panels):
-        best_p50 = _newest(ours)["p50_us"].min()
+        best_p50 = ours["p50_us"].min()
         grid = np.array(_percent_of_best(ours, cells, (y, x))).reshape(len(y_values), len(x_values))
         image = ax.imshow(np.ma.masked_invalid(grid), cmap="viridis", vmin=0, vmax=100, origin="lower",
                           aspect="auto")
@@ -271,12 +281,11 @@ def heatmap(frame: pd.DataFrame, kernel: str, path: Path, x: Optional[str] = Non
 
 
 def _percent_of_best(ours: pd.DataFrame, cells: list, axes: tuple) -> list:
-    """% of the best p50 at each (y value, x value) cell: the best config with those two values."""
-    ours = _newest(ours)
+    """% of the best p50 at each (y value, x value) cell: the best config with those two values (ours:
+    each config once, _groups)."""
     best_p50 = ours["p50_us"].min()
     found: dict = {}
-    for config, p50 in zip(ours["config"], ours["p50_us"]):
-        config = json.loads(config)
+    for config, p50 in zip(_configs(ours["config"]), ours["p50_us"]):
         cell = (config.get(axes[0]), config.get(axes[1]))
         found[cell] = max(found.get(cell, 0.0), 100 * best_p50 / p50)
     return [found.get(cell, float("nan")) for cell in cells]
@@ -288,7 +297,7 @@ def summary_heatmap(panels: list, kernel: str, path: Path, x: str, y: str) -> No
     import numpy as np
 
     dtypes = list(dict.fromkeys(dtype for (_, dtype, _), _, _ in panels))
-    cells = sorted({(c.get(y), c.get(x)) for _, ours, _ in panels for c in map(json.loads, ours["config"])
+    cells = sorted({(c.get(y), c.get(x)) for _, ours, _ in panels for c in _configs(ours["config"])
                     if c.get(x) is not None and c.get(y) is not None})
     widest = max(sum(1 for (_, d, _), _, _ in panels if d == dtype) for dtype in dtypes)
     fig = _figure(min(30.0, max(8.0, 0.14 * widest + 3)), (0.22 * len(cells) + 1.8) * len(dtypes))
