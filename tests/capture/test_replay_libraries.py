@@ -42,7 +42,7 @@ def _run(replay: Replay, inputs: tuple, config: dict) -> tuple:
 def test_the_capture_writes_a_sweep_file_for_each_kernel_and_says_so(wrapped):
     folder, printed = wrapped
     assert sorted(p.name for p in (folder / "conf" / "sweep").iterdir()) == [
-        "app_row_sum.yaml", "app_segment_sum.yaml", "app_softmax_backward.yaml"]
+        "app_chunked_copy.yaml", "app_row_sum.yaml", "app_segment_sum.yaml", "app_softmax_backward.yaml"]
     assert "no sweep file written" not in printed and "no launch of a known kernel" not in printed
     assert ("# Launched with a fixed grid: BLOCK kept as launched; to vary, append ;grid=<the grid, e.g. "
             "cdiv(n, BLOCK)> to kernel.spec.") in (folder / "conf" / "sweep" / "app_row_sum.yaml").read_text()
@@ -63,6 +63,18 @@ def test_a_library_autotuner_and_its_heuristics_replay_over_the_librarys_configs
                        for bs in (16, 32) for w in (1, 2)}
     # T is 0 at the varlen launch (a flag, not a size): the two launches differ in their offsets alone
     assert replay.dims == ["x_ptr_shape0", "launch"] and len(rows) == 8
+
+
+def test_a_callable_grid_is_evaluated_at_every_autotune_config_whatever_its_keys_are_named(wrapped):
+    """FLA's grids read BS, an autotune key: the capture's table of the grid is keyed by it too (keyed by
+    BLOCK-named ones alone, every config got the launched one's grid: half the output unwritten)."""
+    replay = _replay(wrapped, "chunked_copy")
+    inputs = replay.make_inputs(replay.spec().default_shapes[0], torch.float32, 0, "cpu")
+    references = replay.reference(*inputs)
+    for bs in (16, 32):
+        config = {"BS": bs, "num_warps": 4, "num_stages": 3}
+        assert replay.grid_at(replay.records[0], config) == (-(-100 // bs),)
+        assert compare_outputs(_run(replay, inputs, config), references) is None
 
 
 def test_a_wrapper_holding_the_kernel_as_fn_is_unwrapped_and_anything_else_is_named(wrapped):
