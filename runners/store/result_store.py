@@ -109,13 +109,15 @@ class ResultStore:
                 found.update({i: {"status": status, "p50_us": p50} for i, status, p50 in rows})
             return found
 
-    def load(self, sweep_id: Optional[str] = None, kernel: Optional[str] = None) -> pd.DataFrame:
-        """All rows (or a sweep's rows) as a DataFrame; samples_us decoded to float32 arrays."""
-        import numpy as np
+    def load(self, sweep_id: Optional[str] = None, kernel: Optional[str] = None,
+             columns: Optional[Iterable[str]] = None) -> pd.DataFrame:
+        """All rows (or a sweep's rows) as a DataFrame, every column or those named in `columns` (with
+        "id" where a samples column is); samples_us decoded to float32 arrays."""
         import pandas as pd
 
         with reading(self.path):
-            query = "SELECT trials.* FROM trials"
+            named = ", ".join(f"trials.{_known(name)}" for name in columns) if columns else "trials.*"
+            query = f"SELECT {named} FROM trials"
             clauses, params = [], []
             if sweep_id is not None:
                 query += " JOIN sweep_rows ON sweep_rows.row_id = trials.id"
@@ -129,10 +131,10 @@ class ResultStore:
             cursor = self._db.execute(query + " ORDER BY trials.id", params)  # SQLite's own errors, unwrapped
             frame = pd.DataFrame.from_records(cursor.fetchall(), columns=[d[0] for d in cursor.description],
                                               coerce_float=True)
-            for name in SAMPLE_COLUMNS:
+            for name in [n for n in SAMPLE_COLUMNS if n in frame]:
                 frame[name] = [None if b is None else self._samples(i, name, b)
                                for i, b in zip(frame["id"], frame[name])]
-            for name in BOOLEAN_COLUMNS:
+            for name in [n for n in BOOLEAN_COLUMNS if n in frame]:
                 frame[name] = frame[name].map(lambda v: None if pd.isna(v) else bool(v))
             return frame
 
@@ -225,6 +227,13 @@ class ResultStore:
                 self._db.execute("ROLLBACK")
                 raise
             self._db.execute("COMMIT")
+
+
+def _known(name: str) -> str:
+    """A column's name, checked against runners/model/columns.py before it enters a query."""
+    if name != "id" and name not in COLUMN_NAMES:
+        raise ValueError(f"no column {name!r} in the store's trials (runners/model/columns.py)")
+    return name
 
 
 def shape_label(shape_json: str) -> str:
