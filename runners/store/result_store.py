@@ -129,8 +129,7 @@ class ResultStore:
             if clauses:
                 query += " WHERE " + " AND ".join(clauses)
             cursor = self._db.execute(query + " ORDER BY trials.id", params)  # SQLite's own errors, unwrapped
-            frame = pd.DataFrame.from_records(cursor.fetchall(), columns=[d[0] for d in cursor.description],
-                                              coerce_float=True)
+            frame = _frame(cursor)
             for name in [n for n in SAMPLE_COLUMNS if n in frame]:
                 frame[name] = [None if b is None else self._samples(i, name, b)
                                for i, b in zip(frame["id"], frame[name])]
@@ -227,6 +226,25 @@ class ResultStore:
                 self._db.execute("ROLLBACK")
                 raise
             self._db.execute("COMMIT")
+
+
+def _frame(cursor: sqlite3.Cursor, chunk: int = 20_000) -> pd.DataFrame:
+    """The rows of a query as one DataFrame.from_records would give them, read a chunk at a time (a row's
+    Python objects live only while its chunk is converted: a million rows at once took gigabytes); a
+    column typed unlike in another chunk (all NULL in one) is typed again whole, as one call would."""
+    import pandas as pd
+
+    names = [d[0] for d in cursor.description]
+    frames = [pd.DataFrame.from_records(rows, columns=names, coerce_float=True)
+              for rows in iter(lambda: cursor.fetchmany(chunk), [])]
+    if len(frames) < 2:
+        return frames[0] if frames else pd.DataFrame.from_records([], columns=names, coerce_float=True)
+    frame = pd.concat(frames, ignore_index=True)
+    for name in names:
+        if len({str(part[name].dtype) for part in frames}) > 1:
+            frame[name] = pd.DataFrame.from_records([(v,) for part in frames for v in part[name].tolist()],
+                                                    columns=[name], coerce_float=True)[name]
+    return frame
 
 
 def _known(name: str) -> str:
