@@ -304,15 +304,18 @@ def _entries(base: pd.DataFrame, new: pd.DataFrame, pairs: list[Pair], index: np
     names, orders = choosing.described(new)
     base_configs = choosing.described(base.iloc[matched:])[0]
     phases = [p if isinstance(p, str) else "screen" for p in new["phase"].tolist()]
-    entries = []
+    entries, used = [], set()
     for i, (pair_index, base_p50, new_p50) in enumerate(zip(index.tolist(), base["p50_us"].tolist(),
                                                               new["p50_us"].tolist())):
         pair = pairs[pair_index]
-        extra = {"judged": pair.judged} if i < matched else {"base_config": base_configs[i - matched][4],
-                                                               "judged": True}
-        entries.append({"order": orders[i], "row": names[i], "base_p50": base_p50, "new_p50": new_p50,
-                        "phase": phases[i], **judgement.rows[pair_index], **extra, "judged": pair.judged,
-                        # in repetitions, yet every sample one value: the clock's resolution is unknown
-                        "clock_unknown": any(f.repetitions > 1 and math.isinf(f.own)
-                                             for f in (pair.base, pair.new))})
+        # the judgement's row itself where it is this pair's first (a million rows: no copy of each)
+        entry = judgement.rows[pair_index] if pair_index not in used else dict(judgement.rows[pair_index])
+        used.add(pair_index)
+        entry.update({"order": orders[i], "row": names[i], "base_p50": base_p50, "new_p50": new_p50,
+                      "phase": phases[i], "judged": pair.judged,
+                      # in repetitions, yet every sample one value: the clock's resolution is unknown
+                      "clock_unknown": any(f.repetitions > 1 and math.isinf(f.own) for f in (pair.base, pair.new))})
+        if i >= matched:
+            entry["base_config"] = base_configs[i - matched][4]
+        entries.append(entry)
     return entries
