@@ -22,7 +22,8 @@ from triton_sweep import version
 from triton_sweep.compare import between_runs
 from triton_sweep.compare.matching import compare, load_calibration
 from triton_sweep.compare.report import report
-from triton_sweep.compare.sides import COLUMNS, CompareError, Side, export_frame, shipped_keys, versions_against
+from triton_sweep.compare.sides import (COLUMNS, CompareError, Side, export_frame, shipped_keys,
+                                        versions_against)
 from triton_sweep.export.fileformat import read_export, sections
 from triton_sweep.export.settings import ExportError, sweep_export_conf
 from triton_sweep.model.trial import aligned

@@ -314,7 +314,8 @@ def _entries(base: pd.DataFrame, new: pd.DataFrame, pairs: list[Pair], index: np
         entry.update({"order": orders[i], "row": names[i], "base_p50": base_p50, "new_p50": new_p50,
                       "phase": phases[i], "judged": pair.judged,
                       # in repetitions, yet every sample one value: the clock's resolution is unknown
-                      "clock_unknown": any(f.repetitions > 1 and math.isinf(f.own) for f in (pair.base, pair.new))})
+                      "clock_unknown": any(f.repetitions > 1 and math.isinf(f.own)
+                                           for f in (pair.base, pair.new))})
         if i >= matched:
             entry["base_config"] = base_configs[i - matched][4]
         entries.append(entry)
