@@ -230,7 +230,7 @@ class ResultStore:
 
 def _frame(cursor: sqlite3.Cursor, chunk: int = 20_000) -> pd.DataFrame:
     """The rows of a query as one DataFrame.from_records would give them, read a chunk at a time (a row's
-    Python objects live only while its chunk is converted: a million rows at once took gigabytes); a
+    Python objects, several times its share of the frame, live only while its chunk is converted); a
     column typed unlike in another chunk (all NULL in one) is typed again whole, as one call would."""
     import pandas as pd
 
