@@ -22,7 +22,8 @@ from triton_sweep import version
 from triton_sweep.compare import between_runs
 from triton_sweep.compare.matching import compare, load_calibration
 from triton_sweep.compare.report import report
-from triton_sweep.compare.sides import CompareError, Side, export_frame, shipped_keys, versions_against
+from triton_sweep.compare.sides import (COLUMNS, CompareError, Side, export_frame, shipped_keys,
+                                        versions_against)
 from triton_sweep.export.fileformat import read_export, sections
 from triton_sweep.export.settings import ExportError, sweep_export_conf
 from triton_sweep.model.trial import aligned
@@ -51,8 +52,9 @@ def parse_share(text: str, name: str) -> float:
 
 # --- reading the two sides ----------------------------------------------------------------------
 
-def load_side(argument: str, store_path: str, label: str) -> Side:
-    """A sweep id in store_path, a store file, store_file:sweep_id, or an export's JSON."""
+def load_side(argument: str, store_path: str, label: str, opened: dict) -> Side:
+    """A sweep id in store_path, a store file, store_file:sweep_id, or an export's JSON; `opened`: the
+    stores opened so far by path, kept open (a store is checked whole as it opens: once for both sides)."""
     if argument.endswith(".json"):
         return _export_side(Path(argument), label)
     path, sweep_id = None, None
@@ -67,10 +69,11 @@ def load_side(argument: str, store_path: str, label: str) -> Side:
             raise CompareError(f"{label}: {argument!r} is not a file, and --store {store_path} to find it in "
                                "as a sweep id does not exist")
     try:
-        store = ResultStore(path)
-        frame = store.load(sweep_id=sweep_id or None)
-        everything = store.load() if frame.empty and sweep_id else None
-        store.close()
+        if path.resolve() not in opened:
+            opened[path.resolve()] = ResultStore(path)
+        store = opened[path.resolve()]
+        frame = store.load(sweep_id=sweep_id or None, columns=COLUMNS)
+        everything = store.load(columns=["sweep_id"]) if frame.empty and sweep_id else None
     except StoreError as error:
         raise CompareError(f"{label}: {error}") from None
     except sqlite3.DatabaseError as error:
@@ -178,8 +181,13 @@ def main(argv=None) -> int:
             raise CompareError(f"--alpha: {args.alpha} must be between 0 and 1")
         if args.tolerance is not None and not 0 <= args.tolerance < 1:
             raise CompareError(f"--tolerance: {args.tolerance} must be a share in [0, 1), e.g. 0.03")
-        base = load_side(args.base, args.store, "BASE")
-        new = load_side(args.new, args.store, "NEW")
+        opened = {}
+        try:
+            base = load_side(args.base, args.store, "BASE", opened)
+            new = load_side(args.new, args.store, "NEW", opened)
+        finally:
+            for store in opened.values():
+                store.close()
         base, new = versions_against(base, new), versions_against(new, base)
         calibrated, note = load_calibration(args.calibration, (base, new)) if args.calibration else ({}, "")
         tolerance = args.tolerance if args.tolerance is not None else sweep_export_conf().tolerance

@@ -18,7 +18,7 @@ SIZE_CLASSES = ((10.0, "<10us"), (100.0, "10-100us"), (1000.0, "0.1-1ms"), (math
 P50_VARIANCE = 1.4
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # slots: a pair of them a compared row, a million rows
 class Figure:
     """One row as the rule reads it: ln of each repetition's median, or of the p50 where none was kept
     (then `repetitions` and `noise` are as recorded); `own`: the variance of the figure its repetitions'
@@ -63,7 +63,7 @@ def pd_missing(value) -> bool:
     return value is None or (isinstance(value, float) and math.isnan(value))
 
 
-@dataclass
+@dataclass(slots=True)
 class Pair:
     """One trial measured on both sides. `domain`: what one shift is common to (GPU, kernel, provider: a
     change of the kernel moves ours and not the baselines); `group`: the rows of the domain that share each

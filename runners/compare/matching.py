@@ -16,11 +16,9 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
-from triton_sweep.model.finalists import winner
 from triton_sweep.model.columns import NAMED
-from triton_sweep.model.trial import TRITON_PROVIDER
 from triton_sweep.measure.stop_rule import CLOCK_JITTER_S, quantum
-from triton_sweep.compare import between_runs
+from triton_sweep.compare import between_runs, choosing
 from triton_sweep.compare.calibration import MIN_RUNS, Spread, calibrate
 from triton_sweep.compare.figures import Figure, Pair, RunFigure, pd_missing
 from triton_sweep.compare.sides import EXPORT_PHASE, CompareError
@@ -38,9 +36,10 @@ def _check_figures(frame: pd.DataFrame, label: str) -> None:
     """CompareError naming the first ok row whose p50 or a repetition median is missing, NaN, infinite,
     zero or negative (a damaged or hand-edited store): never judged, before anything is compared."""
     ok = frame[frame["status"] == "ok"]
-    reps = ok["rep_p50s_us"] if "rep_p50s_us" in ok else pd.Series(None, index=ok.index, dtype=object)
-    sound = ok["p50_us"].map(_sound) & reps.map(
-        lambda medians: medians is None or pd_missing(medians) or all(map(_sound, medians)))
+    p50 = pd.to_numeric(ok["p50_us"], errors="coerce").to_numpy(np.float64)
+    reps = ok["rep_p50s_us"].dropna() if "rep_p50s_us" in ok else pd.Series([], dtype=object)
+    sound = pd.Series(np.isfinite(p50) & (p50 > 0), index=ok.index)
+    sound[reps.index] &= np.array([all(map(_sound, medians)) for medians in reps], dtype=bool)
     if not sound.all():
         _figure(ok.loc[sound[~sound].index[0]], label)  # raises, naming it
 
@@ -49,9 +48,7 @@ def _figure(row: pd.Series, label: str) -> Figure:
     """An ok row's figure (figures.Figure), with its own error where it has one repetition and the
     resolution of the clock its samples were read off; a p50 or a repetition median that is missing,
     NaN, zero or negative is bad input, named, never a verdict."""
-    p50, reps = row["p50_us"], row.get("rep_p50s_us")
-    reps = None if reps is None or pd_missing(reps) or len(reps) == 0 else np.asarray(
-        [math.nan if v is None else v for v in reps], dtype=np.float64)
+    p50, reps = row["p50_us"], _medians(row.get("rep_p50s_us"))
     if not (_sound(p50) and (reps is None or all(map(_sound, reps)))):
         medians = "" if reps is None else f" and repetition medians {', '.join(f'{v:g}' for v in reps)}"
         raise CompareError(f"{label}: {' '.join(_describe(row))} is ok with a p50 of {p50}{medians}: an ok "
@@ -65,19 +62,21 @@ def _figure(row: pd.Series, label: str) -> Figure:
                                   row.get("p50_precision"), resolution)
 
 
-def _domain(base_row: pd.Series, new_row: pd.Series) -> tuple[str, str, str]:
-    """What one shift is common to: a provider of a kernel on a GPU (two GPU models: both named, no spread
-    of one kind judges that shift)."""
-    gpus = (base_row["gpu_name"], new_row["gpu_name"])
-    return (gpus[0] if gpus[0] == gpus[1] else f"{gpus[0]} -> {gpus[1]}", base_row["kernel"],
-            base_row["provider"])
+def _medians(reps) -> Optional[np.ndarray]:
+    """A row's repetition medians as float64 (a missing one NaN); None where it kept none."""
+    return None if reps is None or pd_missing(reps) or len(reps) == 0 else np.asarray(
+        [math.nan if v is None else v for v in reps], dtype=np.float64)
 
 
 def _kind(row: pd.Series) -> str:
     """What bounds a row by its own figures: the larger of its shares of the measured copy bandwidth and
     matmul rate (their ratio is the kernel's byte and FLOP model's at its shape, whatever the config's
     speed); '' where neither was measured (the interpreter, an export)."""
-    copy, matmul = (row.get(name) for name in ("pct_copy_bw", "pct_matmul"))
+    return _kind_of(row.get("pct_copy_bw"), row.get("pct_matmul"))
+
+
+def _kind_of(copy, matmul) -> str:
+    """_kind of a row's shares of the copy bandwidth and matmul rate."""
     copy, matmul = (0.0 if pd_missing(v) else float(v) for v in (copy, matmul))
     if not (copy > 0 or matmul > 0):
         return ""
@@ -154,27 +153,10 @@ def spreads_of(domains: list[tuple], calibrated: dict, stated: Optional[float]) 
     return spreads
 
 
-def _pick(base: pd.DataFrame, new: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
-    """One row a side for one trial: the newest finalist rows where both have one, else the newest
-    screening rows where both have one, else each side's newest row."""
-    for phase in ("final", "screen"):
-        b, n = base[base["phase"] == phase], new[new["phase"] == phase]
-        if not b.empty and not n.empty:
-            return b.loc[b["id"].idxmax()], n.loc[n["id"].idxmax()]
-    return base.loc[base["id"].idxmax()], new.loc[new["id"].idxmax()]
-
-
 def _describe(row: pd.Series) -> tuple[str, str, str, str, str]:
     shape = shape_label(row["shape"])
     config = " ".join(f"{k}={v}" for k, v in json.loads(row["config"]).items()) or "-"
     return row["kernel"], row["provider"], row["dtype"], shape, config
-
-
-def _order(row: pd.Series) -> tuple:
-    """Report order: kernel, ours before the baselines, dtype, shape by size, config."""
-    config = sorted(json.loads(row["config"]).items())
-    baseline = row["provider"] != TRITON_PROVIDER  # False sorts first
-    return row["kernel"], baseline, row["provider"], row["dtype"], json.loads(row["shape"]), config
 
 
 def _same_value(a, b) -> bool:
@@ -192,96 +174,11 @@ def _on_common_gpus(base: pd.DataFrame, new: pd.DataFrame) -> tuple[pd.DataFrame
     return base[base["gpu_name"].isin(common)], new[new["gpu_name"].isin(common)], True
 
 
-def compare(base: pd.DataFrame, new: pd.DataFrame, rule: between_runs.Rule = between_runs.Rule(),
-            shipped: Optional[set] = None, gate_all: bool = False, calibrated: Optional[dict] = None,
-            stated: Optional[float] = None) -> dict:
-    """Everything the report prints: matched trials and winners with their verdicts (`judged` where the
-    gate looks at them), the shift of each provider of a kernel on a GPU, status changes, only-in lists,
-    and the environment fields that differ between matched rows with how many pairs differ in each."""
-    _check_figures(base, "BASE")
-    _check_figures(new, "NEW")
-    base, new, by_gpu = _on_common_gpus(base, new)
-    match_on = ["trial_key", "gpu_name"] if by_gpu else ["trial_key"]
-    base_by_key = dict(tuple(base.groupby(match_on)))
-    new_by_key = dict(tuple(new.groupby(match_on)))
-    matched, status_changes, env_diffs = [], [], {}
-    for key in sorted(base_by_key.keys() & new_by_key.keys()):
-        base_row, new_row = _pick(base_by_key[key], new_by_key[key])
-        _environment(base_row, new_row, env_diffs)
-        if base_row["status"] == "ok" and new_row["status"] == "ok":
-            where = (base_row["trial_key"], base_row["gpu_name"], base_row["triton_version"])
-            matched.append((base_row, new_row, {"judged": gate_all or where in (shipped or set())}))
-        elif base_row["status"] != new_row["status"]:
-            message = new_row["message"] if new_row["status"] != "ok" else base_row["message"]
-            status_changes.append({"order": _order(new_row), "row": _describe(new_row),
-                                   "base": base_row["status"], "new": new_row["status"], "message": message})
-    winners = _winner_pairs(base, new, ["kernel", "gpu_name", "dtype", "shape"] if by_gpu
-                            else ["kernel", "dtype", "shape"])
-    pairs, index_of, shared = _pairs(matched + winners)
-    domains = list(dict.fromkeys(p.domain for p in pairs))
-    spreads = spreads_of(domains, calibrated or {}, stated)
-    judgement = between_runs.judge(pairs, rule, spreads)
-
-    def entry(base_row, new_row, extra: dict) -> dict:
-        index = index_of[(base_row["id"], new_row["id"])]
-        phase = new_row["phase"] if isinstance(new_row["phase"], str) else "screen"
-        figures = (pairs[index].base, pairs[index].new)
-        return {"order": _order(new_row), "row": _describe(new_row), "base_p50": base_row["p50_us"],
-                "new_p50": new_row["p50_us"], "phase": phase, **judgement.rows[index], **extra,
-                "judged": pairs[index].judged,
-                # in repetitions, yet every sample one value: the clock's resolution is unknown (_figure)
-                "clock_unknown": any(f.repetitions > 1 and math.isinf(f.own) for f in figures)}
-
-    only = {}
-    for side, by_key, other in (("BASE", base_by_key, new_by_key), ("NEW", new_by_key, base_by_key)):
-        newest = [rows.loc[rows["id"].idxmax()] for key, rows in by_key.items() if key not in other]
-        only[side] = [_describe(r) + (r["status"],) for r in sorted(newest, key=_order)]
-    status_changes.sort(key=lambda r: r["order"])
-    return {"matched": sorted((entry(*m) for m in matched), key=lambda r: r["order"]),
-            "winners": [entry(*w) for w in winners], "shifts": judgement.shifts,
-            "status_changes": status_changes, "only": only, "env_diffs": env_diffs,
-            "classes": _noise_by_shape(pairs, judgement), "shared": shared,
-            "gpu_models": None if by_gpu else _gpu_models(base, new)}
-
-
 def _gpu_models(base: pd.DataFrame, new: pd.DataFrame) -> Optional[tuple[str, str]]:
     """BASE's and NEW's GPU models, named, where the sides share none and ran on GPUs of different
     models (no rule judges a regression across them); else None."""
     models = [sorted(set(side["gpu_name"].dropna().astype(str))) for side in (base, new)]
     return None if models[0] == models[1] else tuple(", ".join(m) or "none named" for m in models)
-
-
-def _pairs(compared: list[tuple]) -> tuple[list[Pair], dict, dict]:
-    """One Pair a compared (BASE row, NEW row, extra) (a winner that is a matched trial: one pair, judged
-    where either is), each pair's index by its rows' ids, and how many compared rows of each side were
-    measured while another process ran kernels on the GPU."""
-    pairs, index_of = [], {}
-    shared = {"BASE": 0, "NEW": 0}  # compared rows measured while another process ran kernels on the GPU
-    for base_row, new_row, extra in compared:
-        domain, group = _domain(base_row, new_row), (base_row["dtype"], base_row["shape"])
-        key = (base_row["id"], new_row["id"])
-        if key in index_of:
-            pairs[index_of[key]].judged |= extra["judged"]
-            continue
-        index_of[key] = len(pairs)
-        for side, row in (("BASE", base_row), ("NEW", new_row)):
-            shared[side] += not pd.isna(row.get("gpu_shared")) and bool(row.get("gpu_shared"))
-        pairs.append(Pair(
-            domain, group, _figure(base_row, "BASE"), _figure(new_row, "NEW"), float(base_row["p50_us"]),
-            extra["judged"], _same_value(base_row["timing_method"], new_row["timing_method"]),
-            _control(domain, group), _kind(base_row)))
-    return pairs, index_of, shared
-
-
-def _environment(base_row: pd.Series, new_row: pd.Series, env_diffs: dict) -> None:
-    """Count the environment fields that differ between two matched rows."""
-    for name in NAMED:
-        if EXPORT_PHASE in (base_row["phase"], new_row["phase"]) and (
-                pd.isna(base_row[name]) or pd.isna(new_row[name])):
-            continue  # an export records fewer of them: what it lacks is not a difference
-        if not _same_value(base_row[name], new_row[name]):
-            pair = (name, str(base_row[name]), str(new_row[name]))
-            env_diffs[pair] = env_diffs.get(pair, 0) + 1
 
 
 def _noise_by_shape(pairs: list, judgement) -> dict:
@@ -294,18 +191,132 @@ def _noise_by_shape(pairs: list, judgement) -> dict:
     return shown
 
 
-def _winner_pairs(base: pd.DataFrame, new: pd.DataFrame, group_by: list[str]) -> list[tuple]:
-    """Each side's winner of every (kernel, dtype, shape) both measured ok (per GPU where the sides
-    share GPUs): the chosen finalist, else the lowest p50; compared whatever their configs."""
 
-    def ours(frame):
-        rows = frame[(frame["status"] == "ok") & (frame["provider"] == TRITON_PROVIDER)]
-        return dict(tuple(rows.groupby(group_by)))
 
-    base_groups, new_groups = ours(base), ours(new)
-    found = []
-    for group in sorted(base_groups.keys() & new_groups.keys()):
-        base_row = base_groups[group].loc[winner(base_groups[group])]
-        new_row = new_groups[group].loc[winner(new_groups[group])]
-        found.append((base_row, new_row, {"base_config": _describe(base_row)[4], "judged": True}))
-    return found
+def compare(base: pd.DataFrame, new: pd.DataFrame, rule: between_runs.Rule = between_runs.Rule(),
+            shipped: Optional[set] = None, gate_all: bool = False, calibrated: Optional[dict] = None,
+            stated: Optional[float] = None) -> dict:
+    """Everything the report prints: matched trials and winners with their verdicts (`judged` where the
+    gate looks at them), the shift of each provider of a kernel on a GPU, status changes, only-in lists,
+    and the environment fields that differ between matched rows with how many pairs differ in each."""
+    _check_figures(base, "BASE")
+    _check_figures(new, "NEW")
+    base, new, by_gpu = _on_common_gpus(base, new)
+    base_labels, new_labels, only_labels = choosing.matched_labels(
+        base, new, ["trial_key", "gpu_name"] if by_gpu else ["trial_key"])
+    b, n = base.loc[base_labels].reset_index(drop=True), new.loc[new_labels].reset_index(drop=True)
+    env_diffs = _environment(b, n)
+    ok = ((b["status"] == "ok") & (n["status"] == "ok")).to_numpy()
+    status_changes = _status_changes(b[~ok & (b["status"] != n["status"]).to_numpy()],
+                                     n[~ok & (b["status"] != n["status"]).to_numpy()])
+    b, n = b[ok], n[ok]
+    judged = [gate_all or where in (shipped or set())
+              for where in zip(b["trial_key"], b["gpu_name"], b["triton_version"])]
+    winners = choosing.winner_labels(base, new, ["kernel", "gpu_name", "dtype", "shape"] if by_gpu
+                                     else ["kernel", "dtype", "shape"])
+    compared = [pd.concat([rows, side.loc[winners[column]]], ignore_index=True)
+                for rows, side, column in ((b, base, "b"), (n, new, "n"))]
+    pairs, index, shared = _pairs(*compared, judged + [True] * len(winners))
+    spreads = spreads_of(list(dict.fromkeys(p.domain for p in pairs)), calibrated or {}, stated)
+    judgement = between_runs.judge(pairs, rule, spreads)
+    entries = _entries(*compared, pairs, index, judgement, len(b))
+    only = {}
+    for side, frame, labels in (("BASE", base, only_labels[0]), ("NEW", new, only_labels[1])):
+        rows = frame.loc[labels]
+        names, orders = choosing.described(rows)
+        listed = sorted(zip(orders, names, rows["status"].tolist()), key=lambda item: item[0])
+        only[side] = [name + (status,) for _, name, status in listed]
+    return {"matched": sorted(entries[:len(b)], key=lambda r: r["order"]), "winners": entries[len(b):],
+            "shifts": judgement.shifts, "status_changes": status_changes, "only": only,
+            "env_diffs": env_diffs, "classes": _noise_by_shape(pairs, judgement), "shared": shared,
+            "gpu_models": None if by_gpu else _gpu_models(base, new)}
+
+
+def _status_changes(base: pd.DataFrame, new: pd.DataFrame) -> list[dict]:
+    """Matched trials whose status differs (not both ok), in report order, with NEW's message where NEW
+    failed, else BASE's."""
+    names, orders = choosing.described(new)
+    changes = [{"order": order, "row": name, "base": b, "new": n, "message": nm if n != "ok" else bm}
+               for order, name, b, n, bm, nm in zip(orders, names, base["status"].tolist(),
+                                                    new["status"].tolist(), base["message"].tolist(),
+                                                    new["message"].tolist())]
+    return sorted(changes, key=lambda r: r["order"])
+
+
+def _environment(base: pd.DataFrame, new: pd.DataFrame) -> dict:
+    """(field, BASE's value, NEW's value) -> how many matched pairs differ so in that environment field
+    (a missing value equals a missing one; where a row is an export's, what either lacks is no
+    difference: an export records fewer of them)."""
+    export = ((base["phase"] == EXPORT_PHASE) | (new["phase"] == EXPORT_PHASE)).to_numpy(bool)
+    diffs = {}
+    for name in NAMED:
+        b, n = base[name].to_numpy(object), new[name].to_numpy(object)
+        b_missing, n_missing = pd.isna(b), pd.isna(n)
+        differ = (b_missing != n_missing) | (~b_missing & ~n_missing & (b != n))
+        for i in np.flatnonzero(differ & ~(export & (b_missing | n_missing))):
+            if not _same_value(b[i], n[i]):
+                pair = (name, str(b[i]), str(n[i]))
+                diffs[pair] = diffs.get(pair, 0) + 1
+    return diffs
+
+
+def _pairs(base: pd.DataFrame, new: pd.DataFrame, judged: list[bool]) -> tuple[list[Pair], np.ndarray, dict]:
+    """One Pair a compared (BASE row, NEW row) (a winner that is a matched trial: one pair, judged where
+    either is), the index of each compared row's pair, and how many compared rows of each side were
+    measured while another process ran kernels on the GPU."""
+    ids = pd.DataFrame({"base": base["id"].to_numpy(), "new": new["id"].to_numpy()})
+    index = ids.groupby(["base", "new"], sort=False).ngroup().to_numpy()
+    first = ~ids.duplicated().to_numpy()
+    judged = pd.Series(judged).groupby(index).any().tolist()
+    base, new = base[first], new[first]
+    shared = {label: sum(not pd.isna(v) and bool(v) for v in side["gpu_shared"].tolist())
+              for label, side in (("BASE", base), ("NEW", new))}
+    columns = ("gpu_name", "kernel", "provider", "dtype", "shape", "p50_us", "timing_method", "pct_copy_bw",
+               "pct_matmul")
+    b, n = ({name: side[name].tolist() for name in columns} for side in (base, new))
+    pairs = []
+    for i, (base_figure, new_figure) in enumerate(zip(_figures(base), _figures(new))):
+        gpus = b["gpu_name"][i], n["gpu_name"][i]
+        domain = (gpus[0] if gpus[0] == gpus[1] else f"{gpus[0]} -> {gpus[1]}", b["kernel"][i],
+                  b["provider"][i])
+        group = (b["dtype"][i], b["shape"][i])
+        pairs.append(Pair(domain, group, base_figure, new_figure, float(b["p50_us"][i]), judged[i],
+                          _same_value(b["timing_method"][i], n["timing_method"][i]), _control(domain, group),
+                          _kind_of(b["pct_copy_bw"][i], b["pct_matmul"][i])))
+    return pairs, index, shared
+
+
+def _figures(frame: pd.DataFrame) -> list[Figure]:
+    """The figure of each ok row (as _figure, rows _check_figures passed), the clock steps of all at once."""
+    p50s = frame["p50_us"].tolist()
+    resolutions = [math.inf if math.isnan(step) else step / float(p50)
+                   for step, p50 in zip(choosing.steps(frame["samples_us"]), p50s)]
+    return [Figure.of(float(p50), _medians(reps), repetitions, noise, precision, resolution)
+            for p50, reps, repetitions, noise, precision, resolution in zip(
+                p50s, frame["rep_p50s_us"].tolist(), frame["repetitions"].tolist(),
+                frame["rep_noise"].tolist(), frame["p50_precision"].tolist(), resolutions)]
+
+
+def _entries(base: pd.DataFrame, new: pd.DataFrame, pairs: list[Pair], index: np.ndarray, judgement,
+             matched: int) -> list[dict]:
+    """What the report prints of each compared row (the first `matched` the matched trials, the rest the
+    winners, which name BASE's config too)."""
+    names, orders = choosing.described(new)
+    base_configs = choosing.described(base.iloc[matched:])[0]
+    phases = [p if isinstance(p, str) else "screen" for p in new["phase"].tolist()]
+    entries, used = [], set()
+    for i, (pair_index, base_p50, new_p50) in enumerate(zip(index.tolist(), base["p50_us"].tolist(),
+                                                              new["p50_us"].tolist())):
+        pair = pairs[pair_index]
+        # the judgement's row itself where it is this pair's first (a million rows: no copy of each)
+        entry = judgement.rows[pair_index] if pair_index not in used else dict(judgement.rows[pair_index])
+        used.add(pair_index)
+        entry.update({"order": orders[i], "row": names[i], "base_p50": base_p50, "new_p50": new_p50,
+                      "phase": phases[i], "judged": pair.judged,
+                      # in repetitions, yet every sample one value: the clock's resolution is unknown
+                      "clock_unknown": any(f.repetitions > 1 and math.isinf(f.own)
+                                           for f in (pair.base, pair.new))})
+        if i >= matched:
+            entry["base_config"] = base_configs[i - matched][4]
+        entries.append(entry)
+    return entries

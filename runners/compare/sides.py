@@ -18,6 +18,16 @@ from triton_sweep.export.fileformat import sections
 from triton_sweep.export.runtime import pick_version, version_key
 
 EXPORT_PHASE = "export"  # a row read from an export's JSON
+# What compare reads of a store's rows: the trial, its figures, where it ran (NAMED), what an export reads.
+COLUMNS = tuple(dict.fromkeys((
+    "id", "trial_key", "sweep_id", "kernel", "provider", "shape", "dtype", "config", "status", "message",
+    "phase", "rank", "tie", "chosen", "p50_us", "p50_precision", "samples_us", "repetitions", "rep_p50s_us",
+    "rep_noise", "pct_copy_bw", "pct_matmul", "gbps", "tflops", *NAMED)))
+
+# What runners/export/cover.py's Measured reads of a row.
+MEASURED = ("id", "kernel", "gpu_name", "triton_version", "dtype", "shape", "config", "phase", "chosen",
+            "p50_us", "p50_precision", "repetitions", "rep_p50s_us", "rep_noise", "gbps", "tflops",
+            "pct_copy_bw")
 
 
 class CompareError(ValueError):
@@ -107,6 +117,7 @@ def shipped_keys(side: Side, tolerance: float) -> set:
     ok = frame[(frame["status"] == "ok") & (frame["provider"] == TRITON_PROVIDER) & frame["p50_us"].notna()]
     ok = ok.sort_values("id").groupby(["trial_key", "gpu_name", "triton_version"], as_index=False).tail(1)
     keys = set()
+    ok = ok[list(MEASURED)]  # Measured makes a record of each row: of what it reads only
     for (kernel, gpu, version, dtype), rows in ok.groupby(["kernel", "gpu_name", "triton_version", "dtype"]):
         for item in covering_set(Measured(rows), tolerance)["configs"]:
             keys |= {(Trial(kernel, TRITON_PROVIDER, tuple(shape), dtype, item["config"]).key, gpu, version)

@@ -109,13 +109,15 @@ class ResultStore:
                 found.update({i: {"status": status, "p50_us": p50} for i, status, p50 in rows})
             return found
 
-    def load(self, sweep_id: Optional[str] = None, kernel: Optional[str] = None) -> pd.DataFrame:
-        """All rows (or a sweep's rows) as a DataFrame; samples_us decoded to float32 arrays."""
-        import numpy as np
+    def load(self, sweep_id: Optional[str] = None, kernel: Optional[str] = None,
+             columns: Optional[Iterable[str]] = None) -> pd.DataFrame:
+        """All rows (or a sweep's rows) as a DataFrame, every column or those named in `columns` (with
+        "id" where a samples column is); samples_us decoded to float32 arrays."""
         import pandas as pd
 
         with reading(self.path):
-            query = "SELECT trials.* FROM trials"
+            named = ", ".join(f"trials.{_known(name)}" for name in columns) if columns else "trials.*"
+            query = f"SELECT {named} FROM trials"
             clauses, params = [], []
             if sweep_id is not None:
                 query += " JOIN sweep_rows ON sweep_rows.row_id = trials.id"
@@ -127,12 +129,11 @@ class ResultStore:
             if clauses:
                 query += " WHERE " + " AND ".join(clauses)
             cursor = self._db.execute(query + " ORDER BY trials.id", params)  # SQLite's own errors, unwrapped
-            frame = pd.DataFrame.from_records(cursor.fetchall(), columns=[d[0] for d in cursor.description],
-                                              coerce_float=True)
-            for name in SAMPLE_COLUMNS:
+            frame = _frame(cursor)
+            for name in [n for n in SAMPLE_COLUMNS if n in frame]:
                 frame[name] = [None if b is None else self._samples(i, name, b)
                                for i, b in zip(frame["id"], frame[name])]
-            for name in BOOLEAN_COLUMNS:
+            for name in [n for n in BOOLEAN_COLUMNS if n in frame]:
                 frame[name] = frame[name].map(lambda v: None if pd.isna(v) else bool(v))
             return frame
 
@@ -225,6 +226,32 @@ class ResultStore:
                 self._db.execute("ROLLBACK")
                 raise
             self._db.execute("COMMIT")
+
+
+def _frame(cursor: sqlite3.Cursor, chunk: int = 20_000) -> pd.DataFrame:
+    """The rows of a query as one DataFrame.from_records would give them, read a chunk at a time (a row's
+    Python objects, several times its share of the frame, live only while its chunk is converted); a
+    column typed unlike in another chunk (all NULL in one) is typed again whole, as one call would."""
+    import pandas as pd
+
+    names = [d[0] for d in cursor.description]
+    frames = [pd.DataFrame.from_records(rows, columns=names, coerce_float=True)
+              for rows in iter(lambda: cursor.fetchmany(chunk), [])]
+    if len(frames) < 2:
+        return frames[0] if frames else pd.DataFrame.from_records([], columns=names, coerce_float=True)
+    frame = pd.concat(frames, ignore_index=True)
+    for name in names:
+        if len({str(part[name].dtype) for part in frames}) > 1:
+            frame[name] = pd.DataFrame.from_records([(v,) for part in frames for v in part[name].tolist()],
+                                                    columns=[name], coerce_float=True)[name]
+    return frame
+
+
+def _known(name: str) -> str:
+    """A column's name, checked against runners/model/columns.py before it enters a query."""
+    if name != "id" and name not in COLUMN_NAMES:
+        raise ValueError(f"no column {name!r} in the store's trials (runners/model/columns.py)")
+    return name
 
 
 def shape_label(shape_json: str) -> str:
