@@ -1,66 +1,96 @@
 """Benchmark (CPU): the commands on stores of 10,000 / 100,000 / 1,000,000 rows, their time and peak memory.
 
-    python -m triton_sweep.benchmarks.bench_scale [--rows 10000 100000 1000000] [--timeout 600]
+    python -m triton_sweep.benchmarks.bench_scale [--rows 10000 100000 1000000] [--limit-s 600]
         [--commands compare export plot merge plan] [--plan-shapes 10000 100000 1000000]
 
-Each store holds two sweeps (BASE and NEW, NEW 2% slower) of synthetic softmax rows (tests/fixtures/
-synthetic_store.py's rows: samples, no kernel run), 250 configs a shape (2,000 shapes at 1,000,000 rows),
-written in bulk. Every command runs in a process of its own: wall seconds and peak resident memory
-(ru_maxrss of the child). `plan`: a softmax grid of N shapes at one config planned (max_trials raised)."""
+Each store: two sweeps (base, new: the same trials, new drawn anew) of synthetic softmax rows (made-up
+latencies, no kernel run): 250 configs a shape (2,000 shapes at 1,000,000 rows), 20 samples each, a
+baseline, the 3 fastest configs and the baseline re-timed as finalists in 5 repetitions; written in bulk.
+Each command runs in a process of its own: wall seconds and its peak resident memory (os.wait4), killed
+past --limit-s. `plan`: a softmax grid of N shapes at one config planned (max_trials raised)."""
 from __future__ import annotations
 
 import argparse
 import itertools
+import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
 import numpy as np
 
-SPACE = {"BLOCK_SIZE": (1024, 2048, 4096, 8192, 16384), "num_warps": (1, 2, 4, 8, 16),
-         "num_stages": tuple(range(1, 11))}  # 250 configs
-CONFIGS = [dict(zip(SPACE, values)) for values in itertools.product(*SPACE.values())]
-# Runs a command and prints its peak resident memory (kB, its own and its children's) on stderr's last line
-PEAK = ("import resource, subprocess, sys; code = subprocess.run(sys.argv[1:]).returncode; "
-        "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr); sys.exit(code)")
+from triton_sweep.model.trial import Trial
+from triton_sweep.store.result_store import ResultStore
+from tests.fixtures.synthetic_store import ENV
+
+CONFIGS = [dict(zip(("BLOCK_SIZE", "num_warps", "num_stages"), values)) for values in itertools.product(
+    (1024, 2048, 4096, 8192, 16384), (1, 2, 4, 8, 16), range(1, 11))]  # 250
+FINALISTS, REPETITIONS, SAMPLES = 3, 5, 20
+ROWS_A_SHAPE = len(CONFIGS) + 1 + FINALISTS + 1
 
 
-def build(path: Path, rows: int) -> float:
-    """Two sweeps of rows // 2 rows each into a new store; the seconds it took."""
-    from tests.fixtures.synthetic_store import ENV, PEAKS, model_p50, row
-    from triton_sweep.store.result_store import ResultStore
+def _rows(sweep_id: str, shape: tuple, rng: np.random.Generator) -> list[dict]:
+    """One shape's rows: every config and the baseline screened, the fastest and the baseline re-timed."""
+    cells = shape[0] * shape[1]
+    true = 8.0 * cells / (4096 * 1024) * (1 + rng.random(len(CONFIGS) + 1))
+    true[-1] *= 2.5  # the baseline
+    trials = [("triton", c) for c in CONFIGS] + [("torch", {})]
+    final = [*np.argsort(true[:-1])[:FINALISTS], len(CONFIGS)]
+    rows = [_row(sweep_id, shape, *trials[i], true[i] * np.exp(rng.normal(0, 0.01, SAMPLES)), "screen")
+            for i in range(len(trials))]
+    for rank, i in enumerate(final, start=1):
+        blocks = true[i] * np.exp(rng.normal(0, 0.01, (REPETITIONS, SAMPLES)))
+        rows.append(_row(sweep_id, shape, *trials[i], blocks.ravel(), "final",
+                         rep_p50s_us=np.median(blocks, axis=1), repetitions=REPETITIONS,
+                         rep_noise=float(np.std(np.log(np.median(blocks, axis=1)), ddof=1)),
+                         **({} if trials[i][0] != "triton" else dict(rank=rank, tie=rank == 1,
+                                                                        chosen=rank == 1))))
+    return rows
 
-    began, store, rng = time.perf_counter(), ResultStore(path), np.random.default_rng(0)
-    shapes = [(4096, 200 + 8 * i) for i in range(max(1, rows // 2 // len(CONFIGS)))]
-    for sweep_id, slower in (("base", 1.0), ("new", 1.02)):
-        batch = []
-        for shape, config in itertools.product(shapes, CONFIGS):
-            model = dict(config, BLOCK_SIZE=max(config["BLOCK_SIZE"], 1))
-            batch.append(row(sweep_id, "triton", shape, config, model_p50(shape, model) * slower, rng))
-            if len(batch) == 20000:
-                store.append_many(batch)
-                batch = []
-        store.append_many(batch)
-    store.save_peaks(ENV, PEAKS, "2026-01-01T00:00:00")
+
+def _row(sweep_id: str, shape: tuple, provider: str, config: dict, samples: np.ndarray, phase: str,
+         **fields) -> dict:
+    p50 = float(np.median(samples))
+    gbps = 4 * shape[0] * shape[1] / p50 / 1e3
+    return {"trial_key": Trial("softmax", provider, shape, "float16", config).key, "sweep_id": sweep_id,
+            "kernel": "softmax", "provider": provider, "shape": list(shape), "dtype": "float16",
+            "config": config, "status": "ok", "phase": phase, "kernel_hash": "aaaaaaaaaaaa", "seed": 0,
+            "timestamp": "2026-01-01T00:00:00", **ENV, "p50_us": p50, "samples_us": samples,
+            "p50_precision": 0.01, "n_samples": len(samples), "gbps": gbps, "pct_copy_bw": gbps / 40,
+            "pct_matmul": gbps / 400, **fields}
+
+
+def build(path: Path, rows: int) -> int:
+    """Two sweeps of `rows` rows in all (whole shapes), written in batches; returns the count written."""
+    store = ResultStore(path)
+    shapes = [(4096, 128 * (1 + i)) for i in range(max(1, rows // (2 * ROWS_A_SHAPE)))]
+    written = 0
+    for seed, sweep_id in enumerate(("base", "new")):
+        rng = np.random.default_rng(seed)
+        for start in range(0, len(shapes), 100):
+            batch = [r for shape in shapes[start:start + 100] for r in _rows(sweep_id, shape, rng)]
+            written += len(store.append_many(batch))
     store.close()
-    return time.perf_counter() - began
+    return written
 
 
-def timed(command: list[str], timeout: float) -> tuple[str, str]:
-    """(wall seconds, peak MB) of a command run alone; 'timeout' or 'exit N' in place of the seconds."""
+def timed(command: list[str], limit_s: float) -> tuple[str, str]:
+    """(wall seconds, peak resident MB: the child's own ru_maxrss) of a command; one running past
+    limit_s is killed, one failing is named by its exit status (compare's 1, a SLOW verdict, is a run)."""
     began = time.perf_counter()
-    try:
-        result = subprocess.run([sys.executable, "-c", PEAK, *command], capture_output=True, text=True,
-                                timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return f"> {timeout:.0f} (timeout)", "-"
-    seconds = time.perf_counter() - began
-    *said, peak = result.stderr.strip().splitlines() or ["0"]
-    if result.returncode not in (0, 1) or result.returncode and "compare" not in command[3]:  # 1: SLOW
-        return f"exit {result.returncode}: {' '.join(said)[-200:]}", "-"
-    return f"{seconds:.1f}", f"{int(peak) / 1024:.0f}"
+    child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    timer = threading.Timer(limit_s, child.kill)
+    timer.start()
+    _, status, usage = os.wait4(child.pid, 0)
+    timer.cancel()
+    code = os.waitstatus_to_exitcode(status)
+    seconds = f"{time.perf_counter() - began:.1f}"
+    if code not in (0, 1) or code and "triton_sweep.compare" not in command:
+        seconds = f"> {limit_s:.0f} (killed)" if code == -9 else f"exit {code}"
+    return seconds, f"{usage.ru_maxrss / 1024:.0f}"
 
 
 def plan(shapes: int) -> None:
@@ -91,24 +121,24 @@ def main(argv=None) -> None:
     parser.add_argument("--rows", nargs="+", type=int, default=[10_000, 100_000, 1_000_000])
     parser.add_argument("--plan-shapes", nargs="+", type=int, default=[10_000, 100_000, 1_000_000])
     parser.add_argument("--commands", nargs="+", default=["compare", "export", "plot", "merge", "plan"])
-    parser.add_argument("--timeout", type=float, default=600)
+    parser.add_argument("--limit-s", type=float, default=600, help="kill a command after this long")
     parser.add_argument("--plan-one", type=int, help=argparse.SUPPRESS)  # the `plan` command's process
     args = parser.parse_args(argv)
     if args.plan_one:
         return plan(args.plan_one)
     lines = ["| rows | command | seconds | peak MB |", "|---|---|---|---|"]
-    for rows in args.rows if set(args.commands) - {"plan"} else []:
+    for count in args.rows if set(args.commands) - {"plan"} else []:
         with tempfile.TemporaryDirectory() as folder:
-            work = Path(folder)
-            seconds = build(work / "results.sqlite", rows)
-            lines.append(f"| {rows:,} | (build the store) | {seconds:.1f} | - |")
+            work, began = Path(folder), time.perf_counter()
+            written = build(work / "results.sqlite", count)
+            lines.append(f"| {written:,} | (build the store) | {time.perf_counter() - began:.1f} | - |")
             for name, command in commands(work / "results.sqlite", work).items():
                 if name in args.commands:
-                    lines.append(f"| {rows:,} | {name} | {' | '.join(timed(command, args.timeout))} |")
-            print("\n".join(lines[-len(args.commands) - 1:]), flush=True)
+                    lines.append(f"| {written:,} | {name} | {' | '.join(timed(command, args.limit_s))} |")
+                    print(lines[-1], flush=True)
     for shapes in args.plan_shapes if "plan" in args.commands else []:
         command = [sys.executable, "-m", "triton_sweep.benchmarks.bench_scale", "--plan-one", str(shapes)]
-        seconds, memory = timed(command, args.timeout)
+        seconds, memory = timed(command, args.limit_s)
         lines.append(f"| {shapes:,} shapes | plan (kernel.grid) | {seconds} | {memory} |")
     print("\n".join(lines))
 
