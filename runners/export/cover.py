@@ -115,10 +115,10 @@ class Measured:
         shapes replayed (greedy.Trace.without)."""
         arrays = self.arrays(tolerance)
         if tolerance not in self._traces:
-            self._traces[tolerance] = self.mask(), arrays.trace(self.mask())
-        mine, trace = self._traces[tolerance]
-        gone_mask = self.mask(gone)
-        return arrays.listed(mine & ~gone_mask, trace.without(arrays, gone_mask))
+            self._traces[tolerance] = arrays.near[self.mask()].sum(0), arrays.trace(self.mask())
+        counts, trace = self._traces[tolerance]
+        rows = np.array([self.index[s] for s in gone])
+        return arrays.listed(counts - arrays.near[rows].sum(0), trace.without(arrays, rows))
 
     def p50_at(self, key: str, shape: tuple) -> Optional[float]:
         """The config's p50 of record at the shape (its re-timed one where it was a finalist), None where
@@ -151,7 +151,7 @@ class Measured:
         config within `tolerance` of the best at one of them at least, those within it at more shapes
         first (then the first measured)."""
         arrays, mask = self.arrays(tolerance, calls), self.mask(shapes)
-        return [self.keys[j] for j in arrays.listed(mask, arrays.greedy(mask))]
+        return [self.keys[j] for j in arrays.listed(arrays.near[mask].sum(0), arrays.greedy(mask))]
 
 
 def weighted_loss(list_p50: dict, best: dict, calls: dict) -> Optional[float]:

@@ -32,10 +32,14 @@ class Arrays:
         most shapes, the most wins, the highest geometric mean speed, the fewest resources, the first."""
         weighted, count, wins, logs = stats
         candidates = np.flatnonzero(count > 0)
+        for figure in (weighted, count, wins):
+            values = figure[candidates]
+            candidates = candidates[values == values.max()]
+            if len(candidates) == 1:
+                return int(candidates[0])
         speed = np.exp(logs[candidates] / count[candidates])
-        ranked = np.lexsort((self.order[candidates], -speed, -wins[candidates], -count[candidates],
-                             -weighted[candidates]))
-        return int(candidates[ranked[0]])
+        candidates = candidates[speed == speed.max()]
+        return int(candidates[np.argmin(self.order[candidates])])
 
     def greedy(self, shapes: np.ndarray) -> list[int]:
         """The covering set of `shapes` (boolean)."""
@@ -44,21 +48,23 @@ class Arrays:
     def trace(self, shapes: np.ndarray, stats: Optional[np.ndarray] = None) -> "Trace":
         """The greedy of `shapes` (boolean; `stats`, theirs where known), step by step: what was uncovered
         before each pick, and the stats it was picked by (the last step's less the shapes it covered)."""
-        picks, before, steps, uncovered = [], [], [], shapes.copy()
+        picks, before, counts, steps, uncovered = [], [], [], [], shapes.copy()
         stats = self.stats(uncovered) if stats is None else stats
         while uncovered.any():
             before.append(uncovered.copy())
+            counts.append(int(uncovered.sum()))
             steps.append(stats)
             picks.append(self.pick(stats))
             covered = uncovered & self.near[:, picks[-1]]
             uncovered &= ~covered
             stats = stats - self.stats(covered)
-        return Trace(picks, before, steps)
+        return Trace(picks, before, counts, steps)
 
-    def listed(self, shapes: np.ndarray, chosen: list[int]) -> list[int]:
-        """The covering set `chosen` of `shapes`, then the alternates: every other config near at one of
-        them at least, near at the most first (then the first measured)."""
-        counts = self.near[shapes].sum(0)
+    def listed(self, counts: np.ndarray, chosen: list[int]) -> list[int]:
+        """The covering set `chosen`, then the alternates: every other config near at one shape at least
+        (`counts`: at how many of the shapes each is near), near at the most first (then the first
+        measured)."""
+        counts = counts.copy()
         counts[chosen] = 0
         others = np.flatnonzero(counts)
         return chosen + others[np.lexsort((self.first_ids[others], -counts[others]))].tolist()
@@ -66,22 +72,28 @@ class Arrays:
 
 @dataclass
 class Trace:
+    """The greedy's steps: each pick, the shapes uncovered before it (boolean) and how many, the stats it
+    was picked by."""
+
     picks: list
     before: list
+    counts: list
     stats: list
 
     def without(self, arrays: Arrays, gone: np.ndarray) -> list[int]:
-        """The covering set of the traced shapes less the `gone` ones (boolean)."""
-        for step, (pick, uncovered, stats) in enumerate(zip(self.picks, self.before, self.stats)):
-            left = uncovered & gone
-            if not left.any():
+        """The covering set of the traced shapes less the `gone` ones (row numbers)."""
+        for step, (pick, uncovered, count, stats) in enumerate(zip(self.picks, self.before, self.counts,
+                                                                    self.stats)):
+            left = gone[uncovered[gone]]
+            if not len(left):
                 return self.picks  # the point is covered: every later step is the same
-            rest = uncovered & ~gone
-            if not rest.any():
+            if count == len(left):
                 return self.picks[:step]
-            stats = stats - arrays.stats(left)
+            stats = stats - arrays.figures[left].sum(0)
             mine = arrays.pick(stats)
             if mine != pick:
+                rest = uncovered.copy()
+                rest[gone] = False
                 return self.picks[:step] + arrays.trace(rest, stats).picks
         return self.picks
 
