@@ -12,6 +12,9 @@ from typing import Optional
 import numpy as np
 
 
+DRIFT = 1e-9  # relative: sums of floats within it of the best are summed anew (Arrays.pick)
+
+
 @dataclass
 class Arrays:
     """One (GPU, dtype)'s figures, shape x config: `near`, within the tolerance of the best there; `wins`,
@@ -27,18 +30,25 @@ class Arrays:
         """Each config's (weighted, count, wins, log sum) over the shapes of the boolean `rows`."""
         return self.figures[np.flatnonzero(rows)].sum(0)
 
-    def pick(self, stats: np.ndarray) -> int:
-        """The config the rule adds given its stats over the uncovered shapes: the most weighted speed, the
-        most shapes, the most wins, the highest geometric mean speed, the fewest resources, the first."""
+    def pick(self, stats: np.ndarray, uncovered: np.ndarray) -> int:
+        """The config the rule adds given its stats over the `uncovered` shapes (boolean): the most weighted
+        speed, the most shapes, the most wins, the highest geometric mean speed, the fewest resources, the
+        first. The sums of floats kept from step to step (weighted, logs) drift by a few ulps from the same
+        sums taken anew, which parts an exact tie (two configs each the fastest at the shapes they gain:
+        logs of 0): the configs they cannot tell apart are summed anew over `uncovered`."""
         weighted, count, wins, logs = stats
         candidates = np.flatnonzero(count > 0)
-        for figure in (weighted, count, wins):
+        for figure, exact in ((weighted, 0), (count, None), (wins, None), (logs / np.maximum(count, 1), 3)):
             values = figure[candidates]
+            if exact is not None:
+                close = values >= values.max() - DRIFT * max(1.0, abs(values.max()))
+                candidates, values = candidates[close], values[close]
+                if len(candidates) > 1:
+                    values = self.figures[np.flatnonzero(uncovered)][:, exact, candidates].sum(0)
+                    values = values if exact == 0 else np.exp(values / count[candidates])
             candidates = candidates[values == values.max()]
             if len(candidates) == 1:
                 return int(candidates[0])
-        speed = np.exp(logs[candidates] / count[candidates])
-        candidates = candidates[speed == speed.max()]
         return int(candidates[np.argmin(self.order[candidates])])
 
     def greedy(self, shapes: np.ndarray) -> list[int]:
@@ -54,11 +64,12 @@ class Arrays:
             before.append(uncovered.copy())
             counts.append(int(uncovered.sum()))
             steps.append(stats)
-            picks.append(self.pick(stats))
+            picks.append(self.pick(stats, uncovered))
             covered = uncovered & self.near[:, picks[-1]]
             uncovered &= ~covered
             stats = stats - self.stats(covered)
-        return Trace(picks, before, counts, steps)
+        before = np.array(before) if before else np.zeros((0, len(shapes)), dtype=bool)
+        return Trace(picks, before, np.array(counts, dtype=int), steps)
 
     def listed(self, counts: np.ndarray, chosen: list[int]) -> list[int]:
         """The covering set `chosen`, then the alternates: every other config near at one shape at least
@@ -76,26 +87,50 @@ class Trace:
     was picked by."""
 
     picks: list
-    before: list
-    counts: list
+    before: np.ndarray  # step x shape
+    counts: np.ndarray
     stats: list
 
     def without(self, arrays: Arrays, gone: np.ndarray) -> list[int]:
-        """The covering set of the traced shapes less the `gone` ones (row numbers)."""
-        for step, (pick, uncovered, count, stats) in enumerate(zip(self.picks, self.before, self.counts,
-                                                                    self.stats)):
-            left = gone[uncovered[gone]]
+        """The covering set of the traced shapes less the `gone` ones (row numbers). The ranks depend on
+        the uncovered shapes alone: off the trace (a pick differs), the greedy steps on its own until its
+        uncovered shapes are those of a later step of the trace less the gone ones, and follows it again."""
+        lefts = self.counts - self.before[:, gone].sum(1)  # each step's uncovered less the gone ones
+        picks, step = [], 0
+        while step < len(self.picks):
+            left = gone[self.before[step][gone]]
             if not len(left):
-                return self.picks  # the point is covered: every later step is the same
-            if count == len(left):
-                return self.picks[:step]
-            stats = stats - arrays.figures[left].sum(0)
-            mine = arrays.pick(stats)
-            if mine != pick:
-                rest = uncovered.copy()
-                rest[gone] = False
-                return self.picks[:step] + arrays.trace(rest, stats).picks
-        return self.picks
+                return picks + self.picks[step:]  # the point is covered: every later step is the same
+            if not lefts[step]:
+                return picks
+            rest = self.before[step].copy()
+            rest[gone] = False
+            stats = self.stats[step] - arrays.figures[left].sum(0)
+            mine = arrays.pick(stats, rest)
+            if mine == self.picks[step]:
+                picks.append(mine)
+                step += 1
+                continue
+            step = None
+            while step is None:
+                picks.append(mine)
+                covered = rest & arrays.near[:, mine]
+                rest &= ~covered
+                if not rest.any():
+                    return picks
+                stats = stats - arrays.stats(covered)
+                step = self._rejoined(rest, gone, lefts)
+                mine = arrays.pick(stats, rest) if step is None else mine
+        return picks
+
+    def _rejoined(self, rest: np.ndarray, gone: np.ndarray, lefts: np.ndarray) -> Optional[int]:
+        """The step of the trace whose uncovered shapes less the `gone` ones are `rest`, else None."""
+        for step in np.flatnonzero(lefts == rest.sum()):
+            again = self.before[step].copy()
+            again[gone] = False
+            if np.array_equal(again, rest):
+                return int(step)
+        return None
 
 
 def shape_arrays(timed: np.ndarray, winners: np.ndarray, tolerance: float, calls: Optional[np.ndarray],
