@@ -108,8 +108,8 @@ def estimate(measured: Measured, tolerance: float, dims: tuple, key_dims: list[s
 # point of a fold is made by the estimate of the shapes outside it (both ways), which sees none of the
 # points it chooses for. One fold a point grows with the cube of the points: 0.5 s
 # of export at 15 shapes of two dtypes, 29.8 s at 120 (`python -m triton_sweep.benchmarks.bench_export_scale`,
-# this project's CPU host), 2.3-3.1 s of an H100 host's finish at 30 points; FOLDS of them grow with
-# its square, as the estimate itself does. Up to FOLDS points, a fold is a point.
+# this project's CPU host), 2.3-3.1 s of an H100 host's finish at 30 points; FOLDS of them grow as the
+# estimate itself does (about linearly since issue 76). Up to FOLDS points, a fold is a point.
 FOLDS = 8
 # The inner estimates (one a fold, each a leave-one-out of the shapes outside it, both ways) are spread
 # over forked processes, one a core this process may use, from this many points on.
