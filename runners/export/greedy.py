@@ -44,7 +44,7 @@ class Arrays:
                 close = values >= values.max() - DRIFT * max(1.0, abs(values.max()))
                 candidates, values = candidates[close], values[close]
                 if len(candidates) > 1:
-                    values = self.figures[np.flatnonzero(uncovered)][:, exact, candidates].sum(0)
+                    values = self.figures[np.flatnonzero(uncovered)[:, None], exact, candidates].sum(0)
                     values = values if exact == 0 else np.exp(values / count[candidates])
             candidates = candidates[values == values.max()]
             if len(candidates) == 1:
