@@ -3,8 +3,8 @@
 `triton-sweep-export`. One package, one module a step of the walk from a store to the files:
 - settings.py: every setting resolved and checked (key, tolerance, dims, the kernel's constraints, calls);
 - rows.py: what is exported (ok GPU rows of the kernel, the interpreter's when asked, newest environment);
-- cover.py: the covering set and its alternates per (GPU, dtype), and the winners;
-- generalization.py: the leave-one-out estimate of how the export holds between its measured shapes;
+- cover.py: the covering set and its alternates per (GPU, dtype), and the winners (greedy.py: on arrays);
+- generalization.py: the leave-one-out estimate between the measured shapes (heldout.py: a shape's picks);
 - fileformat.py: the JSON (format 3: gpus -> Triton version -> section), read, merged and written;
 - render.py: the generated module, its data as literals then the lookup code verbatim;
 - runtime.py, then lookup.py: the lookup code every generated module carries (the prune, config_for).

@@ -19,10 +19,12 @@ import os
 from pathlib import Path
 from typing import Optional
 
+import numpy as np
 import pandas as pd
 
-from triton_sweep.export.runtime import ALIGNMENT, _choice, _is_aligned, _kept
+from triton_sweep.export.runtime import ALIGNMENT, _is_aligned
 from triton_sweep.export.cover import Measured
+from triton_sweep.export.heldout import Picks
 from triton_sweep.export.render import LAUNCH_OPTIONS
 
 PROVENANCE = ("timing_method", "driver_version", "cuda_version", "torch_version", "triton_version",
@@ -55,8 +57,7 @@ def _figure(measured: Measured, key: Optional[str], shape: tuple, status: str = 
     config = measured.configs[key]["config"]
     if status != "ok":
         return {"config": config, "pct_of_best": 0.0, "status": status}
-    best = min(entry["ok_at"][shape]["p50_us"] for entry in measured.configs.values()
-               if shape in entry["ok_at"])
+    best = float(np.nanmin(measured.ok_array[measured.index[shape]]))
     return {"config": config, "pct_of_best": round(100 * best / measured.p50_at(key, shape), 2)}
 
 
@@ -107,8 +108,8 @@ def estimate(measured: Measured, tolerance: float, dims: tuple, key_dims: list[s
 # point of a fold is made by the estimate of the shapes outside it (both ways), which sees none of the
 # points it chooses for. One fold a point grows with the cube of the points: 0.5 s
 # of export at 15 shapes of two dtypes, 29.8 s at 120 (`python -m triton_sweep.benchmarks.bench_export_scale`,
-# this project's CPU host), 2.3-3.1 s of an H100 host's finish at 30 points; FOLDS of them grow with
-# its square, as the estimate itself does. Up to FOLDS points, a fold is a point.
+# this project's CPU host), 2.3-3.1 s of an H100 host's finish at 30 points; FOLDS of them grow as the
+# estimate itself does (about linearly since issue 76). Up to FOLDS points, a fold is a point.
 FOLDS = 8
 # The inner estimates (one a fold, each a leave-one-out of the shapes outside it, both ways) are spread
 # over forked processes, one a core this process may use, from this many points on.
@@ -165,15 +166,6 @@ class Lookup:
 
     def __init__(self, rule=None, dtype: Optional[str] = None, statuses: Optional[dict] = None):
         self.rule, self.dtype, self.statuses = rule, dtype, statuses or {}
-        self._lists: dict[frozenset, list] = {}
-
-    def listed(self, measured: Measured, shapes: list, tolerance: float) -> list[str]:
-        """measured.listed(shapes), once per set of shapes: the estimate's inner leave-one-out
-        asks for the list of the same remaining shapes from both sides of each pair of points, both ways."""
-        key = frozenset(shapes)
-        if key not in self._lists:
-            self._lists[key] = measured.listed(shapes, tolerance)
-        return self._lists[key]
 
     def passes(self, config: dict, shape: tuple) -> bool:
         return self.rule is None or self.rule(shape, self.dtype, config) is None
@@ -221,20 +213,17 @@ def leave_one_out(measured: Measured, tolerance: float, dims: tuple, key_dims: l
         return result
     configs = {key: as_triton_config(entry["config"]) for key, entry in measured.configs.items()}
     key_of = {id(config): key for key, config in configs.items()}
-    for point, left_out in points.items():
-        rest = [s for s in measured.shapes if tuple(s[i] for i in index) != point]
-        remaining = set(rest)
-        cover = [(configs[key], {s: at["p50_us"] for s, at in measured.configs[key]["ok_at"].items()
-                                  if s in remaining}) for key in lookup.listed(measured, rest, tolerance)]
-        best = {s: configs[measured.winner_keys[s]] for s in rest}
+
+    def passes(config, shape):
+        return lookup.passes(measured.configs[key_of[id(config)]]["config"], shape)
+
+    own = measured.mask()
+    for left_out in points.values():
+        picks = Picks(measured, measured.listed_without(left_out, tolerance), own & ~measured.mask(left_out),
+                      configs, passes)
         for shape in left_out:
-            sizes = dict(zip(key_dims, (shape[i] for i in index)))
-
-            def passes(config, shape=shape):
-                return lookup.passes(measured.configs[key_of[id(config)]]["config"], shape)
-
-            kept = [key_of[id(c)] for c in _kept(cover, sizes, passes, dims, apart=apart)]
-            chosen = _choice(cover, best, dict(zip(dims, shape)), passes, dims, apart=apart)  # whole
+            kept = [key_of[id(c)] for c in picks.kept(shape, key_dims, dims, apart)]
+            chosen = picks.chosen(shape, dims, apart)  # the whole shape
             chosen = None if chosen is None else key_of[id(chosen)]
             status = "ok" if chosen is None else lookup.status(measured, chosen, shape)
             result["shapes"].append({"shape": list(shape),

@@ -107,7 +107,9 @@ def trial_statuses(frame: pd.DataFrame, ours: pd.DataFrame) -> dict:
     beside `ours`, whatever the status."""
     rows = _beside(frame, ours)
     rows = newest_per_trial(rows[rows["provider"] == TRITON_PROVIDER])
-    return {(dtype, canonical(config), parse_shape(shape)): status for dtype, config, shape, status
+    configs = {text: canonical(text) for text in rows["config"].unique()}  # each parsed once
+    shapes = {text: parse_shape(text) for text in rows["shape"].unique()}
+    return {(dtype, configs[config], shapes[shape]): status for dtype, config, shape, status
             in zip(rows["dtype"], rows["config"], rows["shape"], rows["status"])}
 
 

@@ -1,7 +1,10 @@
-"""The export, byte for byte: a synthetic store (every row drawn from a seeded generator, no kernel run)
-exported with the kernel's settings, against the files the export wrote before the export became one
-package (issue 34), timestamps aside. A change of what an export holds or how its module reads is a
-change of these files, made on purpose (regenerate them with `python -m tests.export.test_export_golden`)."""
+"""The export, byte for byte: synthetic stores (every row drawn from a seeded generator, no kernel run)
+exported with the kernel's settings, against the files the export wrote before, timestamps aside:
+softmax_configs.* before the export became one package (issue 34); softmax_wide_configs.* (48 shapes, 24
+points, two dtypes, p50s jittered) and softmax_calls_configs.* (the same, weighted by calls) before the
+covering set and the leave-one-out became arrays (issue 76). A change of what an export holds or how its
+module reads is a change of these files, made on purpose (regenerate them with
+`python -m tests.export.test_export_golden`)."""
 import re
 import sys
 from pathlib import Path
@@ -10,22 +13,35 @@ import numpy as np
 
 from triton_sweep.kernels import softmax
 from triton_sweep.store.result_store import ResultStore
-from tests.fixtures.synthetic_store import noisy_run
+from tests.fixtures.synthetic_store import noisy_run, softmax_sweep
 
 GOLDEN = Path(__file__).resolve().parents[1] / "fixtures" / "golden"
 KINDS = ((4096, 1024), (4096, 1020), (4096, 2048), (4096, 2044), (4096, 4096))  # both kinds of row length
+WIDE_COLS = sorted({256 + 384 * i for i in range(12)} | {252 + 384 * i for i in range(12)})
+WIDE = tuple((rows, cols) for cols in WIDE_COLS for rows in (2048, 4096))  # two shapes a point of the key
+WIDE_SPACE = {"BLOCK_SIZE": (256, 512, 1024, 2048, 4096, 8192), "num_warps": (1, 2, 4, 8),
+              "num_stages": (1, 2)}
+WIDE_CALLS = {shape: 1 + (7 * i) % 5 for i, shape in enumerate(WIDE)}
 
 
 def _stores(tmp: Path) -> dict:
     """kernel name -> the rows of a seeded synthetic sweep: softmax-like runs at the default shapes and at
-    lengths of both kinds (the estimate's apart/together choice), finalists re-timed in repetitions."""
+    lengths of both kinds (the estimate's apart/together choice), finalists re-timed in repetitions; and
+    48 shapes of a 48-config space in two dtypes, pruned and incorrect configs among them, every p50
+    jittered by 4% so that winners and covering sets vary."""
     path = tmp / "golden.sqlite"
     store = ResultStore(path)
     rng = np.random.default_rng(2026)
     noisy_run(store, "golden", rng, shapes=KINDS, placement_noise=dict.fromkeys(KINDS, 0.004))
+    for seed, dtype in enumerate(("float16", "bfloat16")):
+        softmax_sweep(store, "wide", seed=seed, shapes=WIDE, space=WIDE_SPACE, dtype=dtype,
+                      kernel="softmax_wide")
     frame = store.load()
     store.close()
-    return {"softmax": frame}
+    wide = frame[frame["kernel"] == "softmax_wide"].copy()
+    wide["p50_us"] *= np.exp(np.random.default_rng(76).normal(0.0, 0.04, len(wide)))
+    return {"softmax": frame[frame["kernel"] == "softmax"], "softmax_wide": wide,
+            "softmax_calls": wide.assign(kernel="softmax_calls")}
 
 
 def _normalized(text: str) -> str:
@@ -38,14 +54,17 @@ def written(tmp: Path) -> dict[str, str]:
 
     files = {}
     for kernel, frame in _stores(tmp).items():
+        calls = WIDE_CALLS if kernel == "softmax_calls" else None
         for path in export_kernel(frame, kernel, tmp / "exports", key=dict(softmax.SPEC.export_key),
-                                  rule=softmax.SPEC.constraints):
+                                  dims=softmax.SPEC.dims, rule=softmax.SPEC.constraints, calls=calls):
             files[path.name] = _normalized(path.read_text())
     return files
 
 
 def test_the_export_writes_what_it_wrote_before(tmp_path):
-    for name, text in written(tmp_path).items():
+    files = written(tmp_path)
+    assert len(files) == 6
+    for name, text in files.items():
         assert text == (GOLDEN / name).read_text(), f"{name} differs from tests/fixtures/golden/{name}"
 
 
