@@ -80,11 +80,10 @@ def replay_dtype(record: dict) -> str:
 def varying_dims(records: list) -> list[str]:
     """The dims that tell launches apart, named as the kernel and its tensors name them, sizes only (> 0 at
     every launch): every integer argument (not a constexpr) whose value differs between launches, but
-    those named like a stride; then
-    each axis of a tensor argument (ARG_shapeN) that varies and repeats no dim's values (a row count only
-    the grid and the tensors carry: no axis dropped); where none varies, the integer arguments, else the
-    first tensor's axes; then, while two launches of one dtype still share their sizes, the strides; then
-    `launch`."""
+    those named like a stride; then each axis of a tensor argument (ARG_shapeN) that varies and repeats
+    no dim's values (a row count only the grid and the tensors carry: no axis dropped); where none
+    varies, the integer arguments, else the first tensor's axes; then, while two launches of one dtype
+    still share their sizes, the strides; then `launch`."""
     def column(dim: str) -> Optional[tuple]:
         try:
             return tuple(size_at(record, dim) for record in records)
@@ -98,6 +97,7 @@ def varying_dims(records: list) -> list[str]:
         elif arg["kind"] == "tensor" and all(len((_tensor(r, name) or {}).get("shape", ()))
                                              == len(arg["shape"]) for r in records):
             axes += [f"{name}_shape{axis}" for axis in range(len(arg["shape"]))]
+
     def sized(name: str) -> bool:  # a size is positive: an argument 0 at a launch is a flag or an offset
         return column(name) is not None and min(column(name)) > 0
 
