@@ -172,9 +172,9 @@ def compare(out, ref, normwise: bool = False, bound=None) -> Optional[str]:
     `bound` (float64, out's shape; or a number: reorder_bounds) widens the absolute tolerance
     elementwise for kernels that sum long products: where a dot product of K terms cancels to near zero,
     fp32 accumulation in another order than the reference's leaves an error that grows like sqrt(K) fp32
-    ulps of sum|a*b| (the kernel gives sqrt(K) * 2**-23 * sum|a*b|). Seen on an H200: 1 element in 16.7M of a fp16 4096^3 matmul
-    off by more than the 1e-5 atol. Partial sums kept in fp16 still fail (tested), and so does a wrong
-    index, off by O(|ref|).
+    ulps of sum|a*b| (the kernel gives sqrt(K) * 2**-23 * sum|a*b|). Seen on an H200: 1 element in 16.7M
+    of a fp16 4096^3 matmul off by more than the 1e-5 atol. Partial sums kept in fp16 still fail (tested),
+    and so does a wrong index, off by O(|ref|).
     """
     import torch
 
