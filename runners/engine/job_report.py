@@ -32,7 +32,8 @@ def to_measure(job, done: dict) -> tuple[int, int, str]:
 def trials_said(job, budget_s: Optional[float], note: str) -> str:
     """The line after the trials phase: the trials reused where a budgeted search took fewer than the
     store held (to_measure said those), those the budget left out, and with verbose=true who compiled
-    what (`note`: compile_note's); '' where there is nothing to say."""
+    what (`note`: compile_note's), then what a search that stops by itself says of each (shape, dtype)
+    (Strategy.said); '' where there is nothing to say."""
     said = []
     if len(job.reused_ids) != job.kept:
         said.append(f"{len(job.reused_ids)} of those kept reused by the search")
@@ -40,7 +41,8 @@ def trials_said(job, budget_s: Optional[float], note: str) -> str:
         said.append(f"search budget of {budget_s:g} s reached, {job.scheduler.not_run} trials not run")
     if note and job.cfg.get("verbose"):  # who compiled what, and how long it took
         said.append(note.removeprefix("; "))
-    return "; ".join(said)
+    searched = job.plan.search.said()
+    return "\n".join(filter(None, ["; ".join(said)] + [f"search: {line}" for line in searched]))
 
 
 def finalists_said(final, groups: list, rules: list, verbose) -> str:

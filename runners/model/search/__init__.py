@@ -75,6 +75,11 @@ class Strategy:
         """The outcome of a trial `ask` handed out (its row: `status`, `p50_us`, ...); a strategy that
         decides up front learns nothing from it."""
 
+    def said(self) -> list[str]:
+        """What the job prints at the end of its trials: one line per (shape, dtype), for a strategy that
+        decides where to stop (how many configs it measured of how many, and why); [] by default."""
+        return []
+
     def within_budget(self, trials: list[Trial]) -> list[Trial]:
         return trials if self.budget is None else trials[: self.budget]
 
