@@ -59,17 +59,22 @@ class RecordedSpace:
         return ok.groupby(["shape", "dtype"], sort=False)["p50_us"].min()
 
 
-def simulate(space: RecordedSpace, strategy, compilers: int = 16) -> pd.DataFrame:
-    """`strategy` (a Strategy made on space.trials) asked and told until it hands out nothing. One row
-    per (shape, dtype): configs that pass the constraints, measured, measured until within each share of
-    WITHIN of the best (the configs when never), the strategy's stop reason; attrs["wall_s"]: the whole
-    sweep's simulated seconds."""
+def simulate(space: RecordedSpace, strategy, compilers: int = 16,
+             until_reached: bool = False) -> pd.DataFrame:
+    """`strategy` (a Strategy made on space.trials) asked and told until it hands out nothing (or with
+    until_reached, until every (shape, dtype) is within the last share of WITHIN: for strategies that do
+    not stop by themselves). One row per (shape, dtype): configs that pass the constraints, measured,
+    measured until within each share of WITHIN of the best (the configs when never), the strategy's stop
+    reason; attrs["wall_s"]: the whole sweep's simulated seconds."""
     frame, best = space.frame, space.best()
     valid = frame[frame["status"] != "pruned"].groupby(["shape", "dtype"], sort=False).size()
     measured = dict.fromkeys(valid.index, 0)
     reached: dict = {}
     seen, compiled, clock = set(), {}, 0.0
-    while batch := strategy.ask():
+    while len(reached) < len(WITHIN) * len(valid) or not until_reached:
+        batch = strategy.ask()
+        if not batch:
+            break
         pool, gpu = [clock] * compilers, clock
         told = []
         for trial in batch:
