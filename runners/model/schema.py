@@ -101,7 +101,7 @@ class SearchConf:
     """A search strategy (runners/model/search/): the fields every strategy takes, and its own under
     `settings`, which the strategy checks (a name it does not declare fails, naming it)."""
 
-    _target_: str = "triton_sweep.model.search.grid.Grid"  # "pkg.module.Class" of a Strategy
+    _target_: str = "triton_sweep.model.search.guided.Guided"  # "pkg.module.Class" of a Strategy
     budget_trials: Optional[int] = None  # configs measured per (shape, dtype); None: no limit
     budget_s: Optional[float] = None  # stop handing out new trials after this many seconds; None: no limit
     seed: int = 0  # random order / Optuna sampler seed (the inputs use the top-level seed)

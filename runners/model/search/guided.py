@@ -58,12 +58,18 @@ class Guided(Strategy):
             batch += self._hand_out(self._choose(index, key, model))
         return batch
 
+    @property
+    def decides_up_front(self) -> bool:
+        """Where every (shape, dtype) is small, the first ask is the whole plan, as grid's."""
+        return all(len(valid) <= self.settings["exhaustive_below"] for valid in self.valid.values())
+
     def said(self) -> list[str]:
-        """Per (shape, dtype) that searched: how many configs were measured of how many, and why it
-        stopped."""
+        """Per (shape, dtype) that searched (not measured whole): how many configs were measured of how
+        many, and why it stopped."""
         return [f"{'x'.join(map(str, shape))} {dtype}: {len(self.measured[shape, dtype])} of "
                 f"{len(self.valid[shape, dtype])} configs measured; {reason}"
-                for (shape, dtype), reason in self.stop_reasons.items()]
+                for (shape, dtype), reason in self.stop_reasons.items()
+                if len(self.valid[shape, dtype]) > self.settings["exhaustive_below"]]
 
     def tell(self, trial: Trial, result: dict) -> None:
         key = (trial.shape, trial.dtype)
