@@ -79,3 +79,21 @@ def test_the_simulated_wall_time_compiles_a_config_once_per_dtype(tmp_path):
     table = simulate(space, Grid(space.trials), compilers=1)
     assert table.attrs["wall_s"] == pytest.approx(3.5)
     assert table["to_97"].tolist() == [1, 1] and table["measured"].tolist() == [2, 2]
+
+
+def test_baselines_are_handed_out_once_and_teach_the_model_nothing():
+    """A baseline (provider torch, no config) is handed out in the first round and told like any row."""
+    from triton_sweep.model.trial import Trial
+
+    space = recorded(shapes=((4096, 4096, 4096),))
+    baseline = Trial("matmul", "torch", (4096, 4096, 4096), "float16", {})
+    strategy = Guided(space.trials + [baseline], seed=0, batch=8)
+    rounds = 0
+    while batch := strategy.ask():
+        rounds += 1
+        assert (baseline in batch) == (rounds == 1)
+        for trial in batch:
+            strategy.tell(trial, {"status": "ok", "p50_us": 1.0 if trial is baseline else
+                                  space.frame["p50_us"].iloc[space.row_of[trial.key]]})
+    assert rounds > 2 and all(t.provider == "triton" for rows in strategy.measured.values()
+                              for t, _ in rows.values())

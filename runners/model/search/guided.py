@@ -18,7 +18,7 @@ import random
 import numpy as np
 
 from triton_sweep.model.search import Strategy
-from triton_sweep.model.trial import Trial
+from triton_sweep.model.trial import TRITON_PROVIDER, Trial
 
 FAILED_SLOWDOWN = 4.0  # a config that failed is taught as this many times slower than the best
 
@@ -51,7 +51,7 @@ class Guided(Strategy):
             if key not in searching:  # small: measured whole, like grid
                 batch += self._hand_out(self.within_budget(self.valid[key]))
                 self.stop_reasons[key] = f"all {len(self.valid[key])} configs measured (exhaustive_below)"
-        model = self._fit()
+        model = self._fit() if searching else None
         for index, key in enumerate(searching):
             if index and not self.stop_reasons:
                 break  # the first to search leads alone until one (shape, dtype) has stopped
@@ -73,7 +73,7 @@ class Guided(Strategy):
 
     def tell(self, trial: Trial, result: dict) -> None:
         key = (trial.shape, trial.dtype)
-        if key in self.valid and not trial.pruned_reason:
+        if trial.provider == TRITON_PROVIDER and not trial.pruned_reason:
             p50 = result.get("p50_us") if result.get("status") == "ok" else None
             self.measured[key][trial.key] = (trial, p50)
 
