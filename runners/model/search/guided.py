@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import random
+from typing import Optional
 
 import numpy as np
 
@@ -33,9 +34,12 @@ class Guided(Strategy):
                       for name in self.names}
         self.dtypes = sorted({dtype for _, dtype in self.groups})
         self.valid = {key: [t for t in group if not t.pruned_reason] for key, group in self.groups.items()}
-        self.by_config = {key: {_frozen(t.config): t for t in group} for key, group in self.valid.items()}
-        self.measured: dict[tuple, dict[str, tuple]] = {key: {} for key in self.groups}  # -> trial, p50
-        self.asked: set[str] = set()
+        self.keys = {key: [t.key for t in valid] for key, valid in self.valid.items()}  # Trial.key hashes
+        self.index = {key: {_frozen(t.config): i for i, t in enumerate(valid)}
+                      for key, valid in self.valid.items()}
+        self.features = {key: self._features(valid) for key, valid in self.valid.items()}
+        self.asked = {key: np.zeros(len(valid), bool) for key, valid in self.valid.items()}
+        self.measured: dict[tuple, dict[int, Optional[float]]] = {key: {} for key in self.groups}  # -> p50
         self.stop_reasons: dict[tuple, str] = {}
         self._first = True
 
@@ -49,14 +53,60 @@ class Guided(Strategy):
         searching = [key for key in open_groups if len(self.valid[key]) > self.settings["exhaustive_below"]]
         for key in open_groups:
             if key not in searching:  # small: measured whole, like grid
-                batch += self._hand_out(self.within_budget(self.valid[key]))
+                batch += self._hand_out(key, range(len(self.within_budget(self.valid[key]))))
                 self.stop_reasons[key] = f"all {len(self.valid[key])} configs measured (exhaustive_below)"
         model = self._fit() if searching else None
-        for index, key in enumerate(searching):
-            if index and not self.stop_reasons:
-                break  # the first to search leads alone until one (shape, dtype) has stopped
-            batch += self._hand_out(self._choose(index, key, model))
+        lead = [] if self.stop_reasons else searching[:1]  # the first leads alone until one has stopped
+        batch += self._round(lead, model)
+        if self.stop_reasons:
+            batch += self._round([key for key in searching if key not in lead], model)
         return batch
+
+    def _round(self, keys: list[tuple], model) -> list[Trial]:
+        """The next configs of each of `keys`, the model's predictions made for all of them at once."""
+        keys = [key for key in keys if self._told(key)]
+        unmeasured = {key: np.flatnonzero(~self.asked[key]) for key in keys}
+        predicted = self._predict(model, {key: self.features[key][at] for key, at in unmeasured.items()})
+        batch = []
+        for index, key in enumerate(keys):
+            chosen = self._choose(index, key, unmeasured[key], predicted.get(key))
+            batch += self._hand_out(key, chosen)
+        return batch
+
+    def _told(self, key: tuple) -> bool:
+        """Whether every config of `key` handed out has been told (a job tells them all before it asks)."""
+        return int(self.asked[key].sum()) == len(self.measured[key])
+
+    def _choose(self, index: int, key: tuple, unmeasured: np.ndarray, optimistic) -> list[int]:
+        """The next configs (indices into self.valid[key]) of one (shape, dtype) still searching, or []
+        with its stop reason kept. index: its place in the round (the first starts blind where nothing
+        is known); optimistic: the model's prediction for each of `unmeasured`, None without a model."""
+        measured = self.measured[key]
+        left = self.batch if self.budget is None else min(self.batch, self.budget - len(measured))
+        if left <= 0 or not len(unmeasured):
+            self.stop_reasons[key] = (f"budget_trials={self.budget} measured" if len(unmeasured)
+                                      else f"all {len(self.valid[key])} configs measured")
+            return []
+        ok = {i: p50 for i, p50 in measured.items() if p50 is not None}
+        best = min(ok, key=ok.get) if ok else None
+        chosen = self._polish(key, best) if best is not None else []
+        if not measured and optimistic is not None:
+            chosen += self._transferred(key)
+        if optimistic is None:
+            count = left if measured else max(left, min(self.settings["initial"], self.budget or math.inf))
+            return chosen + (self._sample(unmeasured, count) if index == 0 else [])
+        if best is not None and not chosen and optimistic.min() >= 0:  # the polish is done, too
+            self.stop_reasons[key] = ("no unmeasured config predicted faster than the best "
+                                      f"({ok[best]:.4g} us)")
+            return []
+        chosen = list(dict.fromkeys(chosen))[:left]
+        ranked = (int(i) for i in unmeasured[np.argsort(optimistic, kind="stable")])
+        return chosen + [i for i in ranked if i not in chosen][: left - len(chosen)]
+
+    def _hand_out(self, key: tuple, chosen) -> list[Trial]:
+        fresh = [i for i in chosen if not self.asked[key][i]]
+        self.asked[key][fresh] = True
+        return [self.valid[key][i] for i in fresh]
 
     @property
     def decides_up_front(self) -> bool:
@@ -74,107 +124,74 @@ class Guided(Strategy):
     def tell(self, trial: Trial, result: dict) -> None:
         key = (trial.shape, trial.dtype)
         if trial.provider == TRITON_PROVIDER and not trial.pruned_reason:
-            p50 = result.get("p50_us") if result.get("status") == "ok" else None
-            self.measured[key][trial.key] = (trial, p50)
-
-    def _hand_out(self, trials: list[Trial]) -> list[Trial]:
-        fresh = [t for t in trials if t.key not in self.asked]
-        self.asked.update(t.key for t in fresh)
-        return fresh
-
-    def _choose(self, index: int, key: tuple, model) -> list[Trial]:
-        """The next configs of one (shape, dtype) still searching, or [] with its stop reason kept.
-        index: its place among those searching (the first starts blind when nothing is known)."""
-        valid, measured = self.valid[key], self.measured[key]
-        if any(t.key in self.asked and t.key not in measured for t in valid):
-            return []  # its last round is not told yet
-        left = self.batch if self.budget is None else min(self.batch, self.budget - len(measured))
-        unmeasured = [t for t in valid if t.key not in self.asked]
-        if left <= 0 or not unmeasured:
-            self.stop_reasons[key] = (f"budget_trials={self.budget} measured" if unmeasured
-                                      else f"all {len(valid)} configs measured")
-            return []
-        best = min(((t, p50) for t, p50 in measured.values() if p50 is not None), key=lambda r: r[1],
-                   default=None)
-        chosen = self._polish(key, best[0]) if best else []
-        if not measured and model is not None:
-            chosen += self._transferred(key)
-        if model is None:
-            return chosen + (self._sample(unmeasured, left if measured else max(left, self._first_count()))
-                             if index == 0 else [])
-        optimistic = self._predict(model, unmeasured)
-        if best is not None and not chosen and optimistic.min() >= 0:
-            self.stop_reasons[key] = f"no unmeasured config predicted faster than the best ({best[1]:.4g} us)"
-            return []
-        chosen = list({t.key: t for t in chosen}.values())[:left]
-        taken = {t.key for t in chosen}
-        ranked = (unmeasured[i] for i in np.argsort(optimistic, kind="stable"))
-        return chosen + [t for t in ranked if t.key not in taken][: left - len(chosen)]
+            i = self.index[key][_frozen(trial.config)]
+            self.asked[key][i] = True  # told of a row the store held, too
+            self.measured[key][i] = result.get("p50_us") if result.get("status") == "ok" else None
 
     # --- where candidates come from ------------------------------------------------------------------
-    def _first_count(self) -> int:
-        return self.settings["initial"] if self.budget is None else min(self.budget, self.settings["initial"])
-
-    def _sample(self, unmeasured: list[Trial], count: int) -> list[Trial]:
+    def _sample(self, unmeasured: np.ndarray, count: int) -> list[int]:
         """A seeded sample: how the first (shape, dtype) of a sweep starts, with nothing known."""
-        pool = list(unmeasured)
-        random.Random(f"{self.seed}:{len(self.asked)}").shuffle(pool)
+        pool = [int(i) for i in unmeasured]
+        random.Random(f"{self.seed}:{int(sum(a.sum() for a in self.asked.values()))}").shuffle(pool)
         return pool[:count]
 
-    def _polish(self, key: tuple, best: Trial) -> list[Trial]:
+    def _polish(self, key: tuple, best: int) -> list[int]:
         """The configs one meta-parameter one step from `best`, not yet asked, that pass the constraints."""
-        near = []
+        config, near = self.valid[key][best].config, []
         for name in self.names:
             steps = self.steps[name]
-            at = steps.index(best.config[name])
+            at = steps.index(config[name])
             for other in steps[max(at - 1, 0): at + 2]:
-                trial = self.by_config[key].get(_frozen({**best.config, name: other}))
-                if trial is not None and trial.key not in self.asked:
-                    near.append(trial)
+                i = self.index[key].get(_frozen({**config, name: other}))
+                if i is not None and not self.asked[key][i]:
+                    near.append(i)
         return near
 
-    def _transferred(self, key: tuple) -> list[Trial]:
+    def _transferred(self, key: tuple) -> list[int]:
         """The best configs of the (shape, dtype)s measured so far, nearest first, that run at `key`."""
         ranked = []
         for other, rows in self.measured.items():
-            done = sorted(((p50, t.config) for t, p50 in rows.values() if p50 is not None and other != key),
-                          key=lambda item: item[0])
+            done = sorted((p50, i) for i, p50 in rows.items() if p50 is not None and other != key)
             distance = _distance(key, other)
-            ranked += [(rank + distance, config)
-                       for rank, (_, config) in enumerate(done[: self.settings["transfer"]])]
-        chosen = {}
+            ranked += [(rank + distance, self.valid[other][i].config)
+                       for rank, (_, i) in enumerate(done[: self.settings["transfer"]])]
+        chosen = []
         for _, config in sorted(ranked, key=lambda item: item[0]):
-            trial = self.by_config[key].get(_frozen(config))
-            if trial is not None and trial.key not in self.asked:
-                chosen.setdefault(trial.key, trial)
-        return list(chosen.values())[: self.settings["transfer"]]
+            i = self.index[key].get(_frozen(config))
+            if i is not None and not self.asked[key][i] and i not in chosen:
+                chosen.append(i)
+        return chosen[: self.settings["transfer"]]
 
     # --- the surrogate -------------------------------------------------------------------------------
     def _features(self, trials: list[Trial]) -> np.ndarray:
-        return np.array([[_log2(t.config[name]) for name in self.names] + [_log2(size) for size in t.shape]
-                         + [self.dtypes.index(t.dtype)] for t in trials], dtype=float)
+        rows = [[_log2(t.config[name]) for name in self.names] + [_log2(size) for size in t.shape]
+                + [self.dtypes.index(t.dtype)] for t in trials]
+        return np.array(rows, dtype=float).reshape(len(trials), -1)
 
     def _fit(self):
         from sklearn.ensemble import ExtraTreesRegressor
 
-        trials, targets = [], []
-        for rows in self.measured.values():
-            best = min((p50 for _, p50 in rows.values() if p50 is not None), default=None)
-            for trial, p50 in rows.values() if best is not None else ():
-                trials.append(trial)
+        rows, targets = [], []
+        for key, measured in self.measured.items():
+            best = min((p50 for p50 in measured.values() if p50 is not None), default=None)
+            for i, p50 in measured.items() if best is not None else ():
+                rows.append(self.features[key][i])
                 targets.append(math.log(p50 / best) if p50 is not None else math.log(FAILED_SLOWDOWN))
-        if not trials:
+        if not rows:
             return None
-        model = ExtraTreesRegressor(n_estimators=self.settings["trees"], min_samples_leaf=1,
-                                    random_state=self.seed)
-        return model.fit(self._features(trials), np.array(targets))
+        model = ExtraTreesRegressor(n_estimators=self.settings["trees"], random_state=self.seed)
+        return model.fit(np.array(rows), np.array(targets))
 
-    def _predict(self, model, trials: list[Trial]) -> np.ndarray:
-        """Each trial's optimistic log slowdown against its (shape, dtype)'s best: the trees' mean less
-        `optimism` standard deviations."""
-        features = self._features(trials)
-        each = np.stack([tree.predict(features) for tree in model.estimators_])
-        return each.mean(axis=0) - self.settings["optimism"] * each.std(axis=0)
+    def _predict(self, model, features: dict) -> dict:
+        """Per (shape, dtype), its configs' optimistic log slowdown against its best: the trees' mean
+        less `optimism` standard deviations; one prediction a tree for them all. {} without a model."""
+        if model is None or not features:
+            return {}
+        every = np.concatenate(list(features.values()))
+        each = np.stack([tree.predict(every) for tree in model.estimators_])
+        optimistic = each.mean(axis=0) - self.settings["optimism"] * each.std(axis=0)
+        ends = np.cumsum([len(f) for f in features.values()])[:-1]
+        return dict(zip(features, np.split(optimistic, ends)))
 
 
 def _frozen(config: dict) -> tuple:
