@@ -12,6 +12,8 @@ import keyword
 import math
 from typing import Annotated, Literal, Optional
 
+import numpy as np
+import pandas as pd
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError
 
 from triton_sweep.measure.check import STATUSES
@@ -114,10 +116,79 @@ def checked_row(row: dict, where: str) -> None:
 
 def checked_rows(rows, source: str) -> None:
     """checked_row on each (id, row) of `rows` (a merge's source, runners/store/sources.py), or on each
-    row of a DataFrame of a store's rows; `source`: the store, as the message names it."""
-    if hasattr(rows, "to_dict"):
-        fields = [name for name in StoredRow.model_fields if name in rows]
-        rows = ((row["id"], row) for row in rows[fields].to_dict("records"))
-    for row_id, row in rows:
-        checked_row({**row, "id": row_id},
-                    f"{source}: row {row_id} of sweep {row.get('sweep_id')!r} (a row no sweep writes)")
+    row of a DataFrame of a store's rows; `source`: the store, as the message names it. The columns are
+    checked whole (suspects); a row they refuse is checked alone, in row order, for the message."""
+    if hasattr(rows, "columns"):
+        frame = rows[[name for name in StoredRow.model_fields if name in rows]]
+        row_at = lambda i: frame.iloc[[i]].to_dict("records")[0]
+    else:
+        rows = list(rows)
+        frame = pd.DataFrame({name: pd.Series([row.get(name) for _, row in rows], dtype=object)
+                              for name in (*StoredRow.model_fields, *SAMPLE_COLUMNS)})
+        frame["id"] = pd.Series([row_id for row_id, _ in rows], dtype=object)
+        row_at = lambda i: {**rows[i][1], "id": rows[i][0]}
+    for i in np.flatnonzero(suspects(frame)):
+        row = row_at(i)
+        checked_row(row, f"{source}: row {row['id']} of sweep {row.get('sweep_id')!r} (a row no sweep "
+                         "writes)")
+
+
+# Fields checked a column at once where its values are all of one kind (pandas' infer_dtype): the rows the
+# field refuses, as numpy tells them. Any other column: each distinct value validated once.
+RULES = {"id": ("integer", lambda a: np.zeros(len(a), bool)),
+         "p50_us": ("floating", lambda a: ~(np.isfinite(a.astype(float)) & (a > 0))),
+         "gbps": ("floating", lambda a: ~np.isfinite(a.astype(float)))}
+ONE_TYPE = ("string", "integer", "floating", "bytes", "empty")  # kinds whose values are of one type
+DISTINCT_TYPES = (str, int, float, bytes)  # validated a distinct value at once; a row of another: a suspect
+
+
+def suspects(frame: pd.DataFrame) -> np.ndarray:
+    """Which rows of `frame` (a store's columns, as checked_rows gives them) checked_row may refuse: each
+    field's column checked at once, a required field no column holds refusing every row."""
+    bad = np.zeros(len(frame), bool)
+    for name, field in StoredRow.model_fields.items():
+        if name not in frame:
+            bad |= field.is_required()
+        elif len(frame):
+            bad |= _refused(name, frame[name].to_numpy())
+    for name in [name for name in SAMPLE_COLUMNS if name in frame]:
+        bad |= np.fromiter((isinstance(v, bytes) and len(v) % 4 != 0 for v in frame[name]), bool, len(frame))
+    return bad
+
+
+def _refused(name: str, values: np.ndarray) -> np.ndarray:
+    """The rows of one field's column that checked_row refuses (or may: a type not of DISTINCT_TYPES)."""
+    missing = pd.isna(values)
+    bad = missing & (missing.any() and not _accepts(name, None))  # NaN reads as None
+    present = np.flatnonzero(~missing)
+    kind = pd.api.types.infer_dtype(values[present], skipna=False)
+    if name in RULES and kind == RULES[name][0]:
+        bad[present] = RULES[name][1](values[present])
+        return bad
+    types = None if kind in ONE_TYPE else np.array([type(v) for v in values[present]], dtype=object)
+    for of_type in [None] if types is None else set(types):
+        at = present if types is None else present[types == of_type]
+        if of_type is not None and of_type not in DISTINCT_TYPES:
+            bad[at] = True
+            continue
+        part = pd.Series(values[at], dtype=values.dtype)
+        refused = [value for value in part.unique().tolist() if not _accepts(name, value)]
+        bad[at] |= part.isin(refused).to_numpy() if refused else False
+    return bad
+
+
+_BLANK = StoredRow.model_construct()  # validate_assignment checks one field as model_validate does
+
+
+def _accepts(name: str, value) -> bool:
+    """Whether checked_row accepts `value` (as stored: shape and config their JSON) in field `name`."""
+    if name in ("shape", "config"):
+        try:
+            value = json.loads(value)
+        except (TypeError, ValueError, RecursionError):
+            return False
+    try:
+        StoredRow.__pydantic_validator__.validate_assignment(_BLANK, name, value)
+    except ValidationError:
+        return False
+    return True
