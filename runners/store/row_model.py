@@ -10,16 +10,18 @@ from __future__ import annotations
 import json
 import keyword
 import math
-from typing import Annotated, Literal, Optional
+from typing import TYPE_CHECKING, Annotated, Literal, Optional
 
-import numpy as np
-import pandas as pd
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError
 
 from triton_sweep.measure.check import STATUSES
 from triton_sweep.model.columns import SAMPLE_COLUMNS
 from triton_sweep.model.trial import NUM_WARPS_ALLOWED, checked_name
 from triton_sweep.store.damage import StoreError
+
+if TYPE_CHECKING:  # imported where used: the sweep imports the merge at its start
+    import numpy as np
+    import pandas as pd
 
 
 def _python_name(text: str) -> str:
@@ -118,6 +120,9 @@ def checked_rows(rows, source: str) -> None:
     """checked_row on each (id, row) of `rows` (a merge's source, runners/store/sources.py), or on each
     row of a DataFrame of a store's rows; `source`: the store, as the message names it. The columns are
     checked whole (suspects); a row they refuse is checked alone, in row order, for the message."""
+    import numpy as np
+    import pandas as pd
+
     if hasattr(rows, "columns"):
         frame = rows[[name for name in StoredRow.model_fields if name in rows]]
         row_at = lambda i: frame.iloc[[i]].to_dict("records")[0]
@@ -133,11 +138,10 @@ def checked_rows(rows, source: str) -> None:
                          "writes)")
 
 
-# Fields checked a column at once where its values are all of one kind (pandas' infer_dtype): the rows the
-# field refuses, as numpy tells them. Any other column: each distinct value validated once.
-RULES = {"id": ("integer", lambda a: np.zeros(len(a), bool)),
-         "p50_us": ("floating", lambda a: ~(np.isfinite(a.astype(float)) & (a > 0))),
-         "gbps": ("floating", lambda a: ~np.isfinite(a.astype(float)))}
+# Fields checked a column at once where its values are all of one kind (pandas' infer_dtype): the values
+# the field accepts, of a float array (None: all). Any other column: each distinct value validated once.
+RULES = {"id": ("integer", None), "p50_us": ("floating", lambda a: (a > 0) & (a < math.inf)),
+         "gbps": ("floating", lambda a: abs(a) < math.inf)}
 ONE_TYPE = ("string", "integer", "floating", "bytes", "empty")  # kinds whose values are of one type
 DISTINCT_TYPES = (str, int, float, bytes)  # validated a distinct value at once; a row of another: a suspect
 
@@ -145,6 +149,8 @@ DISTINCT_TYPES = (str, int, float, bytes)  # validated a distinct value at once;
 def suspects(frame: pd.DataFrame) -> np.ndarray:
     """Which rows of `frame` (a store's columns, as checked_rows gives them) checked_row may refuse: each
     field's column checked at once, a required field no column holds refusing every row."""
+    import numpy as np
+
     bad = np.zeros(len(frame), bool)
     for name, field in StoredRow.model_fields.items():
         if name not in frame:
@@ -158,12 +164,16 @@ def suspects(frame: pd.DataFrame) -> np.ndarray:
 
 def _refused(name: str, values: np.ndarray) -> np.ndarray:
     """The rows of one field's column that checked_row refuses (or may: a type not of DISTINCT_TYPES)."""
+    import numpy as np
+    import pandas as pd
+
     missing = pd.isna(values)
     bad = missing & (missing.any() and not _accepts(name, None))  # NaN reads as None
     present = np.flatnonzero(~missing)
     kind = pd.api.types.infer_dtype(values[present], skipna=False)
     if name in RULES and kind == RULES[name][0]:
-        bad[present] = RULES[name][1](values[present])
+        accepts = RULES[name][1]
+        bad[present] = False if accepts is None else ~accepts(values[present].astype(float))
         return bad
     types = None if kind in ONE_TYPE else np.array([type(v) for v in values[present]], dtype=object)
     for of_type in [None] if types is None else set(types):
