@@ -246,3 +246,16 @@ def test_a_row_merged_in_that_no_sweep_writes_is_named_and_nothing_is_drawn(tmp_
     assert status == 2 and out.out == "" and f"row {1 if damage == 'kernel' else 3}" in line
     assert f"{damage}:" in line and "a row no sweep writes" in line
     assert not list(tmp_path.rglob("*.png"))
+
+
+def test_the_command_reads_only_what_it_plots_and_draws_what_every_column_draws(tmp_path, capsys):
+    """plot loads PLOT_COLUMNS (no samples): the same PNGs, byte for byte, as render given every column
+    (event_p50_us set: the speedups are its ratios, not the p50s')."""
+    store = _store(tmp_path, event_p50_us=5.0)
+    full = store.load(sweep_id="s")
+    drawn = plots.render(full, tmp_path / "every", plots.ceilings(full, store))
+    store.close()
+    status, out, _ = _plot(capsys, tmp_path)
+    assert status == 0 and len(drawn) == 3 and "samples_us" not in plot.READ
+    for path in drawn:
+        assert (tmp_path / "plots" / path.name).read_bytes() == path.read_bytes(), path.name

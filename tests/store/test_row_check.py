@@ -10,10 +10,11 @@ import pytest
 from triton_sweep.store.row_model import MalformedRow, StoredRow, checked_row, checked_rows, suspects
 
 GOOD = {"sweep_id": "s1", "kernel": "softmax", "provider": "triton", "status": "ok", "phase": "screen",
-        "dtype": "float16", "shape": "[4096, 1024]", "config": json.dumps({"BLOCK_SIZE": 1024, "num_warps": 4}),
-        "p50_us": 12.5, "gbps": 640.0, "gpu_name": "NVIDIA H100", "backend": "cuda", "triton_version": "3.6.0",
-        "torch_version": "2.11.0", "driver_version": None, "kernel_hash": "abc", "timing_method": "cupti",
-        "samples_us": None, "trial_key": "k"}
+        "dtype": "float16", "shape": "[4096, 1024]",
+        "config": json.dumps({"BLOCK_SIZE": 1024, "num_warps": 4}),
+        "p50_us": 12.5, "gbps": 640.0, "gpu_name": "NVIDIA H100", "backend": "cuda",
+        "triton_version": "3.6.0", "torch_version": "2.11.0", "driver_version": None, "kernel_hash": "abc",
+        "timing_method": "cupti", "samples_us": None, "trial_key": "k"}
 NAN, INF = math.nan, math.inf
 BROKEN = [  # (field, value): one field of a good row; some of them a sweep does write (accepted)
     ("p50_us", NAN), ("p50_us", INF), ("p50_us", -INF), ("p50_us", -1.0), ("p50_us", 0.0), ("p50_us", "5"),

@@ -26,6 +26,7 @@ from triton_sweep.model.trial import TRITON_PROVIDER
 from triton_sweep.outputs.output import DEFAULT_STORE, shown
 from triton_sweep.outputs.table.report import speedups
 from triton_sweep.store.result_store import ResultStore, shape_label
+from triton_sweep.store.schema import PEAK_KEY
 
 DPI = 110
 MAX_PANELS = 12  # heatmap panels of one figure; past it, the summary (one panel a dtype)
@@ -33,6 +34,10 @@ BASELINE_MARKERS = "osD^vP<>hX"
 # Roofline groups named in its legend, a colour each (tab10's); past them the legend names the markers
 # alone: 120 groups' 480 entries made a legend taller than the figure, and its layout collapse.
 LEGEND_GROUPS = 10
+# The columns the plots read (render, ceilings: the device's PEAK_KEY too), all the command loads of a store.
+PLOT_COLUMNS = ("id", "trial_key", "sweep_id", "kernel", "provider", "shape", "dtype", "config", "status",
+                "phase", "chosen", "p50_us", "event_p50_us", "gbps", "tflops", "pct_copy_bw", "pct_matmul",
+                "backend", *PEAK_KEY)
 
 
 class PlotError(ValueError):
