@@ -12,6 +12,7 @@ skipped with a line saying why. Drawn on matplotlib's Agg canvas through `Figure
 state), matplotlib imported when a plot is drawn."""
 from __future__ import annotations
 
+import functools
 import io
 import json
 import math
@@ -63,21 +64,28 @@ def _groups(frame: pd.DataFrame):
     winner's row or None); the newest rows picked once for the whole frame, not per group."""
     ok = frame[frame["status"] == "ok"]
     keys = ["kernel", "dtype", "shape"]
-    shown = dict(tuple(_newest(ok).groupby(keys, sort=False)))
+    newest = _newest(ok)
+    mine = newest["provider"] == TRITON_PROVIDER
+    shown = dict(tuple(newest[mine].groupby(keys, sort=False)))
+    baselines = newest[~mine].groupby([*keys, "provider"], sort=False).tail(1)  # the newest of each
+    theirs = dict(tuple(baselines.groupby(keys, sort=False)))
     ours = ok[ok["provider"] == TRITON_PROVIDER]
     won = {(kernel, dtype, shape): index for (kernel, dtype), rows in ours.groupby(["kernel", "dtype"])
            for shape, index in winners(rows).items()}  # one pass a (kernel, dtype), not one a shape
+    none = newest.iloc[:0]
     for key in ok.groupby(keys, sort=False).groups:
-        rows = shown[key]
-        baselines = rows[rows["provider"] != TRITON_PROVIDER].groupby("provider", sort=False).tail(1)
         best = ok.loc[won[key]] if key in won else None
-        yield key, rows[rows["provider"] == TRITON_PROVIDER], baselines, best
+        yield key, shown.get(key, none), theirs.get(key, none), best
 
 
 def _configs(texts: pd.Series) -> list[dict]:
     """Each row's config, each distinct JSON text parsed once (a sweep has far fewer configs than rows)."""
-    parsed = {text: json.loads(text) for text in texts.unique()}
-    return [parsed[text] for text in texts]
+    return [_config(text) for text in texts]
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _config(text: str) -> dict:  # read, never changed: one dict for every row of a config
+    return json.loads(text)
 
 
 def ceilings(frame: pd.DataFrame, store: Optional[ResultStore]) -> dict:
