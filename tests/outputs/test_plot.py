@@ -176,6 +176,28 @@ def test_a_heatmap_of_many_shapes_is_one_summary_panel_per_dtype(tmp_path, capsy
     assert _plot(capsys, tmp_path)[0] == 0 and not drawn
 
 
+def test_a_speedup_chart_of_many_shapes_is_a_point_per_shape_and_baseline(tmp_path, capsys, monkeypatch):
+    """Past MAX_BARS shapes the labelled bars (2,000 shapes: 39 s to draw, unreadable) become a point per
+    shape and baseline, every shape's speedups in it; at the cap, the bars as before."""
+    _store(tmp_path).close()
+    drawn = {}
+    real = plots.summary_speedup
+
+    def spy(bars, providers, kernel, path):
+        drawn.update(bars=bars, providers=providers)
+        return real(bars, providers, kernel, path)
+
+    monkeypatch.setattr(plots, "summary_speedup", spy)
+    monkeypatch.setattr(plots, "MAX_BARS", len(SHAPES) - 1)
+    assert _plot(capsys, tmp_path)[0] == 0
+    assert len(drawn["bars"]) == len(SHAPES) and drawn["providers"]
+    assert all(speed > 0 for speeds in drawn["bars"].values() for speed in speeds.values())
+    _assert_image(tmp_path / "plots" / "speedup_softmax.png")
+    monkeypatch.setattr(plots, "MAX_BARS", len(SHAPES))
+    drawn.clear()
+    assert _plot(capsys, tmp_path)[0] == 0 and not drawn
+
+
 def test_a_heatmap_cell_holds_the_best_config_with_its_two_values():
     """Two configs share a (num_warps, BLOCK_SIZE) cell, apart in num_stages: the cell shows the faster
     (100% of the best), as the plot's title says; it showed the slower (50%) before."""
