@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Iterable
 
 from triton_sweep import version
+from triton_sweep.model.columns import COLUMN_NAMES
 from triton_sweep.store.damage import DamagedStore, StoreError, reading
 from triton_sweep.store.merging import MergeCounts
 from triton_sweep.store.result_store import ResultStore
@@ -82,7 +83,7 @@ def malformed(sources: Iterable[str | Path]) -> str | None:
                     rows = read_source(src, source, None, None)[0]
             finally:
                 src.close()
-            checked_rows(rows, str(source))
+            checked_rows(rows, str(source), COLUMN_NAMES)
         except MalformedRow as error:
             return str(error)
         except (OSError, ValueError, sqlite3.DatabaseError):

@@ -215,7 +215,7 @@ class ResultStore:
                 src.close()
             from triton_sweep.store.row_model import checked_rows  # pydantic: not at a sweep's start
 
-            checked_rows(rows, str(source))  # before anything is written
+            checked_rows(rows, str(source), COLUMN_NAMES)  # before anything is written
         with self._transaction():
             merge_rows(self._db, rows, sweeps_of, peaks, counts)
         return counts

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import keyword
 import math
+import operator
 from typing import TYPE_CHECKING, Annotated, Literal, Optional
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError
@@ -116,10 +117,11 @@ def checked_row(row: dict, where: str) -> None:
         raise MalformedRow(f"{where}: {first_error(error)}") from None
 
 
-def checked_rows(rows, source: str) -> None:
-    """checked_row on each (id, row) of `rows` (a merge's source, runners/store/sources.py), or on each
-    row of a DataFrame of a store's rows; `source`: the store, as the message names it. The columns are
-    checked whole (suspects); a row they refuse is checked alone, in row order, for the message."""
+def checked_rows(rows, source: str, names: Optional[tuple] = None) -> None:
+    """checked_row on each (id, row) of `rows` (a dict, or with `names` the values of those fields: a
+    merge's source, runners/store/sources.py), or on each row of a DataFrame of a store's rows; `source`:
+    the store, as the message names it. The columns are checked whole (suspects); a row they refuse is
+    checked alone, in row order, for the message."""
     import numpy as np
     import pandas as pd
 
@@ -128,14 +130,30 @@ def checked_rows(rows, source: str) -> None:
         row_at = lambda i: frame.iloc[[i]].to_dict("records")[0]
     else:
         rows = list(rows)
-        frame = pd.DataFrame({name: pd.Series([row.get(name) for _, row in rows], dtype=object)
-                              for name in (*StoredRow.model_fields, *SAMPLE_COLUMNS)})
-        frame["id"] = pd.Series([row_id for row_id, _ in rows], dtype=object)
-        row_at = lambda i: {**rows[i][1], "id": rows[i][0]}
+        frame = _columns(rows, names)
+        row_at = lambda i: {**(dict(zip(names, rows[i][1])) if names else rows[i][1]), "id": rows[i][0]}
     for i in np.flatnonzero(suspects(frame)):
         row = row_at(i)
         checked_row(row, f"{source}: row {row['id']} of sweep {row.get('sweep_id')!r} (a row no sweep "
                          "writes)")
+
+
+def _columns(rows: list, names: Optional[tuple]) -> pd.DataFrame:
+    """The checked fields of (id, row) pairs (checked_rows's) as columns of objects, None where absent."""
+    import pandas as pd
+
+    at = {name: i for i, name in enumerate(names or ())}
+    values = [row for _, row in rows]
+
+    def column(name: str) -> list:
+        if names:
+            return list(map(operator.itemgetter(at[name]), values)) if name in at else [None] * len(rows)
+        return [row.get(name) for row in values]
+
+    frame = pd.DataFrame({name: pd.Series(column(name), dtype=object)
+                          for name in (*StoredRow.model_fields, *SAMPLE_COLUMNS) if name != "id"})
+    frame["id"] = pd.Series([row_id for row_id, _ in rows], dtype=object)
+    return frame
 
 
 # Fields checked a column at once where its values are all of one kind (pandas' infer_dtype): the values

@@ -12,7 +12,7 @@ from urllib.parse import quote
 
 from triton_sweep.model.columns import COLUMN_NAMES, ENV_KEY, SAMPLE_COLUMNS
 from triton_sweep.store.damage import SQLITE_MAGIC, DamagedStore, damage_of
-from triton_sweep.store.schema import PEAK_COLUMNS, PEAK_KEY
+from triton_sweep.store.schema import AT, PEAK_COLUMNS, PEAK_KEY
 
 
 def open_source(path: Path, immutable: bool) -> sqlite3.Connection:
@@ -32,8 +32,9 @@ def open_source(path: Path, immutable: bool) -> sqlite3.Connection:
 
 
 def read_source(src: sqlite3.Connection, path: Path, env: Optional[dict], trial_keys: Optional[set]):
-    """(source id, row) pairs in timestamp order with every column of COLUMN_NAMES (None where the source,
-    written by an older version, lacks one), source id -> sweep ids, device ceilings, unknown columns."""
+    """(source id, row) pairs in timestamp order, each row the values of COLUMN_NAMES in their order (None
+    where the source, written by an older version, lacks one: a tuple, an eighth of a dict of them),
+    source id -> sweep ids, device ceilings, unknown columns."""
     tables = {name for (name,) in src.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     if "trials" not in tables:
         raise ValueError(f"{path}: not a results store (it has no trials table)")
@@ -44,13 +45,11 @@ def read_source(src: sqlite3.Connection, path: Path, env: Optional[dict], trial_
     if env is not None:
         where = " WHERE " + " AND ".join(f"{name} IS ?" for name in ENV_KEY)
         params = [env[name] for name in ENV_KEY]
-    rows = []
-    query = f"SELECT id, {', '.join(columns)} FROM trials{where} ORDER BY timestamp, id"
-    for values in src.execute(query, params):
-        row = dict.fromkeys(COLUMN_NAMES)
-        row.update(zip(columns, values[1:]))
-        if trial_keys is None or row["trial_key"] in trial_keys:
-            rows.append((values[0], row))
+    named = ", ".join(name if name in columns else f"NULL AS {name}" for name in COLUMN_NAMES)
+    query = f"SELECT id, {named} FROM trials{where} ORDER BY timestamp, id"
+    key = 1 + AT["trial_key"]
+    rows = [(values[0], values[1:]) for values in src.execute(query, params)
+            if trial_keys is None or values[key] in trial_keys]
     sweeps_of: dict[int, list[str]] = {}
     if "sweep_rows" in tables:
         for sweep_id, row_id in src.execute("SELECT sweep_id, row_id FROM sweep_rows ORDER BY rowid"):
@@ -173,10 +172,10 @@ def _recover_copy(copy: Path, path: Path):
             row = dict.fromkeys(COLUMN_NAMES)
             row.update(values)
             if _plausible(row, row_id):
-                rows.append((row_id, row))
+                rows.append((row_id, tuple(row[name] for name in COLUMN_NAMES)))
             else:
                 unreadable += 1
-        rows.sort(key=lambda pair: (pair[1]["timestamp"], pair[0]))
+        rows.sort(key=lambda pair: (pair[1][AT["timestamp"]], pair[0]))
         sweeps_of: dict[int, list[str]] = {}
         memberships = "SELECT rowid, sweep_id, row_id FROM sweep_rows WHERE rowid BETWEEN ? AND ?"
         last = _last_rowid(src, "sweep_rows", bound)

@@ -1,5 +1,6 @@
 """checked_rows checks a store's columns whole (row_model.suspects): it must refuse exactly the rows that
-checked_row, one row at a time, refuses, and name the first of them as checked_row does."""
+checked_row, one row at a time, refuses, and name the first of them as checked_row does; of a DataFrame,
+of (id, dict) pairs, and of (id, values) pairs as a merge reads them."""
 import json
 import math
 
@@ -7,6 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from triton_sweep.model.columns import COLUMN_NAMES
 from triton_sweep.store.row_model import MalformedRow, StoredRow, checked_row, checked_rows, suspects
 
 GOOD = {"sweep_id": "s1", "kernel": "softmax", "provider": "triton", "status": "ok", "phase": "screen",
@@ -69,6 +71,9 @@ def test_the_columns_checked_whole_refuse_the_rows_each_row_checked_alone_refuse
     assert suspects(frame[fields]).tolist() == alone
     assert _said(checked_rows, frame) == _per_row([(row["id"], row) for row in records])
     assert _said(checked_rows, pairs) == _per_row(pairs)
+    full = [(i, {name: row.get(name) for name in COLUMN_NAMES}) for i, row in pairs]  # as a merge reads
+    assert _said(lambda rows, source: checked_rows(rows, source, COLUMN_NAMES),
+                 [(i, tuple(row.values())) for i, row in full]) == _per_row(full)
 
 
 def test_the_first_refused_row_is_named_whatever_its_field():
