@@ -130,7 +130,7 @@ def checked_rows(rows, source: str, names: Optional[tuple] = None) -> None:
         row_at = lambda i: frame.iloc[[i]].to_dict("records")[0]
     else:
         rows = list(rows)
-        frame = _columns(rows, names)
+        frame = _Columns(rows, names)
         row_at = lambda i: {**(dict(zip(names, rows[i][1])) if names else rows[i][1]), "id": rows[i][0]}
     for i in np.flatnonzero(suspects(frame)):
         row = row_at(i)
@@ -138,22 +138,31 @@ def checked_rows(rows, source: str, names: Optional[tuple] = None) -> None:
                          "writes)")
 
 
-def _columns(rows: list, names: Optional[tuple]) -> pd.DataFrame:
-    """The checked fields of (id, row) pairs (checked_rows's) as columns of objects, None where absent."""
-    import pandas as pd
+class _Columns:
+    """The checked fields of (id, row) pairs (checked_rows's) as suspects reads a frame's columns: each
+    built when read, of objects, None where a row lacks the field (a million rows: no frame of them)."""
 
-    at = {name: i for i, name in enumerate(names or ())}
-    values = [row for _, row in rows]
+    def __init__(self, rows: list, names: Optional[tuple]):
+        self.values = [row for _, row in rows]
+        self.at, self.ids = {name: i for i, name in enumerate(names or ())}, [row_id for row_id, _ in rows]
 
-    def column(name: str) -> list:
-        if names:
-            return list(map(operator.itemgetter(at[name]), values)) if name in at else [None] * len(rows)
-        return [row.get(name) for row in values]
+    def __len__(self) -> int:
+        return len(self.values)
 
-    frame = pd.DataFrame({name: pd.Series(column(name), dtype=object)
-                          for name in (*StoredRow.model_fields, *SAMPLE_COLUMNS) if name != "id"})
-    frame["id"] = pd.Series([row_id for row_id, _ in rows], dtype=object)
-    return frame
+    def __contains__(self, name: str) -> bool:
+        return True
+
+    def __getitem__(self, name: str) -> pd.Series:
+        import pandas as pd
+
+        if name == "id":
+            column = self.ids
+        elif self.at:
+            column = list(map(operator.itemgetter(self.at[name]), self.values)) if name in self.at else \
+                [None] * len(self)
+        else:
+            column = [row.get(name) for row in self.values]
+        return pd.Series(column, dtype=object)
 
 
 # Fields checked a column at once where its values are all of one kind (pandas' infer_dtype): the values
@@ -164,7 +173,7 @@ ONE_TYPE = ("string", "integer", "floating", "bytes", "empty")  # kinds whose va
 DISTINCT_TYPES = (str, int, float, bytes)  # validated a distinct value at once; a row of another: a suspect
 
 
-def suspects(frame: pd.DataFrame) -> np.ndarray:
+def suspects(frame: pd.DataFrame | _Columns) -> np.ndarray:
     """Which rows of `frame` (a store's columns, as checked_rows gives them) checked_row may refuse: each
     field's column checked at once, a required field no column holds refusing every row."""
     import numpy as np

@@ -3,6 +3,7 @@ or one environment's rows; or, from a damaged one (merge --recover), the rows, m
 SQLite can still read, from a copy of it, keeping only the rows a sweep could have written."""
 from __future__ import annotations
 
+import operator
 import shutil
 import sqlite3
 import tempfile
@@ -10,7 +11,7 @@ from pathlib import Path
 from typing import Optional
 from urllib.parse import quote
 
-from triton_sweep.model.columns import COLUMN_NAMES, ENV_KEY, SAMPLE_COLUMNS
+from triton_sweep.model.columns import COLUMN_NAMES, COLUMNS, ENV_KEY, SAMPLE_COLUMNS
 from triton_sweep.store.damage import SQLITE_MAGIC, DamagedStore, damage_of
 from triton_sweep.store.schema import AT, PEAK_COLUMNS, PEAK_KEY
 
@@ -31,6 +32,12 @@ def open_source(path: Path, immutable: bool) -> sqlite3.Connection:
     return connection
 
 
+# Text that repeats from row to row (a sweep's, a device's, a config's): read for a merge as one object for
+# every row that holds it, not a copy a row (at a million rows, a gigabyte of copies).
+SHARED = tuple(column.name for column in COLUMNS
+               if column.sql.startswith("TEXT") and column.name not in ("trial_key", "timestamp"))
+
+
 def read_source(src: sqlite3.Connection, path: Path, env: Optional[dict], trial_keys: Optional[set]):
     """(source id, row) pairs in timestamp order, each row the values of COLUMN_NAMES in their order (None
     where the source, written by an older version, lacks one: a tuple, an eighth of a dict of them),
@@ -45,11 +52,13 @@ def read_source(src: sqlite3.Connection, path: Path, env: Optional[dict], trial_
     if env is not None:
         where = " WHERE " + " AND ".join(f"{name} IS ?" for name in ENV_KEY)
         params = [env[name] for name in ENV_KEY]
-    named = ", ".join(name if name in columns else f"NULL AS {name}" for name in COLUMN_NAMES)
+    order = [*SHARED, *(name for name in COLUMN_NAMES if name not in SHARED)]  # SHARED first, then put back
+    named = ", ".join(name if name in columns else f"NULL AS {name}" for name in order)
     query = f"SELECT id, {named} FROM trials{where} ORDER BY timestamp, id"
-    key = 1 + AT["trial_key"]
-    rows = [(values[0], values[1:]) for values in src.execute(query, params)
-            if trial_keys is None or values[key] in trial_keys]
+    share, key, end = {}.setdefault, 1 + order.index("trial_key"), 1 + len(SHARED)
+    back = operator.itemgetter(*[order.index(name) for name in COLUMN_NAMES])
+    rows = [(values[0], back(tuple(map(share, values[1:end], values[1:end])) + values[end:]))
+            for values in src.execute(query, params) if trial_keys is None or values[key] in trial_keys]
     sweeps_of: dict[int, list[str]] = {}
     if "sweep_rows" in tables:
         for sweep_id, row_id in src.execute("SELECT sweep_id, row_id FROM sweep_rows ORDER BY rowid"):
