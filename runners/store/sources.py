@@ -74,6 +74,18 @@ def read_source(src: sqlite3.Connection, path: Path, env: Optional[dict], trial_
     return rows, sweeps_of, peaks, unknown
 
 
+def checked_fields(src: sqlite3.Connection) -> tuple[list, tuple]:
+    """What row_model.checked_rows reads of every row of a store (its fields and samples): (id, values)
+    pairs in read_source's order, and the names of the values (the merge's check before any write)."""
+    from triton_sweep.store.row_model import StoredRow
+
+    present = {info[1] for info in src.execute("PRAGMA table_info(trials)")}
+    names = tuple(name for name in (*StoredRow.model_fields, *SAMPLE_COLUMNS) if name in COLUMN_NAMES
+                  and name in present)
+    query = f"SELECT id, {', '.join(names)} FROM trials ORDER BY timestamp, id"
+    return [(values[0], values[1:]) for values in src.execute(query)], names
+
+
 RECOVER_CHUNK = 256  # rows read at once from a damaged store; a chunk that fails is split in two
 
 
