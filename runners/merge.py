@@ -23,7 +23,7 @@ from triton_sweep.store.damage import DamagedStore, StoreError, reading
 from triton_sweep.store.merging import MergeCounts
 from triton_sweep.store.result_store import ResultStore
 from triton_sweep.store.row_model import MalformedRow, checked_rows
-from triton_sweep.store.sources import open_source, read_source
+from triton_sweep.store.sources import checked_fields, open_source
 
 JOB_STORE = "results.sqlite"  # a job's own store, in its job directory
 PRIOR_STORE = "prior.sqlite"  # the store of record when the multirun started, in its sweep directory
@@ -79,10 +79,10 @@ def malformed(sources: Iterable[str | Path]) -> str | None:
             src = open_source(source, immutable=False)
             try:
                 with reading(source):
-                    rows = read_source(src, source, None, None)[0]
+                    rows, names = checked_fields(src)
             finally:
                 src.close()
-            checked_rows(rows, str(source))
+            checked_rows(rows, str(source), names)
         except MalformedRow as error:
             return str(error)
         except (OSError, ValueError, sqlite3.DatabaseError):

@@ -13,10 +13,12 @@ from pathlib import Path
 
 from triton_sweep import version
 from triton_sweep.model.trial import ConfigError, checked_name
-from triton_sweep.outputs.plots.figures import PlotError, ceilings, render
+from triton_sweep.outputs.plots.figures import PLOT_COLUMNS, PlotError, ceilings, render
 from triton_sweep.store.damage import StoreError
 from triton_sweep.store.result_store import ResultStore
-from triton_sweep.store.row_model import checked_rows
+from triton_sweep.store.row_model import StoredRow, checked_rows
+
+READ = tuple(dict.fromkeys(PLOT_COLUMNS + tuple(StoredRow.model_fields)))  # what is plotted, what is checked
 
 
 def main(argv=None) -> int:
@@ -40,10 +42,11 @@ def main(argv=None) -> int:
         return 2
     try:
         store = ResultStore(args.store)
-        frame = store.load(sweep_id=args.sweep_id, kernel=args.kernel)
+        frame = store.load(sweep_id=args.sweep_id, kernel=args.kernel, columns=READ)
+        store.check_samples(sweep_id=args.sweep_id, kernel=args.kernel)  # the blobs not read
         checked_rows(frame, args.store)  # a kernel's name names files: a row merged in may hold any
         peaks = ceilings(frame, store) if not frame.empty else {}
-        known = sorted(store.load()["sweep_id"].unique()) if frame.empty else []
+        known = sorted(store.load(columns=["sweep_id"])["sweep_id"].unique()) if frame.empty else []
         store.close()
     except StoreError as error:
         print(f"error: --store: {error}", file=sys.stderr)

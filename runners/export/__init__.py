@@ -16,11 +16,15 @@ from typing import Optional
 
 import pandas as pd
 
-from triton_sweep.export.cover import covered
+from triton_sweep.export.cover import READ, WINNER_FIELDS, covered
 from triton_sweep.export.fileformat import checked_rows, write_export
 from triton_sweep.export.generalization import gpu_sections
 from triton_sweep.export.rows import exported_rows
 from triton_sweep.export.settings import checked
+from triton_sweep.store.row_model import StoredRow
+
+# The columns of a store the export reads (of them, samples: rep_p50s_us), those checked among them.
+STORE_COLUMNS = tuple(dict.fromkeys((*StoredRow.model_fields, "trial_key", "chosen", *WINNER_FIELDS, *READ)))
 
 
 def export_kernel(frame: pd.DataFrame, kernel: str, out_dir: str | Path, *, tolerance: float = 0.03,

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from triton_sweep import version
 from triton_sweep.model.trial import ConfigError
-from triton_sweep.export import export_kernel
+from triton_sweep.export import STORE_COLUMNS, export_kernel
 from triton_sweep.export.settings import ExportError, from_command
 from triton_sweep.store.damage import StoreError
 from triton_sweep.store.result_store import ResultStore
@@ -59,7 +59,8 @@ def main(argv=None) -> int:
         return 2
     try:
         store = ResultStore(args.store)
-        frame = store.load(sweep_id=args.sweep_id, kernel=args.kernel)
+        frame = store.load(sweep_id=args.sweep_id, kernel=args.kernel, columns=STORE_COLUMNS)
+        store.check_samples(sweep_id=args.sweep_id, kernel=args.kernel)  # the blobs not read
         store.close()
     except StoreError as error:
         print(f"error: --store: {error}", file=sys.stderr)

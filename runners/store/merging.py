@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Optional
 
 from triton_sweep.model.columns import COLUMN_NAMES, ENV_KEY
-from triton_sweep.store.schema import PEAK_COLUMNS, PEAK_KEY
+from triton_sweep.store.schema import AT, PEAK_COLUMNS, PEAK_KEY
 
 
 @dataclass
@@ -33,36 +33,44 @@ def merge_rows(db: sqlite3.Connection, rows: list, sweeps_of: dict, peaks: list,
     """Copy the rows, memberships and ceilings read from a source (runners/store/sources.py) that this
     store does not hold yet, counting what was done in `counts`; inside the caller's transaction."""
     new, arriving = [], set()
-    for source_id, row in rows:
+    keys = {key for (key,) in db.execute("SELECT DISTINCT trial_key FROM trials")}  # a row held has one
+    for source_id, row in rows:  # row: the values of COLUMN_NAMES, its identity
         sweeps = sweeps_of.get(source_id, [])
         counts.sweeps.update(sweeps)
-        identity = tuple(row[name] for name in COLUMN_NAMES)
-        held = None if identity in arriving else _find_row(db, row)
-        if held is None and identity not in arriving:
-            arriving.add(identity)
+        held = None if row in arriving or row[AT["trial_key"]] not in keys else _find_row(db, row)
+        if held is None and row not in arriving:
+            arriving.add(row)
             new.append((row, sweeps))
-            counts.kept_by_kernel[row["kernel"]] = counts.kept_by_kernel.get(row["kernel"], 0) + 1
+            kernel = row[AT["kernel"]]
+            counts.kept_by_kernel[kernel] = counts.kept_by_kernel.get(kernel, 0) + 1
             continue
         counts.skipped += 1
         if held is not None:
             counts.memberships += _add_memberships(db, held, sweeps)
-    moved = _take_newer_rows(db, new)
+    moved = _take_newer_rows(db, [(row, sweeps) for row, sweeps in new if row[AT["trial_key"]] in keys])
     # Arrivals first where timestamps tie: a row of this store that ties one stays after it.
-    ordered = sorted([(row["timestamp"], 0, i) for i, (row, _) in enumerate(new)]
-                     + [(row["timestamp"], 1, i) for i, (row, _) in enumerate(moved)])
+    ordered = sorted([(row[AT["timestamp"]], 0, i) for i, (row, _) in enumerate(new)]
+                     + [(row[AT["timestamp"]], 1, i) for i, (row, _) in enumerate(moved)])
+    memberships, again = [], 0  # in the order of the rows; a moved row's (new ids: each inserted) not new
     for _, was_here, i in ordered:
         row, sweeps = (moved if was_here else new)[i]
-        added = _add_memberships(db, _insert_stored(db, row), sweeps)
-        counts.memberships += 0 if was_here else added  # a moved row's memberships are not new
+        row_id = _insert_stored(db, row)
+        memberships += [(sweep_id, row_id) for sweep_id in sweeps]
+        again += len(sweeps) if was_here else 0
+    added = db.executemany("INSERT OR IGNORE INTO sweep_rows VALUES (?, ?)", memberships).rowcount
+    counts.memberships += added - again
     counts.kept, counts.moved = len(new), len(moved)
     counts.peaks_kept, counts.peaks_skipped = _merge_peaks(db, peaks)
 
 
-def _find_row(db: sqlite3.Connection, row: dict) -> Optional[int]:
+# Each statement's text built once, not once a row (a million rows spent 20 s joining them).
+FIND = f"SELECT id FROM trials WHERE {' AND '.join(f'{name} IS ?' for name in COLUMN_NAMES)} LIMIT 1"
+INSERT = f"INSERT INTO trials ({', '.join(COLUMN_NAMES)}) VALUES ({', '.join('?' for _ in COLUMN_NAMES)})"
+
+
+def _find_row(db: sqlite3.Connection, row: tuple) -> Optional[int]:
     """The id of a row with every column equal to `row`'s (the index on trial_key + ENV_KEY finds it)."""
-    where = " AND ".join(f"{name} IS ?" for name in COLUMN_NAMES)
-    found = db.execute(f"SELECT id FROM trials WHERE {where} LIMIT 1",
-                       [row[name] for name in COLUMN_NAMES]).fetchone()
+    found = db.execute(FIND, row).fetchone()
     return None if found is None else found[0]
 
 
@@ -74,12 +82,9 @@ def _add_memberships(db: sqlite3.Connection, row_id: int, sweeps: Iterable[str])
     return added
 
 
-def _insert_stored(db: sqlite3.Connection, row: dict) -> int:
-    """Insert a row whose values are already in their stored form (as read from a store)."""
-    placeholders = ", ".join("?" for _ in COLUMN_NAMES)
-    cursor = db.execute(f"INSERT INTO trials ({', '.join(COLUMN_NAMES)}) VALUES ({placeholders})",
-                        [row[name] for name in COLUMN_NAMES])
-    return cursor.lastrowid
+def _insert_stored(db: sqlite3.Connection, row: tuple) -> int:
+    """Insert a row of the values of COLUMN_NAMES in their stored form (as read from a store)."""
+    return db.execute(INSERT, row).lastrowid
 
 
 def _take_newer_rows(db: sqlite3.Connection, arriving: list) -> list:
@@ -87,19 +92,19 @@ def _take_newer_rows(db: sqlite3.Connection, arriving: list) -> list:
     arriving row of their trial and environment; returns them with their sweep memberships."""
     oldest: dict[tuple, str] = {}
     for row, _ in arriving:
-        group = (row["trial_key"],) + tuple(row[name] for name in ENV_KEY)
-        oldest[group] = min(oldest.get(group, row["timestamp"]), row["timestamp"])
+        group = tuple(row[AT[name]] for name in ("trial_key",) + ENV_KEY)
+        oldest[group] = min(oldest.get(group, row[AT["timestamp"]]), row[AT["timestamp"]])
     where = " AND ".join(f"{name} IS ?" for name in ("trial_key",) + ENV_KEY)
+    select = f"SELECT id, {', '.join(COLUMN_NAMES)} FROM trials WHERE {where} AND timestamp > ? ORDER BY id"
     taken = []
     for group, timestamp in oldest.items():
-        later = db.execute(f"SELECT id, {', '.join(COLUMN_NAMES)} FROM trials WHERE {where} "
-                           "AND timestamp > ? ORDER BY id", list(group) + [timestamp]).fetchall()
+        later = db.execute(select, group + (timestamp,)).fetchall()
         for row_id, *values in later:
             memberships = db.execute("SELECT sweep_id FROM sweep_rows WHERE row_id = ?", (row_id,))
             sweeps = [sweep_id for (sweep_id,) in memberships]
             db.execute("DELETE FROM sweep_rows WHERE row_id = ?", (row_id,))
             db.execute("DELETE FROM trials WHERE id = ?", (row_id,))
-            taken.append((dict(zip(COLUMN_NAMES, values)), sweeps))
+            taken.append((tuple(values), sweeps))
     return taken
 
 

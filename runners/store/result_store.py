@@ -117,17 +117,7 @@ class ResultStore:
 
         with reading(self.path):
             named = ", ".join(f"trials.{_known(name)}" for name in columns) if columns else "trials.*"
-            query = f"SELECT {named} FROM trials"
-            clauses, params = [], []
-            if sweep_id is not None:
-                query += " JOIN sweep_rows ON sweep_rows.row_id = trials.id"
-                clauses.append("sweep_rows.sweep_id = ?")
-                params.append(sweep_id)
-            if kernel is not None:
-                clauses.append("trials.kernel = ?")
-                params.append(kernel)
-            if clauses:
-                query += " WHERE " + " AND ".join(clauses)
+            query, params = _selection(named, sweep_id, kernel)
             cursor = self._db.execute(query + " ORDER BY trials.id", params)  # SQLite's own errors, unwrapped
             frame = _frame(cursor)
             for name in [n for n in SAMPLE_COLUMNS if n in frame]:
@@ -137,16 +127,31 @@ class ResultStore:
                 frame[name] = frame[name].map(lambda v: None if pd.isna(v) else bool(v))
             return frame
 
+    def check_samples(self, sweep_id: Optional[str] = None, kernel: Optional[str] = None) -> None:
+        """What load says of a samples blob that holds no whole float32s, for every samples column of the
+        rows it would load, read or not (SQLite gives their lengths without their bytes)."""
+        lengths = ", ".join(f"length(trials.{name})" for name in SAMPLE_COLUMNS)
+        query, params = _selection(f"trials.id, {lengths}", sweep_id, kernel,
+                                   " OR ".join(f"length(trials.{name}) % 4" for name in SAMPLE_COLUMNS))
+        with reading(self.path):
+            found = self._db.execute(query + " ORDER BY trials.id LIMIT 1", params).fetchone()
+        if found:
+            torn = [(name, size) for name, size in zip(SAMPLE_COLUMNS, found[1:]) if (size or 0) % 4]
+            self._torn(found[0], *torn[0])
+
     def _samples(self, row_id: int, name: str, blob: bytes):
         """A samples blob as its float32 array; MalformedRow naming the row where it holds no whole ones."""
         import numpy as np
 
         if len(blob) % 4:
-            from triton_sweep.store.row_model import MalformedRow
-
-            raise MalformedRow(f"{self.path}: row {row_id}: {name}: a blob of {len(blob)} bytes, not whole "
-                               "float32 samples (a row no sweep writes)")
+            self._torn(row_id, name, len(blob))
         return np.frombuffer(blob, dtype=np.float32)
+
+    def _torn(self, row_id: int, name: str, size: int):
+        from triton_sweep.store.row_model import MalformedRow
+
+        raise MalformedRow(f"{self.path}: row {row_id}: {name}: a blob of {size} bytes, not whole float32 "
+                           "samples (a row no sweep writes)")
 
     def peaks(self, env: dict) -> Optional[dict]:
         where = " AND ".join(f"{name} IS ?" for name in PEAK_KEY)
@@ -210,7 +215,7 @@ class ResultStore:
                 src.close()
             from triton_sweep.store.row_model import checked_rows  # pydantic: not at a sweep's start
 
-            checked_rows(rows, str(source))  # before anything is written
+            checked_rows(rows, str(source), COLUMN_NAMES)  # before anything is written
         with self._transaction():
             merge_rows(self._db, rows, sweeps_of, peaks, counts)
         return counts
@@ -245,6 +250,21 @@ def _frame(cursor: sqlite3.Cursor, chunk: int = 20_000) -> pd.DataFrame:
             frame[name] = pd.DataFrame.from_records([(v,) for part in frames for v in part[name].tolist()],
                                                     columns=[name], coerce_float=True)[name]
     return frame
+
+
+def _selection(named: str, sweep_id: Optional[str], kernel: Optional[str],
+               where: Optional[str] = None) -> tuple[str, list]:
+    """The query of `named` (SQL) over the trials of a sweep, of a kernel (all where None), and its
+    parameters; `where`: a further condition."""
+    query, clauses, params = f"SELECT {named} FROM trials", [f"({where})"] if where else [], []
+    if sweep_id is not None:
+        query += " JOIN sweep_rows ON sweep_rows.row_id = trials.id"
+        clauses.append("sweep_rows.sweep_id = ?")
+        params.append(sweep_id)
+    if kernel is not None:
+        clauses.append("trials.kernel = ?")
+        params.append(kernel)
+    return query + (" WHERE " + " AND ".join(clauses) if clauses else ""), params
 
 
 def _known(name: str) -> str:

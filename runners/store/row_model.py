@@ -10,7 +10,8 @@ from __future__ import annotations
 import json
 import keyword
 import math
-from typing import Annotated, Literal, Optional
+import operator
+from typing import TYPE_CHECKING, Annotated, Literal, Optional
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError
 
@@ -18,6 +19,10 @@ from triton_sweep.measure.check import STATUSES
 from triton_sweep.model.columns import SAMPLE_COLUMNS
 from triton_sweep.model.trial import NUM_WARPS_ALLOWED, checked_name
 from triton_sweep.store.damage import StoreError
+
+if TYPE_CHECKING:  # imported where used: the sweep imports the merge at its start
+    import numpy as np
+    import pandas as pd
 
 
 def _python_name(text: str) -> str:
@@ -112,12 +117,115 @@ def checked_row(row: dict, where: str) -> None:
         raise MalformedRow(f"{where}: {first_error(error)}") from None
 
 
-def checked_rows(rows, source: str) -> None:
-    """checked_row on each (id, row) of `rows` (a merge's source, runners/store/sources.py), or on each
-    row of a DataFrame of a store's rows; `source`: the store, as the message names it."""
-    if hasattr(rows, "to_dict"):
-        fields = [name for name in StoredRow.model_fields if name in rows]
-        rows = ((row["id"], row) for row in rows[fields].to_dict("records"))
-    for row_id, row in rows:
-        checked_row({**row, "id": row_id},
-                    f"{source}: row {row_id} of sweep {row.get('sweep_id')!r} (a row no sweep writes)")
+def checked_rows(rows, source: str, names: Optional[tuple] = None) -> None:
+    """checked_row on each (id, row) of `rows` (a dict, or with `names` the values of those fields: a
+    merge's source, runners/store/sources.py), or on each row of a DataFrame of a store's rows; `source`:
+    the store, as the message names it. The columns are checked whole (suspects); a row they refuse is
+    checked alone, in row order, for the message."""
+    import numpy as np
+    import pandas as pd
+
+    if hasattr(rows, "columns"):
+        frame = rows[[name for name in StoredRow.model_fields if name in rows]]
+        row_at = lambda i: frame.iloc[[i]].to_dict("records")[0]
+    else:
+        rows = list(rows)
+        frame = _Columns(rows, names)
+        row_at = lambda i: {**(dict(zip(names, rows[i][1])) if names else rows[i][1]), "id": rows[i][0]}
+    for i in np.flatnonzero(suspects(frame)):
+        row = row_at(i)
+        checked_row(row, f"{source}: row {row['id']} of sweep {row.get('sweep_id')!r} (a row no sweep "
+                         "writes)")
+
+
+class _Columns:
+    """The checked fields of (id, row) pairs (checked_rows's) as suspects reads a frame's columns: each
+    built when read, of objects, None where a row lacks the field (a million rows: no frame of them)."""
+
+    def __init__(self, rows: list, names: Optional[tuple]):
+        self.values = [row for _, row in rows]
+        self.at, self.ids = {name: i for i, name in enumerate(names or ())}, [row_id for row_id, _ in rows]
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def __contains__(self, name: str) -> bool:
+        return True
+
+    def __getitem__(self, name: str) -> pd.Series:
+        import pandas as pd
+
+        if name == "id":
+            column = self.ids
+        elif self.at:
+            column = list(map(operator.itemgetter(self.at[name]), self.values)) if name in self.at else \
+                [None] * len(self)
+        else:
+            column = [row.get(name) for row in self.values]
+        return pd.Series(column, dtype=object)
+
+
+# Fields checked a column at once where its values are all of one kind (pandas' infer_dtype): the values
+# the field accepts, of a float array (None: all). Any other column: each distinct value validated once.
+RULES = {"id": ("integer", None), "p50_us": ("floating", lambda a: (a > 0) & (a < math.inf)),
+         "gbps": ("floating", lambda a: abs(a) < math.inf)}
+ONE_TYPE = ("string", "integer", "floating", "bytes", "empty")  # kinds whose values are of one type
+DISTINCT_TYPES = (str, int, float, bytes)  # validated a distinct value at once; a row of another: a suspect
+
+
+def suspects(frame: pd.DataFrame | _Columns) -> np.ndarray:
+    """Which rows of `frame` (a store's columns, as checked_rows gives them) checked_row may refuse: each
+    field's column checked at once, a required field no column holds refusing every row."""
+    import numpy as np
+
+    bad = np.zeros(len(frame), bool)
+    for name, field in StoredRow.model_fields.items():
+        if name not in frame:
+            bad |= field.is_required()
+        elif len(frame):
+            bad |= _refused(name, frame[name].to_numpy())
+    for name in [name for name in SAMPLE_COLUMNS if name in frame]:
+        bad |= np.fromiter((isinstance(v, bytes) and len(v) % 4 != 0 for v in frame[name]), bool, len(frame))
+    return bad
+
+
+def _refused(name: str, values: np.ndarray) -> np.ndarray:
+    """The rows of one field's column that checked_row refuses (or may: a type not of DISTINCT_TYPES)."""
+    import numpy as np
+    import pandas as pd
+
+    missing = pd.isna(values)
+    bad = missing & (missing.any() and not _accepts(name, None))  # NaN reads as None
+    present = np.flatnonzero(~missing)
+    kind = pd.api.types.infer_dtype(values[present], skipna=False)
+    if name in RULES and kind == RULES[name][0]:
+        accepts = RULES[name][1]
+        bad[present] = False if accepts is None else ~accepts(values[present].astype(float))
+        return bad
+    types = None if kind in ONE_TYPE else np.array([type(v) for v in values[present]], dtype=object)
+    for of_type in [None] if types is None else set(types):
+        at = present if types is None else present[types == of_type]
+        if of_type is not None and of_type not in DISTINCT_TYPES:
+            bad[at] = True
+            continue
+        part = pd.Series(values[at], dtype=values.dtype)
+        refused = [value for value in part.unique().tolist() if not _accepts(name, value)]
+        bad[at] |= part.isin(refused).to_numpy() if refused else False
+    return bad
+
+
+_BLANK = StoredRow.model_construct()  # validate_assignment checks one field as model_validate does
+
+
+def _accepts(name: str, value) -> bool:
+    """Whether checked_row accepts `value` (as stored: shape and config their JSON) in field `name`."""
+    if name in ("shape", "config"):
+        try:
+            value = json.loads(value)
+        except (TypeError, ValueError, RecursionError):
+            return False
+    try:
+        StoredRow.__pydantic_validator__.validate_assignment(_BLANK, name, value)
+    except ValidationError:
+        return False
+    return True

@@ -2,12 +2,13 @@
 sweep_rows (which rows each sweep used) and device_peaks (a device's measured ceilings). Shared by the
 store (runners/store/result_store.py), the reading of another store file (runners/store/sources.py) and
 the merge (runners/store/merging.py)."""
-from triton_sweep.model.columns import COLUMNS, ENV_KEY
+from triton_sweep.model.columns import COLUMN_NAMES, COLUMNS, ENV_KEY
 
 # The row's fields are declared in runners/model/columns.py; the ceilings' key (a device's copy bandwidth and
 # matmul rate) is the part of the resume key that says which device and timer measured them.
 PEAK_KEY = ("gpu_name", "driver_version", "torch_version", "timing_method")
 PEAK_COLUMNS = PEAK_KEY + ("peaks", "measured_at")
+AT = {name: i for i, name in enumerate(COLUMN_NAMES)}  # a column's place in a row read for a merge
 
 SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS trials (id INTEGER PRIMARY KEY AUTOINCREMENT, \

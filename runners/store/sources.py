@@ -3,6 +3,7 @@ or one environment's rows; or, from a damaged one (merge --recover), the rows, m
 SQLite can still read, from a copy of it, keeping only the rows a sweep could have written."""
 from __future__ import annotations
 
+import operator
 import shutil
 import sqlite3
 import tempfile
@@ -10,9 +11,9 @@ from pathlib import Path
 from typing import Optional
 from urllib.parse import quote
 
-from triton_sweep.model.columns import COLUMN_NAMES, ENV_KEY, SAMPLE_COLUMNS
+from triton_sweep.model.columns import COLUMN_NAMES, COLUMNS, ENV_KEY, SAMPLE_COLUMNS
 from triton_sweep.store.damage import SQLITE_MAGIC, DamagedStore, damage_of
-from triton_sweep.store.schema import PEAK_COLUMNS, PEAK_KEY
+from triton_sweep.store.schema import AT, PEAK_COLUMNS, PEAK_KEY
 
 
 def open_source(path: Path, immutable: bool) -> sqlite3.Connection:
@@ -31,9 +32,16 @@ def open_source(path: Path, immutable: bool) -> sqlite3.Connection:
     return connection
 
 
+# Text that repeats from row to row (a sweep's, a device's, a config's): read for a merge as one object for
+# every row that holds it, not a copy a row (at a million rows, a gigabyte of copies).
+SHARED = tuple(column.name for column in COLUMNS
+               if column.sql.startswith("TEXT") and column.name not in ("trial_key", "timestamp"))
+
+
 def read_source(src: sqlite3.Connection, path: Path, env: Optional[dict], trial_keys: Optional[set]):
-    """(source id, row) pairs in timestamp order with every column of COLUMN_NAMES (None where the source,
-    written by an older version, lacks one), source id -> sweep ids, device ceilings, unknown columns."""
+    """(source id, row) pairs in timestamp order, each row the values of COLUMN_NAMES in their order (None
+    where the source, written by an older version, lacks one: a tuple, an eighth of a dict of them),
+    source id -> sweep ids, device ceilings, unknown columns."""
     tables = {name for (name,) in src.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     if "trials" not in tables:
         raise ValueError(f"{path}: not a results store (it has no trials table)")
@@ -44,13 +52,13 @@ def read_source(src: sqlite3.Connection, path: Path, env: Optional[dict], trial_
     if env is not None:
         where = " WHERE " + " AND ".join(f"{name} IS ?" for name in ENV_KEY)
         params = [env[name] for name in ENV_KEY]
-    rows = []
-    query = f"SELECT id, {', '.join(columns)} FROM trials{where} ORDER BY timestamp, id"
-    for values in src.execute(query, params):
-        row = dict.fromkeys(COLUMN_NAMES)
-        row.update(zip(columns, values[1:]))
-        if trial_keys is None or row["trial_key"] in trial_keys:
-            rows.append((values[0], row))
+    order = [*SHARED, *(name for name in COLUMN_NAMES if name not in SHARED)]  # SHARED first, then put back
+    named = ", ".join(name if name in columns else f"NULL AS {name}" for name in order)
+    query = f"SELECT id, {named} FROM trials{where} ORDER BY timestamp, id"
+    share, key, end = {}.setdefault, 1 + order.index("trial_key"), 1 + len(SHARED)
+    back = operator.itemgetter(*[order.index(name) for name in COLUMN_NAMES])
+    rows = [(values[0], back(tuple(map(share, values[1:end], values[1:end])) + values[end:]))
+            for values in src.execute(query, params) if trial_keys is None or values[key] in trial_keys]
     sweeps_of: dict[int, list[str]] = {}
     if "sweep_rows" in tables:
         for sweep_id, row_id in src.execute("SELECT sweep_id, row_id FROM sweep_rows ORDER BY rowid"):
@@ -64,6 +72,18 @@ def read_source(src: sqlite3.Connection, path: Path, env: Optional[dict], trial_
         query = f"SELECT {', '.join(PEAK_COLUMNS)} FROM device_peaks{where} ORDER BY measured_at, rowid"
         peaks = src.execute(query, params).fetchall()
     return rows, sweeps_of, peaks, unknown
+
+
+def checked_fields(src: sqlite3.Connection) -> tuple[list, tuple]:
+    """What row_model.checked_rows reads of every row of a store (its fields and samples): (id, values)
+    pairs in read_source's order, and the names of the values (the merge's check before any write)."""
+    from triton_sweep.store.row_model import StoredRow
+
+    present = {info[1] for info in src.execute("PRAGMA table_info(trials)")}
+    names = tuple(name for name in (*StoredRow.model_fields, *SAMPLE_COLUMNS) if name in COLUMN_NAMES
+                  and name in present)
+    query = f"SELECT id, {', '.join(names)} FROM trials ORDER BY timestamp, id"
+    return [(values[0], values[1:]) for values in src.execute(query)], names
 
 
 RECOVER_CHUNK = 256  # rows read at once from a damaged store; a chunk that fails is split in two
@@ -173,10 +193,10 @@ def _recover_copy(copy: Path, path: Path):
             row = dict.fromkeys(COLUMN_NAMES)
             row.update(values)
             if _plausible(row, row_id):
-                rows.append((row_id, row))
+                rows.append((row_id, tuple(row[name] for name in COLUMN_NAMES)))
             else:
                 unreadable += 1
-        rows.sort(key=lambda pair: (pair[1]["timestamp"], pair[0]))
+        rows.sort(key=lambda pair: (pair[1][AT["timestamp"]], pair[0]))
         sweeps_of: dict[int, list[str]] = {}
         memberships = "SELECT rowid, sweep_id, row_id FROM sweep_rows WHERE rowid BETWEEN ? AND ?"
         last = _last_rowid(src, "sweep_rows", bound)

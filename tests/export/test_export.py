@@ -10,6 +10,7 @@ import json
 import math
 import os
 import re
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -238,6 +239,17 @@ def test_bad_export_input_names_the_field(store_path, tmp_path, capsys):
     assert export_main(base) == 2
     assert "cannot merge into" in capsys.readouterr().err
     assert not (tmp_path / "x" / "softmax_configs.py").exists()
+
+
+def test_a_samples_blob_the_export_does_not_read_is_still_checked(store_path, tmp_path, capsys):
+    """The command loads no samples_us (STORE_COLUMNS), yet one of odd length refuses the export, as
+    loading it did: exit 2, one line naming the row and the field, no file."""
+    with sqlite3.connect(store_path) as db:
+        db.execute("UPDATE trials SET samples_us = x'0102030405' WHERE id = 3")
+    assert export_main(["--store", str(store_path), "--out-dir", str(tmp_path / "x")]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert "row 3: samples_us: a blob of 5 bytes" in line and "(a row no sweep writes)" in line
+    assert not (tmp_path / "x").exists()
 
 
 @pytest.fixture(scope="module")

@@ -24,7 +24,7 @@ WIDE_SPACE = {"BLOCK_SIZE": (256, 512, 1024, 2048, 4096, 8192), "num_warps": (1,
 WIDE_CALLS = {shape: 1 + (7 * i) % 5 for i, shape in enumerate(WIDE)}
 
 
-def _stores(tmp: Path) -> dict:
+def _stores(tmp: Path, columns=None) -> dict:
     """kernel name -> the rows of a seeded synthetic sweep: softmax-like runs at the default shapes and at
     lengths of both kinds (the estimate's apart/together choice), finalists re-timed in repetitions; and
     48 shapes of a 48-config space in two dtypes, pruned and incorrect configs among them, every p50
@@ -36,7 +36,7 @@ def _stores(tmp: Path) -> dict:
     for seed, dtype in enumerate(("float16", "bfloat16")):
         softmax_sweep(store, "wide", seed=seed, shapes=WIDE, space=WIDE_SPACE, dtype=dtype,
                       kernel="softmax_wide")
-    frame = store.load()
+    frame = store.load(columns=columns)
     store.close()
     wide = frame[frame["kernel"] == "softmax_wide"].copy()
     wide["p50_us"] *= np.exp(np.random.default_rng(76).normal(0.0, 0.04, len(wide)))
@@ -49,11 +49,11 @@ def _normalized(text: str) -> str:
     return re.sub(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00", "EXPORTED_AT", text)
 
 
-def written(tmp: Path) -> dict[str, str]:
+def written(tmp: Path, columns=None) -> dict[str, str]:
     from triton_sweep.export import export_kernel
 
     files = {}
-    for kernel, frame in _stores(tmp).items():
+    for kernel, frame in _stores(tmp, columns).items():
         calls = WIDE_CALLS if kernel == "softmax_calls" else None
         for path in export_kernel(frame, kernel, tmp / "exports", key=dict(softmax.SPEC.export_key),
                                   dims=softmax.SPEC.dims, rule=softmax.SPEC.constraints, calls=calls):
@@ -66,6 +66,15 @@ def test_the_export_writes_what_it_wrote_before(tmp_path):
     assert len(files) == 6
     for name, text in files.items():
         assert text == (GOLDEN / name).read_text(), f"{name} differs from tests/fixtures/golden/{name}"
+
+
+def test_the_columns_the_command_loads_export_the_same_files(tmp_path):
+    """triton-sweep-export loads STORE_COLUMNS alone (no samples but rep_p50s_us): the same files."""
+    from triton_sweep.export import STORE_COLUMNS
+
+    assert "samples_us" not in STORE_COLUMNS
+    files = written(tmp_path, STORE_COLUMNS)
+    assert files == {name: (GOLDEN / name).read_text() for name in files} and len(files) == 6
 
 
 if __name__ == "__main__":  # regenerate the golden files

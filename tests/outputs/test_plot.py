@@ -176,6 +176,28 @@ def test_a_heatmap_of_many_shapes_is_one_summary_panel_per_dtype(tmp_path, capsy
     assert _plot(capsys, tmp_path)[0] == 0 and not drawn
 
 
+def test_a_speedup_chart_of_many_shapes_is_a_point_per_shape_and_baseline(tmp_path, capsys, monkeypatch):
+    """Past MAX_BARS shapes the labelled bars (2,000 shapes: 39 s to draw, unreadable) become a point per
+    shape and baseline, every shape's speedups in it; at the cap, the bars as before."""
+    _store(tmp_path).close()
+    drawn = {}
+    real = plots.summary_speedup
+
+    def spy(bars, providers, kernel, path):
+        drawn.update(bars=bars, providers=providers)
+        return real(bars, providers, kernel, path)
+
+    monkeypatch.setattr(plots, "summary_speedup", spy)
+    monkeypatch.setattr(plots, "MAX_BARS", len(SHAPES) - 1)
+    assert _plot(capsys, tmp_path)[0] == 0
+    assert len(drawn["bars"]) == len(SHAPES) and drawn["providers"]
+    assert all(speed > 0 for speeds in drawn["bars"].values() for speed in speeds.values())
+    _assert_image(tmp_path / "plots" / "speedup_softmax.png")
+    monkeypatch.setattr(plots, "MAX_BARS", len(SHAPES))
+    drawn.clear()
+    assert _plot(capsys, tmp_path)[0] == 0 and not drawn
+
+
 def test_a_heatmap_cell_holds_the_best_config_with_its_two_values():
     """Two configs share a (num_warps, BLOCK_SIZE) cell, apart in num_stages: the cell shows the faster
     (100% of the best), as the plot's title says; it showed the slower (50%) before."""
@@ -246,3 +268,16 @@ def test_a_row_merged_in_that_no_sweep_writes_is_named_and_nothing_is_drawn(tmp_
     assert status == 2 and out.out == "" and f"row {1 if damage == 'kernel' else 3}" in line
     assert f"{damage}:" in line and "a row no sweep writes" in line
     assert not list(tmp_path.rglob("*.png"))
+
+
+def test_the_command_reads_only_what_it_plots_and_draws_what_every_column_draws(tmp_path, capsys):
+    """plot loads PLOT_COLUMNS (no samples): the same PNGs, byte for byte, as render given every column
+    (event_p50_us set: the speedups are its ratios, not the p50s')."""
+    store = _store(tmp_path, event_p50_us=5.0)
+    full = store.load(sweep_id="s")
+    drawn = plots.render(full, tmp_path / "every", plots.ceilings(full, store))
+    store.close()
+    status, out, _ = _plot(capsys, tmp_path)
+    assert status == 0 and len(drawn) == 3 and "samples_us" not in plot.READ
+    for path in drawn:
+        assert (tmp_path / "plots" / path.name).read_bytes() == path.read_bytes(), path.name

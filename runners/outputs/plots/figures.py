@@ -12,6 +12,7 @@ skipped with a line saying why. Drawn on matplotlib's Agg canvas through `Figure
 state), matplotlib imported when a plot is drawn."""
 from __future__ import annotations
 
+import functools
 import io
 import json
 import math
@@ -26,13 +27,19 @@ from triton_sweep.model.trial import TRITON_PROVIDER
 from triton_sweep.outputs.output import DEFAULT_STORE, shown
 from triton_sweep.outputs.table.report import speedups
 from triton_sweep.store.result_store import ResultStore, shape_label
+from triton_sweep.store.schema import PEAK_KEY
 
 DPI = 110
 MAX_PANELS = 12  # heatmap panels of one figure; past it, the summary (one panel a dtype)
+MAX_BARS = 60  # (dtype, shape)s of a speedup chart drawn as labelled bars; past it, a point each (summary)
 BASELINE_MARKERS = "osD^vP<>hX"
 # Roofline groups named in its legend, a colour each (tab10's); past them the legend names the markers
 # alone: 120 groups' 480 entries made a legend taller than the figure, and its layout collapse.
 LEGEND_GROUPS = 10
+# The columns the plots read (render, ceilings: the device's PEAK_KEY too), all the command loads of a store.
+PLOT_COLUMNS = ("id", "trial_key", "sweep_id", "kernel", "provider", "shape", "dtype", "config", "status",
+                "phase", "chosen", "p50_us", "event_p50_us", "gbps", "tflops", "pct_copy_bw", "pct_matmul",
+                "backend", *PEAK_KEY)
 
 
 class PlotError(ValueError):
@@ -58,21 +65,28 @@ def _groups(frame: pd.DataFrame):
     winner's row or None); the newest rows picked once for the whole frame, not per group."""
     ok = frame[frame["status"] == "ok"]
     keys = ["kernel", "dtype", "shape"]
-    shown = dict(tuple(_newest(ok).groupby(keys, sort=False)))
+    newest = _newest(ok)
+    mine = newest["provider"] == TRITON_PROVIDER
+    shown = dict(tuple(newest[mine].groupby(keys, sort=False)))
+    baselines = newest[~mine].groupby([*keys, "provider"], sort=False).tail(1)  # the newest of each
+    theirs = dict(tuple(baselines.groupby(keys, sort=False)))
     ours = ok[ok["provider"] == TRITON_PROVIDER]
     won = {(kernel, dtype, shape): index for (kernel, dtype), rows in ours.groupby(["kernel", "dtype"])
            for shape, index in winners(rows).items()}  # one pass a (kernel, dtype), not one a shape
+    none = newest.iloc[:0]
     for key in ok.groupby(keys, sort=False).groups:
-        rows = shown[key]
-        baselines = rows[rows["provider"] != TRITON_PROVIDER].groupby("provider", sort=False).tail(1)
         best = ok.loc[won[key]] if key in won else None
-        yield key, rows[rows["provider"] == TRITON_PROVIDER], baselines, best
+        yield key, shown.get(key, none), theirs.get(key, none), best
 
 
 def _configs(texts: pd.Series) -> list[dict]:
     """Each row's config, each distinct JSON text parsed once (a sweep has far fewer configs than rows)."""
-    parsed = {text: json.loads(text) for text in texts.unique()}
-    return [parsed[text] for text in texts]
+    return [_config(text) for text in texts]
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _config(text: str) -> dict:  # read, never changed: one dict for every row of a config
+    return json.loads(text)
 
 
 def ceilings(frame: pd.DataFrame, store: Optional[ResultStore]) -> dict:
@@ -115,8 +129,9 @@ def _save(fig, path: Path) -> None:
     write_atomic(path, buffer.getvalue())
 
 
-def roofline(frame: pd.DataFrame, peaks: dict, path: Path, title: str) -> Optional[str]:
-    """Draw the roofline to path; returns why it was skipped, or None."""
+def roofline(frame: pd.DataFrame, peaks: dict, path: Path, title: str,
+             groups: Optional[list] = None) -> Optional[str]:
+    """Draw the roofline to path; returns why it was skipped, or None. `groups`: _groups's, if known."""
     import numpy as np
     from matplotlib import colormaps
 
@@ -147,7 +162,7 @@ def roofline(frame: pd.DataFrame, peaks: dict, path: Path, title: str) -> Option
             tops.append(matmul)
         if not roofs:
             ax.plot(x, copy * x / 1000, color="black", lw=1.2, label=f"measured copy {copy:.0f} GB/s")
-    groups = list(_groups(frame))
+    groups = list(_groups(frame)) if groups is None else groups
     markers, named = _markers(ax, groups)
     for i, ((kernel, dtype, shape), ours, baselines, best) in enumerate(groups):
         colour = colours(i % 10)
@@ -222,8 +237,9 @@ def meta_axes(ours: pd.DataFrame, x: Optional[str], y: Optional[str], kernel: st
 
 
 def heatmap(frame: pd.DataFrame, kernel: str, path: Path, x: Optional[str] = None,
-            y: Optional[str] = None, name_axes: Callable[[str, str], str] = _flags) -> Optional[str]:
-    """Draw the kernel's heatmaps to path; returns why it was skipped, or None.
+            y: Optional[str] = None, name_axes: Callable[[str, str], str] = _flags,
+            groups: Optional[list] = None) -> Optional[str]:
+    """Draw the kernel's heatmaps to path; returns why it was skipped, or None. `groups`: _groups's.
 
     Each cell holds the best config with those two values (the best over the other meta-parameters;
     100 = the fastest config of ours at that shape); empty cells were pruned or failed. Past MAX_PANELS
@@ -242,7 +258,7 @@ def heatmap(frame: pd.DataFrame, kernel: str, path: Path, x: Optional[str] = Non
     configs = _configs(rows["config"])
     x_values = sorted({c.get(x) for c in configs} - {None})
     y_values = sorted({c.get(y) for c in configs} - {None})
-    panels = [(key, ours, best) for key, ours, _, best in _groups(frame)
+    panels = [(key, ours, best) for key, ours, _, best in (_groups(frame) if groups is None else groups)
               if key[0] == kernel and not ours.empty]
     if not panels:
         return f"no ok config of {kernel}"
@@ -308,11 +324,11 @@ def summary_heatmap(panels: list, kernel: str, path: Path, x: str, y: str) -> No
         grid = np.array([_percent_of_best(ours, cells, (y, x)) for _, ours, _ in mine]).T
         image = ax.imshow(np.ma.masked_invalid(grid), cmap="viridis", vmin=0, vmax=100, origin="lower",
                           aspect="auto", interpolation="nearest")
-        for column, (_, _, best) in enumerate(mine):
-            config = json.loads(best["config"]) if best is not None else {}
-            if (config.get(y), config.get(x)) in cells:
-                ax.scatter([column], [cells.index((config[y], config[x]))], s=12, marker="s",
-                           facecolors="none", edgecolors="red", linewidths=1)
+        won = [_config(best["config"]) if best is not None else {} for _, _, best in mine]
+        won = [(column, cells.index((c.get(y), c.get(x)))) for column, c in enumerate(won)
+               if (c.get(y), c.get(x)) in cells]
+        if won:  # one collection of every winner's frame, not a collection each
+            ax.scatter(*zip(*won), s=12, marker="s", facecolors="none", edgecolors="red", linewidths=1)
         step = max(1, len(mine) // 40)  # at most ~40 labels along x
         ax.set_xticks(range(0, len(mine), step), [shape_label(s) for s, _, _ in mine][::step], rotation=90,
                       fontsize=6)
@@ -324,18 +340,21 @@ def summary_heatmap(panels: list, kernel: str, path: Path, x: str, y: str) -> No
     _save(fig, path)
 
 
-def speedup(frame: pd.DataFrame, kernel: str, path: Path) -> Optional[str]:
-    """Draw the kernel's speedups over its baselines to path; returns why it was skipped, or None."""
+def speedup(frame: pd.DataFrame, kernel: str, path: Path, groups: Optional[list] = None) -> Optional[str]:
+    """Draw the kernel's speedups over its baselines to path; returns why it was skipped, or None. Past
+    MAX_BARS (dtype, shape)s, a point per shape and baseline, the shapes along x (summary_speedup)."""
     import numpy as np
 
     bars = {}  # (dtype, shape text) -> {provider: speedup}
-    for (name, dtype, shape), _, baselines, best in _groups(frame):
+    for (name, dtype, shape), _, baselines, best in _groups(frame) if groups is None else groups:
         if name == kernel and best is not None and not baselines.empty:
             bars[(dtype, shape_label(shape))] = {row["provider"]: speedups(row, best)[0]
                                                  for _, row in baselines.iterrows()}
     if not bars:
         return f"no shape of {kernel} where both a config of ours and a baseline are ok"
     providers = sorted({p for speeds in bars.values() for p in speeds})
+    if len(bars) > MAX_BARS:
+        return summary_speedup(bars, providers, kernel, path)
     fig = _figure(max(6.0, 1.2 * len(bars) * len(providers) + 2), 4.5)
     ax = fig.subplots()
     width = 0.8 / len(providers)
@@ -353,6 +372,25 @@ def speedup(frame: pd.DataFrame, kernel: str, path: Path) -> Optional[str]:
     return None
 
 
+def summary_speedup(bars: dict, providers: list, kernel: str, path: Path) -> None:
+    """The speedups of many shapes: a point per shape and baseline, the shapes along x as the sweep
+    ordered them (about 40 named), no numbers (2,000 labelled bars took 39 s to draw, unreadable)."""
+    import numpy as np
+
+    fig = _figure(min(30.0, max(8.0, 0.14 * len(bars) + 3)), 4.5)
+    ax = fig.subplots()
+    for provider in providers:
+        ax.plot(np.arange(len(bars)), [speeds.get(provider, np.nan) for speeds in bars.values()], ".",
+                ms=3, label=f"vs {provider}")
+    ax.axhline(1.0, color="black", lw=1)
+    step = max(1, len(bars) // 40)
+    ax.set_xticks(range(0, len(bars), step), [f"{d} {s}" for d, s in bars][::step], rotation=90, fontsize=6)
+    ax.set_ylabel("end-to-end speedup (> 1: ours faster)")
+    ax.set_title(f"{kernel}: speedup of the best config over each baseline, {len(bars)} shapes", fontsize=10)
+    ax.legend(fontsize=8, loc="upper right")
+    _save(fig, path)
+
+
 def render(frame: pd.DataFrame, out_dir: str | Path, peaks: dict, x: Optional[str] = None,
            y: Optional[str] = None, say: Callable[[str], None] = print,
            name_axes: Callable[[str, str], str] = _flags) -> list[Path]:
@@ -364,12 +402,13 @@ def render(frame: pd.DataFrame, out_dir: str | Path, peaks: dict, x: Optional[st
     sweeps = ", ".join(sorted(frame["sweep_id"].unique()))
     gpus = ", ".join(sorted(frame["gpu_name"].unique()))
     title = f"sweep {sweeps} on {gpus}"
-    jobs = [("roofline", out_dir / "roofline.png", lambda p: roofline(frame, peaks, p, title))]
+    groups = list(_groups(frame))  # once for every plot
+    jobs = [("roofline", out_dir / "roofline.png", lambda p: roofline(frame, peaks, p, title, groups))]
     for kernel in frame["kernel"].unique():
         jobs += [(f"heatmap of {kernel}", out_dir / f"heatmap_{kernel}.png",
-                  lambda p, k=kernel: heatmap(frame, k, p, x, y, name_axes)),
+                  lambda p, k=kernel: heatmap(frame, k, p, x, y, name_axes, groups)),
                  (f"speedup of {kernel}", out_dir / f"speedup_{kernel}.png",
-                  lambda p, k=kernel: speedup(frame, k, p))]
+                  lambda p, k=kernel: speedup(frame, k, p, groups))]
     written = []
     for name, path, draw in jobs:
         reason = draw(path)
