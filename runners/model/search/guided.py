@@ -34,7 +34,6 @@ class Guided(Strategy):
                       for name in self.names}
         self.dtypes = sorted({dtype for _, dtype in self.groups})
         self.valid = {key: [t for t in group if not t.pruned_reason] for key, group in self.groups.items()}
-        self.keys = {key: [t.key for t in valid] for key, valid in self.valid.items()}  # Trial.key hashes
         self.index = {key: {_frozen(t.config): i for i, t in enumerate(valid)}
                       for key, valid in self.valid.items()}
         self.features = {key: self._features(valid) for key, valid in self.valid.items()}
