@@ -75,6 +75,7 @@ class Measured:
         for j, key in enumerate(self.keys):
             at = self.configs[key]["ok_at"]
             self.ok_array[[self.index[s] for s in at], j] = [figures["p50_us"] for figures in at.values()]
+        self.verified = ~np.isnan(self.ok_array)  # where each config was ok
         self.winner_index = np.array([column[self.winner_keys[s]] for s in self.shapes])
         self.first_ids = np.array([self.configs[key]["first_id"] for key in self.keys])
         ranked = sorted(range(len(self.keys)),

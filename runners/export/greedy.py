@@ -25,6 +25,7 @@ class Arrays:
     figures: np.ndarray  # shape x (weighted, near, wins, logs) x config
     order: np.ndarray
     first_ids: np.ndarray
+    weighted: bool = True  # whether calls weigh the shapes (else every weighted figure is 0: all tie)
 
     def stats(self, rows: np.ndarray) -> np.ndarray:
         """Each config's (weighted, count, wins, log sum) over the shapes of the boolean `rows`."""
@@ -39,6 +40,8 @@ class Arrays:
         weighted, count, wins, logs = stats
         candidates = np.flatnonzero(count > 0)
         for figure, exact in ((weighted, 0), (count, None), (wins, None), (logs / np.maximum(count, 1), 3)):
+            if exact == 0 and not self.weighted:
+                continue
             values = figure[candidates]
             if exact is not None:
                 close = values >= values.max() - DRIFT * max(1.0, abs(values.max()))
@@ -144,4 +147,4 @@ def shape_arrays(timed: np.ndarray, winners: np.ndarray, tolerance: float, calls
     ratio = np.where(near, best[:, None] / np.where(near, timed, 1.0), 1.0)
     weighted = np.zeros(timed.shape) if calls is None else np.where(near, calls[:, None] * ratio, 0.0)
     figures = np.stack([weighted, near, wins & near, np.where(near, np.log(ratio), 0.0)], axis=1)
-    return Arrays(near, figures, order, first_ids)
+    return Arrays(near, figures, order, first_ids, bool(weighted.any()))

@@ -51,12 +51,13 @@ def merge_rows(db: sqlite3.Connection, rows: list, sweeps_of: dict, peaks: list,
     # Arrivals first where timestamps tie: a row of this store that ties one stays after it.
     ordered = sorted([(row[AT["timestamp"]], 0, i) for i, (row, _) in enumerate(new)]
                      + [(row[AT["timestamp"]], 1, i) for i, (row, _) in enumerate(moved)])
-    memberships, again = [], 0  # in the order of the rows; a moved row's (new ids: each inserted) not new
-    for _, was_here, i in ordered:
-        row, sweeps = (moved if was_here else new)[i]
-        row_id = _insert_stored(db, row)
-        memberships += [(sweep_id, row_id) for sweep_id in sweeps]
-        again += len(sweeps) if was_here else 0
+    placed = [(moved if was_here else new)[i] for _, was_here, i in ordered]
+    db.executemany(INSERT, [row for row, _ in placed])  # one statement, not one a row
+    # AUTOINCREMENT: the rows of one statement take consecutive ids, the last of them the table's sequence.
+    last = db.execute("SELECT seq FROM sqlite_sequence WHERE name = 'trials'").fetchone() if placed else None
+    first = 0 if last is None else last[0] - len(placed) + 1
+    memberships = [(sweep_id, first + k) for k, (_, sweeps) in enumerate(placed) for sweep_id in sweeps]
+    again = sum(len(sweeps) for _, sweeps in moved)  # a moved row's memberships (new ids) are not new
     added = db.executemany("INSERT OR IGNORE INTO sweep_rows VALUES (?, ?)", memberships).rowcount
     counts.memberships += added - again
     counts.kept, counts.moved = len(new), len(moved)
@@ -80,11 +81,6 @@ def _add_memberships(db: sqlite3.Connection, row_id: int, sweeps: Iterable[str])
         added += db.execute("INSERT OR IGNORE INTO sweep_rows VALUES (?, ?)",
                             (sweep_id, row_id)).rowcount
     return added
-
-
-def _insert_stored(db: sqlite3.Connection, row: tuple) -> int:
-    """Insert a row of the values of COLUMN_NAMES in their stored form (as read from a store)."""
-    return db.execute(INSERT, row).lastrowid
 
 
 def _take_newer_rows(db: sqlite3.Connection, arriving: list) -> list:

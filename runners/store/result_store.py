@@ -30,6 +30,12 @@ if TYPE_CHECKING:  # imported where used: the sweep opens its store before its w
     import pandas as pd
 
 
+# The pages a merge's transaction holds in memory (KiB): SQLite's default 2 MiB spilled the index's pages to
+# the WAL again and again as rows arrived (a 408,000-row merge: 19.9 s, 5.1 s of it the system's; 17.3 s and
+# 2.5 s with 64 MiB, 60 MB more at its peak).
+MERGE_CACHE_KIB = 65536
+
+
 class ResultStore:
     def __init__(self, path: str | Path):
         self.path = Path(path)
@@ -216,8 +222,13 @@ class ResultStore:
             from triton_sweep.store.row_model import checked_rows  # pydantic: not at a sweep's start
 
             checked_rows(rows, str(source), COLUMN_NAMES)  # before anything is written
-        with self._transaction():
-            merge_rows(self._db, rows, sweeps_of, peaks, counts)
+        previous = self._db.execute("PRAGMA cache_size").fetchone()[0]
+        self._db.execute(f"PRAGMA cache_size = -{MERGE_CACHE_KIB}")
+        try:
+            with self._transaction():
+                merge_rows(self._db, rows, sweeps_of, peaks, counts)
+        finally:
+            self._db.execute(f"PRAGMA cache_size = {previous}")
         return counts
 
     @contextmanager
