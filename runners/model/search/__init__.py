@@ -6,8 +6,9 @@ so a pruned config never reaches a compiler), and feeds the same scheduler, stor
 as a grid. Each conf/search/<name>.yaml names a Strategy class (`_target_`) with the settings every
 strategy takes and its own under `settings` (the class declares them in `defaults`: the schema need not
 know them); `search=<name>` selects one, `search._target_=pkg.mod.Class` any other. The built-in ones:
-grid.py, random.py, optuna.py. The same seed and budget give the same configs (for optuna: as long as
-the measured values repeat)."""
+guided.py (the default), grid.py, random.py, optuna.py; simulate.py runs any of them on a space of
+record. The same seed and budget give the same configs (for optuna and guided: as long as the measured
+values repeat)."""
 from __future__ import annotations
 
 import importlib
