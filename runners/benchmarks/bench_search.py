@@ -75,12 +75,17 @@ def main(argv=None) -> None:
         import sys
         argv = sys.argv[1:]
     if argv[:1] == ["record"]:
-        record(*argv[1:4])
+        if len(argv) != 4:
+            parser.error("record takes STORE SWEEP_ID OUT.csv.gz")
+        record(*argv[1:])
         return
     parser.add_argument("--spaces", nargs="*", default=sorted(map(str, SPACES.glob("*.csv.gz"))))
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--strategies", nargs="*", default=list(STRATEGIES))
     args = parser.parse_args(argv)
+    if not args.spaces:
+        parser.error(f"no space of record in {SPACES} and none given (--spaces): record one with "
+                     "`triton-sweep +sweep=matmul_space sweep_id=space`, then `record`")
     rows = []
     for path in args.spaces:
         space = RecordedSpace.read(path)

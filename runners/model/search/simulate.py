@@ -1,5 +1,5 @@
 """A search strategy run against a space of record: every config of a kernel screened at some shapes and
-dtypes, kept as a compact CSV (runners/benchmarks/spaces/). The strategy is asked and told as in a job;
+dtypes, kept as a compact CSV (bench_search record). The strategy is asked and told as in a job;
 the record answers each trial's status and p50, and its compile and GPU seconds give a simulated wall
 time (a compile pool of `compilers` processes ahead of one GPU, a config compiled once per dtype, as
 Triton's cache does across shapes). What a strategy costs is found without a GPU: how many configs it
@@ -32,7 +32,7 @@ class RecordedSpace:
             raise ValueError(f"a space of record needs the columns {', '.join(missing)}")
         self.kernel, self.frame, self.about = kernel, frame.reset_index(drop=True), about
         configs = [json.loads(text) for text in frame["config"]]
-        shapes = [tuple(int(size) for size in text.split("x")) for text in frame["shape"]]
+        shapes = [_shape(text) for text in frame["shape"]]
         self.trials = [Trial(kernel, TRITON_PROVIDER, shape, dtype, config,
                              "pruned when the space was recorded" if status == "pruned" else None)
                        for shape, dtype, config, status
