@@ -223,7 +223,8 @@ class Job:
                   if self.watch is not None and worker is not None else None)
         return {**self.common, **{k: info[k] for k in DEVICE_COLUMNS}, "trial_key": trial.key,
                 "kernel": trial.kernel, "provider": trial.provider, "shape": trial.shape,
-                "dtype": trial.dtype, "config": trial.config, "phase": phase, **result,
+                "dtype": trial.dtype, "config": trial.config, "phase": phase,
+                "planned_configs": self.plan.search.planned(trial), **result,
                 "throttled": _is_throttled(result, info["sm_clock_max_mhz"], self.cfg.timing.throttle_ratio),
                 "gpu_shared": shared, "timestamp": now()}
 

@@ -24,7 +24,8 @@ from triton_sweep.export.settings import checked
 from triton_sweep.store.row_model import StoredRow
 
 # The columns of a store the export reads (of them, samples: rep_p50s_us), those checked among them.
-STORE_COLUMNS = tuple(dict.fromkeys((*StoredRow.model_fields, "trial_key", "chosen", *WINNER_FIELDS, *READ)))
+STORE_COLUMNS = tuple(dict.fromkeys((*StoredRow.model_fields, "trial_key", "chosen", "planned_configs",
+                                     *WINNER_FIELDS, *READ)))
 
 
 def export_kernel(frame: pd.DataFrame, kernel: str, out_dir: str | Path, *, tolerance: float = 0.03,
@@ -38,6 +39,6 @@ def export_kernel(frame: pd.DataFrame, kernel: str, out_dir: str | Path, *, tole
     checked_rows(frame[frame["kernel"] == kernel], source)  # before anything reads them
     by_gpu, rank = exported_rows(frame, kernel, interpreter)
     dims, key = checked(kernel, rank, tolerance, key, dims, key_field)
-    lists = {gpu: covered(of.rows, tolerance, of.baselines, calls) for gpu, of in by_gpu.items()}
+    lists = {gpu: covered(of.rows, tolerance, of.baselines, calls, of.searched) for gpu, of in by_gpu.items()}
     sections = gpu_sections(kernel, by_gpu, lists, tolerance, dims, key, rule)
     return write_export(kernel, sections, out_dir, dims, key, merge)

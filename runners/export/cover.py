@@ -164,9 +164,10 @@ def weighted_loss(list_p50: dict, best: dict, calls: dict) -> Optional[float]:
 
 
 def covering_set(measured: Measured, tolerance: float, baselines: Optional[pd.DataFrame] = None,
-                 calls: Optional[dict] = None) -> dict:
+                 calls: Optional[dict] = None, searched: Optional[dict] = None) -> dict:
     """The covering set and the winner of each shape, from one (GPU, dtype)'s rows as `measured` reads
-    them (module doc: how); weighted by `calls` (shape -> count) where given."""
+    them (module doc: how); weighted by `calls` (shape -> count) where given; with each shape's winner,
+    how many configs were measured there of how many (`searched`: shape -> rows.searched's figures)."""
     shapes, configs, timed, winners = measured.shapes, measured.configs, measured.timed, measured.winners
     chosen = measured.listed(shapes, tolerance, calls)
     covers = measured.near(shapes, tolerance)
@@ -188,17 +189,21 @@ def covering_set(measured: Measured, tolerance: float, baselines: Optional[pd.Da
                            **row_figures(winners[s]),
                            "fastest_p50_us": measured.best[s], "list_p50_us": list_best[s][0],
                            "list_config": json.loads(list_best[s][1]),
-                           "baselines": baselines_of.get(json.dumps(list(s)), {})} for s in shapes],
+                           "baselines": baselines_of.get(json.dumps(list(s)), {}),
+                           **(searched or {}).get(s, {})} for s in shapes],
     }
 
 
 def covered(rows: pd.DataFrame, tolerance: float, baselines: Optional[pd.DataFrame] = None,
-            calls: Optional[dict] = None) -> dict[str, tuple[Measured, dict]]:
+            calls: Optional[dict] = None, searched: Optional[dict] = None
+            ) -> dict[str, tuple[Measured, dict]]:
     """dtype -> (one GPU's rows of it as Measured reads them, their covering_set), with the baselines
-    measured beside them, for each shape's winner."""
+    measured beside them and how many configs were measured of how many (`searched`: rows.searched's),
+    for each shape's winner."""
     found = {}
     for dtype, group in sorted(rows.groupby("dtype")):
         measured = Measured(group)
         found[dtype] = measured, covering_set(
-            measured, tolerance, None if baselines is None else baselines[baselines["dtype"] == dtype], calls)
+            measured, tolerance, None if baselines is None else baselines[baselines["dtype"] == dtype], calls,
+            {shape: figures for (d, shape), figures in (searched or {}).items() if d == dtype})
     return found

@@ -53,6 +53,8 @@ class Best(Verified):
     list_p50_us: Figure
     list_config: Optional[Config] = None
     baselines: dict[Text, Figures] = {}
+    configs_measured: Optional[Size] = None  # how many configs were measured at the shape
+    configs_planned: Optional[Size] = None  # of how many that passed the constraints
 
 
 class LeaveOneOut(Model):

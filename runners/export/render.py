@@ -72,9 +72,11 @@ def _literal_lines(data: dict, configs: dict) -> tuple[list[str], list[str]]:
                 cover_lines.append("            ],")
                 for shape in dtype_data["best_by_shape"]:
                     throughput = f", {shape['gbps']:.0f} GB/s" if shape["gbps"] is not None else ""
+                    searched = (f"; {shape['configs_measured']} of {shape['configs_planned']} configs "
+                                "measured" if shape.get("configs_planned") is not None else "")
                     best_lines.append(f"            # p50 {shape['p50_us']:.2f} us{throughput}; fastest "
                                       f"there {shape['fastest_p50_us']:.2f} us, the list's best "
-                                      f"{shape['list_p50_us']:.2f} us")
+                                      f"{shape['list_p50_us']:.2f} us{searched}")
                     best_lines.append(f"            ({dtype!r}, {tuple(shape['shape'])!r}): "
                                       f"{_config_source(shape['config'])},")
             cover_lines.append("        },")

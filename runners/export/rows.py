@@ -66,12 +66,14 @@ def select_rows(frame: pd.DataFrame, kernel: str, interpreter: bool = False) -> 
 
 @dataclass(frozen=True)
 class OfGpu:
-    """What one GPU exports: its exportable rows, the ok baselines measured beside them (baseline_rows)
-    and every status of our trials there (trial_statuses)."""
+    """What one GPU exports: its exportable rows, the ok baselines measured beside them (baseline_rows),
+    every status of our trials there (trial_statuses) and how many configs were measured of how many
+    (searched)."""
 
     rows: pd.DataFrame
     baselines: pd.DataFrame
     statuses: dict
+    searched: dict
 
 
 def exported_rows(frame: pd.DataFrame, kernel: str,
@@ -80,11 +82,14 @@ def exported_rows(frame: pd.DataFrame, kernel: str,
     exports (`interpreter`: select_rows's); and the rank of their shapes."""
     by_gpu = select_rows(frame, kernel, interpreter)
     rank = len(parse_shape(next(iter(by_gpu.values()))["shape"].iloc[0]))
-    return {gpu: OfGpu(rows, baseline_rows(frame, rows), trial_statuses(frame, rows))
-            for gpu, rows in by_gpu.items()}, rank
+    of_gpu = {}
+    for gpu, rows in by_gpu.items():
+        beside = beside_rows(frame, rows)
+        of_gpu[gpu] = OfGpu(rows, baseline_rows(beside), trial_statuses(beside), searched(beside))
+    return of_gpu, rank
 
 
-def _beside(frame: pd.DataFrame, ours: pd.DataFrame) -> pd.DataFrame:
+def beside_rows(frame: pd.DataFrame, ours: pd.DataFrame) -> pd.DataFrame:
     """Every row of the store measured beside `ours` (one GPU's exportable rows): the same kernel, GPU
     and environment, any provider and status."""
     newest = ours.loc[ours["id"].idxmax()]
@@ -94,23 +99,36 @@ def _beside(frame: pd.DataFrame, ours: pd.DataFrame) -> pd.DataFrame:
     return rows
 
 
-def baseline_rows(frame: pd.DataFrame, ours: pd.DataFrame) -> pd.DataFrame:
-    """The ok baseline rows measured beside `ours`, the newest row of each trial (the finalists' rounds
+def baseline_rows(beside: pd.DataFrame) -> pd.DataFrame:
+    """The ok baseline rows of `beside` (beside_rows's), the newest row of each trial (the finalists' rounds
     where they were re-timed)."""
-    rows = _beside(frame, ours)
-    rows = rows[(rows["provider"] != TRITON_PROVIDER) & (rows["status"] == "ok") & rows["p50_us"].notna()]
+    rows = beside[(beside["provider"] != TRITON_PROVIDER) & (beside["status"] == "ok")
+                  & beside["p50_us"].notna()]
     return newest_per_trial(rows)
 
 
-def trial_statuses(frame: pd.DataFrame, ours: pd.DataFrame) -> dict:
-    """(dtype, canonical config, shape) -> the status of the newest row of each of our trials measured
-    beside `ours`, whatever the status."""
-    rows = _beside(frame, ours)
-    rows = newest_per_trial(rows[rows["provider"] == TRITON_PROVIDER])
+def trial_statuses(beside: pd.DataFrame) -> dict:
+    """(dtype, canonical config, shape) -> the status of the newest row of each of our trials of `beside`
+    (beside_rows's), whatever the status."""
+    rows = newest_per_trial(beside[beside["provider"] == TRITON_PROVIDER])
     configs = {text: canonical(text) for text in rows["config"].unique()}  # each parsed once
     shapes = {text: parse_shape(text) for text in rows["shape"].unique()}
     return {(dtype, configs[config], shapes[shape]): status for dtype, config, shape, status
             in zip(rows["dtype"], rows["config"], rows["shape"], rows["status"])}
+
+
+def searched(beside: pd.DataFrame) -> dict:
+    """(dtype, shape) -> {"configs_measured": how many of our configs have a row of `beside` (beside_rows's)
+    there, pruned ones aside; "configs_planned": of how many passed the constraints}, where the rows say
+    (planned_configs: a whole number; older rows have none)."""
+    rows = beside[(beside["provider"] == TRITON_PROVIDER) & (beside["status"] != "pruned")]
+    planned = pd.to_numeric(rows.get("planned_configs", pd.Series(index=rows.index, dtype=float)),
+                            errors="coerce")
+    counts = rows.assign(planned=planned.where((planned >= 1) & (planned < 2 ** 31))).groupby(
+        ["dtype", "shape"]).agg(measured=("trial_key", "nunique"), planned=("planned", "max"))
+    return {(dtype, parse_shape(shape)): {"configs_measured": int(measured), "configs_planned": int(most)}
+            for (dtype, shape), measured, most in zip(counts.index, counts["measured"], counts["planned"])
+            if pd.notna(most)}
 
 
 def canonical(config_json: str) -> str:

@@ -24,6 +24,9 @@ COLUMNS: tuple[Column, ...] = (
     Column("kernel", "TEXT NOT NULL", CONFIG), Column("provider", "TEXT NOT NULL", CONFIG),
     Column("shape", "TEXT NOT NULL", CONFIG), Column("dtype", "TEXT NOT NULL", CONFIG),
     Column("config", "TEXT NOT NULL"),
+    # Of ours: how many configs of the job's plan pass the constraints at the row's (shape, dtype), so that
+    # a search's "measured N of M" can be said from the store (the table, the export).
+    Column("planned_configs", "INTEGER", CONFIG),
     # How it ended.
     Column("status", "TEXT NOT NULL", SUMMARY), Column("message", "TEXT", SUMMARY),
     Column("stop_reason", "TEXT", SUMMARY),

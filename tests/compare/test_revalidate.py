@@ -16,7 +16,7 @@ from triton_sweep.measure.device import INTERPRETER_DEVICE_NAME
 from triton_sweep.export.cover import covered
 from triton_sweep.export.fileformat import write_export
 from triton_sweep.export.generalization import gpu_section
-from triton_sweep.export.rows import baseline_rows
+from triton_sweep.export.rows import baseline_rows, beside_rows
 from triton_sweep.store.result_store import ResultStore
 from triton_sweep.revalidate import judge_shapes
 from tests.conftest import overwrite_a_leaf_page, run_command, run_sweep, user_env
@@ -47,7 +47,7 @@ def _export(tuned, tmp_path, scale: dict):
     _, rows = tuned
     ours = rows[(rows["provider"] == "triton") & (rows["status"] == "ok")]
     ours = ours.sort_values("id").groupby("trial_key").tail(1)
-    section = gpu_section(ours, covered(ours, 0.03, baseline_rows(rows, ours)), 0.03)
+    section = gpu_section(ours, covered(ours, 0.03, baseline_rows(beside_rows(rows, ours))), 0.03)
     def scaled(figures: dict, names: tuple) -> None:
         factor = scale[figures["shape"][0]]
         for name in names:

@@ -82,10 +82,11 @@ def test_built_in_strategies_hand_out_what_they_did_before(strategy, budget, see
 def test_a_new_strategy_is_a_class_and_a_config_node(tmp_path):
     """tests/fixtures/search_plugin.py is a strategy the project does not know, with a setting of its own:
     named on the command line (as a conf/search/<name>.yaml would name it), it decides which configs are
-    measured. At 200 elements BLOCK_SIZE 2048 is pruned; of the 6 others, every second one from the last."""
+    measured. At 200 elements BLOCK_SIZE 2048 is pruned; of the 6 others, every second one from the last.
+    The end table and the export say so: 3 configs measured of the 6 that pass the constraints."""
     result = run_sweep(tmp_path, "kernel=vector_add", "kernel.shapes=[200]",
                        "kernel.space.BLOCK_SIZE=[256,512,1024,2048]", "kernel.space.num_warps=[2,4]",
-                       "kernel.baselines=[]", "sweep_id=backwards",
+                       "kernel.baselines=[]", "sweep_id=backwards", "export.interpreter=true",
                        "search._target_=tests.fixtures.search_plugin.Backwards", "+search.settings.step=2")
     store = ResultStore(tmp_path / "results.sqlite")
     rows = store.load(sweep_id="backwards").sort_values("id")
@@ -95,6 +96,11 @@ def test_a_new_strategy_is_a_class_and_a_config_node(tmp_path):
     assert measured == [(1024, 4), (512, 4), (256, 4)]  # in the order the strategy handed them out
     assert set(rows["status"]) == {"ok"}  # the pruned configs were never handed out, so never recorded
     assert "Backwards search)" in result.stdout  # the start line names the strategy
+    header, row = [line.split() for line in result.stdout.splitlines() if "best config" in line
+                   or line.startswith("vector_add   float16")]
+    assert header[3] == "measured" and row[3] == "3/6"
+    module = (tmp_path / "exports" / "vector_add_configs.py").read_text()
+    assert "; 3 of 6 configs measured" in module
 
 
 def test_a_bad_target_stops_the_sweep_before_any_launch(tmp_path):

@@ -50,6 +50,7 @@ class Strategy:
         for trial in trials:
             if trial.provider == TRITON_PROVIDER:
                 self.groups[trial.shape, trial.dtype].append(trial)
+        self._passing = {key: sum(not t.pruned_reason for t in group) for key, group in self.groups.items()}
         self._handed_out = False
 
     def ask(self) -> list[Trial]:
@@ -75,6 +76,11 @@ class Strategy:
     def tell(self, trial: Trial, result: dict) -> None:
         """The outcome of a trial `ask` handed out (its row: `status`, `p50_us`, ...); a strategy that
         decides up front learns nothing from it."""
+
+    def planned(self, trial: Trial) -> Optional[int]:
+        """How many configs of the trial's (shape, dtype) pass the constraints: what a search measures "of"
+        (a row's planned_configs); None for a baseline."""
+        return self._passing[trial.shape, trial.dtype] if trial.provider == TRITON_PROVIDER else None
 
     def said(self) -> list[str]:
         """What the job prints at the end of its trials: one line per (shape, dtype), for a strategy that

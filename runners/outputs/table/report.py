@@ -12,8 +12,8 @@ from triton_sweep.store.result_store import shape_label
 
 
 TABLE_COLUMNS = ("id", "trial_key", "kernel", "dtype", "shape", "provider", "config", "phase", "status",
-                 "message", "chosen", "p50_us", "event_p50_us", "gbps", "pct_copy_bw", "timers_disagree",
-                 "backend")
+                 "message", "chosen", "planned_configs", "p50_us", "event_p50_us", "gbps", "pct_copy_bw",
+                 "timers_disagree", "backend")
 INTERPRET = "interpret"
 
 
@@ -85,12 +85,37 @@ def _bests_and_baselines(ok: pd.DataFrame) -> tuple[dict, dict]:
     return best_of, baselines_of
 
 
+def _searched(frame: pd.DataFrame) -> dict:
+    """(kernel, dtype, shape) -> "measured/planned": how many of our configs have a row there (pruned ones
+    aside) of how many passed the constraints (the rows' planned_configs); {} where no row says."""
+    if frame.get("planned_configs", pd.Series(dtype=float)).isna().all():
+        return {}
+    ours = frame[(frame["provider"] == TRITON_PROVIDER) & (frame["status"] != "pruned")]
+    counts = ours.groupby(["kernel", "dtype", "shape"]).agg(
+        measured=("trial_key", "nunique"), planned=("planned_configs", "max"))
+    return {group: f"{measured}/{_fmt(planned, '.0f')}"
+            for group, measured, planned in zip(counts.index, counts["measured"], counts["planned"])}
+
+
+def _best_cells(best, gpu: bool) -> tuple:
+    """The best config's cells of a line: its config, p50, GB/s and % of the copy ceiling (GB/s and the
+    ceiling left out for an interpreter row, marked * among GPU rows)."""
+    if best is None:
+        return "(no ok config)", None, None, None
+    config = " ".join(f"{k}={v}" for k, v in json.loads(best["config"]).items())
+    if best.get("backend") == INTERPRET:
+        return config + (" *" if gpu else ""), best["p50_us"], None, None
+    return config, best["p50_us"], best["gbps"], best["pct_copy_bw"]
+
+
 def best_table(frame: pd.DataFrame) -> str:
-    """The counts (counts_line), then one line per (kernel, dtype, shape): best ok config of ours with
-    p50 (GPU time), GB/s, % of the measured copy bandwidth (the ceiling), and each baseline's p50 with
-    the end-to-end and GPU-time speedups (see speedups()). Where finalists were re-timed, the best is the
-    chosen finalist and its p50 the round-robin one, and each baseline's p50 is the one from the same
-    rounds. Interpreter rows (backend=interpret) are said to be, without GB/s or ceilings."""
+    """The counts (counts_line), then one line per (kernel, dtype, shape): how many of our configs were
+    measured of how many passed the constraints (where the rows say: a search may stop short), the best
+    ok config of ours with p50 (GPU time), GB/s, % of the measured copy bandwidth (the ceiling), and each
+    baseline's p50 with the end-to-end and GPU-time speedups (see speedups()). Where finalists were
+    re-timed, the best is the chosen finalist and its p50 the round-robin one, and each baseline's p50 is
+    the one from the same rounds. Interpreter rows (backend=interpret) are said to be, without GB/s or
+    ceilings."""
     # Only the columns read here: the selections below copy every column they hold (the rows' samples
     # too), which took the export sweeps' tables (240 groups) 2.1 s on the CPU host.
     frame = frame[[column for column in TABLE_COLUMNS if column in frame.columns]]
@@ -104,7 +129,9 @@ def best_table(frame: pd.DataFrame) -> str:
     if interpreted.any():
         lines.append("interpreter timings (backend=interpret: the Triton interpreter on the CPU)"
                      + (", marked *" if gpu else "") + ": they say nothing of a GPU's speed")
-    header = (f"{'kernel':<12} {'dtype':<9} {'shape':<14} {'best config':<44} {'p50 us':>9} "
+    searched = _searched(frame)  # a column of its own where the rows say how many configs were planned
+    header = (f"{'kernel':<12} {'dtype':<9} {'shape':<14} " + (f"{'measured':>11} " if searched else "")
+              + f"{'best config':<44} {'p50 us':>9} "
               + (f"{'GB/s':>7} {'%copy':>6}  " if gpu else " ")
               + "baselines (p50 us; speedup end to end, GPU time)")
     lines += [header, "-" * len(header)]
@@ -112,14 +139,7 @@ def best_table(frame: pd.DataFrame) -> str:
     for group in dict.fromkeys(zip(ok["kernel"], ok["dtype"], ok["shape"])):
         kernel, dtype, shape = group
         best = best_of.get(group)
-        if best is None:
-            best_config, p50, gbps, pct = "(no ok config)", None, None, None
-        else:
-            best_config = " ".join(f"{k}={v}" for k, v in json.loads(best["config"]).items())
-            p50, gbps, pct = best["p50_us"], best["gbps"], best["pct_copy_bw"]
-            if best.get("backend") == INTERPRET:
-                gbps = pct = None
-                best_config += " *" if gpu else ""
+        best_config, p50, gbps, pct = _best_cells(best, gpu)
 
         def compared(row) -> str:
             e2e, gpu = speedups(row, best) if best is not None else (None, None)
@@ -127,7 +147,9 @@ def best_table(frame: pd.DataFrame) -> str:
 
         others = ", ".join(compared(row) for row in baselines_of.get(group, []))
         lines.append(
-            f"{kernel:<12} {dtype:<9} {shape_label(shape):<14} {best_config:<44} {_fmt(p50, '9.2f')} "
+            f"{kernel:<12} {dtype:<9} {shape_label(shape):<14} "
+            + (f"{searched.get(group, '-'):>11} " if searched else "")
+            + f"{best_config:<44} {_fmt(p50, '9.2f')} "
             + (f"{_fmt(gbps, '7.0f')} {_fmt(pct, '6.1f')}  " if gpu else " ") + others
         )
     disagree = ok[ok["timers_disagree"].fillna(False).astype(bool)]
