@@ -265,19 +265,15 @@ class Job:
         scheduler.set_device(self.env["compile_target"], self.env["max_shared_bytes"], self.peaks)
         budget_s = cfg.search.budget_s
         deadline = time.monotonic() + budget_s if budget_s else float("inf")
+
+        def more() -> list[Trial]:  # a pipelined search is asked as its results come
+            return _to_run(self, search.ask(), done) if time.monotonic() < deadline else []
+
         batch = self.batch
         try:
             while batch and time.monotonic() < deadline:
-                reused = [t for t in batch if t.key in done]
-                outcomes = store.outcomes(done[t.key] for t in reused)
-                for trial in reused:
-                    search.tell(trial, outcomes[done[trial.key]])
-                self.reused_ids += [done[t.key] for t in reused]
-                todo = [t for t in batch if t.key not in done]
-                self.progress.total += len(todo)
-                self.progress.refresh()
-                self.record_pruned([t for t in todo if t.pruned_reason])
-                scheduler.run([t for t in todo if not t.pruned_reason], self.record, deadline)
+                scheduler.run(_to_run(self, batch, done), self.record, deadline,
+                              more if search.pipelined else None)
                 batch = search.ask() if time.monotonic() < deadline else []
         finally:
             self.progress.close()
@@ -308,3 +304,18 @@ class Job:
         self.scheduler.run_finalists([g.trials for g in groups], rules, final.tie_floor,
                                      on_finalists(self.record, final.tie_floor))
         return len(groups)
+
+
+def _to_run(job: Job, batch: list[Trial], done: dict) -> list[Trial]:
+    """Of a batch the search handed out: those the store holds (`done`: trial key -> row id) told to
+    it and reused, the pruned recorded; the rest, to run."""
+    reused = [t for t in batch if t.key in done]
+    outcomes = job.store.outcomes(done[t.key] for t in reused)
+    for trial in reused:
+        job.plan.search.tell(trial, outcomes[done[trial.key]])
+    job.reused_ids += [done[t.key] for t in reused]
+    todo = [t for t in batch if t.key not in done]
+    job.progress.total += len(todo)
+    job.progress.refresh()
+    job.record_pruned([t for t in todo if t.pruned_reason])
+    return [t for t in todo if not t.pruned_reason]

@@ -52,6 +52,7 @@ class Scheduler:
         self.ready: list[Trial] = []  # the trial workers' trials ready to run
         self.last_group: dict[int, tuple] = {}  # id(worker) -> (shape, dtype) of its last trial
         self.deadline = float("inf")
+        self.more: Optional[Callable[[], list[Trial]]] = None  # run's
         self.not_run = 0  # trials dropped at the deadline
         self._starting = False
         self._peaks: Optional[tuple] = None  # (answer, lost) of measure_peaks' request, once it is in
@@ -113,13 +114,20 @@ class Scheduler:
         self.placement.stop()
 
     # --- the two kinds of work --------------------------------------------------------------
-    def run(self, trials: list[Trial], record: Callable, deadline: float = float("inf")) -> None:
+    def run(self, trials: list[Trial], record: Callable, deadline: float = float("inf"),
+            more: Optional[Callable[[], list[Trial]]] = None) -> None:
         """Compile, gate and time `trials`, each ending in one record(worker or None, trial, result);
         returns when each has been recorded or dropped at the deadline. None may be pruned: the job
-        records those itself, all at once (Job.record_pruned)."""
+        records those itself, all at once (Job.record_pruned). `more`: the next trials to run, asked
+        after a trial's record whenever no config waits for the compile pool (a pipelined search)."""
         if any(trial.pruned_reason for trial in trials):
             raise ValueError("Scheduler.run runs trials; pruned ones are the job's to record")
-        self.record, self.deadline = record, deadline
+        self.record, self.deadline, self.more = record, deadline, more
+        self._add(trials)
+        self._drive()
+        self.more = None
+
+    def _add(self, trials: list[Trial]) -> None:
         for trial in trials:
             if self.placement.needs_compile(trial):
                 self._settled(self.placement.want(trial))
@@ -128,7 +136,6 @@ class Scheduler:
             else:
                 self.ready.append(trial)
         self.placement.drop_unwanted()
-        self._drive()
 
     def run_finalists(self, groups: list[list[Trial]], rules: list, tie_floor: float,
                       on_result: Callable) -> None:
@@ -163,6 +170,12 @@ class Scheduler:
                 self.ready.append(trial)
             else:
                 self.record(None, trial, failure)
+                self._refill()
+
+    def _refill(self) -> None:
+        """After a record: run's `more`, where no config waits for the compile pool."""
+        if self.more is not None and self.placement.compilers and not self.placement.to_compile:
+            self._add(self.more())
 
     def _for_pool(self, worker: WorkerProcess) -> bool:
         return worker is self.placement.server or self.placement.is_compiler(worker)
@@ -250,5 +263,6 @@ class Scheduler:
                 worker.stop()  # it is exiting anyway; never hand it the next trial
             self.placement.took(payload.key, result)
             self.record(worker, payload, result)
+            self._refill()
         else:
             self.finals.deliver(worker, *payload, answer, lost)

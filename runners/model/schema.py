@@ -105,7 +105,7 @@ class SearchConf:
     budget_trials: Optional[int] = None  # configs measured per (shape, dtype); None: no limit
     budget_s: Optional[float] = None  # stop handing out new trials after this many seconds; None: no limit
     seed: int = 0  # random order / Optuna sampler seed (the inputs use the top-level seed)
-    batch: int = 8  # optuna, guided: configs asked a round per (shape, dtype), compiled and timed together
+    batch: int = 8  # optuna: configs asked a round per (shape, dtype); guided: at most in flight per one
     settings: Dict[str, Any] = field(default_factory=dict)  # the strategy's own: name -> value
 
 

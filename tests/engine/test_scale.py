@@ -26,7 +26,8 @@ H100_TARGET = ("cuda", 90, 32)
 H100_SHARED_BYTES = 232448  # cudaDevAttrMaxSharedMemoryPerBlockOptin of an H100 / H200
 
 
-def _compile(trials, workers=2, timeout_s=60.0, spec="tests.fixtures.bad_kernels:COMPILE_CASES", grace_s=5.0):
+def _compile(trials, workers=2, timeout_s=60.0, spec="tests.fixtures.bad_kernels:COMPILE_CASES", grace_s=5.0,
+             more=None):
     """Run `trials` through a compile pool only (no trial worker): (recorded failures, ready trials).
     `grace_s`: how long the workers may take to exit once told (what they build after answering)."""
     recorded = {}
@@ -35,7 +36,7 @@ def _compile(trials, workers=2, timeout_s=60.0, spec="tests.fixtures.bad_kernels
     try:
         scheduler.start(ahead=[])
         scheduler.set_device(H100_TARGET, H100_SHARED_BYTES, peaks={})
-        scheduler.run(trials, lambda worker, trial, result: recorded.update({trial.key: result}))
+        scheduler.run(trials, lambda worker, trial, result: recorded.update({trial.key: result}), more=more)
     finally:
         stop_all(pool, grace_s)
     return recorded, scheduler
@@ -67,6 +68,25 @@ def test_compile_pool_reports_shared_memory_the_device_lacks():
     assert recorded[trials[0].key]["status"] == check.STATUS_OUT_OF_RESOURCES
     assert "shared memory" in recorded[trials[0].key]["message"]
     assert [t.key for t in scheduler.ready] == [trials[1].key]
+
+
+def test_a_pipelined_search_is_asked_for_more_as_results_come(tmp_path, monkeypatch):
+    """run's `more` is asked after each record once no config waits for the pool, and what it hands out
+    is compiled in the same run: the failed compile's record brings the next config, which is built."""
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "cache"))
+    spec = load_spec("external", "tests.fixtures.bad_kernels:COMPILE_CASES")
+    case = {t.config["CASE"]: t for t in plan_trials(spec, {"shapes": [4000], "dtypes": ["float32"],
+                                                            "baselines": []}, "cuda")}
+    asked = []
+
+    def more():
+        asked.append(len(asked))
+        return [case[0]] if len(asked) == 1 else []
+
+    recorded, scheduler = _compile([case[1]], more=more)
+    assert recorded[case[1].key]["status"] == check.STATUS_COMPILE_ERROR
+    assert len(asked) == 1  # once, after the only record: the built config is the GPU worker's to record
+    assert [t.key for t in scheduler.ready] == [case[0].key]
 
 
 def _cached_archs(cache) -> list[int]:

@@ -29,9 +29,13 @@ class Strategy:
     - budget_s stops handing out new trials once the job's search has run that long (the scheduler's
       deadline); trials not started by then are not run and the job says how many.
     - seed: the strategy's randomness; batch: the configs asked per round, by a strategy that asks in
-      rounds."""
+      rounds.
+    A `pipelined` strategy is asked again as results come in (whenever no config waits for a compile
+    process), its trials in flight not told yet: it hands out what it can choose without them, [] for
+    now where nothing; any other is asked once all it handed out is told."""
 
     defaults: dict = {}
+    pipelined = False
 
     def __init__(self, trials: list[Trial], budget_trials: Optional[int] = None, seed: int = 0,
                  batch: int = 8, settings: Optional[dict] = None):

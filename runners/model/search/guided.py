@@ -1,5 +1,6 @@
 """guided: a search that learns across the (shape, dtype)s of one sweep. A (shape, dtype) with few configs
-(exhaustive_below) is measured whole. Elsewhere, each round asks of every (shape, dtype) still searching:
+(exhaustive_below) is measured whole. Elsewhere, each round asks of every (shape, dtype) still searching
+with fewer than `batch` configs in flight (the job asks again as each result comes: `pipelined`):
 1. the neighbours of its best (each meta-parameter one step up or down) not yet measured: the polish;
 2. at its start, the best configs of the (shape, dtype)s measured so far, nearest shape first;
 3. the configs a surrogate predicts fastest, optimistically: scikit-learn's extra trees over the
@@ -7,8 +8,8 @@
    slower than its (shape, dtype)'s best a config ran; optimism: the mean over trees less `optimism`
    standard deviations. The first (shape, dtype) of a sweep starts from a seeded sample of `initial`.
 A (shape, dtype) stops when its best's neighbours are measured and no unmeasured config is predicted
-faster than its best, optimism included; the reason is kept (`stop_reasons`) and printed by the job.
-Every (shape, dtype) asks in the same round, so one round hands the compile pool many configs.
+faster than its best, optimism included, and none is in flight; the reason is kept (`stop_reasons`)
+and printed by the job. Every (shape, dtype) asks in the same round: the compile pool gets many configs.
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ FAILED_SLOWDOWN = 4.0  # a config that failed is taught as this many times slowe
 
 
 class Guided(Strategy):
+    pipelined = True
     defaults = {"exhaustive_below": 200, "initial": 16, "transfer": 8, "optimism": 1.0, "trees": 64}
 
     def __init__(self, trials: list[Trial], **common):
@@ -54,16 +56,20 @@ class Guided(Strategy):
             if key not in searching:  # small: measured whole, like grid
                 batch += self._hand_out(key, range(len(self.within_budget(self.valid[key]))))
                 self.stop_reasons[key] = f"all {len(self.valid[key])} configs measured (exhaustive_below)"
-        model = self._fit() if searching else None
         lead = [] if self.stop_reasons else searching[:1]  # the first leads alone until one has stopped
-        batch += self._round(lead, model)
+        batch += self._round(lead)
         if self.stop_reasons:
-            batch += self._round([key for key in searching if key not in lead], model)
+            batch += self._round([key for key in searching if key not in lead])
         return batch
 
-    def _round(self, keys: list[tuple], model) -> list[Trial]:
-        """The next configs of each of `keys`, the model's predictions made for all of them at once."""
-        keys = [key for key in keys if self._told(key)]
+    def _round(self, keys: list[tuple]) -> list[Trial]:
+        """The next configs of each of `keys` with fewer than `batch` in flight (asked, not told yet: the
+        job asks again as results come: `pipelined`), from one model fitted for them all, its predictions
+        made at once."""
+        keys = [key for key in keys if self._in_flight(key) < self.batch]
+        if not keys:
+            return []  # no fit for nothing
+        model = self._fit()
         unmeasured = {key: np.flatnonzero(~self.asked[key]) for key in keys}
         predicted = self._predict(model, {key: self.features[key][at] for key, at in unmeasured.items()})
         batch = []
@@ -72,31 +78,35 @@ class Guided(Strategy):
             batch += self._hand_out(key, chosen)
         return batch
 
-    def _told(self, key: tuple) -> bool:
-        """Whether every config of `key` handed out has been told (a job tells them all before it asks)."""
-        return int(self.asked[key].sum()) == len(self.measured[key])
+    def _in_flight(self, key: tuple) -> int:
+        """How many configs of `key` were handed out and not told yet (the job asks again as the compile
+        pool runs dry: `pipelined`)."""
+        return int(self.asked[key].sum()) - len(self.measured[key])
 
     def _choose(self, index: int, key: tuple, unmeasured: np.ndarray, optimistic) -> list[int]:
         """The next configs (indices into self.valid[key]) of one (shape, dtype) still searching, or []
         with its stop reason kept. index: its place in the round (the first starts blind where nothing
         is known); optimistic: the model's prediction for each of `unmeasured`, None without a model."""
-        measured = self.measured[key]
-        left = self.batch if self.budget is None else min(self.batch, self.budget - len(measured))
+        measured, flying = self.measured[key], self._in_flight(key)
+        left = self.batch - flying if self.budget is None else min(self.batch - flying,
+                                                                   self.budget - len(measured) - flying)
         if left <= 0 or not len(unmeasured):
-            self.stop_reasons[key] = (f"budget_trials={self.budget} measured" if len(unmeasured)
-                                      else f"all {len(self.valid[key])} configs measured")
+            if not flying:
+                self.stop_reasons[key] = (f"budget_trials={self.budget} measured" if len(unmeasured)
+                                          else f"all {len(self.valid[key])} configs measured")
             return []
         ok = {i: p50 for i, p50 in measured.items() if p50 is not None}
         best = min(ok, key=ok.get) if ok else None
         chosen = self._polish(key, best) if best is not None else []
-        if not measured and optimistic is not None:
+        if not measured and optimistic is not None and not flying:
             chosen += self._transferred(key)
         if optimistic is None:
             count = left if measured else max(left, min(self.settings["initial"], self.budget or math.inf))
-            return chosen + (self._sample(unmeasured, count) if index == 0 else [])
+            return chosen + (self._sample(unmeasured, count) if index == 0 and not flying else [])
         if best is not None and not chosen and optimistic.min() >= 0:  # the polish is done, too
-            self.stop_reasons[key] = ("no unmeasured config predicted faster than the best "
-                                      f"({ok[best]:.4g} us)")
+            if not flying:  # what is in flight may move the best
+                self.stop_reasons[key] = ("no unmeasured config predicted faster than the best "
+                                          f"({ok[best]:.4g} us)")
             return []
         chosen = list(dict.fromkeys(chosen))[:left]
         ranked = (int(i) for i in unmeasured[np.argsort(optimistic, kind="stable")])

@@ -61,44 +61,49 @@ class RecordedSpace:
 
 def simulate(space: RecordedSpace, strategy, compilers: int = 16,
              until_reached: bool = False) -> pd.DataFrame:
-    """`strategy` (a Strategy made on space.trials) asked and told until it hands out nothing (or with
-    until_reached, until every (shape, dtype) is within the last share of WITHIN: for strategies that do
-    not stop by themselves). One row per (shape, dtype): configs that pass the constraints, measured,
-    measured until within each share of WITHIN of the best (the configs when never), the strategy's stop
-    reason; attrs["wall_s"]: the whole sweep's simulated seconds."""
+    """`strategy` (a Strategy made on space.trials) asked and told as a job does, until it hands out
+    nothing with nothing in flight (or with until_reached, until every (shape, dtype) is within the last
+    share of WITHIN: for strategies that do not stop by themselves). Each trial is told when the GPU has
+    timed it; a `pipelined` strategy is asked again after a result once no config waits for a compile
+    process, any other once all it was handed is told. One row per (shape, dtype): configs that pass the
+    constraints, measured, measured until within each share of WITHIN of the best (the configs when
+    never), the strategy's stop reason; attrs["wall_s"]: the whole sweep's simulated seconds."""
     frame, best = space.frame, space.best()
     valid = frame[frame["status"] != "pruned"].groupby(["shape", "dtype"], sort=False).size()
     measured = dict.fromkeys(valid.index, 0)
     reached: dict = {}
-    seen, compiled, clock = set(), {}, 0.0
-    while len(reached) < len(WITHIN) * len(valid) or not until_reached:
-        batch = strategy.ask()
-        if not batch:
-            break
-        pool, gpu = [clock] * compilers, clock
-        told = []
+    seen, compiled, flying = set(), {}, []  # flying: a heap of (when told, order, trial, result)
+    pool, gpu, last_start, clock = [0.0] * compilers, 0.0, 0.0, 0.0
+    batch = strategy.ask()
+    while True:
         for trial in batch:
             if trial.provider != TRITON_PROVIDER or trial.key in seen:
                 continue
             seen.add(trial.key)
             row = frame.iloc[space.row_of[trial.key]]
-            told.append((trial, {"status": row["status"], "p50_us": _number(row["p50_us"])}))
-            if row["status"] == "pruned":
-                continue
+            told = clock
+            if row["status"] != "pruned":
+                compile_key = (row["config"], row["dtype"])
+                if compile_key not in compiled:
+                    last_start = max(clock, heapq.heappop(pool))
+                    compiled[compile_key] = last_start + (_number(row["compile_s"]) or 0.0)
+                    heapq.heappush(pool, compiled[compile_key])
+                told = max(clock, compiled[compile_key])
+                if _number(row["gpu_s"]):  # none where the compile failed
+                    told = gpu = max(gpu, told) + row["gpu_s"]
+            heapq.heappush(flying, (told, len(seen), trial, row))
+        if not flying or (until_reached and len(reached) == len(WITHIN) * len(valid)):
+            break
+        clock, _, trial, row = heapq.heappop(flying)
+        strategy.tell(trial, {"status": row["status"], "p50_us": _number(row["p50_us"])})
+        if row["status"] != "pruned":
             group = (row["shape"], row["dtype"])
             measured[group] += 1
-            compile_key = (row["config"], row["dtype"])
-            if compile_key not in compiled:
-                compiled[compile_key] = heapq.heappop(pool) + (_number(row["compile_s"]) or 0.0)
-                heapq.heappush(pool, compiled[compile_key])
-            if _number(row["gpu_s"]):  # none where the compile failed
-                gpu = max(gpu, compiled[compile_key]) + row["gpu_s"]
             for share in WITHIN:
                 if row["status"] == "ok" and row["p50_us"] * share <= best.get(group, np.inf):
                     reached.setdefault((group, share), measured[group])
-        clock = max(gpu, *pool)
-        for trial, result in told:
-            strategy.tell(trial, result)
+        pipelined = getattr(strategy, "pipelined", False) and last_start <= clock
+        batch = strategy.ask() if not flying or pipelined else []
     reasons = getattr(strategy, "stop_reasons", {})
     rows = [{"shape": shape, "dtype": dtype, "configs": count, "measured": measured[shape, dtype],
              **{f"to_{round(share * 100)}": reached.get(((shape, dtype), share), count) for share in WITHIN},
