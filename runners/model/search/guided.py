@@ -22,6 +22,7 @@ import numpy as np
 from triton_sweep.model.search import Strategy
 from triton_sweep.model.trial import TRITON_PROVIDER, Trial
 
+REFIT = 0.05  # the share of new rows that makes the surrogate fitted again
 FAILED_SLOWDOWN = 4.0  # a config that failed is taught as this many times slower than the best
 
 
@@ -43,6 +44,8 @@ class Guided(Strategy):
         self.measured: dict[tuple, dict[int, Optional[float]]] = {key: {} for key in self.groups}  # -> p50
         self.stop_reasons: dict[tuple, str] = {}
         self._first = True
+        self._model, self._fitted_on = None, 0  # the last model fitted, and on how many rows
+        self._predicted: dict[tuple, tuple] = {}  # (shape, dtype) -> (model, its configs' predictions)
 
     # --- the rounds ----------------------------------------------------------------------------------
     def ask(self) -> list[Trial]:
@@ -70,11 +73,12 @@ class Guided(Strategy):
         if not keys:
             return []  # no fit for nothing
         model = self._fit()
-        unmeasured = {key: np.flatnonzero(~self.asked[key]) for key in keys}
-        predicted = self._predict(model, {key: self.features[key][at] for key, at in unmeasured.items()})
+        predicted = self._predict(model, keys)
         batch = []
         for index, key in enumerate(keys):
-            chosen = self._choose(index, key, unmeasured[key], predicted.get(key))
+            unmeasured = np.flatnonzero(~self.asked[key])
+            chosen = self._choose(index, key, unmeasured,
+                                  predicted[key][unmeasured] if key in predicted else None)
             batch += self._hand_out(key, chosen)
         return batch
 
@@ -178,8 +182,13 @@ class Guided(Strategy):
         return np.array(rows, dtype=float).reshape(len(trials), -1)
 
     def _fit(self):
+        """The surrogate, fitted again once the rows told have grown by REFIT since the last fit: asked
+        as each result comes, a sweep of thousands of rows would otherwise fit once a result."""
         from sklearn.ensemble import ExtraTreesRegressor
 
+        told = sum(len(measured) for measured in self.measured.values())
+        if self._model is not None and told < self._fitted_on * (1 + REFIT):
+            return self._model
         rows, targets = [], []
         for key, measured in self.measured.items():
             best = min((p50 for p50 in measured.values() if p50 is not None), default=None)
@@ -189,18 +198,23 @@ class Guided(Strategy):
         if not rows:
             return None
         model = ExtraTreesRegressor(n_estimators=self.settings["trees"], random_state=self.seed)
-        return model.fit(np.array(rows), np.array(targets))
+        self._model, self._fitted_on = model.fit(np.array(rows), np.array(targets)), told
+        return self._model
 
-    def _predict(self, model, features: dict) -> dict:
-        """Per (shape, dtype), its configs' optimistic log slowdown against its best: the trees' mean
-        less `optimism` standard deviations; one prediction a tree for them all. {} without a model."""
-        if model is None or not features:
+    def _predict(self, model, keys: list[tuple]) -> dict:
+        """Per (shape, dtype) of `keys`, every config's optimistic log slowdown against its best: the
+        trees' mean less `optimism` standard deviations, predicted once a model (kept: _predicted), one
+        prediction a tree for all the keys new to it. {} without a model."""
+        if model is None:
             return {}
-        every = np.concatenate(list(features.values()))
-        each = np.stack([tree.predict(every) for tree in model.estimators_])
-        optimistic = each.mean(axis=0) - self.settings["optimism"] * each.std(axis=0)
-        ends = np.cumsum([len(f) for f in features.values()])[:-1]
-        return dict(zip(features, np.split(optimistic, ends)))
+        new = [key for key in keys if self._predicted.get(key, (None,))[0] is not model]
+        if new:
+            every = np.concatenate([self.features[key] for key in new]).astype(np.float32)  # as trees read
+            each = np.stack([tree.predict(every, check_input=False) for tree in model.estimators_])
+            optimistic = each.mean(axis=0) - self.settings["optimism"] * each.std(axis=0)
+            ends = np.cumsum([len(self.features[key]) for key in new])[:-1]
+            self._predicted.update((key, (model, part)) for key, part in zip(new, np.split(optimistic, ends)))
+        return {key: self._predicted[key][1] for key in keys}
 
 
 def _frozen(config: dict) -> tuple:
