@@ -6,6 +6,7 @@ configs measured in all, and the simulated wall time against measuring them all 
 
     python -m triton_sweep.benchmarks.bench_search [--spaces FILE ...] [--seeds 10] [--strategies ...]
     python -m triton_sweep.benchmarks.bench_search record STORE SWEEP_ID OUT.csv.gz   # a space of record
+    python -m triton_sweep.benchmarks.bench_search check EXPORT.json SPACE.csv.gz  # a live sweep's export
 """
 from __future__ import annotations
 
@@ -52,6 +53,31 @@ def record(store: str, sweep_id: str, out: str) -> None:
           f"{frame['dtype'].nunique()} dtypes; {about}")
 
 
+def check(export: str, space_path: str) -> None:
+    """An export's winner at each (shape, dtype) its sweep measured, against a space of record of those
+    shapes (screened whole on the same GPU): the recorded best p50 over the winner's recorded p50, and how
+    many configs the export's sweep measured there of how many."""
+    space = RecordedSpace.read(space_path)
+    frame, best = space.frame, space.best()
+    canonical = lambda config: json.dumps(config if isinstance(config, dict) else json.loads(config),
+                                          sort_keys=True)
+    ok = frame[frame["status"] == "ok"]
+    p50 = dict(zip(zip(ok["shape"], ok["dtype"], map(canonical, ok["config"])), ok["p50_us"]))
+    rows = []
+    for versions in json.loads(Path(export).read_text())["gpus"].values():
+        for section in versions.values():
+            for dtype, of_dtype in section["dtypes"].items():
+                for entry in of_dtype["best_by_shape"]:
+                    shape = "x".join(map(str, entry["shape"]))
+                    recorded = p50.get((shape, dtype, canonical(entry["config"])), np.nan)
+                    rows.append({"shape": shape, "dtype": dtype, "measured": entry.get("configs_measured"),
+                                 "of": entry.get("configs_planned"),
+                                 "% of the best": 100 * best.get((shape, dtype), np.nan) / recorded})
+    table = pd.DataFrame(rows)
+    print(table.to_string(index=False, float_format=lambda v: f"{v:.1f}"))
+    print(f"within 97% of the recorded best at {(table['% of the best'] >= 97).sum()} of {len(table)}")
+
+
 def run(space: RecordedSpace, name: str, seeds: int) -> dict:
     """One strategy over `seeds` seeds: its figures over every (shape, dtype) of every seed."""
     tables = []
@@ -78,6 +104,11 @@ def main(argv=None) -> None:
         if len(argv) != 4:
             parser.error("record takes STORE SWEEP_ID OUT.csv.gz")
         record(*argv[1:])
+        return
+    if argv[:1] == ["check"]:
+        if len(argv) != 3:
+            parser.error("check takes EXPORT.json SPACE.csv.gz")
+        check(*argv[1:])
         return
     parser.add_argument("--spaces", nargs="*", default=sorted(map(str, SPACES.glob("*.csv.gz"))))
     parser.add_argument("--seeds", type=int, default=10)
