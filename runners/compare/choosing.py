@@ -68,7 +68,7 @@ def described(frame: pd.DataFrame) -> tuple[list, list]:
     names, orders = [], []
     columns = (frame[name].tolist() for name in ("kernel", "provider", "dtype", "shape", "config"))
     for kernel, provider, dtype, shape, config in zip(*columns):
-        kernel, provider, dtype = (seen.setdefault(v, v) for v in (kernel, provider, dtype))  # one object each
+        kernel, provider, dtype = (seen.setdefault(v, v) for v in (kernel, provider, dtype))
         if config not in configs:
             items = json.loads(config)
             configs[config] = (" ".join(f"{k}={v}" for k, v in items.items()) or "-", sorted(items.items()))
