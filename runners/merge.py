@@ -16,14 +16,14 @@ import argparse
 import sqlite3
 import sys
 from pathlib import Path
-from typing import Iterable
+from typing import Collection, Iterable
 
 from triton_sweep import version
 from triton_sweep.store.damage import DamagedStore, StoreError, reading
 from triton_sweep.store.merging import MergeCounts
 from triton_sweep.store.result_store import ResultStore
 from triton_sweep.store.row_model import MalformedRow, checked_rows
-from triton_sweep.store.sources import checked_fields, open_source
+from triton_sweep.store.sources import StoredColumns, open_source
 
 JOB_STORE = "results.sqlite"  # a job's own store, in its job directory
 PRIOR_STORE = "prior.sqlite"  # the store of record when the multirun started, in its sweep directory
@@ -46,18 +46,19 @@ def describe(source: str | Path, counts: MergeCounts) -> str:
     return text
 
 
-def merge_stores(sources: Iterable[str | Path], into: str | Path,
-                 recover: bool = False) -> tuple[list[MergeCounts], list[str]]:
+def merge_stores(sources: Iterable[str | Path], into: str | Path, recover: bool = False,
+                 checked: Collection[str] = ()) -> tuple[list[MergeCounts], list[str]]:
     """Merge each source into `into`, one transaction per source, printing what each gave; a source
     that cannot be read is reported and left out, the others are merged. recover: the sources are
-    damaged stores, of which the rows SQLite can read are copied. Returns the counts and the sources
-    left out. A damaged target raises DamagedStore before anything is written."""
+    damaged stores, of which the rows SQLite can read are copied; checked: sources found sound, every row
+    well-formed, just before (malformed), not checked again. Returns the counts and the sources left out.
+    A damaged target raises DamagedStore before anything is written."""
     store = ResultStore(into)
     results, failed = [], []
     try:
         for source in sources:
             try:
-                counts = store.merge_from(source, recover=recover)
+                counts = store.merge_from(source, recover=recover, checked=str(source) in checked)
             except (OSError, ValueError, sqlite3.DatabaseError) as error:
                 detail = error.detail if isinstance(error, DamagedStore) else error
                 said = error if isinstance(error, MalformedRow) else f"{source}: not merged: {detail}"
@@ -71,23 +72,25 @@ def merge_stores(sources: Iterable[str | Path], into: str | Path,
     return results, failed
 
 
-def malformed(sources: Iterable[str | Path]) -> str | None:
-    """The first row of the sources that no sweep writes (store/row_model.py), named in one line; None
-    where there is none. A source that cannot be read is left to merge_stores, which names it."""
-    for source in map(Path, sources):
+def malformed(sources: Iterable[str | Path]) -> tuple[str | None, set[str]]:
+    """The first row of the sources that no sweep writes (store/row_model.py), named in one line (None
+    where there is none), and the sources found sound with every row checked. A source that cannot be read
+    is left to merge_stores, which names it."""
+    checked = set()
+    for source in sources:
         try:
-            src = open_source(source, immutable=False)
+            src = open_source(Path(source), immutable=False)
             try:
                 with reading(source):
-                    rows, names = checked_fields(src)
+                    checked_rows(StoredColumns(src, "main.trials", "timestamp, id"), str(source))
             finally:
                 src.close()
-            checked_rows(rows, str(source), names)
         except MalformedRow as error:
-            return str(error)
+            return str(error), checked
         except (OSError, ValueError, sqlite3.DatabaseError):
             continue
-    return None
+        checked.add(str(source))
+    return None, checked
 
 
 def job_stores(sweep_dir: str | Path, exclude: str | Path | None = None) -> list[Path]:
@@ -152,12 +155,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--recover", action="store_true",
                         help="the sources are damaged stores: copy the rows SQLite can still read")
     args = parser.parse_args(argv)
-    problem = None if args.recover else malformed(args.sources)
+    problem, checked = (None, set()) if args.recover else malformed(args.sources)
     if problem:
         print(f"error: {problem}; nothing was merged (merge the other stores without it)", file=sys.stderr)
         return 2
     try:
-        results, failed = merge_stores(args.sources, args.into, args.recover)
+        results, failed = merge_stores(args.sources, args.into, args.recover, checked)
     except StoreError as error:  # the target: nothing was written to it
         print(f"error: --into: {error}", file=sys.stderr)
         return 2

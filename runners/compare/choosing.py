@@ -63,11 +63,12 @@ def winner_labels(base: pd.DataFrame, new: pd.DataFrame, group_by: list[str]) ->
 def described(frame: pd.DataFrame) -> tuple[list, list]:
     """Each row's name as the report prints it (kernel, provider, dtype, shape, config) and its place in
     the report (kernel, ours before the baselines, dtype, shape by size, config); each config and shape
-    read once."""
-    configs, shapes = {}, {}
+    read once, each name one object."""
+    configs, shapes, seen = {}, {}, {}
     names, orders = [], []
     columns = (frame[name].tolist() for name in ("kernel", "provider", "dtype", "shape", "config"))
     for kernel, provider, dtype, shape, config in zip(*columns):
+        kernel, provider, dtype = (seen.setdefault(v, v) for v in (kernel, provider, dtype))
         if config not in configs:
             items = json.loads(config)
             configs[config] = (" ".join(f"{k}={v}" for k, v in items.items()) or "-", sorted(items.items()))

@@ -183,14 +183,22 @@ def _gpu_models(base: pd.DataFrame, new: pd.DataFrame) -> Optional[tuple[str, st
 
 def _noise_by_shape(pairs: list, judgement) -> dict:
     """(kernel, provider, dtype, shape) -> the repetition spread its rows were judged by, for the report."""
-    shown = {}
+    shown, labels = {}, {}
     for pair, row in zip(pairs, judgement.rows):
         if row["noise_from"].startswith("shape s="):
-            key = (pair.domain[1], pair.domain[2], pair.group[0], shape_label(pair.group[1]))
-            shown[key] = row["noise_from"].split(" reps")[0].removeprefix("shape ")
+            shape = pair.group[1]
+            label = labels[shape] if shape in labels else labels.setdefault(shape, shape_label(shape))
+            shown[(pair.domain[1], pair.domain[2], pair.group[0], label)] = \
+                row["noise_from"].split(" reps")[0].removeprefix("shape ")
     return shown
 
 
+
+
+# What _pairs and _entries read of each compared row.
+COMPARED = ["id", "gpu_shared", "gpu_name", "kernel", "provider", "dtype", "shape", "config", "phase",
+            "p50_us", "timing_method", "pct_copy_bw", "pct_matmul", "samples_us", "rep_p50s_us",
+            "repetitions", "rep_noise", "p50_precision"]
 
 
 def compare(base: pd.DataFrame, new: pd.DataFrame, rule: between_runs.Rule = between_runs.Rule(),
@@ -214,21 +222,28 @@ def compare(base: pd.DataFrame, new: pd.DataFrame, rule: between_runs.Rule = bet
               for where in zip(b["trial_key"], b["gpu_name"], b["triton_version"])]
     winners = choosing.winner_labels(base, new, ["kernel", "gpu_name", "dtype", "shape"] if by_gpu
                                      else ["kernel", "dtype", "shape"])
-    compared = [pd.concat([rows, side.loc[winners[column]]], ignore_index=True)
+    compared = [pd.concat([rows[COMPARED], side.loc[winners[column], COMPARED]], ignore_index=True)
                 for rows, side, column in ((b, base, "b"), (n, new, "n"))]
+    matched = len(b)
+    del b, n  # a million rows: their copies of every column, no longer read
     pairs, index, shared = _pairs(*compared, judged + [True] * len(winners))
     spreads = spreads_of(list(dict.fromkeys(p.domain for p in pairs)), calibrated or {}, stated)
     judgement = between_runs.judge(pairs, rule, spreads)
-    entries = _entries(*compared, pairs, index, judgement, len(b))
+    classes = _noise_by_shape(pairs, judgement)
+    # Each pair's (judged, clock unknown: in repetitions, yet every sample one value); then no figures kept.
+    marks = [(pair.judged, any(f.repetitions > 1 and math.isinf(f.own) for f in (pair.base, pair.new)))
+             for pair in pairs]
+    del pairs
+    entries = _entries(*compared, marks, index, judgement, matched)
     only = {}
     for side, frame, labels in (("BASE", base, only_labels[0]), ("NEW", new, only_labels[1])):
         rows = frame.loc[labels]
         names, orders = choosing.described(rows)
         listed = sorted(zip(orders, names, rows["status"].tolist()), key=lambda item: item[0])
         only[side] = [name + (status,) for _, name, status in listed]
-    return {"matched": sorted(entries[:len(b)], key=lambda r: r["order"]), "winners": entries[len(b):],
+    return {"matched": sorted(entries[:matched], key=lambda r: r["order"]), "winners": entries[matched:],
             "shifts": judgement.shifts, "status_changes": status_changes, "only": only,
-            "env_diffs": env_diffs, "classes": _noise_by_shape(pairs, judgement), "shared": shared,
+            "env_diffs": env_diffs, "classes": classes, "shared": shared,
             "gpu_models": None if by_gpu else _gpu_models(base, new)}
 
 
@@ -271,19 +286,24 @@ def _pairs(base: pd.DataFrame, new: pd.DataFrame, judged: list[bool]) -> tuple[l
     base, new = base[first], new[first]
     shared = {label: sum(not pd.isna(v) and bool(v) for v in side["gpu_shared"].tolist())
               for label, side in (("BASE", base), ("NEW", new))}
-    columns = ("gpu_name", "kernel", "provider", "dtype", "shape", "p50_us", "timing_method", "pct_copy_bw",
-               "pct_matmul")
-    b, n = ({name: side[name].tolist() for name in columns} for side in (base, new))
+    # One object for each distinct name, domain and group (a million pairs: not a copy of each a pair).
+    seen = {}
+    one = lambda value: seen.setdefault(value, value)
+    b, n = ({name: list(map(one, side[name].tolist())) for name in NAMES} for side in (base, new))
+    b.update({name: base[name].tolist() for name in ("p50_us", "pct_copy_bw", "pct_matmul")})
     pairs = []
     for i, (base_figure, new_figure) in enumerate(zip(_figures(base), _figures(new))):
         gpus = b["gpu_name"][i], n["gpu_name"][i]
-        domain = (gpus[0] if gpus[0] == gpus[1] else f"{gpus[0]} -> {gpus[1]}", b["kernel"][i],
-                  b["provider"][i])
-        group = (b["dtype"][i], b["shape"][i])
+        domain = one((gpus[0] if gpus[0] == gpus[1] else f"{gpus[0]} -> {gpus[1]}", b["kernel"][i],
+                      b["provider"][i]))
+        group = one((b["dtype"][i], b["shape"][i]))
         pairs.append(Pair(domain, group, base_figure, new_figure, float(b["p50_us"][i]), judged[i],
-                          _same_value(b["timing_method"][i], n["timing_method"][i]), _control(domain, group),
-                          _kind_of(b["pct_copy_bw"][i], b["pct_matmul"][i])))
+                          _same_value(b["timing_method"][i], n["timing_method"][i]),
+                          one(_control(domain, group)), _kind_of(b["pct_copy_bw"][i], b["pct_matmul"][i])))
     return pairs, index, shared
+
+
+NAMES = ("gpu_name", "kernel", "provider", "dtype", "shape", "timing_method")  # what _pairs reads as text
 
 
 def _figures(frame: pd.DataFrame) -> list[Figure]:
@@ -297,25 +317,22 @@ def _figures(frame: pd.DataFrame) -> list[Figure]:
                 frame["rep_noise"].tolist(), frame["p50_precision"].tolist(), resolutions)]
 
 
-def _entries(base: pd.DataFrame, new: pd.DataFrame, pairs: list[Pair], index: np.ndarray, judgement,
-             matched: int) -> list[dict]:
+def _entries(base: pd.DataFrame, new: pd.DataFrame, marks: list[tuple[bool, bool]], index: np.ndarray,
+             judgement, matched: int) -> list[dict]:
     """What the report prints of each compared row (the first `matched` the matched trials, the rest the
-    winners, which name BASE's config too)."""
+    winners, which name BASE's config too); `marks`: each pair's (judged, clock unknown)."""
     names, orders = choosing.described(new)
     base_configs = choosing.described(base.iloc[matched:])[0]
     phases = [p if isinstance(p, str) else "screen" for p in new["phase"].tolist()]
     entries, used = [], set()
     for i, (pair_index, base_p50, new_p50) in enumerate(zip(index.tolist(), base["p50_us"].tolist(),
                                                               new["p50_us"].tolist())):
-        pair = pairs[pair_index]
         # the judgement's row itself where it is this pair's first (a million rows: no copy of each)
         entry = judgement.rows[pair_index] if pair_index not in used else dict(judgement.rows[pair_index])
         used.add(pair_index)
         entry.update({"order": orders[i], "row": names[i], "base_p50": base_p50, "new_p50": new_p50,
-                      "phase": phases[i], "judged": pair.judged,
-                      # in repetitions, yet every sample one value: the clock's resolution is unknown
-                      "clock_unknown": any(f.repetitions > 1 and math.isinf(f.own)
-                                           for f in (pair.base, pair.new))})
+                      "phase": phases[i], "judged": marks[pair_index][0],
+                      "clock_unknown": marks[pair_index][1]})
         if i >= matched:
             entry["base_config"] = base_configs[i - matched][4]
         entries.append(entry)

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import sqlite3
 from dataclasses import dataclass, field
-from typing import Iterable, Optional
 
 from triton_sweep.model.columns import COLUMN_NAMES, ENV_KEY
-from triton_sweep.store.schema import AT, PEAK_COLUMNS, PEAK_KEY
+from triton_sweep.store.schema import PEAK_COLUMNS, PEAK_KEY
+from triton_sweep.store.sources import ARRIVING, ARRIVING_SWEEPS
 
 
 @dataclass
@@ -23,85 +23,86 @@ class MergeCounts:
     peaks_kept: int = 0
     peaks_skipped: int = 0
     kept_by_kernel: dict = field(default_factory=dict)
-    sweeps: set = field(default_factory=set)  # sweep ids of the rows read from the source
     unknown_columns: list = field(default_factory=list)  # columns of the source this version does not know
     unreadable: int = 0  # rows of a damaged source that SQLite could not read (merge --recover)
 
 
-def merge_rows(db: sqlite3.Connection, rows: list, sweeps_of: dict, peaks: list,
-               counts: MergeCounts) -> None:
-    """Copy the rows, memberships and ceilings read from a source (runners/store/sources.py) that this
-    store does not hold yet, counting what was done in `counts`; inside the caller's transaction."""
-    new, arriving = [], set()
-    keys = {key for (key,) in db.execute("SELECT DISTINCT trial_key FROM trials")}  # a row held has one
-    for source_id, row in rows:  # row: the values of COLUMN_NAMES, its identity
-        sweeps = sweeps_of.get(source_id, [])
-        counts.sweeps.update(sweeps)
-        held = None if row in arriving or row[AT["trial_key"]] not in keys else _find_row(db, row)
-        if held is None and row not in arriving:
-            arriving.add(row)
-            new.append((row, sweeps))
-            kernel = row[AT["kernel"]]
-            counts.kept_by_kernel[kernel] = counts.kept_by_kernel.get(kernel, 0) + 1
-            continue
-        counts.skipped += 1
-        if held is not None:
-            counts.memberships += _add_memberships(db, held, sweeps)
-    moved = _take_newer_rows(db, [(row, sweeps) for row, sweeps in new if row[AT["trial_key"]] in keys])
-    # Arrivals first where timestamps tie: a row of this store that ties one stays after it.
-    ordered = sorted([(row[AT["timestamp"]], 0, i) for i, (row, _) in enumerate(new)]
-                     + [(row[AT["timestamp"]], 1, i) for i, (row, _) in enumerate(moved)])
-    placed = [(moved if was_here else new)[i] for _, was_here, i in ordered]
-    db.executemany(INSERT, [row for row, _ in placed])  # one statement, not one a row
-    # AUTOINCREMENT: the rows of one statement take consecutive ids, the last of them the table's sequence.
-    last = db.execute("SELECT seq FROM sqlite_sequence WHERE name = 'trials'").fetchone() if placed else None
-    first = 0 if last is None else last[0] - len(placed) + 1
-    memberships = [(sweep_id, first + k) for k, (_, sweeps) in enumerate(placed) for sweep_id in sweeps]
-    again = sum(len(sweeps) for _, sweeps in moved)  # a moved row's memberships (new ids) are not new
-    added = db.executemany("INSERT OR IGNORE INTO sweep_rows VALUES (?, ?)", memberships).rowcount
-    counts.memberships += added - again
-    counts.kept, counts.moved = len(new), len(moved)
+def merge_rows(db: sqlite3.Connection, peaks: list, counts: MergeCounts) -> None:
+    """Copy the rows and memberships read from a source (sources.stage_source: ARRIVING, ARRIVING_SWEEPS)
+    and its ceilings that this store does not hold yet, counting what was done in `counts`; inside the
+    caller's transaction, in SQL (a million rows bound one by one from Python took about a minute)."""
+    _sort_arrivals(db)
+    counts.memberships = db.execute(
+        f"INSERT OR IGNORE INTO sweep_rows SELECT s.sweep_id, h.target FROM temp.merge_held h "
+        f"JOIN {ARRIVING} a ON a.seq = h.seq JOIN {ARRIVING_SWEEPS} s ON s.id = a.id ORDER BY h.seq, s.rowid"
+    ).rowcount
+    counts.moved = _take_newer_rows(db)
+    # Arrivals first where timestamps tie: a row of this store that ties one stays after it. Moved rows in
+    # the order of their trial's first arrival, then their own.
+    db.execute("CREATE TEMP TABLE merge_placed (k INTEGER PRIMARY KEY, seq INTEGER, old_id INTEGER, "
+               "source INTEGER)")
+    db.execute("INSERT INTO temp.merge_placed SELECT ROW_NUMBER() OVER (ORDER BY timestamp, here, arrival, "
+               "old_id), seq, old_id, source FROM (SELECT timestamp, 0 AS here, seq AS arrival, 0 AS old_id, "
+               f"seq, id AS source FROM {ARRIVING} WHERE seq IN temp.merge_new UNION ALL "
+               "SELECT timestamp, 1, arrival, old_id, NULL, old_id FROM temp.merge_moved)")
+    # The ids AUTOINCREMENT would give them, in that order.
+    last = db.execute("SELECT MAX(COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'trials'), 0), "
+                      "COALESCE((SELECT MAX(id) FROM trials), 0))").fetchone()[0]
+    columns = ", ".join(COLUMN_NAMES)
+    for table, key in ((ARRIVING, "seq"), ("temp.merge_moved", "old_id")):
+        db.execute(f"INSERT INTO trials (id, {columns}) SELECT ? + p.k, {columns} FROM temp.merge_placed p "
+                   f"JOIN {table} r ON r.{key} = p.{key} ORDER BY p.k", (last,))
+    memberships = "INSERT OR IGNORE INTO sweep_rows SELECT s.sweep_id, ? + p.k FROM temp.merge_placed p JOIN "
+    counts.memberships += db.execute(memberships + f"{ARRIVING_SWEEPS} s ON s.id = p.source "
+                                     "WHERE p.seq IS NOT NULL ORDER BY p.k, s.rowid", (last,)).rowcount
+    db.execute(memberships + "temp.merge_moved_sweeps s ON s.id = p.source WHERE p.seq IS NULL "
+               "ORDER BY p.k, s.rowid", (last,))  # a moved row's memberships, not new
+    counts.kept_by_kernel = dict(db.execute(f"SELECT kernel, COUNT(*) FROM {ARRIVING} "
+                                            "WHERE seq IN temp.merge_new GROUP BY kernel"))
+    counts.kept = sum(counts.kept_by_kernel.values())
+    counts.skipped = db.execute(f"SELECT COUNT(*) FROM {ARRIVING}").fetchone()[0] - counts.kept
     counts.peaks_kept, counts.peaks_skipped = _merge_peaks(db, peaks)
 
 
-# Each statement's text built once, not once a row (a million rows spent 20 s joining them).
-FIND = f"SELECT id FROM trials WHERE {' AND '.join(f'{name} IS ?' for name in COLUMN_NAMES)} LIMIT 1"
-INSERT = f"INSERT INTO trials ({', '.join(COLUMN_NAMES)}) VALUES ({', '.join('?' for _ in COLUMN_NAMES)})"
+SAME = " AND ".join(f"r.{name} IS a.{name}" for name in COLUMN_NAMES)  # rows r and a: every column equal
 
 
-def _find_row(db: sqlite3.Connection, row: tuple) -> Optional[int]:
-    """The id of a row with every column equal to `row`'s (the index on trial_key + ENV_KEY finds it)."""
-    found = db.execute(FIND, row).fetchone()
-    return None if found is None else found[0]
+def _sort_arrivals(db: sqlite3.Connection) -> None:
+    """temp.merge_held: the arriving rows this store holds (seq, and the id of the first such row, as the
+    index on trial_key + ENV_KEY finds it); merge_new: the others, less copies of an earlier arriving row
+    (looked for among the rows of a trial, timestamp and sweep that arrive more than once)."""
+    db.execute("CREATE TEMP TABLE merge_held (seq INTEGER PRIMARY KEY, target INTEGER)")
+    db.execute(f"INSERT INTO temp.merge_held SELECT a.seq, MIN(r.id) FROM {ARRIVING} a JOIN trials r "
+               f"ON r.trial_key = a.trial_key AND {SAME} GROUP BY a.seq")
+    db.execute("CREATE INDEX temp.merge_arriving_sweeps_id ON merge_arriving_sweeps (id)")
+    twice = ("trial_key", "timestamp", "sweep_id")
+    db.execute(f"CREATE TEMP TABLE merge_twice AS SELECT * FROM (SELECT seq, {', '.join(twice)}, COUNT(*) "
+               f"OVER (PARTITION BY {', '.join(twice)}) AS n FROM {ARRIVING}) WHERE n > 1")
+    copies = ("SELECT a.seq FROM temp.merge_twice x JOIN temp.merge_twice y ON y.seq < x.seq AND "
+              + " AND ".join(f"y.{name} IS x.{name}" for name in twice)
+              + f" JOIN {ARRIVING} a ON a.seq = x.seq JOIN {ARRIVING} r ON r.seq = y.seq AND {SAME}")
+    db.execute("CREATE TEMP TABLE merge_new (seq INTEGER PRIMARY KEY)")
+    db.execute(f"INSERT INTO temp.merge_new SELECT seq FROM {ARRIVING} WHERE seq NOT IN "
+               f"(SELECT seq FROM temp.merge_held) AND seq NOT IN ({copies})")
 
 
-def _add_memberships(db: sqlite3.Connection, row_id: int, sweeps: Iterable[str]) -> int:
-    added = 0
-    for sweep_id in sweeps:
-        added += db.execute("INSERT OR IGNORE INTO sweep_rows VALUES (?, ?)",
-                            (sweep_id, row_id)).rowcount
-    return added
-
-
-def _take_newer_rows(db: sqlite3.Connection, arriving: list) -> list:
-    """Delete, to insert again after `arriving`, this store's rows that are newer than the oldest
-    arriving row of their trial and environment; returns them with their sweep memberships."""
-    oldest: dict[tuple, str] = {}
-    for row, _ in arriving:
-        group = tuple(row[AT[name]] for name in ("trial_key",) + ENV_KEY)
-        oldest[group] = min(oldest.get(group, row[AT["timestamp"]]), row[AT["timestamp"]])
-    where = " AND ".join(f"{name} IS ?" for name in ("trial_key",) + ENV_KEY)
-    select = f"SELECT id, {', '.join(COLUMN_NAMES)} FROM trials WHERE {where} AND timestamp > ? ORDER BY id"
-    taken = []
-    for group, timestamp in oldest.items():
-        later = db.execute(select, group + (timestamp,)).fetchall()
-        for row_id, *values in later:
-            memberships = db.execute("SELECT sweep_id FROM sweep_rows WHERE row_id = ?", (row_id,))
-            sweeps = [sweep_id for (sweep_id,) in memberships]
-            db.execute("DELETE FROM sweep_rows WHERE row_id = ?", (row_id,))
-            db.execute("DELETE FROM trials WHERE id = ?", (row_id,))
-            taken.append((tuple(values), sweeps))
-    return taken
+def _take_newer_rows(db: sqlite3.Connection) -> int:
+    """Delete, to insert again after the arriving rows (into temp.merge_moved, their memberships into
+    merge_moved_sweeps), this store's rows that are newer than the oldest arriving row of their trial and
+    environment; returns their number."""
+    group = ", ".join(("trial_key",) + ENV_KEY)
+    db.execute(f"CREATE TEMP TABLE merge_oldest AS SELECT {group}, MIN(timestamp) AS since, MIN(seq) AS "
+               f"arrival FROM {ARRIVING} WHERE seq IN temp.merge_new AND trial_key IN (SELECT trial_key "
+               f"FROM trials) GROUP BY {group}")
+    same = " AND ".join(f"r.{name} IS o.{name}" for name in ENV_KEY)
+    db.execute(f"CREATE TEMP TABLE merge_moved AS SELECT o.arrival AS arrival, r.id AS old_id, "
+               f"{', '.join(f'r.{name}' for name in COLUMN_NAMES)} FROM temp.merge_oldest o JOIN trials r "
+               f"ON r.trial_key = o.trial_key AND {same} AND r.timestamp > o.since")
+    moved = "SELECT old_id FROM temp.merge_moved"
+    db.execute(f"CREATE TEMP TABLE merge_moved_sweeps AS SELECT row_id AS id, sweep_id FROM sweep_rows "
+               f"WHERE row_id IN ({moved}) ORDER BY rowid")
+    db.execute(f"DELETE FROM sweep_rows WHERE row_id IN ({moved})")
+    return db.execute(f"DELETE FROM trials WHERE id IN ({moved})").rowcount
 
 
 def _merge_peaks(db: sqlite3.Connection, peaks: list[tuple]) -> tuple[int, int]:

@@ -24,7 +24,8 @@ from triton_sweep.store.damage import DamagedStore, UnwritableStore, damage_of, 
 from triton_sweep.store.merging import MergeCounts, merge_rows
 from triton_sweep.store.reader import measured_rows
 from triton_sweep.store.schema import PEAK_KEY, SCHEMA
-from triton_sweep.store.sources import open_source, read_source, recover_source
+from triton_sweep.store.sources import (ARRIVING, StoredColumns, drop_staging, recover_source, source_uri,
+                                        stage_rows, stage_source)
 
 if TYPE_CHECKING:  # imported where used: the sweep opens its store before its workers start (0.45 s)
     import pandas as pd
@@ -48,7 +49,9 @@ class ResultStore:
             raise UnwritableStore(self.path, f"{error.strerror}: {error.filename}") from None
         with reading(self.path):
             # isolation_level=None: autocommit, each statement its own transaction unless BEGIN is issued.
-            self._db = sqlite3.connect(self.path, timeout=60, isolation_level=None)
+            # uri: a merge attaches its source by URI (sources.source_uri).
+            self._db = sqlite3.connect(source_uri(self.path, immutable=False), uri=True, timeout=60,
+                                       isolation_level=None)
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")  # the commit is on disk before append() returns
             self._db.execute("PRAGMA busy_timeout=60000")
@@ -193,7 +196,7 @@ class ResultStore:
         return path
 
     def merge_from(self, source: str | Path, env: Optional[dict] = None, trial_keys: Optional[set] = None,
-                   immutable: bool = False, recover: bool = False) -> MergeCounts:
+                   immutable: bool = False, recover: bool = False, checked: bool = False) -> MergeCounts:
         """Copy into this store the rows, sweep memberships and device ceilings of another store file that
         it does not hold yet, in one transaction. A row is held already when every column is equal (the
         trial key, environment and timestamp make it one measurement): it is skipped, and only the sweeps
@@ -204,30 +207,30 @@ class ResultStore:
         ceilings of its device (PEAK_KEY); trial_keys: only these trials. immutable: the source is a file
         nobody writes while it is read (a snapshot), read without locks. recover: the source is damaged;
         copy the rows, memberships and ceilings SQLite can still read (counts.unreadable: rows lost). A row
-        no sweep writes (store/row_model.py) refuses the merge, MalformedRow naming it, before any write."""
+        no sweep writes (store/row_model.py) refuses the merge, MalformedRow naming it, before any write.
+        checked: the caller found the source sound and its rows well-formed just before (merge's main checks
+        every source before any is merged): neither is checked again."""
         source = Path(source)
         if source.resolve() == self.path.resolve():
             raise ValueError(f"{source}: a store cannot be merged into itself")
         counts = MergeCounts()
-        if recover:
-            rows, sweeps_of, peaks, counts.unreadable = recover_source(source)
-        else:
-            src = open_source(source, immutable)
-            try:
-                with reading(source):
-                    rows, sweeps_of, peaks, counts.unknown_columns = read_source(src, source, env,
-                                                                                 trial_keys)
-            finally:
-                src.close()
-            from triton_sweep.store.row_model import checked_rows  # pydantic: not at a sweep's start
-
-            checked_rows(rows, str(source), COLUMN_NAMES)  # before anything is written
         previous = self._db.execute("PRAGMA cache_size").fetchone()[0]
         self._db.execute(f"PRAGMA cache_size = -{MERGE_CACHE_KIB}")
         try:
+            if recover:
+                rows, sweeps_of, peaks, counts.unreadable = recover_source(source)
+                stage_rows(self._db, rows, sweeps_of)
+            else:
+                peaks, counts.unknown_columns = stage_source(self._db, source, env, trial_keys, immutable,
+                                                             sound=checked)
+                if not checked:
+                    from triton_sweep.store.row_model import checked_rows  # pydantic: not at a sweep's start
+
+                    checked_rows(StoredColumns(self._db, ARRIVING, "seq"), str(source))  # before any write
             with self._transaction():
-                merge_rows(self._db, rows, sweeps_of, peaks, counts)
+                merge_rows(self._db, peaks, counts)
         finally:
+            drop_staging(self._db)
             self._db.execute(f"PRAGMA cache_size = {previous}")
         return counts
 

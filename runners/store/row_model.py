@@ -118,8 +118,9 @@ def checked_row(row: dict, where: str) -> None:
 
 
 def checked_rows(rows, source: str, names: Optional[tuple] = None) -> None:
-    """checked_row on each (id, row) of `rows` (a dict, or with `names` the values of those fields: a
-    merge's source, runners/store/sources.py), or on each row of a DataFrame of a store's rows; `source`:
+    """checked_row on each (id, row) of `rows` (a dict, or with `names` the values of those fields), on each
+    row of a DataFrame of a store's rows, or of a store's table (sources.StoredColumns: a merge's source,
+    before any write); `source`:
     the store, as the message names it. The columns are checked whole (suspects); a row they refuse is
     checked alone, in row order, for the message."""
     import numpy as np
@@ -128,6 +129,8 @@ def checked_rows(rows, source: str, names: Optional[tuple] = None) -> None:
     if hasattr(rows, "columns"):
         frame = rows[[name for name in StoredRow.model_fields if name in rows]]
         row_at = lambda i: frame.iloc[[i]].to_dict("records")[0]
+    elif hasattr(rows, "row_at"):  # a store's table, read a column at a time (sources.StoredColumns)
+        frame, row_at = rows, rows.row_at
     else:
         rows = list(rows)
         frame = _Columns(rows, names)
@@ -177,6 +180,7 @@ def suspects(frame: pd.DataFrame | _Columns) -> np.ndarray:
     """Which rows of `frame` (a store's columns, as checked_rows gives them) checked_row may refuse: each
     field's column checked at once, a required field no column holds refusing every row."""
     import numpy as np
+    import pandas as pd
 
     bad = np.zeros(len(frame), bool)
     for name, field in StoredRow.model_fields.items():
@@ -185,7 +189,9 @@ def suspects(frame: pd.DataFrame | _Columns) -> np.ndarray:
         elif len(frame):
             bad |= _refused(name, frame[name].to_numpy())
     for name in [name for name in SAMPLE_COLUMNS if name in frame]:
-        bad |= np.fromiter((isinstance(v, bytes) and len(v) % 4 != 0 for v in frame[name]), bool, len(frame))
+        values = frame[name].to_numpy()
+        at = np.flatnonzero(~pd.isna(values))  # a merge reads only the torn blobs (sources.StoredColumns)
+        bad[at] |= np.fromiter((isinstance(v, bytes) and len(v) % 4 != 0 for v in values[at]), bool, len(at))
     return bad
 
 

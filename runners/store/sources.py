@@ -3,7 +3,6 @@ or one environment's rows; or, from a damaged one (merge --recover), the rows, m
 SQLite can still read, from a copy of it, keeping only the rows a sweep could have written."""
 from __future__ import annotations
 
-import operator
 import shutil
 import sqlite3
 import tempfile
@@ -12,78 +11,161 @@ from typing import Optional
 from urllib.parse import quote
 
 from triton_sweep.model.columns import COLUMN_NAMES, COLUMNS, ENV_KEY, SAMPLE_COLUMNS
-from triton_sweep.store.damage import SQLITE_MAGIC, DamagedStore, damage_of
+from triton_sweep.store.damage import SQLITE_MAGIC, DamagedStore, damage_of, reading
 from triton_sweep.store.schema import AT, PEAK_COLUMNS, PEAK_KEY
 
 
-def open_source(path: Path, immutable: bool) -> sqlite3.Connection:
-    """A connection that only reads another store file. `immutable`: a file nobody writes (a snapshot),
-    read without locks; else an ordinary connection, so that the WAL a job left behind is read (and
-    cleaned up on close) as that job's own connection would have."""
+def source_uri(path: Path, immutable: bool) -> str:
+    """The URI SQLite opens another store file by. `immutable`: a file nobody writes (a snapshot), read
+    without locks; else an ordinary file, whose WAL a job left behind is read (and cleaned up on close) as
+    that job's own connection would have."""
+    return f"file:{quote(str(path.resolve()))}" + ("?immutable=1" if immutable else "")
+
+
+def sound_source(path: Path) -> None:
+    """FileNotFoundError or DamagedStore unless `path` is a store file SQLite can read whole."""
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such store file")
     problem = damage_of(path)
     if problem:
         raise DamagedStore(path, problem)
-    if immutable:
-        return sqlite3.connect(f"file:{quote(str(path.resolve()))}?immutable=1", uri=True)
-    connection = sqlite3.connect(path, timeout=60)
+
+
+def open_source(path: Path, immutable: bool) -> sqlite3.Connection:
+    """A connection that only reads another store file (source_uri)."""
+    sound_source(path)
+    connection = sqlite3.connect(source_uri(path, immutable), uri=True, timeout=60)
     connection.execute("PRAGMA query_only = ON")
     return connection
 
 
-# Text that repeats from row to row (a sweep's, a device's, a config's): read for a merge as one object for
-# every row that holds it, not a copy a row (at a million rows, a gigabyte of copies).
-SHARED = tuple(column.name for column in COLUMNS
-               if column.sql.startswith("TEXT") and column.name not in ("trial_key", "timestamp"))
+# The tables a merge reads another store's rows into (temp: this connection's own, dropped after): the rows
+# in timestamp order (seq; id: the source's) and their sweep memberships in the source's order.
+ARRIVING = "temp.merge_arriving"
+ARRIVING_SWEEPS = "temp.merge_arriving_sweeps"
 
 
-def read_source(src: sqlite3.Connection, path: Path, env: Optional[dict], trial_keys: Optional[set]):
-    """(source id, row) pairs in timestamp order, each row the values of COLUMN_NAMES in their order (None
-    where the source, written by an older version, lacks one: a tuple, an eighth of a dict of them),
-    source id -> sweep ids, device ceilings, unknown columns."""
-    tables = {name for (name,) in src.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+def stage_source(db: sqlite3.Connection, path: Path, env: Optional[dict], trial_keys: Optional[set],
+                 immutable: bool, sound: bool = False) -> tuple[list, list]:
+    """Read another store file into ARRIVING and ARRIVING_SWEEPS (None where the source, written by an
+    older version, lacks a column): every row, or those of one environment (ENV_KEY) and of trial_keys.
+    Returns its device ceilings (of env's device) and the columns this version does not know. sound: the
+    caller found the file sound (sound_source) just before."""
+    if not sound or not path.is_file():
+        sound_source(path)
+    db.execute("ATTACH DATABASE ? AS merge_source", (source_uri(path, immutable),))
+    try:
+        with reading(path):
+            return _stage_attached(db, path, env, trial_keys)
+    finally:
+        db.execute("DETACH DATABASE merge_source")
+
+
+def _stage_attached(db: sqlite3.Connection, path: Path, env: Optional[dict], trial_keys: Optional[set]):
+    """stage_source's reading, of the source attached as merge_source."""
+    tables = {name for (name,) in db.execute("SELECT name FROM merge_source.sqlite_master "
+                                             "WHERE type = 'table'")}
     if "trials" not in tables:
         raise ValueError(f"{path}: not a results store (it has no trials table)")
-    present = [info[1] for info in src.execute("PRAGMA table_info(trials)")]
-    columns = [name for name in COLUMN_NAMES if name in present]
+    present = [info[1] for info in db.execute("PRAGMA merge_source.table_info(trials)")]
     unknown = [name for name in present if name not in COLUMN_NAMES and name != "id"]
-    where, params = "", []
+    _create_staging(db)
+    clauses, params = [], []
     if env is not None:
-        where = " WHERE " + " AND ".join(f"{name} IS ?" for name in ENV_KEY)
-        params = [env[name] for name in ENV_KEY]
-    order = [*SHARED, *(name for name in COLUMN_NAMES if name not in SHARED)]  # SHARED first, then put back
-    named = ", ".join(name if name in columns else f"NULL AS {name}" for name in order)
-    query = f"SELECT id, {named} FROM trials{where} ORDER BY timestamp, id"
-    share, key, end = {}.setdefault, 1 + order.index("trial_key"), 1 + len(SHARED)
-    back = operator.itemgetter(*[order.index(name) for name in COLUMN_NAMES])
-    rows = [(values[0], back(tuple(map(share, values[1:end], values[1:end])) + values[end:]))
-            for values in src.execute(query, params) if trial_keys is None or values[key] in trial_keys]
-    sweeps_of: dict[int, list[str]] = {}
+        clauses += [f"{name} IS ?" for name in ENV_KEY]
+        params += [env[name] for name in ENV_KEY]
+    if trial_keys is not None:
+        db.execute("CREATE TEMP TABLE merge_keys (trial_key TEXT PRIMARY KEY)")
+        db.executemany("INSERT OR IGNORE INTO temp.merge_keys VALUES (?)", [(key,) for key in trial_keys])
+        clauses.append("trial_key IN (SELECT trial_key FROM temp.merge_keys)")
+    where = " WHERE " + " AND ".join(clauses) if clauses else ""
+    named = ", ".join(name if name in present else "NULL" for name in COLUMN_NAMES)
+    db.execute(f"INSERT INTO {ARRIVING} (id, {', '.join(COLUMN_NAMES)}) SELECT id, {named} "
+               f"FROM merge_source.trials{where} ORDER BY timestamp, id", params)
     if "sweep_rows" in tables:
-        for sweep_id, row_id in src.execute("SELECT sweep_id, row_id FROM sweep_rows ORDER BY rowid"):
-            sweeps_of.setdefault(row_id, []).append(sweep_id)
+        db.execute(f"INSERT INTO {ARRIVING_SWEEPS} SELECT row_id, sweep_id FROM merge_source.sweep_rows "
+                   f"WHERE row_id IN (SELECT id FROM {ARRIVING}) ORDER BY rowid")
     peaks = []
     if "device_peaks" in tables:
         where, params = "", []
         if env is not None:
             where = " WHERE " + " AND ".join(f"{name} IS ?" for name in PEAK_KEY)
             params = [env[name] for name in PEAK_KEY]
-        query = f"SELECT {', '.join(PEAK_COLUMNS)} FROM device_peaks{where} ORDER BY measured_at, rowid"
-        peaks = src.execute(query, params).fetchall()
-    return rows, sweeps_of, peaks, unknown
+        peaks = db.execute(f"SELECT {', '.join(PEAK_COLUMNS)} FROM merge_source.device_peaks{where} "
+                           "ORDER BY measured_at, rowid", params).fetchall()
+    return peaks, unknown
 
 
-def checked_fields(src: sqlite3.Connection) -> tuple[list, tuple]:
-    """What row_model.checked_rows reads of every row of a store (its fields and samples): (id, values)
-    pairs in read_source's order, and the names of the values (the merge's check before any write)."""
-    from triton_sweep.store.row_model import StoredRow
+def stage_rows(db: sqlite3.Connection, rows: list, sweeps_of: dict) -> None:
+    """Python's (source id, row) pairs in timestamp order and source id -> sweep ids (recover_source's)
+    into ARRIVING and ARRIVING_SWEEPS, as stage_source reads a sound store."""
+    _create_staging(db)
+    db.executemany(f"INSERT INTO {ARRIVING} (id, {', '.join(COLUMN_NAMES)}) "
+                   f"VALUES (?, {', '.join('?' for _ in COLUMN_NAMES)})", [(i, *row) for i, row in rows])
+    db.executemany(f"INSERT INTO {ARRIVING_SWEEPS} VALUES (?, ?)",
+                   [(i, sweep_id) for i, _ in rows for sweep_id in sweeps_of.get(i, [])])
 
-    present = {info[1] for info in src.execute("PRAGMA table_info(trials)")}
-    names = tuple(name for name in (*StoredRow.model_fields, *SAMPLE_COLUMNS) if name in COLUMN_NAMES
-                  and name in present)
-    query = f"SELECT id, {', '.join(names)} FROM trials ORDER BY timestamp, id"
-    return [(values[0], values[1:]) for values in src.execute(query)], names
+
+def _create_staging(db: sqlite3.Connection) -> None:
+    columns = ", ".join(f"{c.name} {c.sql.replace(' NOT NULL', '')}" for c in COLUMNS)
+    db.execute(f"CREATE TEMP TABLE merge_arriving (seq INTEGER PRIMARY KEY, id INTEGER, {columns})")
+    db.execute("CREATE TEMP TABLE merge_arriving_sweeps (id INTEGER, sweep_id TEXT)")
+
+
+def drop_staging(db: sqlite3.Connection) -> None:
+    """Drop the temp tables of a merge (stage_source's and merging.merge_rows'), their pages left as they
+    are: the rows are the source's (SQLite's secure_delete zeroes freed pages: 2 s a million rows)."""
+    db.execute("PRAGMA temp.secure_delete = OFF")
+    names = db.execute("SELECT name FROM temp.sqlite_master WHERE type = 'table' AND name LIKE 'merge%'")
+    for (name,) in names.fetchall():
+        db.execute(f"DROP TABLE temp.{name}")
+
+
+class StoredColumns:
+    """What row_model.checked_rows reads of every row of a store's table (a merge's check before any write),
+    as suspects reads a frame's columns: each column read from SQLite when asked for (a million rows: one
+    column's values at a time, no Python object a row), in `order`; a samples blob only where it holds no
+    whole float32s, the check reading nothing else of it."""
+
+    def __init__(self, db: sqlite3.Connection, table: str, order: str):
+        import numpy as np
+
+        from triton_sweep.store.row_model import StoredRow
+
+        schema, name = table.split(".")
+        present = {info[1] for info in db.execute(f"PRAGMA {schema}.table_info({name})")}
+        self.names = tuple(name for name in dict.fromkeys(("id", *StoredRow.model_fields, *SAMPLE_COLUMNS))
+                           if name in present)
+        self.db, self.table = db, table
+        self.rowids = np.array([i for (i,) in db.execute(f"SELECT rowid FROM {table} ORDER BY {order}")],
+                               dtype=np.int64)
+        self.rank = np.argsort(np.argsort(self.rowids))  # the place of each row in rowid order
+
+    def __len__(self) -> int:
+        return len(self.rowids)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.names
+
+    def _read(self, name: str) -> str:
+        if name in SAMPLE_COLUMNS:
+            return f"CASE WHEN typeof({name}) = 'blob' AND length({name}) % 4 THEN {name} END"
+        return name
+
+    def __getitem__(self, name: str):
+        import numpy as np
+        import pandas as pd
+
+        values = np.empty(len(self), dtype=object)
+        values[:] = [value for (value,) in self.db.execute(f"SELECT {self._read(name)} FROM {self.table} "
+                                                           "ORDER BY rowid")]
+        return pd.Series(values[self.rank], dtype=object)
+
+    def row_at(self, i: int) -> dict:
+        """The i-th row in `order`, its fields by name."""
+        read = ", ".join(map(self._read, self.names))
+        values = self.db.execute(f"SELECT {read} FROM {self.table} WHERE rowid = ?", (int(self.rowids[i]),))
+        return dict(zip(self.names, values.fetchone()))
 
 
 RECOVER_CHUNK = 256  # rows read at once from a damaged store; a chunk that fails is split in two

@@ -97,6 +97,23 @@ def test_after_a_merge_the_newest_row_of_a_trial_still_wins(tmp_path, capsys):
     store.close()
 
 
+def test_a_row_arriving_twice_is_kept_once_and_a_moved_row_stays_after_arrivals_it_ties(tmp_path, capsys):
+    # The target measured k1 at 11:00; a job store brings k1 from 10:00 (twice: one measurement) and 11:00.
+    _store(tmp_path / "target.sqlite", _row("k1", "11:00", 5.0, sweep="late")).close()
+    _store(tmp_path / "job.sqlite", _row("k1", "10:00", 9.0), _row("k1", "10:00", 9.0),
+           _row("k1", "11:00", 4.0)).close()
+
+    assert merge.main([str(tmp_path / "job.sqlite"), "--into", str(tmp_path / "target.sqlite")]) == 0
+    out = capsys.readouterr().out
+    assert "kept 2 rows (vector_add 2), skipped 1 the target already held; 2 sweep memberships added" in out
+    assert "1 rows of the target inserted again after older arrivals" in out
+    store = ResultStore(tmp_path / "target.sqlite")
+    rows = store.load().sort_values("id")
+    assert list(rows["p50_us"]) == [9.0, 4.0, 5.0]  # the target's 11:00 row after the arrival it ties
+    assert list(store.load(sweep_id="late")["p50_us"]) == [5.0]
+    store.close()
+
+
 def test_merged_stores_of_two_gpu_models_export_a_section_each(tmp_path, capsys):
     for name, gpu, fast in (("h100", H100, 128), ("h200", H200, 512)):
         rows = [_row(f"{name}-{block}", "10:00", 4.0 if block == fast else 6.0, gpu=gpu, block=block)
