@@ -1,13 +1,14 @@
 """Benchmark (CPU): the commands on stores of 10,000 / 100,000 / 1,000,000 rows, their time and peak memory.
 
     python -m triton_sweep.benchmarks.bench_scale [--rows 10000 100000 1000000] [--limit-s 600]
-        [--commands compare export plot merge plan] [--plan-shapes 10000 100000 1000000]
+        [--commands compare export plot merge finish plan] [--plan-shapes 10000 100000 1000000]
 
 Each store: two sweeps (base, new: the same trials, new drawn anew) of synthetic softmax rows (made-up
 latencies, no kernel run): 250 configs a shape (2,000 shapes at 1,000,000 rows), 20 samples each, a
 baseline, the 3 fastest configs and the baseline re-timed as finalists in 5 repetitions; written in bulk.
 Each command runs in a process of its own: wall seconds and its peak resident memory (os.wait4), killed
-past --limit-s. `plan`: a softmax grid of N shapes at one config planned (max_trials raised)."""
+past --limit-s. `finish`: the sweep's own end (every default output, W&B offline) on sweep `new`, half
+the store's rows. `plan`: a softmax grid of N shapes at one config planned (max_trials raised)."""
 from __future__ import annotations
 
 import argparse
@@ -106,6 +107,19 @@ def plan(shapes: int) -> None:
     print(f"planned {len(trials)} trials")
 
 
+def finish(store: str, out: str) -> None:
+    """What a sweep's command does after its last trial (runners/outputs: finish), on sweep `new` of
+    `store`, writing into the folder `out` (W&B too)."""
+    from triton_sweep.outputs import Outputs
+    from triton_sweep.revalidate import compose
+
+    cfg = compose(["kernel=softmax", f"store={store}", "sweep_id=new", f"export_dir={out}/exports",
+                   f"logger.dir={out}"])
+    outputs = Outputs.from_config(cfg)
+    outputs.begin(cfg)
+    outputs.finish(cfg, "new", Path(out))
+
+
 def commands(store: Path, work: Path) -> dict:
     module = [sys.executable, "-m"]
     return {"compare": module + ["triton_sweep.compare", "base", "new", "--store", str(store)],
@@ -113,19 +127,25 @@ def commands(store: Path, work: Path) -> dict:
                                 "--sweep-id", "new", "--out-dir", str(work / "exports")],
             "plot": module + ["triton_sweep.plot", "--store", str(store), "--sweep-id", "new",
                               "--out", str(work / "plots")],
-            "merge": module + ["triton_sweep.merge", "--into", str(work / "merged.sqlite"), str(store)]}
+            "merge": module + ["triton_sweep.merge", "--into", str(work / "merged.sqlite"), str(store)],
+            "finish": module + ["triton_sweep.benchmarks.bench_scale", "--finish-one", str(store),
+                       str(work)]}
 
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", nargs="+", type=int, default=[10_000, 100_000, 1_000_000])
     parser.add_argument("--plan-shapes", nargs="+", type=int, default=[10_000, 100_000, 1_000_000])
-    parser.add_argument("--commands", nargs="+", default=["compare", "export", "plot", "merge", "plan"])
+    parser.add_argument("--commands", nargs="+", default=["compare", "export", "plot", "merge", "finish",
+                                                              "plan"])
     parser.add_argument("--limit-s", type=float, default=600, help="kill a command after this long")
     parser.add_argument("--plan-one", type=int, help=argparse.SUPPRESS)  # the `plan` command's process
+    parser.add_argument("--finish-one", nargs=2, help=argparse.SUPPRESS)  # the `finish` command's process
     args = parser.parse_args(argv)
     if args.plan_one:
         return plan(args.plan_one)
+    if args.finish_one:
+        return finish(*args.finish_one)
     lines = ["| rows | command | seconds | peak MB |", "|---|---|---|---|"]
     for count in args.rows if set(args.commands) - {"plan"} else []:
         with tempfile.TemporaryDirectory() as folder:
