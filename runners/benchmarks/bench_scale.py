@@ -1,14 +1,16 @@
 """Benchmark (CPU): the commands on stores of 10,000 / 100,000 / 1,000,000 rows, their time and peak memory.
 
     python -m triton_sweep.benchmarks.bench_scale [--rows 10000 100000 1000000] [--limit-s 600]
-        [--commands compare export plot merge finish plan] [--plan-shapes 10000 100000 1000000]
+        [--commands compare export plot merge finish finish_no_wandb plan]
+        [--plan-shapes 10000 100000 1000000]
 
 Each store: two sweeps (base, new: the same trials, new drawn anew) of synthetic softmax rows (made-up
 latencies, no kernel run): 250 configs a shape (2,000 shapes at 1,000,000 rows), 20 samples each, a
 baseline, the 3 fastest configs and the baseline re-timed as finalists in 5 repetitions; written in bulk.
 Each command runs in a process of its own: wall seconds and its peak resident memory (os.wait4), killed
-past --limit-s. `finish`: the sweep's own end (every default output, W&B offline) on sweep `new`, half
-the store's rows. `plan`: a softmax grid of N shapes at one config planned (max_trials raised)."""
+past --limit-s. `finish`: the sweep's own end (every default output, W&B offline; finish_no_wandb:
+W&B disabled) on sweep `new`, half the store's rows. `plan`: a softmax grid of N shapes at one config
+planned (max_trials raised)."""
 from __future__ import annotations
 
 import argparse
@@ -107,14 +109,14 @@ def plan(shapes: int) -> None:
     print(f"planned {len(trials)} trials")
 
 
-def finish(store: str, out: str) -> None:
+def finish(store: str, out: str, logger_mode: str) -> None:
     """What a sweep's command does after its last trial (runners/outputs: finish), on sweep `new` of
-    `store`, writing into the folder `out` (W&B too)."""
+    `store`, writing into the folder `out` (W&B too, in logger_mode)."""
     from triton_sweep.outputs import Outputs
     from triton_sweep.revalidate import compose
 
     cfg = compose(["kernel=softmax", f"store={store}", "sweep_id=new", f"export_dir={out}/exports",
-                   f"logger.dir={out}"])
+                   f"logger.dir={out}", f"logger.mode={logger_mode}"])
     outputs = Outputs.from_config(cfg)
     outputs.begin(cfg)
     outputs.finish(cfg, "new", Path(out))
@@ -128,8 +130,8 @@ def commands(store: Path, work: Path) -> dict:
             "plot": module + ["triton_sweep.plot", "--store", str(store), "--sweep-id", "new",
                               "--out", str(work / "plots")],
             "merge": module + ["triton_sweep.merge", "--into", str(work / "merged.sqlite"), str(store)],
-            "finish": module + ["triton_sweep.benchmarks.bench_scale", "--finish-one", str(store),
-                       str(work)]}
+            **{name: module + ["triton_sweep.benchmarks.bench_scale", "--finish-one", str(store), str(work),
+                               mode] for name, mode in (("finish", "offline"), ("finish_no_wandb", "disabled"))}}
 
 
 def main(argv=None) -> None:
@@ -137,10 +139,10 @@ def main(argv=None) -> None:
     parser.add_argument("--rows", nargs="+", type=int, default=[10_000, 100_000, 1_000_000])
     parser.add_argument("--plan-shapes", nargs="+", type=int, default=[10_000, 100_000, 1_000_000])
     parser.add_argument("--commands", nargs="+", default=["compare", "export", "plot", "merge", "finish",
-                                                              "plan"])
+                                                              "finish_no_wandb", "plan"])
     parser.add_argument("--limit-s", type=float, default=600, help="kill a command after this long")
     parser.add_argument("--plan-one", type=int, help=argparse.SUPPRESS)  # the `plan` command's process
-    parser.add_argument("--finish-one", nargs=2, help=argparse.SUPPRESS)  # the `finish` command's process
+    parser.add_argument("--finish-one", nargs=3, help=argparse.SUPPRESS)  # the `finish` command's process
     args = parser.parse_args(argv)
     if args.plan_one:
         return plan(args.plan_one)
