@@ -131,7 +131,8 @@ def commands(store: Path, work: Path) -> dict:
                               "--out", str(work / "plots")],
             "merge": module + ["triton_sweep.merge", "--into", str(work / "merged.sqlite"), str(store)],
             **{name: module + ["triton_sweep.benchmarks.bench_scale", "--finish-one", str(store), str(work),
-                               mode] for name, mode in (("finish", "offline"), ("finish_no_wandb", "disabled"))}}
+                               mode]
+               for name, mode in (("finish", "offline"), ("finish_no_wandb", "disabled"))}}
 
 
 def main(argv=None) -> None:
