@@ -5,12 +5,11 @@
         [--plan-shapes 10000 100000 1000000]
 
 Each store: two sweeps (base, new: the same trials, new drawn anew) of synthetic softmax rows (made-up
-latencies, no kernel run): 250 configs a shape (2,000 shapes at 1,000,000 rows), 20 samples each, a
-baseline, the 3 fastest configs and the baseline re-timed as finalists in 5 repetitions; written in bulk.
-Each command runs in a process of its own: wall seconds and its peak resident memory (os.wait4), killed
-past --limit-s. `finish`: the sweep's own end (every default output, W&B offline; finish_no_wandb:
-W&B disabled) on sweep `new`, half the store's rows. `plan`: a softmax grid of N shapes at one config
-planned (max_trials raised)."""
+latencies): 250 configs a shape (2,000 shapes at 1,000,000 rows), 20 samples each, a baseline, the 3
+fastest and the baseline re-timed as finalists in 5 repetitions. Each command in a process of its own:
+wall seconds and peak resident memory (os.wait4), killed past --limit-s. `finish`: the sweep's own end
+(every default output, W&B offline; finish_no_wandb: W&B disabled) on sweep `new`, half the store's
+rows. `plan`: a softmax grid of N shapes at one config planned (max_trials raised)."""
 from __future__ import annotations
 
 import argparse

@@ -113,8 +113,9 @@ def judge(pairs: list[Pair], rule: Rule, spreads: dict) -> Judgement:
     noise = [_pair_noise(p, by_group, by_size) if p.comparable else None for p in pairs]
     apart = _kinds_apart(pairs, noise, spreads)
     spreads = {(p.domain, p.kind if p.domain in apart else ""): spreads.get(p.domain) for p in pairs}
-    pairs = [Pair(domain=(p.domain, p.kind if p.domain in apart else ""), group=p.group, base=p.base, new=p.new,
-                  p50_us=p.p50_us, judged=p.judged, comparable=p.comparable, control=p.control, kind=p.kind)
+    pairs = [Pair(domain=(p.domain, p.kind if p.domain in apart else ""), group=p.group, base=p.base,
+                  new=p.new, p50_us=p.p50_us, judged=p.judged, comparable=p.comparable, control=p.control,
+                  kind=p.kind)
              for p in pairs]  # by name, not dataclasses.replace: 8 times as long
     members = {domain: [i for i, p in enumerate(pairs) if p.domain == domain and noise[i] is not None]
                for domain in dict.fromkeys(p.domain for p in pairs)}
