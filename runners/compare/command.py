@@ -22,8 +22,8 @@ from triton_sweep import version
 from triton_sweep.compare import between_runs
 from triton_sweep.compare.matching import compare, load_calibration
 from triton_sweep.compare.report import report
-from triton_sweep.compare.sides import (COLUMNS, CompareError, Side, export_frame, shipped_keys,
-                                        versions_against)
+from triton_sweep.compare.sides import (CATEGORIES, COLUMNS, CompareError, Side, export_frame,
+                                        shared_categories, shipped_keys, versions_against)
 from triton_sweep.export.fileformat import read_export, sections
 from triton_sweep.export.settings import ExportError, sweep_export_conf
 from triton_sweep.model.trial import aligned
@@ -72,7 +72,7 @@ def load_side(argument: str, store_path: str, label: str, opened: dict) -> Side:
         if path.resolve() not in opened:
             opened[path.resolve()] = ResultStore(path)
         store = opened[path.resolve()]
-        frame = store.load(sweep_id=sweep_id or None, columns=COLUMNS)
+        frame = store.load(sweep_id=sweep_id or None, columns=COLUMNS, categories=CATEGORIES)
         everything = store.load(columns=["sweep_id"]) if frame.empty and sweep_id else None
     except StoreError as error:
         raise CompareError(f"{label}: {error}") from None
@@ -189,6 +189,7 @@ def main(argv=None) -> int:
             for store in opened.values():
                 store.close()
         base, new = versions_against(base, new), versions_against(new, base)
+        shared_categories(base.frame, new.frame)
         calibrated, note = load_calibration(args.calibration, (base, new)) if args.calibration else ({}, "")
         tolerance = args.tolerance if args.tolerance is not None else sweep_export_conf().tolerance
         result = compare(base.frame, new.frame, rule, shipped_keys(base, tolerance), args.gate == "all",

@@ -267,6 +267,7 @@ def _environment(base: pd.DataFrame, new: pd.DataFrame) -> dict:
     for name in NAMED:
         b, n = base[name].to_numpy(object), new[name].to_numpy(object)
         b_missing, n_missing = pd.isna(b), pd.isna(n)
+        b, n = np.where(b_missing, None, b), np.where(n_missing, None, n)  # "None", whatever the type
         differ = (b_missing != n_missing) | (~b_missing & ~n_missing & (b != n))
         for i in np.flatnonzero(differ & ~(export & (b_missing | n_missing))):
             if not _same_value(b[i], n[i]):

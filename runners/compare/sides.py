@@ -11,7 +11,7 @@ from typing import Optional
 
 import pandas as pd
 
-from triton_sweep.model.columns import COLUMN_NAMES, NAMED
+from triton_sweep.model.columns import COLUMN_NAMES, COLUMNS as STORED, NAMED
 from triton_sweep.model.trial import TRITON_PROVIDER, Trial
 from triton_sweep.export.cover import Measured, covering_set
 from triton_sweep.export.fileformat import sections
@@ -23,11 +23,23 @@ COLUMNS = tuple(dict.fromkeys((
     "id", "trial_key", "sweep_id", "kernel", "provider", "shape", "dtype", "config", "status", "message",
     "phase", "rank", "tie", "chosen", "p50_us", "p50_precision", "samples_us", "repetitions", "rep_p50s_us",
     "rep_noise", "pct_copy_bw", "pct_matmul", "gbps", "tflops", *NAMED)))
+# Read as categoricals: its text columns but the two with a value a row (a million rows: 330 MiB less).
+CATEGORIES = tuple(c.name for c in STORED if c.name in COLUMNS and c.sql.startswith("TEXT")
+                   and c.name not in ("trial_key", "message"))
 
 # What runners/export/cover.py's Measured reads of a row.
 MEASURED = ("id", "kernel", "gpu_name", "triton_version", "dtype", "shape", "config", "phase", "chosen",
             "p50_us", "p50_precision", "repetitions", "rep_p50s_us", "rep_noise", "gbps", "tflops",
             "pct_copy_bw")
+
+
+def shared_categories(base: pd.DataFrame, new: pd.DataFrame) -> None:
+    """The CATEGORIES columns of both sides made categoricals of one set of categories, in place: pandas
+    compares two categoricals only so (and an export's side is read as text)."""
+    for name in [n for n in CATEGORIES if n in base and n in new]:
+        kind = pd.CategoricalDtype(list(dict.fromkeys(
+            value for frame in (base, new) for value in frame[name].astype("category").cat.categories)))
+        base[name], new[name] = base[name].astype(kind), new[name].astype(kind)
 
 
 class CompareError(ValueError):

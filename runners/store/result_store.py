@@ -119,16 +119,17 @@ class ResultStore:
             return found
 
     def load(self, sweep_id: Optional[str] = None, kernel: Optional[str] = None,
-             columns: Optional[Iterable[str]] = None) -> pd.DataFrame:
+             columns: Optional[Iterable[str]] = None, categories: Iterable[str] = ()) -> pd.DataFrame:
         """All rows (or a sweep's rows) as a DataFrame, every column or those named in `columns` (with
-        "id" where a samples column is); samples_us decoded to float32 arrays."""
+        "id" where a samples column is); samples_us decoded to float32 arrays; `categories`: text columns
+        of few distinct values read as pandas categoricals (a code a row, not the text: a million rows)."""
         import pandas as pd
 
         with reading(self.path):
             named = ", ".join(f"trials.{_known(name)}" for name in columns) if columns else "trials.*"
             query, params = _selection(named, sweep_id, kernel)
             cursor = self._db.execute(query + " ORDER BY trials.id", params)  # SQLite's own errors, unwrapped
-            frame = _frame(cursor)
+            frame = _frame(cursor, set(categories))
             for name in [n for n in SAMPLE_COLUMNS if n in frame]:
                 frame[name] = [None if b is None else self._samples(i, name, b)
                                for i, b in zip(frame["id"], frame[name])]
@@ -247,22 +248,33 @@ class ResultStore:
             self._db.execute("COMMIT")
 
 
-def _frame(cursor: sqlite3.Cursor, chunk: int = 20_000) -> pd.DataFrame:
+def _frame(cursor: sqlite3.Cursor, categories: set, chunk: int = 20_000) -> pd.DataFrame:
     """The rows of a query as one DataFrame.from_records would give them, read a chunk at a time (a row's
     Python objects, several times its share of the frame, live only while its chunk is converted); a
-    column typed unlike in another chunk (all NULL in one) is typed again whole, as one call would."""
+    column typed unlike in another chunk (all NULL in one) is typed again whole, as one call would; the
+    columns of `categories` made categoricals a chunk at a time, their categories joined at the end."""
     import pandas as pd
 
     names = [d[0] for d in cursor.description]
-    frames = [pd.DataFrame.from_records(rows, columns=names, coerce_float=True)
+    frames = [_categorized(pd.DataFrame.from_records(rows, columns=names, coerce_float=True), categories)
               for rows in iter(lambda: cursor.fetchmany(chunk), [])]
     if len(frames) < 2:
         return frames[0] if frames else pd.DataFrame.from_records([], columns=names, coerce_float=True)
+    for name in categories.intersection(names):  # one set of categories, so that concat keeps them
+        joined = sorted({value for part in frames for value in part[name].cat.categories})
+        for part in frames:
+            part[name] = part[name].cat.set_categories(joined)
     frame = pd.concat(frames, ignore_index=True)
     for name in names:
         if len({str(part[name].dtype) for part in frames}) > 1:
             frame[name] = pd.DataFrame.from_records([(v,) for part in frames for v in part[name].tolist()],
                                                     columns=[name], coerce_float=True)[name]
+    return frame
+
+
+def _categorized(frame: pd.DataFrame, categories: set) -> pd.DataFrame:
+    for name in categories.intersection(frame.columns):
+        frame[name] = frame[name].astype("category")
     return frame
 
 

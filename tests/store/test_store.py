@@ -172,3 +172,20 @@ def test_rows_appended_together_are_all_written_or_none(tmp_path):
     assert len(store.load()) == 3 and store.load(sweep_id="s2").empty
     assert store.append_many([]) == [] and len(store.load()) == 3
     store.close()
+
+
+def test_columns_read_as_categories_hold_the_values_read_as_text():
+    """load(categories=...): each chunk's categoricals joined into one set of categories, a column NULL
+    in a whole chunk too; the values, the missing ones included, are those read as text."""
+    from triton_sweep.store.result_store import _frame
+
+    db = sqlite3.connect(":memory:")
+    db.execute("CREATE TABLE t (id INTEGER, gpu TEXT, host TEXT)")
+    db.executemany("INSERT INTO t VALUES (?, ?, ?)",
+                   [(1, "H100", None), (2, "H100", None), (3, "H200", "b"), (4, None, "a"), (5, "B200", "a")])
+    text = _frame(db.execute("SELECT * FROM t ORDER BY id"), set(), chunk=2)
+    kept = _frame(db.execute("SELECT * FROM t ORDER BY id"), {"gpu", "host"}, chunk=2)
+    assert [str(kept[name].dtype) for name in kept] == ["int64", "category", "category"]
+    assert sorted(kept["gpu"].cat.categories) == ["B200", "H100", "H200"]
+    plain = lambda column: [None if pd.isna(v) else v for v in column]
+    assert all(plain(kept[name]) == plain(text[name]) for name in ("gpu", "host"))
