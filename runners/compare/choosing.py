@@ -51,9 +51,9 @@ def winner_labels(base: pd.DataFrame, new: pd.DataFrame, group_by: list[str]) ->
 
     def winners(frame):
         rows = frame[(frame["status"] == "ok") & (frame["provider"] == TRITON_PROVIDER)]
-        best = rows.groupby(group_by)["p50_us"].idxmin()
+        best = rows.groupby(group_by, observed=True)["p50_us"].idxmin()  # categoricals: pandas 2 too
         chosen = rows[rows["chosen"].fillna(False).astype(bool)]
-        best.update(chosen.groupby(group_by)["id"].idxmax())
+        best.update(chosen.groupby(group_by, observed=True)["id"].idxmax())
         return best.astype(np.int64)
 
     found = pd.concat([winners(base), winners(new)], axis=1, join="inner", keys=["b", "n"])

@@ -107,7 +107,7 @@ def versions_against(side: Side, other: Side) -> Side:
         return side
     frame = side.frame
     keep = pd.Series(False, index=frame.index)
-    for gpu, rows in frame.groupby("gpu_name"):
+    for gpu, rows in frame.groupby("gpu_name", observed=True):  # categoricals (CATEGORIES): pandas 2 too
         theirs = other.frame[other.frame["gpu_name"] == gpu]
         measured = sorted(set(rows["triton_version"]), key=version_key)
         running = theirs.loc[theirs["id"].idxmax(), "triton_version"] if not theirs.empty else measured[-1]
@@ -127,10 +127,12 @@ def shipped_keys(side: Side, tolerance: float) -> set:
         return side.shipped
     frame = side.frame
     ok = frame[(frame["status"] == "ok") & (frame["provider"] == TRITON_PROVIDER) & frame["p50_us"].notna()]
-    ok = ok.sort_values("id").groupby(["trial_key", "gpu_name", "triton_version"], as_index=False).tail(1)
+    ok = ok.sort_values("id").groupby(["trial_key", "gpu_name", "triton_version"], as_index=False,
+                                      observed=True).tail(1)
     keys = set()
     ok = ok[list(MEASURED)]  # Measured makes a record of each row: of what it reads only
-    for (kernel, gpu, version, dtype), rows in ok.groupby(["kernel", "gpu_name", "triton_version", "dtype"]):
+    for (kernel, gpu, version, dtype), rows in ok.groupby(["kernel", "gpu_name", "triton_version", "dtype"],
+                                                          observed=True):
         for item in covering_set(Measured(rows), tolerance)["configs"]:
             keys |= {(Trial(kernel, TRITON_PROVIDER, tuple(shape), dtype, item["config"]).key, gpu, version)
                      for shape in item["covers"]}
