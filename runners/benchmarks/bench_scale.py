@@ -1,15 +1,15 @@
 """Benchmark (CPU): the commands on stores of 10,000 / 100,000 / 1,000,000 rows, their time and peak memory.
 
     python -m triton_sweep.benchmarks.bench_scale [--rows 10000 100000 1000000] [--limit-s 600]
-        [--commands compare export plot merge finish finish_no_wandb plan]
+        [--commands compare export plot merge finish finish_no_wandb resume plan]
         [--plan-shapes 10000 100000 1000000]
 
 Each store: two sweeps (base, new: the same trials, new drawn anew) of synthetic softmax rows (made-up
 latencies): 250 configs a shape (2,000 shapes at 1,000,000 rows), 20 samples each, a baseline, the 3
 fastest and the baseline re-timed as finalists in 5 repetitions. Each command in a process of its own:
 wall seconds and peak resident memory (os.wait4), killed past --limit-s. `finish`: the sweep's own end
-(every default output, W&B offline; finish_no_wandb: W&B disabled) on sweep `new`, half the store's
-rows. `plan`: a softmax grid of N shapes at one config planned (max_trials raised)."""
+(W&B offline; finish_no_wandb: disabled) on sweep `new`, half the rows. `resume`: the store's part of a
+sweep run again (trials kept, their outcomes). `plan`: a grid of N shapes at one config planned."""
 from __future__ import annotations
 
 import argparse
@@ -31,6 +31,7 @@ from tests.fixtures.synthetic_store import ENV
 CONFIGS = [dict(zip(("BLOCK_SIZE", "num_warps", "num_stages"), values)) for values in itertools.product(
     (1024, 2048, 4096, 8192, 16384), (1, 2, 4, 8, 16), range(1, 11))]  # 250
 FINALISTS, REPETITIONS, SAMPLES = 3, 5, 20
+KERNEL_HASH = "aaaaaaaaaaaa"
 ROWS_A_SHAPE = len(CONFIGS) + 1 + FINALISTS + 1
 
 
@@ -59,7 +60,7 @@ def _row(sweep_id: str, shape: tuple, provider: str, config: dict, samples: np.n
     gbps = 4 * shape[0] * shape[1] / p50 / 1e3
     return {"trial_key": Trial("softmax", provider, shape, "float16", config).key, "sweep_id": sweep_id,
             "kernel": "softmax", "provider": provider, "shape": list(shape), "dtype": "float16",
-            "config": config, "status": "ok", "phase": phase, "kernel_hash": "aaaaaaaaaaaa", "seed": 0,
+            "config": config, "status": "ok", "phase": phase, "kernel_hash": KERNEL_HASH, "seed": 0,
             "timestamp": "2026-01-01T00:00:00", **ENV, "p50_us": p50, "samples_us": samples,
             "p50_precision": 0.01, "n_samples": len(samples), "gbps": gbps, "pct_copy_bw": gbps / 40,
             "pct_matmul": gbps / 400, **fields}
@@ -121,6 +122,14 @@ def finish(store: str, out: str, logger_mode: str) -> None:
     outputs.finish(cfg, "new", Path(out))
 
 
+def resume(store: str) -> None:
+    """What a sweep run again asks of its store (runners/engine/job.py): the newest row of every trial
+    measured in its environment, and the status and p50 of each, for its search to learn from."""
+    opened = ResultStore(store)
+    kept = opened.measured({**ENV, "kernel_hash": KERNEL_HASH})
+    print(f"{len(opened.outcomes(kept.values()))} trials kept")
+
+
 def commands(store: Path, work: Path) -> dict:
     module = [sys.executable, "-m"]
     return {"compare": module + ["triton_sweep.compare", "base", "new", "--store", str(store)],
@@ -131,7 +140,8 @@ def commands(store: Path, work: Path) -> dict:
             "merge": module + ["triton_sweep.merge", "--into", str(work / "merged.sqlite"), str(store)],
             **{name: module + ["triton_sweep.benchmarks.bench_scale", "--finish-one", str(store), str(work),
                                mode]
-               for name, mode in (("finish", "offline"), ("finish_no_wandb", "disabled"))}}
+               for name, mode in (("finish", "offline"), ("finish_no_wandb", "disabled"))},
+            "resume": module + ["triton_sweep.benchmarks.bench_scale", "--resume-one", str(store)]}
 
 
 def main(argv=None) -> None:
@@ -139,15 +149,18 @@ def main(argv=None) -> None:
     parser.add_argument("--rows", nargs="+", type=int, default=[10_000, 100_000, 1_000_000])
     parser.add_argument("--plan-shapes", nargs="+", type=int, default=[10_000, 100_000, 1_000_000])
     parser.add_argument("--commands", nargs="+", default=["compare", "export", "plot", "merge", "finish",
-                                                              "finish_no_wandb", "plan"])
+                                                              "finish_no_wandb", "resume", "plan"])
     parser.add_argument("--limit-s", type=float, default=600, help="kill a command after this long")
     parser.add_argument("--plan-one", type=int, help=argparse.SUPPRESS)  # the `plan` command's process
     parser.add_argument("--finish-one", nargs=3, help=argparse.SUPPRESS)  # the `finish` command's process
+    parser.add_argument("--resume-one", help=argparse.SUPPRESS)  # the `resume` command's process
     args = parser.parse_args(argv)
     if args.plan_one:
         return plan(args.plan_one)
     if args.finish_one:
         return finish(*args.finish_one)
+    if args.resume_one:
+        return resume(args.resume_one)
     lines = ["| rows | command | seconds | peak MB |", "|---|---|---|---|"]
     for count in args.rows if set(args.commands) - {"plan"} else []:
         with tempfile.TemporaryDirectory() as folder:
