@@ -35,10 +35,11 @@ MEASURED = ("id", "kernel", "gpu_name", "triton_version", "dtype", "shape", "con
 
 def shared_categories(base: pd.DataFrame, new: pd.DataFrame) -> None:
     """The CATEGORIES columns of both sides made categoricals of one set of categories, in place: pandas
-    compares two categoricals only so (and an export's side is read as text)."""
+    compares two categoricals only so (and an export's side is read as text); sorted as text sorts, as
+    a groupby of text orders its groups."""
     for name in [n for n in CATEGORIES if n in base and n in new]:
-        kind = pd.CategoricalDtype(list(dict.fromkeys(
-            value for frame in (base, new) for value in frame[name].astype("category").cat.categories)))
+        values = {value for frame in (base, new) for value in frame[name].astype("category").cat.categories}
+        kind = pd.CategoricalDtype(sorted(values, key=str))
         base[name], new[name] = base[name].astype(kind), new[name].astype(kind)
 
 

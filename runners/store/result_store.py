@@ -261,7 +261,8 @@ def _frame(cursor: sqlite3.Cursor, categories: set, chunk: int = 20_000) -> pd.D
     if len(frames) < 2:
         return frames[0] if frames else pd.DataFrame.from_records([], columns=names, coerce_float=True)
     for name in categories.intersection(names):  # one set of categories, so that concat keeps them
-        joined = sorted({value for part in frames for value in part[name].cat.categories})
+        # sorted as text sorts (a groupby orders by them), by str: a blob beside text too
+        joined = sorted({value for part in frames for value in part[name].cat.categories}, key=str)
         for part in frames:
             part[name] = part[name].cat.set_categories(joined)
     frame = pd.concat(frames, ignore_index=True)

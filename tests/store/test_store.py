@@ -187,5 +187,19 @@ def test_columns_read_as_categories_hold_the_values_read_as_text():
     kept = _frame(db.execute("SELECT * FROM t ORDER BY id"), {"gpu", "host"}, chunk=2)
     assert [str(kept[name].dtype) for name in kept] == ["int64", "category", "category"]
     assert sorted(kept["gpu"].cat.categories) == ["B200", "H100", "H200"]
+    assert list(kept["gpu"].cat.categories) == ["B200", "H100", "H200"]  # as text sorts: a groupby's order
     plain = lambda column: [None if pd.isna(v) else v for v in column]
     assert all(plain(kept[name]) == plain(text[name]) for name in ("gpu", "host"))
+
+
+def test_a_text_column_holding_a_blob_reads_as_categories_as_it_reads_as_text():
+    """A store another tool wrote may hold a blob in a TEXT column (SQLite keeps what it is given): the
+    chunks' categories are joined without ordering them, which bytes beside text would refuse."""
+    from triton_sweep.store.result_store import _frame
+
+    db = sqlite3.connect(":memory:")
+    db.execute("CREATE TABLE t (id INTEGER, gpu TEXT)")
+    db.executemany("INSERT INTO t VALUES (?, ?)", [(1, "H100"), (2, "H100"), (3, b"\x00H200")])
+    kept = _frame(db.execute("SELECT * FROM t ORDER BY id"), {"gpu"}, chunk=2)
+    text = _frame(db.execute("SELECT * FROM t ORDER BY id"), set(), chunk=2)
+    assert kept["gpu"].tolist() == text["gpu"].tolist() == ["H100", "H100", b"\x00H200"]
